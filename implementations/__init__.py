@@ -1,0 +1,27 @@
+"""Attention implementations measured by topk-bench: plain PyTorch, importable without the harness.
+
+>>> import implementations
+>>> attn = implementations.get("vanilla")
+>>> out = attn(q, k, v, causal=True, activation="softmax")
+"""
+
+from implementations.registry import (
+    ACTIVATIONS,
+    Implementation,
+    UnknownImplementation,
+    all_specs,
+    get,
+    names,
+    register,
+    spec,
+)
+
+# Importing a module registers its implementations.
+from implementations import vanilla, sdpa  # noqa: E402,F401
+
+from implementations.layers import Decoder, FeedForward, MultiHeadAttention  # noqa: E402
+
+__all__ = [
+    "ACTIVATIONS", "Implementation", "UnknownImplementation", "all_specs", "get", "names",
+    "register", "spec", "MultiHeadAttention", "FeedForward", "Decoder",
+]

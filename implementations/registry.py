@@ -1,0 +1,119 @@
+"""The registry of attention implementations.
+
+An implementation is a plain function
+
+    fn(q, k, v, *, causal=False, activation="softmax", **options) -> out
+
+with ``q [B, H, Lq, d]``, ``k, v [B, H, Lk, d]`` and ``out [B, H, Lq, d]``. The
+caller scales ``q`` by ``1/sqrt(d)`` (as in the paper). Causal masking is
+top-left aligned, as in ``torch.nn.functional.scaled_dot_product_attention``:
+query ``i`` may attend key ``j`` iff ``j <= i``.
+
+Besides the function, each entry describes itself (options and their defaults,
+legend label, supported activations, causal support, exactness) so that the
+harness can validate suites and draw legends without special cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+AttentionFn = Callable[..., torch.Tensor]
+
+ACTIVATIONS = ("softmax", "relu")
+
+
+class UnknownImplementation(KeyError):
+    """Raised by :func:`get` for a name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    fn: AttentionFn
+    description: str
+    # Option name -> default value. Only these options may be passed.
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # Legend in the paper's style; formatted with the options, e.g.
+    # "Q-chunking (size={chunk_size})".
+    label: str = ""
+    activations: tuple[str, ...] = ACTIVATIONS
+    causal: bool = True
+    exact: bool = True
+    key_padding_mask: bool = False
+    # Builds the per-layer attention module (for implementations with per-layer
+    # state such as Performer's random features). ``None``: a stateless wrapper.
+    module_factory: Callable[..., torch.nn.Module] | None = None
+
+    def resolve(self, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults overlaid with ``options``; unknown options raise ``TypeError``."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise TypeError(
+                f"implementation {self.name!r} has no option {unknown[0]!r} (options: {known})"
+            )
+        return {**self.options, **options}
+
+    def legend(self, options: Mapping[str, Any] | None = None) -> str:
+        return (self.label or self.name).format(**self.resolve(options))
+
+    def module(self, head_dim: int, **options: Any) -> torch.nn.Module:
+        """The attention as an ``nn.Module`` called as ``module(q, k, v, causal=..., activation=...)``."""
+        resolved = self.resolve(options)
+        if self.module_factory is not None:
+            return self.module_factory(head_dim=head_dim, **resolved)
+        return AttentionModule(self.fn, resolved)
+
+
+class AttentionModule(torch.nn.Module):
+    """A stateless attention function bound to its options."""
+
+    def __init__(self, fn: AttentionFn, options: Mapping[str, Any]):
+        super().__init__()
+        self.fn = fn
+        self.options = dict(options)
+
+    def forward(self, q, k, v, *, causal: bool = False, activation: str = "softmax", **extra):
+        return self.fn(q, k, v, causal=causal, activation=activation, **self.options, **extra)
+
+
+_REGISTRY: dict[str, Implementation] = {}
+
+
+def register(impl: Implementation) -> Implementation:
+    if impl.name in _REGISTRY:
+        raise ValueError(f"implementation {impl.name!r} is already registered")
+    _REGISTRY[impl.name] = impl
+    return impl
+
+
+def spec(name: str) -> Implementation:
+    """The registry entry for ``name``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise UnknownImplementation(
+            f"unknown implementation {name!r} (known: {known})"
+        ) from None
+
+
+def get(name: str) -> AttentionFn:
+    """The attention function registered under ``name``."""
+    return spec(name).fn
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def all_specs() -> list[Implementation]:
+    return [_REGISTRY[n] for n in names()]

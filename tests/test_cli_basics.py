@@ -1,0 +1,21 @@
+import subprocess
+import sys
+
+import implementations
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "topk_bench", *args], capture_output=True, text=True)
+
+
+def test_list_shows_every_registered_implementation():
+    result = run_cli("list")
+    assert result.returncode == 0, result.stderr
+    for name in implementations.names():
+        assert name in result.stdout
+
+
+def test_unknown_command_exits_2_without_traceback():
+    result = run_cli("no-such-command")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,3 @@
+from topk_bench.cli import main
+
+main()

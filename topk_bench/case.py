@@ -1,0 +1,141 @@
+"""A case (what to measure: a frozen, hashable spec) and its measurement (what came out).
+
+Modelled on torch.utils.benchmark's ``TaskSpec``/``Measurement``: the spec is
+immutable and serialisable (it crosses a process boundary as JSON); the
+measurement keeps the raw samples and derives its statistics from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+WORKLOADS = ("mha", "ff", "decoder", "pretrained")
+MODES = ("fwd", "fwd_bwd")
+METHODS = ("measured", "predicted")
+STATUSES = ("ok", "oom", "over_budget", "timeout", "crashed", "error", "skipped", "unsupported")
+# Statuses after which larger sizes of the same implementation are skipped.
+STOPPING_STATUSES = ("oom", "over_budget", "timeout")
+
+
+def _frozen(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((mapping or {}).items()))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of a sweep.
+
+    ``params`` holds the shape parameters of the workload (``seq_len``,
+    ``d_model``, ``heads``, ``batch``, ``d_ff``, ``layers``...). ``options`` are
+    the attention implementation's options; for the decoder, ``ff_impl`` and
+    ``ff_options`` choose the feed-forward implementation independently.
+    """
+
+    suite: str
+    workload: str
+    impl: str
+    params: tuple[tuple[str, Any], ...]
+    options: tuple[tuple[str, Any], ...] = ()
+    ff_impl: str | None = None
+    ff_options: tuple[tuple[str, Any], ...] = ()
+    label: str = ""
+    mode: str = "fwd_bwd"
+    causal: bool = False
+    activation: str = "softmax"
+    dtype: str = "float32"
+    device: str = "cpu"
+    method: str = "measured"
+    seed: int = 0
+    warmup: int = 1
+    repeats: int = 3
+
+    @classmethod
+    def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             ff_options: Mapping[str, Any] | None = None, **fields: Any) -> "Case":
+        return cls(params=_frozen(params), options=_frozen(options), ff_options=_frozen(ff_options), **fields)
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    @property
+    def option_dict(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    @property
+    def ff_option_dict(self) -> dict[str, Any]:
+        return dict(self.ff_options)
+
+    @property
+    def case_id(self) -> str:
+        """Stable hash of what determines the result: parameters, implementation(s), device and method.
+
+        Not the label, warm-up or repeat count: re-running with more repeats resumes.
+        """
+        key = {
+            "suite": self.suite, "workload": self.workload, "impl": self.impl,
+            "params": self.params, "options": self.options,
+            "ff_impl": self.ff_impl, "ff_options": self.ff_options,
+            "mode": self.mode, "causal": self.causal, "activation": self.activation,
+            "dtype": self.dtype, "device": self.device, "method": self.method, "seed": self.seed,
+        }
+        blob = json.dumps(key, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Case":
+        data = json.loads(text)
+        for name in ("params", "options", "ff_options"):
+            data[name] = tuple(tuple(item) for item in data[name])
+        return cls(**data)
+
+
+@dataclass
+class Measurement:
+    """What one case produced. Times are seconds per iteration (forward + backward when mode is fwd_bwd)."""
+
+    status: str
+    error: str = ""
+    peak_bytes: int | None = None
+    reserved_bytes: int | None = None
+    baseline_bytes: int | None = None
+    times_s: list[float] = field(default_factory=list)
+    fwd_times_s: list[float] = field(default_factory=list)
+    bwd_times_s: list[float] = field(default_factory=list)
+    flops: int | None = None
+    device_name: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)  # torch/cuda version, threads, host, git sha
+    extra: dict[str, Any] = field(default_factory=dict)     # optional columns (rel_err, grad_cos, ...)
+
+    @property
+    def time_median_s(self) -> float | None:
+        return statistics.median(self.times_s) if self.times_s else None
+
+    @property
+    def time_mean_s(self) -> float | None:
+        return statistics.fmean(self.times_s) if self.times_s else None
+
+    @property
+    def time_min_s(self) -> float | None:
+        return min(self.times_s) if self.times_s else None
+
+    @property
+    def time_iqr_s(self) -> float | None:
+        if len(self.times_s) < 2:
+            return 0.0 if self.times_s else None
+        q1, _, q3 = statistics.quantiles(self.times_s, n=4, method="inclusive")
+        return q3 - q1
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Measurement":
+        return cls(**json.loads(text))

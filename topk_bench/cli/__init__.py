@@ -1,0 +1,36 @@
+"""The ``topk-bench`` command line. One module per command; this one wires them and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from topk_bench.errors import BadInput
+
+app = typer.Typer(
+    name="topk-bench",
+    help="Benchmark memory and time of attention implementations (top-k, query chunking, Performer, SDPA).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+@app.callback()
+def _root() -> None:
+    """Benchmark memory and time of attention implementations (top-k, query chunking, Performer, SDPA)."""
+
+
+# Each command module registers itself on ``app`` when imported.
+from topk_bench.cli import commands  # noqa: E402,F401
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    try:
+        app(args=argv, prog_name="topk-bench", standalone_mode=True)
+    except BadInput as exc:
+        print(f"topk-bench: error: {exc}", file=sys.stderr)
+        sys.exit(2)

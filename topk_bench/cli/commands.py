@@ -1,0 +1,3 @@
+"""Imports every command module so that each registers its command on the app."""
+
+from topk_bench.cli import list_cmd  # noqa: F401
