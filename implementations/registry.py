@@ -47,6 +47,8 @@ class Implementation:
     causal: bool = True
     exact: bool = True
     key_padding_mask: bool = False
+    # Runs under FakeTensorMode (no data-dependent ops), so the predict backend can size it.
+    predictable: bool = True
     # Builds the per-layer attention module (for implementations with per-layer
     # state such as Performer's random features). ``None``: a stateless wrapper.
     module_factory: Callable[..., torch.nn.Module] | None = None

@@ -52,6 +52,9 @@ class Case:
     seed: int = 0
     warmup: int = 1
     repeats: int = 3
+    # Modules the worker imports before measuring, so that user implementations
+    # register themselves in the child process (e.g. "my_package.my_attention").
+    plugins: tuple[str, ...] = ()
 
     @classmethod
     def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -94,7 +97,16 @@ class Case:
         data = json.loads(text)
         for name in ("params", "options", "ff_options"):
             data[name] = tuple(tuple(item) for item in data[name])
+        data["plugins"] = tuple(data.get("plugins", ()))
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one case: above ``max_memory_bytes`` of peak it is ``over_budget``; after ``max_seconds`` it is killed (``timeout``)."""
+
+    max_memory_bytes: int | None = None
+    max_seconds: float | None = None
 
 
 @dataclass
