@@ -1,0 +1,267 @@
+"""Reading ``bench.toml`` (project defaults) and suite files into validated models.
+
+Every problem becomes one ``BadInput`` naming the file, the key and what was
+expected, raised before anything is written. Precedence of values: bench.toml,
+then the suite, then the command line (applied by the runner).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from topk_bench.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+CONFIG_NAME = "bench.toml"
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+# Shape parameters of each workload, with BERT-base defaults (paper §3) for those a suite leaves out.
+SHAPE_DEFAULTS: dict[str, dict[str, int]] = {
+    "mha": {"seq_len": 512, "batch": 1, "d_model": 768, "heads": 12},
+    "ff": {"seq_len": 512, "batch": 1, "d_model": 768, "d_ff": 3072},
+    "decoder": {"seq_len": 512, "batch": 1, "d_model": 768, "heads": 12, "d_ff": 3072, "layers": 12},
+}
+METRICS = ("memory", "time", "flops", "rel_err", "grad_cos", "emb_cos", "nn_agree", "nn_spearman")
+
+
+class _Strict(BaseModel):
+    # strict: no "512" -> 512 or true -> 1 coercion; a suite says exactly what it means.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ExecutorSettings(_Strict):
+    """The ``[executor]`` table of bench.toml: where cases run."""
+
+    kind: Literal["local", "slurm"] = "local"
+    jobs: int = Field(1, ge=1)
+    # Slurm (topk_bench.slurm through submitit)
+    partition: str | None = None
+    gpus_per_node: int = Field(1, ge=0)
+    cpus_per_task: int = Field(4, ge=1)
+    mem_gb: float = Field(64, gt=0)
+    timeout_min: int = Field(60, ge=1)
+    array_parallelism: int = Field(16, ge=1)
+    extra_sbatch: dict[str, Any] = Field(default_factory=dict)
+    log_dir: str = "results/slurm-logs"
+
+
+class Settings(_Strict):
+    """bench.toml: defaults of every run."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+    warmup: int = Field(1, ge=0)
+    repeats: int = Field(3, ge=1)
+    max_memory_gib: float = Field(30.0, gt=0)
+    # Chosen so that suites/mha.toml measured on a 2-core CPU ends in about 15 minutes.
+    max_case_seconds: float = Field(60.0, gt=0)
+    results_dir: str = "results"
+    plots_dir: str = "plots"
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    # Directory relative paths are resolved against (bench.toml's own directory).
+    root: Path = Field(default_factory=Path.cwd, exclude=True)
+
+    def path(self, value: str | Path) -> Path:
+        value = Path(value)
+        return value if value.is_absolute() else self.root / value
+
+
+class PlotSection(_Strict):
+    """``[plot]``: how ``topk-bench plot`` draws the suite (written to ``<suite>.meta.json``)."""
+
+    x: str | None = None          # column on the x axis; default: the (first) swept parameter
+    x_label: str | None = None    # default: chosen by the plotter from the column name
+    log_x: int = Field(0, ge=0)   # 0: linear; otherwise the log base
+    log_y: bool = False
+    panels: list[tuple[float, float]] = Field(default_factory=list)  # [xmin, xmax] side by side
+    metrics: list[Literal[METRICS]] = Field(default_factory=lambda: ["memory", "time"], min_length=1)  # type: ignore[valid-type]
+    renderer: str | None = None   # "module:function" of a plug-in renderer
+
+    @field_validator("log_x")
+    @classmethod
+    def _base(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("0 (linear) or a log base of at least 2")
+        return value
+
+    @field_validator("panels")
+    @classmethod
+    def _ranges(cls, value: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        for lo, hi in value:
+            if not lo < hi:
+                raise ValueError(f"[xmin, xmax] ranges with xmin < xmax, got [{lo}, {hi}]")
+        return value
+
+
+class ImplEntry(BaseModel):
+    """One ``[[impl]]``: a registry name, an optional legend and the implementation's options inline."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: str
+    label: str | None = None
+    feedforward: str | None = None  # decoder only: the feed-forward implementation
+    feedforward_options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Suite(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it names the CSV file
+    title: str = ""
+    workload: Literal["mha", "ff", "decoder", "pretrained"]
+    mode: Literal["fwd", "fwd_bwd"] = "fwd_bwd"
+    causal: bool | None = None          # default: True for the decoder, else False
+    activation: Literal["softmax", "relu"] | None = None  # default: relu for ff, else softmax
+    dtype: Literal[DTYPES] | None = None  # type: ignore[valid-type]
+    seed: int = Field(0, ge=0)
+    repeats: int | None = Field(None, ge=1)
+    warmup: int | None = Field(None, ge=0)
+    max_memory_gib: float | None = Field(None, gt=0)
+    max_case_seconds: float | None = Field(None, gt=0)
+    plugins: list[str] = Field(default_factory=list)
+    fidelity: bool = False
+    shape: dict[str, int | float | str] = Field(default_factory=dict)
+    sweep: dict[str, list[int]] = Field(min_length=1)
+    impl: list[ImplEntry] = Field(min_length=1)
+    plot: PlotSection = Field(default_factory=PlotSection)
+    path: Path | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "Suite":
+        if not self.title:
+            self.title = self.name
+        if self.causal is None:
+            self.causal = self.workload == "decoder"
+        if self.activation is None:
+            self.activation = "relu" if self.workload == "ff" else "softmax"
+        return self
+
+
+# ---------------------------------------------------------------- reading files
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise BadInput("file not found", file=path)
+    if path.is_dir():
+        raise BadInput("expected a TOML file, got a directory", file=path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"unreadable ({exc.__class__.__name__}: {exc})", file=path) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"invalid TOML ({exc})", file=path) from None
+
+
+def _key(loc: tuple, data: dict[str, Any]) -> str:
+    """``('impl', 2, 'topk')`` -> ``impl[2] (topk).topk``: the key as a user finds it in the file."""
+    parts: list[str] = []
+    node: Any = data
+    for item in loc:
+        if isinstance(item, int):
+            name = ""
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                name = f" ({node[item].get('name')})" if "name" in node[item] else ""
+            parts[-1:] = [f"{parts[-1] if parts else ''}[{item}]{name}"]
+        elif item in ("function-after", "function-before", "tagged-union", "literal"):  # pydantic internals
+            continue
+        else:
+            parts.append(str(item))
+        try:
+            node = node[item]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return ".".join(parts)
+
+
+def _problem(error: dict[str, Any], fields: list[str] | None = None) -> str:
+    kind, msg, value = error["type"], error["msg"], error.get("input")
+    if kind == "extra_forbidden":
+        known = f" (expected one of: {', '.join(fields)})" if fields else ""
+        return f"unknown key{known}"
+    if kind == "missing":
+        return "missing required key"
+    msg = re.sub(r"^(Input|Value) should (be |have )?", "", msg)
+    msg = re.sub(r"^Value error, ", "", msg)
+    return f"expected {msg}, got {value!r}"
+
+
+def _raise(exc: ValidationError, model: type[BaseModel], data: dict[str, Any], path: Path) -> None:
+    error = exc.errors()[0]
+    loc = tuple(error["loc"])
+    # The keys the enclosing table accepts, for "unknown key" errors.
+    fields = None
+    if error["type"] == "extra_forbidden":
+        owner: Any = model
+        for item in loc[:-1]:
+            info = getattr(owner, "model_fields", {}).get(item) if isinstance(item, str) else None
+            owner = info.annotation if info is not None else owner
+        if hasattr(owner, "model_fields"):
+            fields = [f for f in owner.model_fields if f not in ("path", "root")]
+    raise BadInput(_problem(error, fields), file=path, key=_key(loc, data) or None) from None
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """``bench.toml`` in the current directory (the one the runner uses), or None."""
+    candidate = (start or Path.cwd()) / CONFIG_NAME
+    return candidate if candidate.is_file() else None
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """bench.toml at ``path``, else in the current directory, else the built-in defaults."""
+    if path is None:
+        found = find_config()
+        if found is None:
+            return Settings()
+        path = found
+    path = Path(path)
+    data = _read_toml(path)
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        _raise(exc, Settings, data, path)
+    settings.root = path.resolve().parent
+    return settings
+
+
+def load_suite(path: str | Path) -> Suite:
+    """A validated suite: schema, then its meaning against the workload and the registry."""
+    path = Path(path)
+    data = _read_toml(path)
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as exc:
+        _raise(exc, Suite, data, path)
+    suite.path = path
+    from topk_bench.suite_checks import check_suite  # needs the registry (imports torch)
+
+    check_suite(suite, path)
+    return suite
+
+
+def import_plugins(modules: list[str], path: Path | None = None, key: str = "plugins") -> None:
+    """Import plug-in modules so their implementations register (the worker imports them again in the child)."""
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:  # a module next to the suite run from its directory, as `python -m` would find it
+        sys.path.append(cwd)
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # any failure of user code is bad input, reported in one line
+            raise BadInput(f"cannot import plug-in module {module!r} ({type(exc).__name__}: {exc})",
+                           file=path, key=key) from None

@@ -1,0 +1,163 @@
+"""Where cases run: the executor protocol, the local executor, and choosing one from settings.
+
+The runner hands an executor every case of a run at once, in the order it
+wants them measured (smaller sizes first), and polls the handles. It is the
+only writer of the results CSV: executors only return ``Measurement``s.
+
+Protocol (what a new executor, e.g. ``topk_bench.slurm.SlurmExecutor``, implements):
+
+- ``executor.submit(cases: list[Case], budget: Budget) -> list[Handle]`` — one
+  handle per case, same order. May be called more than once.
+- ``handle.done() -> bool`` — finished (measured, failed or cancelled); never blocks.
+- ``handle.result() -> Measurement`` — blocks until done; never raises: a failure
+  is a status (``crashed``, ``error``, ``timeout``...). Only called on handles
+  that were not cancelled.
+- ``handle.cancel() -> bool`` — True if the case never ran and now never will
+  (the runner then writes a ``skipped`` row or nothing); False if it already
+  started or finished (its result is still collected).
+- ``executor.close()`` — cancel what has not started and release resources;
+  called once, also after Ctrl-C.
+
+A Slurm executor is built as ``SlurmExecutor(settings)`` with the
+``ExecutorSettings`` of ``topk_bench.config`` (partition, gpus_per_node, ...).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import traceback
+from typing import Callable, Protocol, Sequence
+
+from topk_bench.case import Budget, Case, Measurement
+from topk_bench.errors import BadInput
+
+RunFn = Callable[[Case, Budget], Measurement]
+
+
+class Handle(Protocol):
+    def done(self) -> bool: ...
+    def result(self) -> Measurement: ...
+    def cancel(self) -> bool: ...
+
+
+class Executor(Protocol):
+    def submit(self, cases: Sequence[Case], budget: Budget) -> list[Handle]: ...
+    def close(self) -> None: ...
+
+
+class LocalHandle:
+    """A case queued on a :class:`LocalExecutor`: pending, running, then done (or cancelled)."""
+
+    def __init__(self, case: Case, budget: Budget, lock: threading.Condition):
+        self.case = case
+        self.budget = budget
+        self._lock = lock
+        self._finished = threading.Event()
+        self._started = False
+        self._cancelled = False
+        self._result: Measurement | None = None
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def result(self) -> Measurement:
+        self._finished.wait()
+        if self._result is None:  # cancelled: the runner never asks, but stay total
+            return Measurement(status="skipped", error="cancelled before it ran")
+        return self._result
+
+    def cancel(self) -> bool:
+        # The executor's lock makes "take the next pending case" and "cancel" exclusive.
+        with self._lock:
+            if self._started or self._finished.is_set():
+                return False
+            self._cancelled = True
+            self._finished.set()
+            return True
+
+
+class LocalExecutor:
+    """Runs cases as child processes on this machine, at most ``jobs`` at once, in submission order.
+
+    Each case goes through ``run`` (by default ``topk_bench.launcher.run_isolated``,
+    which spawns one child per case); the threads here only wait on those
+    children, so they are daemon threads: Ctrl-C never waits for a case to end.
+    """
+
+    def __init__(self, jobs: int = 1, run: RunFn | None = None):
+        if jobs < 1:
+            raise BadInput(f"expected at least 1, got {jobs}", key="jobs")
+        self.jobs = jobs
+        self._run = run
+        self._queue: collections.deque[LocalHandle] = collections.deque()
+        self._wakeup = threading.Condition()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+
+    def _run_fn(self) -> RunFn:
+        if self._run is None:
+            from topk_bench.launcher import run_isolated  # the measurement core; imported when first needed
+
+            self._run = run_isolated
+        return self._run
+
+    def submit(self, cases: Sequence[Case], budget: Budget) -> list[LocalHandle]:
+        run = self._run_fn()
+        handles = [LocalHandle(case, budget, self._wakeup) for case in cases]
+        with self._wakeup:
+            if self._closed:
+                raise RuntimeError("executor is closed")
+            self._queue.extend(handles)
+            self._wakeup.notify_all()
+        while len(self._threads) < self.jobs:
+            thread = threading.Thread(target=self._work, args=(run,), daemon=True, name="topk-bench-local")
+            thread.start()
+            self._threads.append(thread)
+        return handles
+
+    def _next(self) -> LocalHandle | None:
+        with self._wakeup:
+            while True:
+                while self._queue:
+                    handle = self._queue.popleft()
+                    if not handle._cancelled:
+                        handle._started = True
+                        return handle
+                if self._closed:
+                    return None
+                self._wakeup.wait()
+
+    def _work(self, run: RunFn) -> None:
+        while (handle := self._next()) is not None:
+            try:
+                handle._result = run(handle.case, handle.budget)
+            except BaseException as exc:  # run_isolated never raises; a replacement might
+                handle._result = Measurement(
+                    status="error", error=f"{type(exc).__name__}: {exc}",
+                    metadata={"traceback": traceback.format_exc(limit=5)},
+                )
+            handle._finished.set()
+
+    def close(self) -> None:
+        with self._wakeup:
+            self._closed = True
+            pending, self._queue = list(self._queue), collections.deque()
+            for handle in pending:
+                if not handle._started:
+                    handle._cancelled = True
+                    handle._finished.set()
+            self._wakeup.notify_all()
+
+
+def get_executor(settings, run: RunFn | None = None) -> Executor:
+    """The executor ``settings.kind`` names (``ExecutorSettings`` from ``topk_bench.config``)."""
+    if settings.kind == "local":
+        return LocalExecutor(jobs=settings.jobs, run=run)
+    if settings.kind == "slurm":
+        try:
+            from topk_bench import slurm  # optional: needs submitit and the Slurm executor module
+        except ImportError as exc:
+            raise BadInput(f"slurm executor not available ({exc})", key="executor.kind") from None
+        return slurm.SlurmExecutor(settings)
+    raise BadInput(f"expected 'local' or 'slurm', got {settings.kind!r}", key="executor.kind")
