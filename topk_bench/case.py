@@ -55,6 +55,8 @@ class Case:
     # Modules the worker imports before measuring, so that user implementations
     # register themselves in the child process (e.g. "my_package.my_attention").
     plugins: tuple[str, ...] = ()
+    # Also measure the error against vanilla (rel_err, grad_cos columns); suites opt in.
+    fidelity: bool = False
 
     @classmethod
     def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -86,6 +88,8 @@ class Case:
             "mode": self.mode, "causal": self.causal, "activation": self.activation,
             "dtype": self.dtype, "device": self.device, "method": self.method, "seed": self.seed,
         }
+        if self.fidelity:  # only when set, so that ids of suites without fidelity stay as they were
+            key["fidelity"] = True
         blob = json.dumps(key, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
