@@ -1,3 +1,5 @@
 """Imports every command module so that each registers its command on the app."""
 
 from topk_bench.cli import list_cmd  # noqa: F401
+from topk_bench.cli import plot_cmd  # noqa: F401
+from topk_bench.cli import compare_cmd  # noqa: F401

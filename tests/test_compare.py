@@ -1,0 +1,234 @@
+"""``topk-bench compare``: the must-show variants of a real run, plus the rules and inputs on constructed rows."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from topk_bench.cli import main
+from topk_bench.compare import Thresholds, compare_frames, load
+from topk_bench.results import REQUIRED_COLUMNS
+from topk_bench.stats import Verdict
+
+
+def run_compare(*args):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", *map(str, args)])
+    return exit_info.value.code
+
+
+def scale_times(frame, factor, rows=None):
+    out = frame.copy()
+    for i in (out.index if rows is None else rows):
+        if isinstance(out.at[i, "times_s"], str):
+            out.at[i, "times_s"] = ";".join(repr(float(t) * factor) for t in out.at[i, "times_s"].split(";"))
+            out.at[i, "time_median_s"] = out.at[i, "time_median_s"] * factor
+    return out
+
+
+# --- must show: controlled variants of a real run -------------------------------------------------
+
+@pytest.fixture
+def variant(real_run, tmp_path):
+    """Write a modified copy of the real run and compare it against the original: returns (exit code, stdout)."""
+    base = pd.read_csv(real_run, dtype={"times_s": str})
+
+    def compare_with(change, capsys):
+        new_path = tmp_path / "new.csv"
+        change(base.copy()).to_csv(new_path, index=False)
+        code = run_compare(real_run, new_path)
+        return code, capsys.readouterr().out
+
+    return base, compare_with
+
+
+def test_real_run_is_timed_enough_for_the_test(real_run):
+    frame = pd.read_csv(real_run, dtype={"times_s": str})
+    ok = frame[frame.status == "ok"]
+    assert len(ok) >= 2
+    assert all(len(t.split(";")) >= 7 for t in ok.times_s)
+
+
+def test_unchanged_exits_0(variant, capsys):
+    _, compare_with = variant
+    code, out = compare_with(lambda f: f, capsys)
+    assert code == 0, out
+    assert "no regression" in out
+
+
+def test_all_times_x3_exits_1(variant, capsys):
+    _, compare_with = variant
+    code, out = compare_with(lambda f: scale_times(f, 3.0), capsys)
+    assert code == 1, out
+    assert "REGRESSION" in out and "(×3.000)" in out
+
+
+def test_times_x1_02_exits_0(variant, capsys):
+    _, compare_with = variant
+    code, out = compare_with(lambda f: scale_times(f, 1.02), capsys)
+    assert code == 0, out
+
+
+def test_one_peak_x1_10_exits_1(variant, capsys):
+    base, compare_with = variant
+    first_ok = base.index[base.status == "ok"][0]
+
+    def bigger(f):
+        f["peak_bytes"] = f["peak_bytes"].astype(float)
+        f.at[first_ok, "peak_bytes"] *= 1.10
+        return f
+
+    code, out = compare_with(bigger, capsys)
+    assert code == 1, out
+    assert "1 regression" in out and "(×1.100)" in out
+
+
+def test_one_case_ok_to_oom_exits_1(variant, capsys):
+    base, compare_with = variant
+    first_ok = base.index[base.status == "ok"][0]
+
+    def oom(f):
+        f.at[first_ok, "status"] = "oom"
+        return f
+
+    code, out = compare_with(oom, capsys)
+    assert code == 1, out
+    assert "ok → oom" in out
+
+
+def test_faster_exits_0_and_is_reported_as_improvement(variant, capsys):
+    base, compare_with = variant
+    code, out = compare_with(lambda f: scale_times(f, 1 / 3), capsys)
+    assert code == 0, out
+    n_ok = int((base.status == "ok").sum())
+    assert f"{n_ok} improvement" in out
+
+
+# --- rules and inputs on constructed rows ---------------------------------------------------------
+
+def make_row(case_id, *, device="cpu", status="ok", peak=1_000_000, reserved=None, times=(0.01,) * 7, **extra):
+    row = dict.fromkeys(REQUIRED_COLUMNS, "")
+    row.update(suite="t", case_id=case_id, workload="mha", impl="vanilla", label="vanilla", mode="fwd_bwd",
+               device=device, method="measured", status=status, peak_bytes=peak, reserved_bytes=reserved,
+               time_median_s=sorted(times)[len(times) // 2] if times else None,
+               times_s=";".join(map(str, times)), seq_len=256, **extra)
+    return row
+
+
+def frame(*rows):
+    data = pd.DataFrame(list(rows)).set_index("case_id", drop=False)
+    data["_source"] = "test.csv"
+    return data
+
+
+def test_reserved_bytes_has_its_own_looser_factor_on_cuda_only():
+    base = frame(make_row("a", device="cuda", reserved=2**30), make_row("b", reserved=2**30))
+    slightly = frame(make_row("a", device="cuda", reserved=2**30 * 1.03), make_row("b", reserved=2**31))
+    assert not compare_frames(base, slightly).has_regression  # cpu ignores reserved; cuda within 1.05
+    much = frame(make_row("a", device="cuda", reserved=2**30 * 1.10), make_row("b", reserved=2**30))
+    result = compare_frames(base, much)
+    assert result.has_regression
+    assert result.cases[0].metric("reserved_bytes").verdict is Verdict.REGRESSION
+
+
+def test_status_changes_between_failures_are_not_regressions_and_fixes_are_improvements():
+    base = frame(make_row("a", status="oom"), make_row("b", status="timeout"))
+    new = frame(make_row("a", status="timeout"), make_row("b"))
+    result = compare_frames(base, new)
+    assert not result.has_regression
+    assert [c.verdict for c in result.cases] == [Verdict.UNCHANGED, Verdict.IMPROVEMENT]
+
+
+def test_new_and_missing_cases_are_listed_not_judged():
+    result = compare_frames(frame(make_row("a"), make_row("gone")), frame(make_row("a"), make_row("added")))
+    assert [cid for cid, _ in result.only_new] == ["added"]
+    assert [cid for cid, _ in result.only_base] == ["gone"]
+    assert result.exit_code == 0
+
+
+def test_few_samples_beyond_the_factor_are_inconclusive_not_regressions():
+    result = compare_frames(frame(make_row("a", times=(0.01, 0.011, 0.012))),
+                            frame(make_row("a", times=(0.05, 0.051, 0.052))))
+    assert result.cases[0].verdict is Verdict.INCONCLUSIVE
+    assert result.exit_code == 0
+
+
+def test_thresholds_are_options(tmp_path, capsys):
+    pd.DataFrame([make_row("a")]).to_csv(tmp_path / "base.csv", index=False)
+    pd.DataFrame([make_row("a", peak=1_050_000)]).to_csv(tmp_path / "new.csv", index=False)
+    assert run_compare(tmp_path / "base.csv", tmp_path / "new.csv") == 1
+    assert run_compare(tmp_path / "base.csv", tmp_path / "new.csv", "--memory-factor", "1.06") == 0
+
+
+def test_directories_markdown_and_benchmark_json(tmp_path, capsys):
+    for side, peak in (("base", 1_000_000), ("new", 2_000_000)):
+        (tmp_path / side).mkdir()
+        pd.DataFrame([make_row("a", peak=peak)]).to_csv(tmp_path / side / "one.csv", index=False)
+        pd.DataFrame([make_row("b")]).to_csv(tmp_path / side / "two.csv", index=False)
+    code = run_compare(tmp_path / "base", tmp_path / "new",
+                       "--markdown", tmp_path / "r.md", "--json", tmp_path / "r.json")
+    assert code == 1
+    text = (tmp_path / "r.md").read_text()
+    assert "❌ **Regression**" in text and "| case |" in text and "(×2.000)" in text
+    entries = json.loads((tmp_path / "r.json").read_text())
+    assert {e["unit"] for e in entries} == {"bytes", "s"}
+    assert all(set(e) <= {"name", "unit", "value", "range", "extra"} for e in entries)
+    assert all(isinstance(e["value"], float) for e in entries)
+    assert len({e["name"] for e in entries}) == len(entries) == 4
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
+    good = tmp_path / "good.csv"
+    pd.DataFrame([make_row("a")]).to_csv(good, index=False)
+    no_columns = tmp_path / "no_columns.csv"
+    no_columns.write_text("case_id,impl\nx,vanilla\n")
+    bad_times = tmp_path / "bad_times.csv"
+    pd.DataFrame([make_row("a", times=())]).assign(times_s="fast").to_csv(bad_times, index=False)
+    other = tmp_path / "other.csv"
+    pd.DataFrame([make_row("z")]).to_csv(other, index=False)
+    cases = [
+        ((tmp_path / "missing.csv", good), "missing.csv: no such file"),
+        ((no_columns, good), "no_columns.csv: missing required column(s) label, status"),
+        ((good, bad_times), "times_s of a"),
+        ((good, other), "no case_id in common"),
+        ((good, good, "--alpha", "0"), "--alpha"),
+    ]
+    for args, message in cases:
+        assert run_compare(*args) == 2, args
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], err
+
+
+def test_bad_input_from_the_console_is_one_line_without_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "topk_bench", "compare", str(tmp_path / "nope.csv"), str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"topk-bench: error: {tmp_path / 'nope.csv'}: no such file or directory"
+
+
+def test_duplicate_case_ids_keep_the_last_row(tmp_path):
+    path = tmp_path / "r.csv"
+    pd.DataFrame([make_row("a", status="crashed"), make_row("a")]).to_csv(path, index=False)
+    assert load(path).loc["a", "status"] == "ok"
+
+
+def test_invalid_factor_is_bad_input():
+    from topk_bench.errors import BadInput
+    with pytest.raises(BadInput, match="--time-factor"):
+        Thresholds(time_factor=0.9).validate()
+
+
+@pytest.fixture
+def real_run(tmp_path):
+    """Constructed stand-in until the runner lands: 4 cases timed 10 times with +-5% noise."""
+    import random
+    rng = random.Random(0)
+    rows = [make_row(f"c{i}", peak=1_000_000 * (i + 1),
+                     times=tuple(0.01 * (i + 1) * (1 + rng.uniform(-0.05, 0.05)) for _ in range(10)))
+            for i in range(4)]
+    path = tmp_path / "run.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path

@@ -1,0 +1,37 @@
+"""``topk-bench compare BASE NEW``: exit 0 when nothing regressed, 1 on a regression, 2 on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from topk_bench import compare as cmp
+from topk_bench import compare_report as report
+from topk_bench.cli import app
+
+DEFAULTS = cmp.Thresholds()
+
+
+@app.command("compare")
+def compare(
+    base: Path = typer.Argument(..., help="Baseline results: a CSV file or a results directory."),
+    new: Path = typer.Argument(..., help="New results: a CSV file or a results directory."),
+    time_factor: float = typer.Option(DEFAULTS.time_factor, help="Median time ratio above which a significant change counts."),
+    memory_factor: float = typer.Option(DEFAULTS.memory_factor, help="Peak memory ratio above which a case regressed."),
+    reserved_factor: float = typer.Option(DEFAULTS.reserved_factor, help="Reserved memory ratio (CUDA) above which a case regressed."),
+    alpha: float = typer.Option(DEFAULTS.alpha, help="Mann-Whitney U significance level for time changes."),
+    markdown: Path = typer.Option(None, "--markdown", help="Also write a Markdown summary (pull-request comment) here."),
+    json_file: Path = typer.Option(None, "--json", help="Also write github-action-benchmark customSmallerIsBetter JSON here."),
+) -> None:
+    """Compare two runs case by case: memory, time (median ratio + Mann-Whitney U) and status."""
+    thresholds = cmp.Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
+    base_frame, new_frame = cmp.load(base), cmp.load(new)
+    result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new))
+    report.print_rich(result, Console(width=160))
+    if markdown is not None:
+        markdown.write_text(report.markdown(result))
+    if json_file is not None:
+        report.write_json(json_file, new_frame, result)
+    raise typer.Exit(result.exit_code)

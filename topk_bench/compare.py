@@ -1,0 +1,197 @@
+"""``compare``: match two result sets by ``case_id`` and judge every case (memory, time, status).
+
+Rules (DESIGN.md, issue 6):
+
+- status: ``ok`` in BASE and anything else in NEW is a regression (the reverse an improvement);
+- ``peak_bytes``: ratio beyond ``memory_factor`` — exact on ``cpu``/``predict``, and
+  ``max_memory_allocated`` on CUDA is deterministic for a fixed program too;
+- ``reserved_bytes`` (CUDA only): the caching allocator's rounding and
+  fragmentation make it move a little, hence its own looser ``reserved_factor``;
+- time: median ratio beyond ``time_factor`` and Mann-Whitney p < ``alpha`` on ``times_s``.
+
+Cases only in NEW or only in BASE are listed, not judged: a suite that gained or
+lost cases is an edit to the suite, not a regression of the code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from topk_bench.errors import BadInput
+from topk_bench.results import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from topk_bench.stats import MetricResult, Verdict, classify_ratio, classify_samples
+
+# The columns compare reads; a file without them cannot be compared.
+COMPARE_COLUMNS = ("case_id", "impl", "label", "status", "method", "device",
+                   "peak_bytes", "reserved_bytes", "time_median_s", "times_s")
+# Worst first: a case's verdict is the worst of its metrics.
+SEVERITY = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    time_factor: float = 1.10
+    memory_factor: float = 1.001
+    reserved_factor: float = 1.05
+    alpha: float = 0.002
+
+    def validate(self) -> "Thresholds":
+        for name in ("time_factor", "memory_factor", "reserved_factor"):
+            value = getattr(self, name)
+            if not (value >= 1 and math.isfinite(value)):
+                raise BadInput(f"expected a factor >= 1, got {value}", key=f"--{name.replace('_', '-')}")
+        if not 0 < self.alpha < 1:
+            raise BadInput(f"expected 0 < alpha < 1, got {self.alpha}", key="--alpha")
+        return self
+
+
+@dataclass
+class CaseComparison:
+    case_id: str
+    name: str
+    device: str
+    method: str
+    base_status: str
+    new_status: str
+    metrics: list[MetricResult] = field(default_factory=list)
+
+    @property
+    def status_verdict(self) -> Verdict:
+        if self.base_status == self.new_status:
+            return Verdict.UNCHANGED
+        if self.base_status == "ok":
+            return Verdict.REGRESSION
+        return Verdict.IMPROVEMENT if self.new_status == "ok" else Verdict.UNCHANGED
+
+    @property
+    def verdict(self) -> Verdict:
+        verdicts = {self.status_verdict, *(m.verdict for m in self.metrics)}
+        return next(v for v in SEVERITY if v in verdicts)
+
+    def metric(self, name: str) -> MetricResult | None:
+        return next((m for m in self.metrics if m.metric == name), None)
+
+
+@dataclass
+class Comparison:
+    base: str
+    new: str
+    thresholds: Thresholds
+    cases: list[CaseComparison]
+    only_new: list[tuple[str, str]]       # (case_id, name)
+    only_base: list[tuple[str, str]]
+
+    def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
+        return [c for c in self.cases if c.verdict is verdict]
+
+    @property
+    def has_regression(self) -> bool:
+        return bool(self.with_verdict(Verdict.REGRESSION))
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.has_regression else 0
+
+
+def load(path: str | Path) -> pd.DataFrame:
+    """A results CSV, or every ``*.csv`` of a results directory, checked for the columns compare needs."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.csv"))
+        if not files:
+            raise BadInput("no results (*.csv) in this directory", file=path)
+    elif path.is_file():
+        files = [path]
+    else:
+        raise BadInput("no such file or directory", file=path)
+    frames = []
+    for file in files:
+        try:
+            frame = pd.read_csv(file, dtype={"case_id": str, "times_s": str, "status": str, "label": str})
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise BadInput(f"not a results CSV ({type(exc).__name__})", file=file) from None
+        missing = [c for c in COMPARE_COLUMNS if c not in frame.columns]
+        if missing:
+            raise BadInput(f"missing required column(s) {', '.join(missing)}", file=file)
+        frame["_source"] = str(file)
+        frames.append(frame)
+    data = pd.concat(frames, ignore_index=True)
+    # A resumed or repeated run may hold a case twice: the last row written wins.
+    return data.drop_duplicates("case_id", keep="last").set_index("case_id", drop=False)
+
+
+def parse_times(value: object, *, file: str, case_id: str) -> list[float]:
+    """``times_s`` cell → samples; empty for cases that were not timed (predicted, failed)."""
+    if not isinstance(value, str) or not value.strip():
+        return []
+    try:
+        return [float(x) for x in value.split(";") if x.strip()]
+    except ValueError:
+        raise BadInput(f"expected ';'-separated seconds, got {value!r}", file=file, key=f"times_s of {case_id}") from None
+
+
+def parameter_columns(frame: pd.DataFrame) -> list[str]:
+    """Suite parameter columns: whatever is neither required, optional, nor ours."""
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS) | {"_source"}
+    return [c for c in frame.columns if c not in known]
+
+
+def case_name(row: pd.Series, params: list[str]) -> str:
+    """Human-readable and stable: label (or impl), mode, then the non-empty parameter values."""
+    label = row.get("label")
+    label = label if isinstance(label, str) and label else row["impl"]
+    values = [f"{p}={_plain(row[p])}" for p in params if p in row.index and not _missing(row[p])]
+    mode = row.get("mode")
+    head = f"{row.get('workload')}/{label}" if isinstance(row.get("workload"), str) else label
+    head += f" {mode}" if isinstance(mode, str) else ""
+    return " ".join([head, *values])
+
+
+def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds = Thresholds(),
+                   base_label: str = "BASE", new_label: str = "NEW") -> Comparison:
+    thresholds = thresholds.validate()
+    params = [p for p in parameter_columns(new) if p in base.columns or p in new.columns]
+    common = [cid for cid in new.index if cid in base.index]
+    only_new = [(cid, case_name(new.loc[cid], params)) for cid in new.index if cid not in base.index]
+    only_base = [(cid, case_name(base.loc[cid], params)) for cid in base.index if cid not in new.index]
+    if not common and len(base) and len(new):
+        raise BadInput(f"no case_id in common between {base_label} and {new_label} "
+                       "(different suite, device or method?)")
+    cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds) for cid in common]
+    return Comparison(base_label, new_label, thresholds, cases, only_new, only_base)
+
+
+def compare_paths(base: str | Path, new: str | Path, thresholds: Thresholds = Thresholds()) -> Comparison:
+    thresholds.validate()
+    return compare_frames(load(base), load(new), thresholds, str(base), str(new))
+
+
+def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds) -> CaseComparison:
+    case = CaseComparison(str(n["case_id"]), case_name(n, params), str(n["device"]), str(n["method"]),
+                          str(b["status"]), str(n["status"]))
+    if case.base_status != "ok" or case.new_status != "ok":
+        return case  # nothing to measure on a failed side; the status verdict says it all
+    if not (_missing(b["peak_bytes"]) or _missing(n["peak_bytes"])):
+        case.metrics.append(classify_ratio("peak_bytes", float(b["peak_bytes"]), float(n["peak_bytes"]),
+                                           t.memory_factor))
+    if case.device == "cuda" and not (_missing(b["reserved_bytes"]) or _missing(n["reserved_bytes"])):
+        case.metrics.append(classify_ratio("reserved_bytes", float(b["reserved_bytes"]),
+                                           float(n["reserved_bytes"]), t.reserved_factor))
+    base_times = parse_times(b["times_s"], file=b["_source"], case_id=case.case_id)
+    new_times = parse_times(n["times_s"], file=n["_source"], case_id=case.case_id)
+    if base_times and new_times:
+        case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha))
+    return case
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
+def _plain(value: object) -> object:
+    """1024.0 → 1024 (pandas reads integer columns with gaps as floats)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value

@@ -1,0 +1,164 @@
+"""Renderers of a ``Comparison``: a rich table for the terminal, Markdown for a pull-request comment,
+and github-action-benchmark's ``customSmallerIsBetter`` JSON for existing dashboards."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from topk_bench.compare import SEVERITY, CaseComparison, Comparison, case_name, parameter_columns, parse_times
+from topk_bench.stats import MetricResult, Verdict
+
+STYLE = {Verdict.REGRESSION: "bold red", Verdict.IMPROVEMENT: "green",
+         Verdict.INCONCLUSIVE: "yellow", Verdict.UNCHANGED: "dim"}
+COLUMNS = ("case", "device", "status", "peak memory", "time (median)", "p", "verdict")
+
+
+def summary(c: Comparison) -> str:
+    counts = {v: len(c.with_verdict(v)) for v in SEVERITY}
+    parts = [f"{counts[v]} {v.value}" for v in SEVERITY]
+    return (f"{len(c.cases)} case(s) compared: " + ", ".join(parts)
+            + f"; {len(c.only_new)} new, {len(c.only_base)} missing")
+
+
+def rows(c: Comparison) -> list[tuple[CaseComparison, tuple[str, ...]]]:
+    """One row of text per case, worst first (stable within a verdict: suite order)."""
+    ordered = sorted(c.cases, key=lambda case: SEVERITY.index(case.verdict))
+    return [(case, _cells(case)) for case in ordered]
+
+
+def notes(c: Comparison) -> list[str]:
+    """Why a case is inconclusive or a ratio beyond the factor did not count."""
+    return [f"{case.name} [{case.case_id}]: {m.metric}: {m.note}"
+            for case in c.cases for m in case.metrics if m.note]
+
+
+def print_rich(c: Comparison, console: Console | None = None) -> None:
+    console = console or Console(width=160)
+    table = Table(title=f"compare {c.base} → {c.new}")
+    for column in COLUMNS:
+        table.add_column(column, overflow="fold")
+    for case, cells in rows(c):
+        table.add_row(*(escape(cell) for cell in cells), style=STYLE[case.verdict])
+    console.print(table)
+    for line in notes(c):
+        console.print(f"[yellow]note[/]: {escape(line)}", highlight=False)
+    for title, listed in (("new", c.only_new), ("missing", c.only_base)):
+        for case_id, name in listed:
+            console.print(f"{title}: {name} [{case_id}]", highlight=False, markup=False)
+    verdict = "[bold red]REGRESSION[/]" if c.has_regression else "[green]no regression[/]"
+    console.print(f"{verdict}: {summary(c)}", highlight=False)
+
+
+def markdown(c: Comparison) -> str:
+    """A pull-request comment: summary, the cases that moved, then every case folded away."""
+    t = c.thresholds
+    head = "❌ **Regression**" if c.has_regression else "✅ **No regression**"
+    lines = [
+        "## topk-bench compare", "",
+        f"{head}: {summary(c)}.", "",
+        f"Rules: peak memory > ×{t.memory_factor:g}, reserved (CUDA) > ×{t.reserved_factor:g}, "
+        f"time median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.", "",
+    ]
+    moved = [(case, cells) for case, cells in rows(c) if case.verdict is not Verdict.UNCHANGED]
+    if moved:
+        lines += _md_table(cells for _, cells in moved) + [""]
+    if notes(c):
+        lines += ["Notes:", *(f"- {_md_escape(n)}" for n in notes(c)), ""]
+    for title, listed in (("New cases", c.only_new), ("Missing cases", c.only_base)):
+        if listed:
+            lines += [f"{title}:", *(f"- {_md_escape(name)} `{cid}`" for cid, name in listed), ""]
+    lines += ["<details><summary>All cases</summary>", "",
+              *_md_table(cells for _, cells in rows(c)), "", "</details>", ""]
+    return "\n".join(lines)
+
+
+def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
+    """github-action-benchmark ``customSmallerIsBetter``: ``[{name, unit, value, range?, extra?}]``.
+
+    Every ``ok`` case of NEW gives its peak memory (and its median time when
+    timed); ``extra`` carries the ratio to BASE so a dashboard tooltip shows it.
+    """
+    params = parameter_columns(new)
+    judged = {case.case_id: case for case in c.cases}
+    names = {cid: f"{row.get('suite', '')}/{case_name(row, params)} [{row['device']}, {row['method']}]"
+             for cid, row in new.iterrows()}
+    # Names are a dashboard's series keys: make them unique, and stable for a given suite.
+    clashes = pd.Series(list(names.values())).value_counts()
+    entries = []
+    for _, row in new.iterrows():
+        if row["status"] != "ok":
+            continue
+        name = names[row["case_id"]]
+        name += f" {row['case_id']}" if clashes[name] > 1 else ""
+        case = judged.get(row["case_id"])
+        for metric, unit, value in (("peak_bytes", "bytes", row["peak_bytes"]),
+                                    ("time_s", "s", row["time_median_s"])):
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            entry = {"name": f"{name} {metric}", "unit": unit, "value": float(value)}
+            if metric == "time_s":
+                times = parse_times(row["times_s"], file=row["_source"], case_id=row["case_id"])
+                if len(times) > 1:
+                    entry["range"] = f"± {(max(times) - min(times)) / 2:.3g}"
+            result = case.metric(metric) if case else None
+            entry["extra"] = (f"case_id={row['case_id']}; " + (
+                f"{result.verdict.value}, ×{result.ratio:.3f} vs base" if result else "not in base"))
+            entries.append(entry)
+    return entries
+
+
+def write_json(path: str | Path, new: pd.DataFrame, c: Comparison) -> None:
+    Path(path).write_text(json.dumps(benchmark_json(new, c), indent=2, ensure_ascii=False) + "\n")
+
+
+def _cells(case: CaseComparison) -> tuple[str, ...]:
+    status = case.new_status if case.base_status == case.new_status else f"{case.base_status} → {case.new_status}"
+    memory = case.metric("peak_bytes")
+    reserved = case.metric("reserved_bytes")
+    time = case.metric("time_s")
+    memory_text = _change(memory, _bytes)
+    if reserved:
+        memory_text += f" (reserved {_change(reserved, _bytes)})"
+    p = "" if time is None or time.p_value is None else f"{time.p_value:.2g}"
+    return (f"{case.name} [{case.case_id}]", f"{case.device}/{case.method}", status,
+            memory_text, _change(time, _seconds), p, case.verdict.value)
+
+
+def _change(m: MetricResult | None, fmt) -> str:
+    if m is None:
+        return "-"
+    if m.base == m.new:
+        return fmt(m.new)
+    return f"{fmt(m.base)} → {fmt(m.new)} (×{m.ratio:.3f})"
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s:.4g} s" if s >= 1 else f"{s * 1e3:.4g} ms"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md_table(cell_rows) -> list[str]:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_md_escape(cell) for cell in cells) + " |" for cells in cell_rows]
+    return lines
