@@ -232,3 +232,11 @@ def real_run(tmp_path):
     path = tmp_path / "run.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
+
+
+def test_runs_from_different_devices_are_warned_about():
+    base = frame(make_row("a", device_name="NVIDIA A100"))
+    new = frame(make_row("a", device_name="NVIDIA H100"))
+    (warning,) = compare_frames(base, new).warnings
+    assert "device_name differs: BASE NVIDIA A100 vs NEW NVIDIA H100" in warning
+    assert not compare_frames(base, base).warnings

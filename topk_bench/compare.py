@@ -84,6 +84,7 @@ class Comparison:
     cases: list[CaseComparison]
     only_new: list[tuple[str, str]]       # (case_id, name)
     only_base: list[tuple[str, str]]
+    warnings: list[str] = field(default_factory=list)
 
     def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict is verdict]
@@ -162,7 +163,21 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
         raise BadInput(f"no case_id in common between {base_label} and {new_label} "
                        "(different suite, device or method?)")
     cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds) for cid in common]
-    return Comparison(base_label, new_label, thresholds, cases, only_new, only_base)
+    warnings = [_differs(base.loc[common], new.loc[common], column, why)
+                for column, why in (("device_name", "times (and CUDA memory) are not comparable"),
+                                    ("torch_version", "kernels and allocator may differ"))]
+    return Comparison(base_label, new_label, thresholds, cases, only_new, only_base,
+                      [w for w in warnings if w])
+
+
+def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> str:
+    """A warning when the two runs come from different machines or software: the verdicts may mislead."""
+    if column not in base.columns or column not in new.columns:
+        return ""
+    values = [sorted({str(v) for v in frame[column].dropna() if str(v)}) for frame in (base, new)]
+    if not values[0] or not values[1] or values[0] == values[1]:
+        return ""
+    return f"{column} differs: BASE {', '.join(values[0])} vs NEW {', '.join(values[1])}: {why}"
 
 
 def compare_paths(base: str | Path, new: str | Path, thresholds: Thresholds = Thresholds()) -> Comparison:

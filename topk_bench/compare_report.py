@@ -49,6 +49,8 @@ def print_rich(c: Comparison, console: Console | None = None) -> None:
     console.print(table)
     for line in notes(c):
         console.print(f"[yellow]note[/]: {escape(line)}", highlight=False)
+    for line in c.warnings:
+        console.print(f"[bold yellow]warning[/]: {escape(line)}", highlight=False)
     for title, listed in (("new", c.only_new), ("missing", c.only_base)):
         for case_id, name in listed:
             console.print(f"{title}: {name} [{case_id}]", highlight=False, markup=False)
@@ -66,6 +68,7 @@ def markdown(c: Comparison) -> str:
         f"Rules: peak memory > ×{t.memory_factor:g}, reserved (CUDA) > ×{t.reserved_factor:g}, "
         f"time median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.", "",
     ]
+    lines += [f"> ⚠️ {_md_escape(w)}" for w in c.warnings] + ([""] if c.warnings else [])
     moved = [(case, cells) for case, cells in rows(c) if case.verdict is not Verdict.UNCHANGED]
     if moved:
         lines += _md_table(cells for _, cells in moved) + [""]
