@@ -1,0 +1,24 @@
+"""``topk-bench plot``: render the paper-style figures of a results directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from topk_bench.cli import app
+
+
+@app.command("plot")
+def plot(
+    results_dir: Path = typer.Argument(..., help="Directory of results CSVs (OUT of `topk-bench run`), or one CSV."),
+    out: Path = typer.Option(Path("plots"), "--out", help="Where to write the figures."),
+    format: str = typer.Option("png", "--format", help="Comma-separated file formats: png, pdf, svg."),
+) -> None:
+    """One figure per suite CSV and (device, method), named <suite>-<device>-<method>.<fmt>."""
+    # Imported here so that `topk-bench --help` and other commands do not pay for matplotlib.
+    from topk_bench.plots import parse_formats, plot_results
+
+    written = plot_results(results_dir, out, parse_formats(format))
+    for path in written:
+        typer.echo(str(path))

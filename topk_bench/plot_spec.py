@@ -1,0 +1,156 @@
+"""What a figure shows: x column, log axes, side-by-side panels, metric rows.
+
+Read from ``OUT/<suite>.meta.json`` (written by the runner from the suite's
+``[plot]`` section) or, when there is none, inferred from the CSV: x is the
+parameter that is swept. Kept apart from the drawing so that it is testable
+without matplotlib and reusable by plug-in renderers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from topk_bench.errors import BadInput
+from topk_bench.results import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from topk_bench.plot_style import GIB
+
+# Preferred x when several parameters vary (the paper's x axes first).
+_X_PREFERENCE = ("seq_len", "d_ff", "chunk_size", "topk", "nb_features", "layers", "batch", "d_model", "heads")
+X_LABELS = {
+    "seq_len": "sequence length",
+    "d_ff": "feed-forward dimension",
+    "chunk_size": "query chunk size",
+    "topk": "k",
+    "nb_features": "random features",
+    "layers": "layers",
+    "batch": "batch size",
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the figure: a CSV column, the factor to its unit, the axis label."""
+
+    name: str
+    column: str
+    scale: float
+    label: str
+    unit: str = ""
+
+
+METRICS = {
+    "memory": Metric("memory", "peak_bytes", 1 / GIB, "peak memory (GiB)", "GiB"),
+    "time": Metric("time", "time_median_s", 1.0, "time (s)", "s"),
+}
+
+
+def metric(name: str) -> Metric:
+    """A named metric, or any CSV column plotted as is (rel_err, emb_cos... for plug-in suites)."""
+    return METRICS.get(name) or Metric(name, name, 1.0, name)
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    suite: str
+    title: str
+    workload: str
+    x: str
+    x_label: str
+    log_x: int = 0  # 0: linear; otherwise the base
+    log_y: bool = False
+    panels: tuple[tuple[float | None, float | None], ...] = ((None, None),)
+    metrics: tuple[str, ...] = ("memory", "time")
+    renderer: str | None = None  # "module:function" of a plug-in renderer
+    extra: dict = field(default_factory=dict, compare=False)  # the rest of meta["plot"], for plug-ins
+
+
+def parameter_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns that are suite parameters: neither required nor optional result columns."""
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
+    return [c for c in frame.columns if c not in known]
+
+
+def infer_x(frame: pd.DataFrame, file: Path) -> str:
+    """The swept parameter: the one with the most distinct values (ties: the paper's order)."""
+    params = [c for c in parameter_columns(frame) if pd.to_numeric(frame[c], errors="coerce").notna().any()]
+    if not params:
+        raise BadInput("no numeric parameter column to plot against (expected e.g. seq_len or d_ff)", file=file)
+    rank = {name: i for i, name in enumerate(_X_PREFERENCE)}
+    return max(params, key=lambda c: (frame[c].nunique(), -rank.get(c, len(rank))))
+
+
+def _powers_of_two(values: pd.Series) -> bool:
+    values = values.dropna()
+    return bool(len(values)) and all(v > 0 and math.log2(v) == int(math.log2(v)) for v in values)
+
+
+def infer_spec(frame: pd.DataFrame, file: Path) -> PlotSpec:
+    """A spec for a CSV without meta.json: x swept, log2 axes when sizes are powers of two spanning 4x or more."""
+    x = infer_x(frame, file)
+    xs = pd.to_numeric(frame[x], errors="coerce").dropna()
+    log_x = 2 if _powers_of_two(xs) and xs.max() >= 4 * xs.min() else 0
+    peaks = pd.to_numeric(frame["peak_bytes"], errors="coerce").dropna()
+    peaks = peaks[peaks > 0]
+    log_y = bool(len(peaks)) and peaks.max() > 50 * peaks.min()
+    suite = str(frame["suite"].iloc[0]) if len(frame) else file.stem
+    workload = str(frame["workload"].iloc[0]) if len(frame) else ""
+    return PlotSpec(suite=suite, title=suite, workload=workload, x=x, x_label=X_LABELS.get(x, x),
+                    log_x=log_x, log_y=log_y)
+
+
+def _number(value, file: Path, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"expected a number or null, got {value!r}", file=file, key=key)
+    return float(value)
+
+
+def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> PlotSpec:
+    """Read meta.json; keys it lacks fall back on what the CSV implies."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"unreadable JSON ({exc})", file=meta_path) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("plot", {}), dict):
+        raise BadInput("expected an object with a 'plot' object", file=meta_path)
+    inferred = infer_spec(frame, csv_path)
+    plot = dict(meta.get("plot") or {})
+    x = plot.pop("x", None) or inferred.x
+    if x not in frame.columns:
+        raise BadInput(f"column {x!r} is not in {csv_path.name}", file=meta_path, key="plot.x")
+    panels = plot.pop("panels", None) or [[None, None]]
+    if not isinstance(panels, list) or not all(isinstance(p, list) and len(p) == 2 for p in panels):
+        raise BadInput("expected a list of [xmin, xmax] pairs", file=meta_path, key="plot.panels")
+    metrics = plot.pop("metrics", None) or ["memory", "time"]
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise BadInput("expected a list of metric names", file=meta_path, key="plot.metrics")
+    for name in metrics:
+        if metric(name).column not in frame.columns:
+            raise BadInput(f"metric {name!r} needs column {metric(name).column!r}, absent from {csv_path.name}",
+                           file=meta_path, key="plot.metrics")
+    log_x = plot.pop("log_x", inferred.log_x)
+    if log_x is True:  # tolerate a boolean: log2, the paper's sizes are powers of two
+        log_x = 2
+    if not isinstance(log_x, (int, float)) or (log_x and log_x <= 1):
+        raise BadInput(f"expected 0 (linear) or a log base > 1, got {log_x!r}", file=meta_path, key="plot.log_x")
+    log_y = plot.pop("log_y", inferred.log_y)
+    return PlotSpec(
+        suite=str(meta.get("suite") or inferred.suite),
+        title=str(meta.get("title") or meta.get("suite") or inferred.title),
+        workload=str(meta.get("workload") or inferred.workload),
+        x=x,
+        x_label=str(plot.pop("x_label", None) or X_LABELS.get(x, x)),
+        log_x=int(log_x),
+        log_y=bool(log_y),
+        panels=tuple((_number(lo, meta_path, "plot.panels"), _number(hi, meta_path, "plot.panels"))
+                     for lo, hi in panels),
+        metrics=tuple(metrics),
+        renderer=plot.pop("renderer", None),
+        extra=plot,
+    )

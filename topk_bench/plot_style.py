@@ -1,0 +1,84 @@
+"""Visual identity of the figures: one colour and marker per implementation, units, tick labels.
+
+Keyed by implementation name (the CSV's ``impl`` column), so that top-k is the
+same orange square in every figure, as in the paper where a reader follows one
+curve across Fig. 1, 2 and 3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+GIB = 2**30
+
+# Fixed for the paper's implementations; the paper draws top-k in orange.
+_KNOWN = {
+    "vanilla": ("#1f77b4", "o"),
+    "topk": ("#ff7f0e", "s"),
+    "qchunk": ("#2ca02c", "^"),
+    "performer": ("#d62728", "D"),
+    "sdpa": ("#9467bd", "v"),
+    "topk_sparse": ("#8c564b", "P"),
+    "topk_fast": ("#e377c2", "*"),
+}
+# Implementations registered later (plugins) get a stable pick from these.
+_SPARE_COLOURS = ("#17becf", "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#843c39", "#7b4173")
+_SPARE_MARKERS = ("X", "h", "p", "<", ">", "d", "8")
+
+# Second, third... series of the same implementation (e.g. top-64 and top-128)
+# keep its colour and marker and differ by line style.
+_VARIANT_DASHES = (None, (5, 2), (2, 1.5), (6, 2, 1, 2), (1, 1))
+
+# How a failed point is drawn and annotated.
+FAILURE_MARKER = "X"
+FAILURE_TEXT = {
+    "oom": "OOM",
+    "over_budget": "over budget",
+    "timeout": "timeout",
+    "crashed": "crashed",
+    "error": "error",
+}
+
+
+@dataclass(frozen=True)
+class SeriesStyle:
+    colour: str
+    marker: str
+    dashes: tuple[float, ...] | None  # None: solid line
+
+
+def impl_style(impl: str) -> tuple[str, str]:
+    """Colour and marker of an implementation, identical in every figure."""
+    if impl in _KNOWN:
+        return _KNOWN[impl]
+    digest = int(hashlib.sha256(impl.encode()).hexdigest(), 16)
+    return _SPARE_COLOURS[digest % len(_SPARE_COLOURS)], _SPARE_MARKERS[digest % len(_SPARE_MARKERS)]
+
+
+def impl_rank(impl: str) -> int:
+    """Legend order: the paper's implementations first, in a fixed order."""
+    order = list(_KNOWN)
+    return order.index(impl) if impl in order else len(order)
+
+
+def series_style(impl: str, variant: int, predicted: bool) -> SeriesStyle:
+    """Style of the ``variant``-th series of ``impl`` in a figure; predicted series are dashed."""
+    colour, marker = impl_style(impl)
+    # Predicted curves start one step along the dash patterns, so none is solid.
+    dashes = _VARIANT_DASHES[(variant + int(predicted)) % len(_VARIANT_DASHES)]
+    return SeriesStyle(colour, marker, dashes)
+
+
+def format_size(value: float) -> str:
+    """Tick label of a size: 512, 1K, 64K (binary K, as sizes are powers of two)."""
+    if value >= 1024 and value % 1024 == 0:
+        return f"{int(value) // 1024}K"
+    return f"{value:g}"
+
+
+def format_power_of_two(value: float) -> str:
+    """Tick label as the paper writes chunk sizes: 2^9."""
+    exponent = math.log2(value)
+    return f"$2^{{{exponent:g}}}$" if exponent == int(exponent) else f"{value:g}"
