@@ -7,13 +7,14 @@ import implementations
 from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
 
 
+@pytest.mark.parametrize("name", ["topk", "topk_sparse"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
 @pytest.mark.parametrize("lq,lk,topk,chunk", [(9, 9, 3, 4), (7, 13, 4, 5), (12, 5, 2, 7)])
-def test_small_topk_matches_dense_masked_reference(activation, causal, lq, lk, topk, chunk):
+def test_small_topk_matches_dense_masked_reference(name, activation, causal, lq, lk, topk, chunk):
     # Causal rows i < topk - 1 have fewer than topk allowed keys: masked keys must get zero weight.
     q, k, v = qkv(lq, lk, seed=lq + lk)
-    fn = implementations.get("topk")
+    fn = implementations.get(name)
     got = out_and_grads(fn, q, k, v, causal=causal, activation=activation, topk=topk, chunk_size=chunk)
     want = out_and_grads(reference_attention, q, k, v, causal=causal, activation=activation, topk=topk)
     assert_all_close(got, want)
@@ -27,7 +28,11 @@ def test_small_topk_differs_from_full_attention():
     assert (full - sparse).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("name,options", [("qchunk", {"chunk_size": 2}), ("topk", {"chunk_size": 2, "topk": 3})])
+@pytest.mark.parametrize("name,options", [
+    ("qchunk", {"chunk_size": 2}),
+    ("topk", {"chunk_size": 2, "topk": 3}),
+    ("topk_sparse", {"chunk_size": 2, "topk": 3}),
+])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
 def test_gradcheck(name, options, activation, causal):
@@ -38,12 +43,13 @@ def test_gradcheck(name, options, activation, causal):
     )
 
 
-def test_dropout_gradients_are_right_across_chunks():
+@pytest.mark.parametrize("name", ["topk", "topk_sparse"])
+def test_dropout_gradients_are_right_across_chunks(name):
     # Re-seeding makes every forward draw the same masks; gradcheck then compares our
     # backward with finite differences. Replaying one RNG state for all chunks (the
     # paper's code) would use other masks in backward and fail here.
     q, k, v = qkv(7, 6, d=3, dv=2, b=1, h=2, seed=5)
-    fn = implementations.get("topk")
+    fn = implementations.get(name)
 
     def attention(q, k, v):
         torch.manual_seed(1234)

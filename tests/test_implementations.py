@@ -14,6 +14,7 @@ EXACT = [
     ("qchunk", {"chunk_size": 1024}),
     ("topk", {"chunk_size": 4, "topk": 11}),
     ("topk", {"chunk_size": 5, "topk": 1000}),
+    ("topk_sparse", {"chunk_size": 4, "topk": 11}),
 ]
 SHAPES = [(7, 7), (7, 11), (10, 6)]  # (Lq, Lk): square, wide, tall
 
@@ -31,7 +32,7 @@ def test_exact_implementation_matches_reference(name, options, activation, causa
     assert_all_close(got, want)
 
 
-@pytest.mark.parametrize("name", ["vanilla", "qchunk", "topk"])
+@pytest.mark.parametrize("name", ["vanilla", "qchunk", "topk", "topk_sparse"])
 def test_key_padding_mask_including_an_all_padding_row(name):
     q, k, v = qkv(6, 9)
     pad = torch.zeros(2, 9, dtype=torch.bool)
@@ -49,17 +50,19 @@ def test_registered_implementations_describe_themselves():
     expected = {
         "qchunk": ("Q-chunking (size=1024)", {"chunk_size": 1024}),
         "topk": ("Top-k (size=1024, topk=128)", {"chunk_size": 1024, "topk": 128}),
+        "topk_sparse": ("Top-k sparse (size=1024, topk=128)", {"chunk_size": 1024, "topk": 128}),
     }
     for name, (legend, defaults) in expected.items():
         spec = implementations.spec(name)
         assert spec.legend() == legend
         assert defaults.items() <= spec.resolve().items()
         assert spec.causal and set(spec.activations) == {"softmax", "relu"}
-    assert implementations.spec("qchunk").exact and not implementations.spec("topk").exact
+    assert implementations.spec("qchunk").exact
+    assert not implementations.spec("topk").exact and not implementations.spec("topk_sparse").exact
     assert implementations.spec("topk").legend({"topk": 64, "chunk_size": 512}) == "Top-k (size=512, topk=64)"
 
 
-@pytest.mark.parametrize("name", ["qchunk", "topk"])
+@pytest.mark.parametrize("name", ["qchunk", "topk", "topk_sparse"])
 def test_bad_options_are_refused(name):
     q, k, v = qkv(3, 3)
     fn = implementations.get(name)

@@ -1,0 +1,74 @@
+"""Top-k attention with the big sparse x dense products through ``torch.sparse`` (paper appendix).
+
+Same algorithm and cache as ``topk`` (:class:`~implementations.topk.TopkFunction`);
+only the products with the ``C x Lk`` matrices of top-k activations / gradients
+(pseudo-code lines 8, 15, 21, 25) change: those matrices are never dense but a
+``torch.sparse_coo_tensor`` with ``C * k`` entries, block-diagonal over the
+``B * H`` heads so that one 2-D sparse product serves all heads. The sampled
+product of line 15 gathers the ``k`` selected rows of V per query (``C x k x d``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from implementations.registry import Implementation, register
+from implementations.topk import make_topk
+
+
+class SparseOps:
+    """The products of :class:`~implementations.topk.TopkFunction` with sparse COO matrices."""
+
+    @staticmethod
+    def matrix(values, indices, n_keys, buffer=None):
+        """``[.., C, k]`` values at column ``indices`` as a block-diagonal ``[BH*C, BH*Lk]`` COO matrix."""
+        del buffer  # nothing dense to reuse
+        *batch, rows, k = values.shape
+        heads = values[..., 0, 0].numel()
+        # Sorted columns within sorted rows: the entries are already coalesced (no sort by torch).
+        indices, order = indices.sort(dim=-1)
+        values = values.gather(-1, order)
+        row = torch.arange(heads * rows, device=values.device).repeat_interleave(k)
+        col = (indices.reshape(heads, rows * k) + n_keys * torch.arange(heads, device=values.device)[:, None]).reshape(-1)
+        return torch.sparse_coo_tensor(
+            torch.stack([row, col]), values.reshape(-1), (heads * rows, heads * n_keys),
+            is_coalesced=True, check_invariants=False,
+        )
+
+    @staticmethod
+    def mm(mat, x):
+        """``mat @ x`` for ``x [.., Lk, d]``: returns ``[.., C, d]``."""
+        batch, d = x.shape[:-2], x.shape[-1]
+        return torch.sparse.mm(mat, x.reshape(-1, d)).view(*batch, -1, d)
+
+    @staticmethod
+    def addmm_t_(acc, mat, y):
+        """``acc += matᵀ @ y`` in place (``acc`` contiguous ``[.., Lk, d]``)."""
+        d = acc.shape[-1]
+        acc.view(-1, d).addmm_(mat.t(), y.reshape(-1, d))
+
+    @staticmethod
+    def sampled_mm(a, b, indices):
+        """``(a bᵀ)`` at ``indices`` only: dot products of each query with its ``k`` selected rows of ``b``."""
+        *batch, rows, k = indices.shape
+        d = b.shape[-1]
+        b3 = b.reshape(-1, b.shape[-2], d)
+        picked = b3.gather(1, indices.reshape(b3.shape[0], rows * k, 1).expand(-1, -1, d))  # [BH, C*k, d]
+        out = picked.view(-1, k, d) @ a.reshape(-1, d, 1)                                   # [BH*C, k, 1]
+        return out.view(*batch, rows, k)
+
+
+topk_sparse_attention = make_topk(SparseOps)
+topk_sparse_attention.__doc__ = "Top-k attention with torch.sparse products (paper appendix)."
+
+TOPK_SPARSE = register(
+    Implementation(
+        name="topk_sparse",
+        fn=topk_sparse_attention,
+        description="top-k attention with the four big products through torch.sparse COO matrices (paper appendix)",
+        options={"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0},
+        label="Top-k sparse (size={chunk_size}, topk={topk})",
+        exact=False,
+        key_padding_mask=True,
+    )
+)
