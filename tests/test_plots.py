@@ -148,3 +148,27 @@ def test_plug_in_renderer_takes_over_its_suite(results, tmp_path):
     finally:
         RENDERERS.pop("ff")
     assert calls == [("ff", "cpu", "predicted", 6)]
+
+
+def test_layout_follows_panels_and_drops_the_time_row_of_predictions(results):
+    import matplotlib.pyplot as plt
+
+    from topk_bench.plot_inputs import figure_inputs
+    from topk_bench.plots import draw_figure
+
+    figures = {(i.spec.suite, i.device, i.method): i for i in figure_inputs(results)}
+    measured = draw_figure(*_args(figures[("mha", "cpu", "measured")]))
+    predicted = draw_figure(*_args(figures[("mha", "cpu", "predicted")]))
+    try:
+        assert len(measured.axes) == 4  # 2x2 like Fig. 1: memory over time, short and long lengths
+        assert len(predicted.axes) == 2  # no time measured: memory row only
+        assert "predicted" in predicted._suptitle.get_text()
+        lines = [line for line in predicted.axes[0].get_lines() if line.get_label() == "vanilla"]
+        assert lines and lines[0].get_linestyle() != "-"  # predicted curves are dashed
+    finally:
+        plt.close(measured)
+        plt.close(predicted)
+
+
+def _args(item):
+    return item.rows, item.spec, item.device, item.method

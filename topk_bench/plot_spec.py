@@ -46,6 +46,12 @@ class Metric:
 METRICS = {
     "memory": Metric("memory", "peak_bytes", 1 / GIB, "peak memory (GiB)", "GiB"),
     "time": Metric("time", "time_median_s", 1.0, "time (s)", "s"),
+    "flops": Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
+    "rel_err": Metric("rel_err", "rel_err", 1.0, "relative error vs vanilla"),
+    "grad_cos": Metric("grad_cos", "grad_cos", 1.0, "gradient cosine vs vanilla"),
+    "emb_cos": Metric("emb_cos", "emb_cos", 1.0, "embedding cosine vs vanilla"),
+    "nn_agree": Metric("nn_agree", "nn_agree", 1.0, "top-1 neighbour agreement"),
+    "nn_spearman": Metric("nn_spearman", "nn_spearman", 1.0, "neighbour rank correlation"),
 }
 
 
