@@ -1,0 +1,197 @@
+"""Peak memory and time of one case, in this process, on one of three backends with one result shape.
+
+- ``cpu``: peak = live tensor bytes (:class:`~topk_bench.memory.LiveBytes`) of one
+  tracked iteration, run after the warm-up; time = ``perf_counter`` of separate,
+  untracked iterations (the tracker's per-op cost would otherwise inflate small shapes).
+- ``cuda``: warm-up, ``reset_peak_memory_stats``, ``max_memory_allocated`` /
+  ``max_memory_reserved``, CUDA events around forward and backward, TF32 off.
+- ``predict``: the tracker under ``FakeTensorMode`` on the CPU device (``meta``
+  would send SDPA down another path): exact allocated bytes at any size, nothing
+  allocated, FLOPs from ``FlopCounterMode``.
+
+An iteration is the paper's: forward, ``loss = out.mean()``, backward. Mode
+``fwd`` runs the forward under ``torch.no_grad()`` (the paper's chunk-size figure
+is forward only: no activations are kept for backward). Gradients of the
+previous iteration are dropped before each one, so each starts from the same
+live set: parameters and inputs, reported as ``baseline_bytes``.
+Failures raise; :func:`topk_bench.worker.execute` turns them into statuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
+
+import implementations
+from topk_bench import metadata, workloads
+from topk_bench.case import Budget, Case, Measurement
+from topk_bench.memory import CUDA_ALLOCATION_GRANULE, LiveBytes
+from topk_bench.workloads import Workload
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class Unsupported(Exception):
+    """The case asks something its implementation does not do (reported as status ``unsupported``)."""
+
+
+def dtype_of(case: Case) -> torch.dtype:
+    try:
+        return DTYPES[case.dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {case.dtype!r} (known: {', '.join(DTYPES)})") from None
+
+
+def attention_uses(case: Case) -> list[tuple[str, str, bool]]:
+    """(implementation, activation, causal) for each attention the workload calls."""
+    if case.workload == "ff":
+        return [(case.impl, "relu", False)]
+    if case.workload == "decoder":
+        return [(case.impl, "softmax", True), (case.ff_impl or "vanilla", "relu", False)]
+    return [(case.impl, case.activation, case.causal)]
+
+
+def check_supported(case: Case, *, predict: bool) -> None:
+    for name, activation, causal in attention_uses(case):
+        entry = implementations.spec(name)
+        if activation not in entry.activations:
+            raise Unsupported(f"{name} does not support activation {activation!r}")
+        if causal and not entry.causal:
+            raise Unsupported(f"{name} does not support causal masking")
+        if predict and not entry.predictable:
+            raise Unsupported(f"{name} is not predictable (data-dependent ops under FakeTensorMode)")
+
+
+def build(case: Case, device) -> Workload:
+    """The case's workload; for mode ``fwd`` nothing requires grad.
+
+    (``no_grad`` alone is not enough: FlopCounterMode's module tracker trips over
+    views of parameters that require grad inside ``no_grad``.)
+    """
+    wl = workloads.build(case, device, dtype_of(case))
+    if case.mode == "fwd":
+        for t in (*wl.model.parameters(), *wl.inputs):
+            t.requires_grad_(False)
+    return wl
+
+
+def grad_context(case: Case):
+    return contextlib.nullcontext() if case.mode == "fwd_bwd" else torch.no_grad()
+
+
+def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None) -> tuple[float, float]:
+    """One forward (+ backward); returns (forward, backward) seconds when given a clock.
+
+    ``out`` stays alive through backward, as in a benchmark script that keeps it.
+    """
+    wl.clear_grads()
+    with grad_context(case):
+        t0 = clock() if clock else 0.0
+        out = wl()
+        loss = out.mean()
+        t1 = clock() if clock else 0.0
+        if case.mode == "fwd_bwd":
+            loss.backward()
+        t2 = clock() if clock else 0.0
+    del out, loss
+    return t1 - t0, t2 - t1
+
+
+def _result(case: Case, **fields) -> Measurement:
+    meta = metadata.collect(case.device)
+    return Measurement(status="ok", device_name=meta["device_name"], metadata=meta, **fields)
+
+
+def _timings(samples: list[tuple[float, float]], case: Case) -> dict[str, list[float]]:
+    fwd = [f for f, _ in samples]
+    bwd = [b for _, b in samples] if case.mode == "fwd_bwd" else []
+    return {"fwd_times_s": fwd, "bwd_times_s": bwd, "times_s": [f + b for f, b in samples]}
+
+
+def measure_cpu(case: Case, budget: Budget) -> Measurement:
+    check_supported(case, predict=False)
+    wl = build(case, "cpu")
+    for _ in range(case.warmup):
+        iteration(wl, case)
+    wl.clear_grads()
+    tracker = LiveBytes(limit=budget.max_memory_bytes)
+    tracker.register(wl.model, wl.inputs)
+    with FlopCounterMode(display=False) as flops, tracker:
+        iteration(wl, case)
+    samples = [iteration(wl, case, time.perf_counter) for _ in range(case.repeats)]
+    return _result(
+        case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
+        flops=flops.get_total_flops(), **_timings(samples, case),
+    )
+
+
+def predict(case: Case, budget: Budget) -> Measurement:
+    """Peak bytes of ``case`` without allocating: rounded as the CUDA allocator when the case's device is CUDA."""
+    check_supported(case, predict=True)
+    fake = FakeTensorMode()
+    with fake:
+        wl = build(case, "cpu")
+    granule = CUDA_ALLOCATION_GRANULE if case.device.startswith("cuda") else 1
+    tracker = LiveBytes(round_to=granule)
+    tracker.register(wl.model, wl.inputs)
+    with fake, FlopCounterMode(display=False) as flops, tracker:
+        iteration(wl, case)
+    return _result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
+                   flops=flops.get_total_flops())
+
+
+def measure_cuda(case: Case, budget: Budget) -> Measurement:
+    """The paper's method with its weaknesses fixed (warm-up, peak reset, baseline reported)."""
+    check_supported(case, predict=False)
+    if not torch.cuda.is_available():
+        raise RuntimeError("CUDA is not available on this machine")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device(case.device)
+    torch.cuda.set_device(device)
+    wl = build(case, device)
+    with FlopCounterMode(display=False) as flops:  # the first warm-up run (cuBLAS workspaces, kernels)
+        iteration(wl, case)
+    for _ in range(case.warmup - 1):
+        iteration(wl, case)
+    wl.clear_grads()
+    torch.cuda.synchronize(device)
+    baseline = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+
+    def one() -> tuple[float, float]:
+        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        marks = iter((start, mid, end))
+        # The "clock" records the next event; durations are read from the events after synchronising.
+        iteration(wl, case, clock=lambda: next(marks).record() or 0.0)
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3
+
+    samples = [one() for _ in range(case.repeats)]
+    return _result(
+        case, peak_bytes=torch.cuda.max_memory_allocated(device),
+        reserved_bytes=torch.cuda.max_memory_reserved(device), baseline_bytes=baseline,
+        flops=flops.get_total_flops(), **_timings(samples, case),
+    )
+
+
+BACKENDS: dict[str, Callable[[Case, Budget], Measurement]] = {
+    "cpu": measure_cpu, "cuda": measure_cuda, "predict": predict,
+}
+
+
+def backend_of(case: Case) -> str:
+    return "predict" if case.method == "predicted" else case.device.split(":")[0]
+
+
+def measure(case: Case, budget: Budget | None = None) -> Measurement:
+    """Measure (or predict) ``case`` in this process. Raises on failure; no status mapping here."""
+    backend = backend_of(case)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown device {case.device!r} (known: cpu, cuda)")
+    return BACKENDS[backend](case, budget or Budget())

@@ -1,0 +1,118 @@
+"""Live tensor bytes: the CPU (and FakeTensor) analogue of ``torch.cuda.max_memory_allocated``.
+
+A ``TorchDispatchMode`` sees every aten op below autograd, forward and
+backward alike. Each storage an op returns is counted once, keyed by the
+identity of its ``StorageImpl``; a ``weakref.finalize`` on the storage's Python
+object subtracts it when the storage is freed (PyTorch preserves that Python
+object for as long as the C++ storage lives, so the finalizer fires exactly at
+the free). Views and in-place results share a storage already counted, so
+they add nothing. Under ``FakeTensorMode`` the same code sizes any
+configuration without allocating anything.
+
+Not seen: scratch buffers a kernel allocates and frees internally (below the
+dispatcher), and memory held by libraries (BLAS packing buffers, thread stacks).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Iterable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+# The CUDA caching allocator rounds every block up to a multiple of 512 bytes.
+CUDA_ALLOCATION_GRANULE = 512
+
+
+class OverBudget(RuntimeError):
+    """Live bytes went past the tracker's limit (raised from inside the op that crossed it)."""
+
+    def __init__(self, live_bytes: int, limit: int):
+        self.live_bytes = live_bytes
+        self.limit = limit
+        super().__init__(f"live tensor bytes {live_bytes} exceed the memory budget of {limit} bytes")
+
+
+class LiveBytes(TorchDispatchMode):
+    """Counts live tensor storages while active.
+
+    ``register(...)`` first the tensors that exist before the measured region
+    (inputs, parameters, buffers): they form ``baseline_bytes``. ``peak_bytes``
+    is the high-water mark of all live bytes, baseline included.
+    """
+
+    def __init__(self, *, round_to: int = 1, limit: int | None = None):
+        super().__init__()
+        if round_to < 1:
+            raise ValueError(f"round_to must be >= 1, got {round_to}")
+        self.round_to = round_to
+        self.limit = limit
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self.baseline_bytes = 0
+        self._live: dict[int, int] = {}  # StorageImpl address -> counted bytes
+
+    # -- bookkeeping -------------------------------------------------------
+
+    def _rounded(self, nbytes: int) -> int:
+        return -(-nbytes // self.round_to) * self.round_to
+
+    def _storages(self, tensor: torch.Tensor) -> list[torch.UntypedStorage]:
+        if tensor.layout == torch.sparse_coo:
+            # A sparse tensor has no storage of its own: its indices and values do.
+            return [s for part in (tensor._indices(), tensor._values()) for s in self._storages(part)]
+        if tensor.layout in (torch.sparse_csr, torch.sparse_bsr):
+            parts = (tensor.crow_indices(), tensor.col_indices(), tensor.values())
+            return [s for part in parts for s in self._storages(part)]
+        if tensor.layout in (torch.sparse_csc, torch.sparse_bsc):
+            parts = (tensor.ccol_indices(), tensor.row_indices(), tensor.values())
+            return [s for part in parts for s in self._storages(part)]
+        return [tensor.untyped_storage()]
+
+    def _track(self, tensor: torch.Tensor) -> None:
+        for storage in self._storages(tensor):
+            key = storage._cdata
+            nbytes = self._rounded(storage.nbytes())
+            known = self._live.get(key)
+            if known is None:
+                weakref.finalize(storage, self._free, key)
+            elif known == nbytes:
+                continue  # a view or an in-place result: already counted
+            # New storage, or one resized in place (``out=`` ops): count the difference.
+            self._live[key] = nbytes
+            self.current_bytes += nbytes - (known or 0)
+        if self.current_bytes > self.peak_bytes:
+            self.peak_bytes = self.current_bytes
+        if self.limit is not None and self.current_bytes > self.limit:
+            raise OverBudget(self.current_bytes, self.limit)
+
+    def _free(self, key: int) -> None:
+        self.current_bytes -= self._live.pop(key, 0)
+
+    # -- public ------------------------------------------------------------
+
+    def register(self, *objects: torch.Tensor | torch.nn.Module | Iterable[torch.Tensor]) -> None:
+        """Count tensors (or a module's parameters and buffers) that already exist, as baseline."""
+        for obj in objects:
+            if isinstance(obj, torch.nn.Module):
+                tensors = [*obj.parameters(), *obj.buffers()]
+            elif isinstance(obj, torch.Tensor):
+                tensors = [obj]
+            else:
+                tensors = [t for t in obj if isinstance(t, torch.Tensor)]
+            for tensor in tensors:
+                self._track(tensor)
+        self.baseline_bytes = self.current_bytes
+
+    def reset_peak(self) -> None:
+        """Like ``torch.cuda.reset_peak_memory_stats``: the peak restarts from what is live now."""
+        self.peak_bytes = self.current_bytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self._track(leaf)
+        return out

@@ -1,0 +1,161 @@
+"""Runs one case and turns every failure into a status: in-process (:func:`execute`) or as a child process.
+
+Child usage (what :mod:`topk_bench.launcher` spawns, and what a Slurm job may run)::
+
+    python -m topk_bench.worker CASE.json RESULT.json [--budget JSON] [--ready-fd FD] [--parent-pid PID]
+
+The child imports the case's plugins, measures, and writes the ``Measurement``
+as JSON. It writes one byte to ``--ready-fd`` once started, so that the
+parent's time budget counts the measurement, not the interpreter start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import re
+import resource
+import signal
+import sys
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from topk_bench import metadata
+from topk_bench.case import Budget, Case, Measurement
+from topk_bench.measure import Unsupported, measure
+from topk_bench.memory import OverBudget
+
+# Frames not worth naming in an error: torch internals and the tracker that observes every op.
+_INTERNAL = (str(Path(torch.__file__).parent), str(Path(__file__).with_name("memory.py")))
+# Room above the memory budget for the interpreter, libraries and thread arenas (address-space limit).
+_ADDRESS_SPACE_MARGIN = 2 << 30
+
+
+def import_plugins(plugins: tuple[str, ...] | list[str]) -> None:
+    """Import each plugin: a module name (``pkg.mod``) or a path to a ``.py`` file; each only once."""
+    for plugin in plugins:
+        if plugin.endswith(".py") or os.sep in plugin:
+            path = Path(plugin).resolve()
+            name = f"topk_bench_plugin_{path.stem}_{abs(hash(str(path))):x}"
+            if name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load plugin file {plugin}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        else:
+            importlib.import_module(plugin)
+
+
+def _where(exc: BaseException) -> str:
+    """Innermost frame outside torch and the tracker: where the failing call came from."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_INTERNAL)]
+    return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+
+
+def _is_allocation_failure(exc: BaseException) -> bool:
+    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), MemoryError) if t)
+    return isinstance(exc, oom_types) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
+
+def classify(exc: BaseException, budget: Budget) -> tuple[str, str]:
+    """(status, one-line message) of a failed case."""
+    first_line = (str(exc).strip().splitlines() or [""])[0][:400]
+    message = f"{type(exc).__name__}: {first_line}{_where(exc)}"
+    if isinstance(exc, OverBudget):
+        return "over_budget", first_line
+    if isinstance(exc, Unsupported):
+        return "unsupported", first_line
+    if _is_allocation_failure(exc):
+        # With a memory budget (never above the machine's memory) a failed allocation means
+        # the case needed more than the budget; the child's address-space limit makes it fail early.
+        return ("over_budget" if budget.max_memory_bytes is not None else "oom"), message
+    return "error", message
+
+
+def execute(case: Case, budget: Budget | None = None) -> Measurement:
+    """Measure ``case`` in this process; never raises for a failing case.
+
+    The time budget is not enforced here: the caller's process supervisor
+    (the launcher, or Slurm's time limit) kills the process.
+    """
+    budget = budget or Budget()
+    try:
+        import_plugins(case.plugins)
+        result = measure(case, budget)
+    except Exception as exc:  # noqa: BLE001 -- every failure becomes a status
+        status, message = classify(exc, budget)
+        meta = metadata.collect(case.device)
+        result = Measurement(
+            status=status, error=message, peak_bytes=getattr(exc, "live_bytes", None),
+            device_name=meta["device_name"], metadata=meta,
+        )
+    limit = budget.max_memory_bytes
+    if result.status == "ok" and limit is not None and (result.peak_bytes or 0) > limit:
+        result.status = "over_budget"
+        result.error = f"peak {result.peak_bytes} bytes exceeds the memory budget of {limit} bytes"
+    return result
+
+
+# -- child process -----------------------------------------------------------
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Linux: the kernel kills this child if its parent dies (no orphans burning cores)."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before prctl took effect
+
+
+def limit_address_space(case: Case, budget: Budget) -> None:
+    """Make a CPU allocation far past the budget fail at once instead of swapping the machine."""
+    if budget.max_memory_bytes is None or case.method != "measured" or not case.device.startswith("cpu"):
+        return
+    vm_size = 0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            vm_size = int(line.split()[1]) * 1024
+    limit = vm_size + int(budget.max_memory_bytes) + _ADDRESS_SPACE_MARGIN
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m topk_bench.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("case", type=Path, help="the case, as written by Case.to_json()")
+    parser.add_argument("result", type=Path, help="where the Measurement JSON goes")
+    parser.add_argument("--budget", default="{}", help="Budget as JSON, e.g. '{\"max_memory_bytes\": 1e9}'")
+    parser.add_argument("--ready-fd", type=int, help="file descriptor that receives one byte once started")
+    parser.add_argument("--parent-pid", type=int, help="exit at once if the parent is not this process")
+    args = parser.parse_args(argv)
+
+    die_with_parent(args.parent_pid)
+    case = Case.from_json(args.case.read_text())
+    budget = Budget(**json.loads(args.budget))
+    limit_address_space(case, budget)
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"r")
+        os.close(args.ready_fd)
+    result = execute(case, budget)
+    partial = args.result.with_suffix(".partial")
+    partial.write_text(json.dumps(asdict(result)))
+    os.replace(partial, args.result)  # the parent never reads half a file
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
