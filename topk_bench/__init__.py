@@ -1,3 +1,39 @@
-"""topk-bench: a benchmarking and profiling harness for memory-efficient attention."""
+"""topk-bench: a benchmarking and profiling harness for memory-efficient attention.
+
+>>> import topk_bench
+>>> frame = topk_bench.run_suite("suites/smoke.toml", out="results")
+>>> frame = topk_bench.load_results("results/")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 __version__ = "0.1.0"
+
+
+def run_suite(path: str | Path, **overrides: Any):
+    """Run (or resume) a suite and return its CSV as a pandas DataFrame.
+
+    ``overrides``: ``out``, ``device``, ``predict``, ``repeats``, ``warmup``, ``max_memory_gib``,
+    ``max_case_seconds``, ``executor``, ``jobs``, ``config``, ``resume`` (default True), ``progress``
+    (default False). Invalid input raises ``topk_bench.errors.BadInput``.
+    """
+    from topk_bench import runner  # lazy: `import topk_bench` must not import torch
+
+    overrides.setdefault("progress", False)
+    result = runner.run(path, **overrides)
+    frame = load_results(result.csv_path)
+    ids = {c.case_id for c in result.plan.cases}
+    return frame[frame["case_id"].isin(ids)].reset_index(drop=True)
+
+
+def load_results(path: str | Path):
+    """A results CSV, or every results CSV of a directory, as one pandas DataFrame."""
+    from topk_bench.results import load_results as _load
+
+    return _load(path)
+
+
+__all__ = ["run_suite", "load_results", "__version__"]

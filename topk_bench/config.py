@@ -110,6 +110,11 @@ class ImplEntry(BaseModel):
 
     name: str
     label: str | None = None
+    # Per-entry workload and its masking/activation (default: the suite's), so that one
+    # suite (smoke.toml) can cover every workload; [shape]/[sweep] keys a workload lacks do not apply to it.
+    workload: Literal["mha", "ff", "decoder", "pretrained"] | None = None
+    causal: bool | None = None
+    activation: Literal["softmax", "relu"] | None = None
     feedforward: str | None = None  # decoder only: the feed-forward implementation
     feedforward_options: dict[str, Any] = Field(default_factory=dict)
 
@@ -148,6 +153,14 @@ class Suite(_Strict):
         if self.activation is None:
             self.activation = "relu" if self.workload == "ff" else "softmax"
         return self
+
+    def entry_settings(self, entry: ImplEntry) -> tuple[str, bool, str]:
+        """(workload, causal, activation) of an ``[[impl]]``: its own, else the suite's, else the workload's defaults."""
+        workload = entry.workload or self.workload
+        same = workload == self.workload
+        causal = entry.causal if entry.causal is not None else (self.causal if same else workload == "decoder")
+        activation = entry.activation or (self.activation if same else ("relu" if workload == "ff" else "softmax"))
+        return workload, bool(causal), str(activation)
 
 
 # ---------------------------------------------------------------- reading files
@@ -254,14 +267,30 @@ def load_suite(path: str | Path) -> Suite:
     return suite
 
 
-def import_plugins(modules: list[str], path: Path | None = None, key: str = "plugins") -> None:
-    """Import plug-in modules so their implementations register (the worker imports them again in the child)."""
+def import_plugins(modules: list[str], path: Path | None = None, key: str = "plugins") -> list[str]:
+    """Import plug-ins so their implementations register here (the worker imports them again in the child).
+
+    A plug-in is a module name (importable from the current directory or installed) or a
+    ``.py`` file, relative to the suite's directory; returned with files made absolute.
+    """
+    from topk_bench.worker import import_plugins as _import  # the child's own loader: same rules
+
     cwd = str(Path.cwd())
-    if cwd not in sys.path:  # a module next to the suite run from its directory, as `python -m` would find it
+    if cwd not in sys.path:  # as `python -m` would find a module of the current directory
         sys.path.append(cwd)
+    resolved = []
     for module in modules:
+        if module.endswith(".py") or "/" in module:
+            file = Path(module)
+            if not file.is_absolute() and path is not None:
+                file = Path(path).resolve().parent / file
+            if not file.is_file():
+                raise BadInput(f"plug-in file not found: {file}", file=path, key=key)
+            module = str(file.resolve())
         try:
-            importlib.import_module(module)
+            _import([module])
         except Exception as exc:  # any failure of user code is bad input, reported in one line
-            raise BadInput(f"cannot import plug-in module {module!r} ({type(exc).__name__}: {exc})",
+            raise BadInput(f"cannot import plug-in {module!r} ({type(exc).__name__}: {exc})",
                            file=path, key=key) from None
+        resolved.append(module)
+    return resolved

@@ -69,18 +69,33 @@ def _check_capabilities(impl: implementations.Implementation, activation: str, c
         raise BadInput(f"implementation {impl.name!r} does not support causal masking", file=path, key=key)
 
 
-def _check_shape(suite: Suite, path: Path) -> None:
-    known = SHAPE_DEFAULTS.get(suite.workload)
+def _params(workload: str) -> tuple[str, ...] | None:
+    """Shape parameters of a workload; None: any (the pretrained workload defines its own)."""
+    return tuple(SHAPE_DEFAULTS[workload]) if workload in SHAPE_DEFAULTS else None
+
+
+def _check_workload(workload: str, causal: bool, activation: str, path: Path, key: str) -> None:
+    if workload == "ff":
+        if causal:
+            raise BadInput("the feed-forward workload has no mask: expected causal = false", file=path, key=key)
+        if activation != "relu":
+            raise BadInput("the feed-forward workload is ReLU(Q Kᵀ) V: expected activation = 'relu'", file=path, key=key)
+    if workload == "decoder" and not causal:
+        raise BadInput("the decoder is causal: expected causal = true", file=path, key=key)
+
+
+def _check_shape(suite: Suite, path: Path, workloads: set[str]) -> None:
+    known = [_params(w) for w in workloads]
+    allowed = None if None in known else sorted({p for ps in known for p in ps})
     for name, value in suite.shape.items():
-        if known is not None and name not in known:
-            raise BadInput(f"unknown shape parameter of workload {suite.workload!r} "
-                           f"(expected one of: {', '.join(known)})", file=path, key=f"shape.{name}")
-        if known is not None or isinstance(value, int):
+        if allowed is not None and name not in allowed:
+            raise BadInput(f"unknown shape parameter of workload {'/'.join(sorted(workloads))} "
+                           f"(expected one of: {', '.join(allowed)})", file=path, key=f"shape.{name}")
+        if allowed is not None or isinstance(value, int):
             _check_size(value, path, f"shape.{name}")
 
 
-def _check_sweep(suite: Suite, path: Path, specs: list[implementations.Implementation]) -> None:
-    known = SHAPE_DEFAULTS.get(suite.workload)
+def _check_sweep(suite: Suite, path: Path, entries: list[tuple[str, implementations.Implementation]]) -> None:
     for name, values in suite.sweep.items():
         key = f"sweep.{name}"
         if not values:
@@ -91,27 +106,27 @@ def _check_sweep(suite: Suite, path: Path, specs: list[implementations.Implement
             _check_size(value, path, key)
         if len(set(values)) != len(values):
             raise BadInput(f"expected distinct values, got {values}", file=path, key=key)
-        is_shape = known is None or name in known
-        if not is_shape:
-            # A swept option (e.g. chunk_size in Fig. 2) must be an option of every implementation.
-            for i, impl in enumerate(specs):
-                if name not in impl.options:
-                    expected = ", ".join(known or ())
-                    raise BadInput(f"neither a shape parameter of workload {suite.workload!r} ({expected}) "
-                                   f"nor an option of implementation {impl.name!r} (impl[{i}])", file=path, key=key)
-                for value in values:
-                    _check_option(impl.options[name], value, path, key)
-        for i, entry in enumerate(suite.impl):
-            if name in entry.options:
+        # Every entry must vary with every swept key, else its cases would repeat:
+        # a shape parameter of its workload, or an option of its implementation (chunk_size in Fig. 2).
+        for i, (workload, impl) in enumerate(entries):
+            params = _params(workload)
+            if params is None or name in params:
+                continue
+            if name not in impl.options:
+                raise BadInput(f"neither a shape parameter of workload {workload!r} ({', '.join(params)}) "
+                               f"nor an option of implementation {impl.name!r} (impl[{i}])", file=path, key=key)
+            for value in values:
+                _check_option(impl.options[name], value, path, key)
+            if name in suite.impl[i].options:
                 raise BadInput("swept in [sweep] and also set in this [[impl]]", file=path,
-                               key=f"impl[{i}] ({entry.name}).{name}")
+                               key=f"impl[{i}] ({impl.name}).{name}")
 
 
-def _check_heads(suite: Suite, path: Path) -> None:
+def _check_heads(suite: Suite, path: Path, workloads: set[str]) -> None:
     """BERT's head split needs d_model divisible by heads, for every combination swept."""
-    if suite.workload not in ("mha", "decoder"):
+    if not workloads & {"mha", "decoder"}:
         return
-    defaults = SHAPE_DEFAULTS[suite.workload]
+    defaults = SHAPE_DEFAULTS["mha"]
     models = suite.sweep.get("d_model") or [suite.shape.get("d_model", defaults["d_model"])]
     heads = suite.sweep.get("heads") or [suite.shape.get("heads", defaults["heads"])]
     for d_model in models:
@@ -122,24 +137,20 @@ def _check_heads(suite: Suite, path: Path) -> None:
 
 
 def check_suite(suite: Suite, path: Path) -> None:
-    import_plugins(suite.plugins, path)
-    if suite.workload == "ff":
-        if suite.causal:
-            raise BadInput("the feed-forward workload has no mask: expected false", file=path, key="causal")
-        if suite.activation != "relu":
-            raise BadInput("the feed-forward workload is ReLU(Q Kᵀ) V: expected 'relu'", file=path, key="activation")
-    if suite.workload == "decoder" and not suite.causal:
-        raise BadInput("the decoder is causal: expected true", file=path, key="causal")
-    _check_shape(suite, path)
+    suite.plugins = import_plugins(suite.plugins, path)
+    _check_workload(suite.workload, bool(suite.causal), str(suite.activation), path,
+                    "causal" if suite.workload != "ff" or suite.causal else "activation")
 
-    specs = []
+    entries = []
     for i, entry in enumerate(suite.impl):
         key = f"impl[{i}] ({entry.name})"
+        workload, causal, activation = suite.entry_settings(entry)
+        _check_workload(workload, causal, activation, path, key)
         impl = _spec(entry.name, path, f"{key}.name")
-        specs.append(impl)
-        _check_capabilities(impl, suite.activation, suite.causal, path, key)
+        entries.append((workload, impl))
+        _check_capabilities(impl, activation, causal, path, key)
         _check_options(impl, entry.options, path, key)
-        if suite.workload != "decoder":
+        if workload != "decoder":
             if entry.feedforward is not None or entry.feedforward_options:
                 raise BadInput("feedforward is for the decoder workload only", file=path, key=f"{key}.feedforward")
             continue
@@ -149,11 +160,13 @@ def check_suite(suite: Suite, path: Path) -> None:
         _check_capabilities(ff, "relu", False, path, f"{key}.feedforward")
         _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options")
 
-    _check_sweep(suite, path, specs)
-    _check_heads(suite, path)
+    workloads = {w for w, _ in entries}
+    _check_shape(suite, path, workloads)
+    _check_sweep(suite, path, entries)
+    _check_heads(suite, path, workloads)
 
-    columns = set(suite.sweep) | set(suite.shape) | set(SHAPE_DEFAULTS.get(suite.workload, {}))
-    for impl in specs:
-        columns |= set(impl.options)
+    columns = set(suite.sweep) | set(suite.shape)
+    for workload, impl in entries:
+        columns |= set(SHAPE_DEFAULTS.get(workload, {})) | set(impl.options)
     if suite.plot.x is not None and suite.plot.x not in columns:
         raise BadInput(f"expected a suite parameter (one of: {', '.join(sorted(columns))})", file=path, key="plot.x")

@@ -1,0 +1,50 @@
+"""``topk-bench run``: measure (or predict) a suite, appending to ``OUT/<suite>.csv``; resumable."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from topk_bench.cli import app
+
+
+def _terminate_as_interrupt(signum, frame):  # SIGTERM (e.g. from a scheduler) ends the run like Ctrl-C
+    raise KeyboardInterrupt
+
+
+@app.command("run")
+def run(
+    suite: Path = typer.Argument(..., help="Suite file, e.g. suites/mha.toml."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default: results_dir of bench.toml)."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda (default: bench.toml's, auto)."),
+    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode on the CPU: any size, no time."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed iterations per case."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed iterations before them."),
+    max_memory: Optional[float] = typer.Option(None, "--max-memory", help="Memory budget per case in GiB (over it: over_budget)."),
+    max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", help="Time budget per case (over it: timeout)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or start the file over."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local | slurm (default: bench.toml's [executor] kind)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", help="Cases at once (local executor; default 1, all cores with --predict)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="bench.toml to use (default: ./bench.toml if present)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
+) -> None:
+    """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
+    from topk_bench import runner  # imported here: `topk-bench --help` stays fast
+
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        result = runner.run(
+            suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
+            repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
+            executor=executor, jobs=jobs,
+        )
+    except KeyboardInterrupt:
+        print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)
+        raise typer.Exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    runner.print_summary(result)
