@@ -91,6 +91,8 @@ MpiDefault=none
 MailProg=/bin/true
 SwitchType=switch/none
 SchedulerType=sched/backfill
+# Test cluster: schedule pending array tasks at once rather than on Slurm's minute-scale defaults.
+SchedulerParameters=sched_interval=1,sched_min_interval=100000,batch_sched_delay=0,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((MEM / CPUS))
