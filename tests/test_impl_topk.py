@@ -5,6 +5,7 @@ import torch
 
 import implementations
 from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
+from attention_reference import single_thread  # noqa: F401 (autouse fixture)
 
 
 @pytest.mark.parametrize("name", ["topk", "topk_sparse"])

@@ -1,0 +1,112 @@
+"""Performer (FAVOR+) through performer-pytorch, with a causal path linear in memory.
+
+Non-causal: the package's ``softmax_kernel`` feature maps and ``linear_attention``.
+
+Causal: the package (without fast-transformers' CUDA kernel) falls back to a path
+that stores ``B*H*L*m*d`` floats, and its key feature map subtracts a max over the
+whole sequence (with its ``eps``, a future key changes earlier outputs). Here:
+queries keep the package's map (its stabiliser is per query), keys use the same
+map with a data-independent stabiliser ``max_r |w_r|^2 / 2`` (an upper bound of
+every exponent ``w_r.y - |y|^2/2``, so ``exp`` cannot overflow) and no ``eps``,
+and the product is :func:`~implementations.causal_product.causal_product`.
+Each output then depends on keys/values ``j <= i`` only.
+
+Random features: a Gaussian orthogonal matrix from the package, drawn with torch's
+RNG (reproducible under ``torch.manual_seed``), once per layer by
+:class:`PerformerAttention` (held as a buffer); the bare function draws per call.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import nn
+
+from implementations.causal_product import causal_product
+from implementations.masking import check_activation, check_qkv
+from implementations.registry import Implementation, register
+
+
+def _package():
+    # Imported lazily: performer-pytorch pulls in extra modules and warns about distutils.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import performer_pytorch.performer_pytorch as pp
+    return pp
+
+
+def draw_projection(nb_features: int, head_dim: int) -> torch.Tensor:
+    """The package's Gaussian orthogonal random features ``[nb_features, head_dim]`` (torch RNG)."""
+    return _package().gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)
+
+
+def causal_key_features(k: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
+    """The package's positive softmax features of keys with a stabiliser that sees no other key."""
+    d = k.shape[-1]
+    normalizer = d ** -0.25
+    ratio = projection.shape[0] ** -0.5
+    dash = (normalizer * k) @ projection.t()                                  # [.., L, m]
+    diag = (k * k).sum(dim=-1, keepdim=True) * (normalizer ** 2 / 2)
+    # w.y - |y|^2/2 <= |w|^2/2 for every y: the largest exponent is at most 0.
+    bound = (projection * projection).sum(dim=-1).amax() / 2
+    return ratio * torch.exp(dash - diag - bound)
+
+
+def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_features=256, chunk_size=128,
+                        projection=None):
+    """FAVOR+ estimate of ``softmax(q kᵀ) v`` (``q`` already scaled by ``1/sqrt(d)``).
+
+    ``projection``: the random features ``[nb_features, d]``; drawn here when ``None``.
+    """
+    check_activation(activation)
+    if activation != "softmax":
+        raise ValueError("performer approximates softmax attention only (activation='softmax')")
+    check_qkv(q, k, v)
+    d = q.shape[-1]
+    if projection is None:
+        projection = draw_projection(nb_features, d).to(device=q.device, dtype=q.dtype)
+    pp = _package()
+    # The package scales q and k by d^-1/4 each, expecting unscaled q: undo the caller's 1/sqrt(d).
+    q_features = pp.softmax_kernel(q * math.sqrt(d), projection_matrix=projection, is_query=True)
+    if not causal:
+        k_features = pp.softmax_kernel(k, projection_matrix=projection, is_query=False)
+        return pp.linear_attention(q_features, k_features, v)
+    k_features = causal_key_features(k, projection.to(k.dtype))
+    # A column of ones in the values gives the normaliser sum_{j<=i} phi(q_i).phi(k_j) in the same scan.
+    ones = v.new_ones(*v.shape[:-1], 1)
+    both = causal_product(q_features, k_features, torch.cat([v, ones], dim=-1), chunk_size)
+    del ones
+    num, den = both[..., :-1], both[..., -1:]
+    return num / den.clamp_min(torch.finfo(den.dtype).tiny)
+
+
+class PerformerAttention(nn.Module):
+    """Performer attention of one layer: its random features are drawn once, at construction."""
+
+    def __init__(self, head_dim: int, nb_features: int = 256, chunk_size: int = 128):
+        super().__init__()
+        self.nb_features = nb_features
+        self.chunk_size = chunk_size
+        self.register_buffer("projection", draw_projection(nb_features, head_dim))
+
+    def forward(self, q, k, v, *, causal=False, activation="softmax"):
+        return performer_attention(
+            q, k, v, causal=causal, activation=activation, nb_features=self.nb_features,
+            chunk_size=self.chunk_size, projection=self.projection.to(q.dtype),
+        )
+
+
+PERFORMER = register(
+    Implementation(
+        name="performer",
+        fn=performer_attention,
+        description="FAVOR+ (performer-pytorch feature maps); causal by chunked prefix sums, memory linear in L",
+        options={"nb_features": 256, "chunk_size": 128},
+        label="Performer (features={nb_features})",
+        activations=("softmax",),
+        exact=False,
+        module_factory=PerformerAttention,
+    )
+)
