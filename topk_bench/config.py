@@ -83,7 +83,7 @@ class PlotSection(_Strict):
     x_label: str | None = None    # default: chosen by the plotter from the column name
     log_x: int = Field(0, ge=0)   # 0: linear; otherwise the log base
     log_y: bool = False
-    panels: list[tuple[float, float]] = Field(default_factory=list)  # [xmin, xmax] side by side
+    panels: list[list[float]] = Field(default_factory=list)  # [xmin, xmax] ranges, side by side
     metrics: list[Literal[METRICS]] = Field(default_factory=lambda: ["memory", "time"], min_length=1)  # type: ignore[valid-type]
     renderer: str | None = None   # "module:function" of a plug-in renderer
 
@@ -96,10 +96,10 @@ class PlotSection(_Strict):
 
     @field_validator("panels")
     @classmethod
-    def _ranges(cls, value: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        for lo, hi in value:
-            if not lo < hi:
-                raise ValueError(f"[xmin, xmax] ranges with xmin < xmax, got [{lo}, {hi}]")
+    def _ranges(cls, value: list[list[float]]) -> list[list[float]]:
+        for pair in value:
+            if len(pair) != 2 or not pair[0] < pair[1]:
+                raise ValueError(f"[xmin, xmax] ranges with xmin < xmax, got {pair}")
         return value
 
 

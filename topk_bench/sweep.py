@@ -127,5 +127,7 @@ def parameter_columns(cases: list[Case]) -> list[str]:
     columns: dict[str, None] = {}
     for case in cases:
         columns.update(dict.fromkeys(parameters(case)))
+    head = ("seq_len", "batch", "d_model", "heads", "d_ff", "layers")
     tail = ("causal", "activation", "dtype")
-    return [c for c in columns if c not in tail] + [c for c in tail if c in columns]
+    middle = [c for c in columns if c not in head and c not in tail]
+    return [c for c in head if c in columns] + middle + [c for c in tail if c in columns]
