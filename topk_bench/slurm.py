@@ -274,6 +274,10 @@ def sbatch_parameters(settings) -> dict[str, Any]:
 class SlurmExecutor:
     """Submits cases as Slurm job arrays with submitit; see the module docstring."""
 
+    # The runner then submits the whole suite as one array and cancels (pending) larger
+    # sizes after a failure, instead of submitting one size at a time.
+    prefers_batches = True
+
     def __init__(self, settings, run: RunFn | None = None, poll_s: float = 1.0):
         import submitit  # optional dependency: `pip install topk-bench[slurm]`
 

@@ -1,0 +1,205 @@
+"""The Slurm executor against a real Slurm: Debian's slurm-wlm started on localhost.
+
+The ``slurm_conf`` fixture uses the cluster ``$SLURM_CONF`` points to when it
+answers (``.ci/run`` starts one), else starts one with scripts/slurm/start.sh
+(installing slurm-wlm and munge if missing, as root). Only when that fails are
+the cluster tests skipped, with the script's reason. The cluster is left
+running for other sessions; scripts/slurm/stop.sh stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from topk_bench import runner
+from topk_bench.case import Budget, Case
+from topk_bench.config import ExecutorSettings
+from topk_bench.results import read_rows
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_DIR = os.environ.get("TOPK_SLURM_DIR", "/tmp/topk-bench-slurm")
+
+
+def _answers(conf: str) -> bool:
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15,
+                              env={**os.environ, "SLURM_CONF": conf})
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and any(s in proc.stdout for s in ("idle", "mix", "alloc"))
+
+
+@pytest.fixture(scope="session")
+def slurm_conf():
+    conf = os.environ.get("SLURM_CONF")
+    if not (conf and _answers(conf)):
+        if not sys.platform.startswith("linux"):
+            pytest.skip("Slurm cannot start: the test cluster needs Linux")
+        proc = subprocess.run(["bash", str(REPO / "scripts/slurm/start.sh"), SLURM_DIR],
+                              capture_output=True, text=True, timeout=900)
+        conf = f"{SLURM_DIR}/slurm.conf"
+        if proc.returncode != 0 or not _answers(conf):
+            reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"Slurm cannot start on this machine (scripts/slurm/start.sh: {reason})")
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf  # sbatch/squeue/scancel run by submitit and the executor read it
+    yield conf
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous
+
+
+def _bench_toml(tmp_path: Path, **executor) -> Path:
+    """A bench.toml whose [executor] fits the one-node test cluster (no GPU, 2 CPUs)."""
+    values = {"partition": "", "gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 1, "timeout_min": 5,
+              "log_dir": str(tmp_path / "slurm-logs"), **executor}
+    lines = ["[executor]"] + [f"{k} = {v!r}".replace("'", '"') for k, v in values.items() if v != ""]
+    path = tmp_path / "bench.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _by_case(csv: Path) -> dict[str, dict[str, str]]:
+    return {row["case_id"]: row for row in read_rows(csv)}
+
+
+@pytest.mark.timeout(300)
+def test_smoke_suite_through_slurm_matches_local(slurm_conf, tmp_path):
+    config = _bench_toml(tmp_path)
+    common = dict(config=config, predict=True, resume=False, progress=False)
+    local = runner.run(REPO / "suites/smoke.toml", out=tmp_path / "local", executor="local", **common)
+    slurm = runner.run(REPO / "suites/smoke.toml", out=tmp_path / "slurm", executor="slurm", **common)
+
+    local_rows, slurm_rows = _by_case(local.csv_path), _by_case(slurm.csv_path)
+    assert len(local_rows) == len(local.plan.cases) > 0
+    assert slurm_rows.keys() == local_rows.keys()
+    for case_id, row in local_rows.items():
+        other = slurm_rows[case_id]
+        assert (other["impl"], other["status"], other["peak_bytes"]) == (row["impl"], row["status"], row["peak_bytes"])
+    # Every case went through a job: one submitit result per array task.
+    assert len(list((tmp_path / "slurm-logs").glob("*_*/*_result.pkl"))) == len(slurm_rows)
+
+
+@pytest.mark.timeout(300)
+def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, tmp_path):
+    suite = tmp_path / "crash.toml"
+    suite.write_text(textwrap.dedent(f"""
+        name = "slurm_crash"
+        workload = "mha"
+        plugins = ["{REPO / 'tests/plugins/failing_impls.py'}"]
+        repeats = 1
+        warmup = 0
+        [shape]
+        batch = 1
+        d_model = 32
+        heads = 2
+        [sweep]
+        seq_len = [16]
+        [[impl]]
+        name = "test_abort"
+        [[impl]]
+        name = "vanilla"
+        [[impl]]
+        name = "sdpa"
+    """))
+    result = runner.run(suite, config=_bench_toml(tmp_path), out=tmp_path / "out", executor="slurm",
+                        predict=True, resume=False, progress=False)
+    rows = {row["impl"]: row for row in read_rows(result.csv_path)}
+    assert rows["test_abort"]["status"] == "crashed"
+    assert "SIGABRT" in rows["test_abort"]["error"]
+    assert rows["vanilla"]["status"] == rows["sdpa"]["status"] == "ok"
+
+
+# ------------------------------------------------------ jobs that die, cancel
+
+JOB_FUNCTIONS = '''
+import os, time
+from topk_bench.case import Measurement
+
+def run(case, budget):
+    """No torch: what matters here is what happens to the job, not the measurement."""
+    if case.impl == "die":
+        os.abort()  # kills the job's own process: no result pickle
+    if case.impl == "hang":
+        time.sleep(600)
+    return Measurement(status="ok", peak_bytes=dict(case.params)["seq_len"])
+'''
+
+
+def _wait_state(handle, wanted: str, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while handle._states.get(handle.job_id, refresh=True) != wanted:
+        assert time.monotonic() < deadline, f"job {handle.job_id} never reached {wanted}"
+        time.sleep(0.3)
+
+
+@pytest.mark.timeout(180)
+def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_conf, tmp_path, monkeypatch):
+    from topk_bench.slurm import SlurmExecutor
+
+    (tmp_path / "slurm_test_jobs.py").write_text(JOB_FUNCTIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # The jobs import the function by name: they inherit this environment through sbatch.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    import slurm_test_jobs
+
+    settings = ExecutorSettings(kind="slurm", gpus_per_node=0, cpus_per_task=1, mem_gb=1, timeout_min=5,
+                                array_parallelism=1, log_dir=str(tmp_path / "logs"))
+    executor = SlurmExecutor(settings, run=slurm_test_jobs.run, poll_s=0.2)
+    cases = [Case.make(suite="t", workload="mha", impl=impl, params={"seq_len": n})
+             for n, impl in enumerate(["fine", "die", "hang", "never"])]
+    try:
+        fine, die, hang, never = executor.submit(cases, Budget(max_seconds=30))
+        _wait_state(hang, "RUNNING")  # array_parallelism=1: "never" is still pending
+        assert never.cancel() is True
+        assert hang.cancel() is False  # already running: only pending tasks are cancelled
+        subprocess.run(["scancel", hang.job_id], check=True)  # as an operator or a node failure would
+
+        assert fine.result().status == "ok" and fine.result().peak_bytes == 0
+        died = die.result()
+        assert died.status == "crashed"
+        assert "FAILED" in died.error and "Aborted" in died.error  # Slurm's state and srun's line from the log
+        killed = hang.result()
+        assert killed.status == "crashed"
+        assert "CANCELLED" in killed.error
+        assert never.done() and never.result().status == "skipped"
+    finally:
+        executor.close()
+
+
+# ------------------------------------------------------ no cluster needed
+
+def test_state_parsing_and_sbatch_parameters():
+    from topk_bench.slurm import _parse_states, sbatch_parameters
+
+    text = "12_0|COMPLETED\n12_1|CANCELLED by 0\n12_1.batch|CANCELLED\n13|TIMEOUT\n"
+    assert _parse_states(text) == {"12_0": "COMPLETED", "12_1": "CANCELLED", "13": "TIMEOUT"}
+    settings = ExecutorSettings(kind="slurm", partition="gpu", gpus_per_node=2, mem_gb=1.5, timeout_min=30,
+                                extra_sbatch={"account": "abc", "exclusive": True})
+    params = sbatch_parameters(settings)
+    assert params["partition"] == "gpu" and params["gpus_per_node"] == 2 and params["time"] == 30
+    assert params["mem"] == "1536M"
+    assert params["additional_parameters"] == {"account": "abc", "exclusive": True}
+
+
+def test_job_killed_at_the_time_limit_is_a_timeout_with_its_log(tmp_path):
+    from topk_bench.slurm import JobStates, SlurmHandle
+
+    log = tmp_path / "1_0_0_log.err"
+    log.write_text("slurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-01-01 DUE TO TIME LIMIT ***\n")
+    job = SimpleNamespace(job_id="1_0", paths=SimpleNamespace(
+        folder=tmp_path, stderr=log, stdout=tmp_path / "none.out", result_pickle=tmp_path / "none.pkl"))
+    states = JobStates(poll_s=0)
+    states.get = lambda job_id, refresh=False: "TIMEOUT"
+    measurement = SlurmHandle(job, states).result()
+    assert measurement.status == "timeout"
+    assert "DUE TO TIME LIMIT" in measurement.error and "TIMEOUT" in measurement.error
