@@ -27,7 +27,9 @@ def run(
     max_memory: Optional[float] = typer.Option(None, "--max-memory", help="Memory budget per case in GiB (over it: over_budget)."),
     max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", help="Time budget per case (over it: timeout)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or start the file over."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="local | slurm (default: bench.toml's [executor] kind)."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
+                                     "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
+                                     "shared with the compute nodes."),
     jobs: Optional[int] = typer.Option(None, "--jobs", help="Cases at once (local executor; default 1, all cores with --predict)."),
     config: Optional[Path] = typer.Option(None, "--config", help="bench.toml to use (default: ./bench.toml if present)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
