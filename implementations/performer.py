@@ -54,10 +54,12 @@ def causal_key_features(k: torch.Tensor, projection: torch.Tensor) -> torch.Tens
     return ratio * torch.exp(dash - diag - bound)
 
 
-def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_features=256, chunk_size=128,
+def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_features=256, chunk_size=512,
                         projection=None):
     """FAVOR+ estimate of ``softmax(q kᵀ) v`` (``q`` already scaled by ``1/sqrt(d)``).
 
+    ``chunk_size``: positions per step of the causal prefix sum (a ``C x C`` matrix per
+    head and step; larger chunks mean fewer Python steps).
     ``projection``: the random features ``[nb_features, d]``; drawn here when ``None``.
     """
     check_activation(activation)
@@ -85,7 +87,7 @@ def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_featu
 class PerformerAttention(nn.Module):
     """Performer attention of one layer: its random features are drawn once, at construction."""
 
-    def __init__(self, head_dim: int, nb_features: int = 256, chunk_size: int = 128):
+    def __init__(self, head_dim: int, nb_features: int = 256, chunk_size: int = 512):
         super().__init__()
         self.nb_features = nb_features
         self.chunk_size = chunk_size
@@ -103,7 +105,7 @@ PERFORMER = register(
         name="performer",
         fn=performer_attention,
         description="FAVOR+ (performer-pytorch feature maps); causal by chunked prefix sums, memory linear in L",
-        options={"nb_features": 256, "chunk_size": 128},
+        options={"nb_features": 256, "chunk_size": 512},
         label="Performer (features={nb_features})",
         activations=("softmax",),
         exact=False,
