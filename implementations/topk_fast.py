@@ -28,13 +28,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations.masking import check_activation
+from implementations.masking import check_activation, check_qkv
 from implementations.registry import Implementation, register
 
-# Query rows per score tile: small enough for a tile of one head to stay in
-# cache (256 x 8192 fp32 = 8 MiB) and to waste little work on the causal
-# diagonal; never more than the ``chunk_size`` option, which bounds memory.
-ROW_TILE = 256
+# Query rows per score tile (all heads at once: few, large ops, which matters
+# on a shared 2-core machine where every parallel region can wait a scheduler
+# slice). Small enough to waste little work on the causal diagonal; never more
+# than the ``chunk_size`` option, which bounds memory.
+ROW_TILE = 512
+# Selected entries per backward group of heads: bounds the backward's O(nnz)
+# temporaries (about 30 bytes per entry) while keeping the op count low.
+BACKWARD_ENTRIES = 1 << 22
 
 
 def _segments(n: int, k: int) -> int:
@@ -43,20 +47,18 @@ def _segments(n: int, k: int) -> int:
     return s if s >= 2 else 1
 
 
-def _row_topk(scores: torch.Tensor, k: int, s: int):
-    """Exact row-wise top-k (unsorted) of ``scores [..., n]`` with ``n % s == 0``.
+def _row_topk(scores: torch.Tensor, k: int, steps: torch.Tensor | None):
+    """Exact row-wise top-k (unsorted) of ``scores [..., n]``, pruned by ``steps = arange(0, n, n/S)``.
 
-    Columns are split into ``G = n/s`` strided groups ``{g, g+G, ...}``. If a
+    Columns are split into ``G = n/S`` strided groups ``{g, g+G, ...}``. If a
     group's maximum is not among the k largest maxima, k entries beat all of
-    that group, so the top-k lies in the k best groups: ``k·s`` candidates.
+    that group, so the top-k lies in the k best groups: ``k·S`` candidates.
+    ``steps=None``: plain top-k.
     """
-    if s == 1:
+    if steps is None:
         return scores.topk(k, dim=-1, sorted=False)
-    n = scores.shape[-1]
-    groups = n // s
-    group_max = scores.unflatten(-1, (s, groups)).amax(dim=-2)
+    group_max = scores.unflatten(-1, (steps.shape[0], -1)).amax(dim=-2)
     best = group_max.topk(k, dim=-1, sorted=False).indices
-    steps = torch.arange(0, n, groups, device=scores.device)
     cand = (best.unsqueeze(-1) + steps).flatten(-2)
     values, pos = scores.gather(-1, cand).topk(k, dim=-1, sorted=False)
     return values, cand.gather(-1, pos)
@@ -65,6 +67,17 @@ def _row_topk(scores: torch.Tensor, k: int, s: int):
 def _activate(top: torch.Tensor, relu: bool) -> torch.Tensor:
     # Masked entries hold -inf: both activations give them weight exactly 0.
     return torch.relu(top) if relu else torch.softmax(top, dim=-1)
+
+
+def _tiles(lq, lk, kk, causal, chunk_size):
+    """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, width padded to ``s``."""
+    rows = max(1, min(chunk_size, ROW_TILE))
+    for r0 in range(0, lq, rows):
+        r1 = min(r0 + rows, lq)
+        # At least kk columns so that each row has kk entries (extra ones masked).
+        n = min(r1, lk) if causal else lk
+        s = _segments(max(n, kk), kk)
+        yield r0, r1, n, s, -(-max(n, kk) // s) * s
 
 
 def _select(q3, k3, causal, kk, chunk_size):
@@ -76,103 +89,115 @@ def _select(q3, k3, causal, kk, chunk_size):
     top = q3.new_empty(bh, lq, kk)
     idx = torch.empty(bh, lq, kk, dtype=index_dtype, device=device)
     base = (torch.arange(bh, device=device) * lk).view(bh, 1, 1)
-    rows = max(1, min(chunk_size, ROW_TILE))
+    tiles = list(_tiles(lq, lk, kk, causal, chunk_size))
+    widest = max(t[4] for t in tiles)
     keys = k3
-    for r0 in range(0, lq, rows):
-        r1 = min(r0 + rows, lq)
-        # Keys any row of the tile may attend; at least kk columns so each row has kk entries.
-        n = min(r1, lk) if causal else lk
-        s = _segments(max(n, kk), kk)
-        width = -(-max(n, kk) // s) * s
-        if width > keys.shape[1]:  # zero key rows to pad; their scores are masked below
-            keys = torch.cat([k3, k3.new_zeros(bh, width - lk, k3.shape[2])], dim=1)
-        # Columns that some row of the tile must not see: future keys and padding.
+    if widest > lk:  # zero key rows as padding; their scores are masked below
+        keys = torch.cat([k3, k3.new_zeros(bh, widest - lk, k3.shape[2])], dim=1)
+    # One score buffer for all tiles: no fresh pages (and page faults) per tile.
+    buffer = q3.new_empty(bh * max((r1 - r0) * w for r0, r1, _, _, w in tiles))
+    masks = {}  # the causal/padding mask of a tile depends only on its offsets relative to ``lo``
+    steps = {}
+    for r0, r1, n, s, width in tiles:
+        scores = buffer[: bh * (r1 - r0) * width].view(bh, r1 - r0, width)
+        torch.matmul(q3[:, r0:r1], keys[:, :width].transpose(1, 2), out=scores)
+        # Columns some row of the tile must not see: future keys and padding.
         lo = min(r0, n) if causal else n
-        masked = None
         if lo < width:
-            cols = torch.arange(lo, width, device=device)
-            masked = cols >= n
-            if causal:
-                masked = masked | (cols > torch.arange(r0, r1, device=device).unsqueeze(1))
-        for h0 in range(0, bh):
-            h1 = h0 + 1
-            scores = torch.matmul(q3[h0:h1, r0:r1], keys[h0:h1, :width].transpose(1, 2))
-            if masked is not None:
-                scores[..., lo:].masked_fill_(masked, float("-inf"))
-            values, where = _row_topk(scores, kk, s)
-            top[h0:h1, r0:r1] = values
-            # Padding columns are only picked with -inf (zero weight); keep them in range.
-            idx[h0:h1, r0:r1] = where.clamp_(max=lk - 1) + base[h0:h1]
+            key = (r0 - lo, r1 - lo, n - lo, width - lo)
+            if key not in masks:
+                cols = torch.arange(width - lo, device=device)
+                masked = cols >= n - lo
+                if causal:
+                    masked = masked | (cols > torch.arange(r0 - lo, r1 - lo, device=device).unsqueeze(1))
+                masks[key] = masked
+            scores[..., lo:].masked_fill_(masks[key], float("-inf"))
+        if s > 1 and (width, s) not in steps:
+            steps[width, s] = torch.arange(0, width, width // s, device=device)
+        values, where = _row_topk(scores, kk, steps.get((width, s)))
+        top[:, r0:r1] = values
+        if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
+            where.clamp_(max=lk - 1)
+        torch.add(where, base, out=idx[:, r0:r1])
     return top, idx
+
+
+def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads):
+    """Gradients of one group of heads (``dout_g, q_g``: its rows; ``k2, v2``: all heads' keys).
+
+    ``idx`` holds global key rows ``h·Lk + j``; ``keys`` is the group's range of them.
+    """
+    dq, dk, dv = grads
+    rows, kk = dout_g.shape[0], top.shape[-1]
+    device, index_dtype = idx.device, idx.dtype
+    flat = idx.reshape(-1)
+    weights = _activate(top, relu).view(rows, kk)
+    offsets = torch.arange(0, rows * kk, kk, dtype=index_dtype, device=device)
+    bag_of = torch.arange(rows, dtype=index_dtype, device=device).repeat_interleave(kk)
+    # dW[r, t] = dout[r] · V[idx[r, t]]: the per-sample-weights gradient of out = bag(W, V).
+    ds = torch.ops.aten._embedding_bag_per_sample_weights_backward(
+        dout_g, v2, flat, offsets, bag_of, 0, -1
+    ).view(rows, kk)
+    del bag_of, offsets
+    if relu:
+        ds.masked_fill_(top.view(rows, kk) <= 0, 0.0)
+    else:
+        ds.sub_((ds * weights).sum(-1, keepdim=True)).mul_(weights)
+    if dq is not None:
+        dq.copy_(F.embedding_bag(flat.view(rows, kk), k2, per_sample_weights=ds, mode="sum"))
+    if dk is None and dv is None:
+        return
+    # The transposed selection: entries sorted by key, one bag of query rows per key
+    # (empty bags give zero rows). One sort serves both dV and dK.
+    sorted_keys, order = torch.sort(flat)
+    starts = torch.searchsorted(sorted_keys, keys)
+    del sorted_keys
+    query_of = order // kk
+    if dv is not None:
+        dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=weights.view(-1)[order], mode="sum"))
+    if dk is not None:
+        dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds.view(-1)[order], mode="sum"))
 
 
 class _TopkFast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, relu, topk, chunk_size):
-        b, h, lq, d = q.shape
-        lk = k.shape[-2]
+        lead, lq, lk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
         kk = min(topk, lk)
-        q3 = q.reshape(b * h, lq, d)
-        k3 = k.reshape(b * h, lk, d)
+        q3, k3 = q.reshape(-1, lq, q.shape[-1]), k.reshape(-1, lk, k.shape[-1])
         top, idx = _select(q3, k3, causal, kk, chunk_size)
         weights = _activate(top, relu)
-        out = F.embedding_bag(
-            idx.view(-1, kk), v.reshape(b * h * lk, d), per_sample_weights=weights.view(-1, kk), mode="sum"
-        )
+        out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.view(-1, kk), mode="sum")
         ctx.save_for_backward(q, k, v, top, idx)
         ctx.relu = relu
-        return out.view(b, h, lq, d)
+        return out.view(*lead, lq, dv)
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, top, idx = ctx.saved_tensors
-        b, h, lq, d = q.shape
+        bh, lq, kk = top.shape
         lk = k.shape[-2]
-        bh, kk = b * h, top.shape[-1]
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        dout3 = dout.reshape(bh, lq, d).contiguous()
-        q3 = q.reshape(bh, lq, d).contiguous()
-        k2 = k.reshape(bh * lk, d).contiguous()
-        v2 = v.reshape(bh * lk, d).contiguous()
-        dq = torch.empty_like(q3) if need_q else None
-        dk = torch.empty(bh, lk, d, dtype=k.dtype, device=k.device) if need_k else None
-        dv = torch.empty(bh, lk, d, dtype=v.dtype, device=v.device) if need_v else None
-        device, index_dtype = q.device, idx.dtype
-        nnz = lq * kk
-        offsets = torch.arange(0, nnz, kk, dtype=index_dtype, device=device)
-        bag_of = torch.arange(lq, dtype=index_dtype, device=device).repeat_interleave(kk)
-        key_ids = torch.arange(lk, dtype=index_dtype, device=device)
-        for i in range(bh):  # one head at a time: every temporary is O(Lq·k), cache-sized
-            flat = idx[i].view(-1)
-            weights = _activate(top[i], ctx.relu)
-            # dW[r, t] = dout[r] · V[idx[r, t]] (the per-sample-weights gradient of out = bag(W, V)).
-            dw = torch.ops.aten._embedding_bag_per_sample_weights_backward(
-                dout3[i], v2, flat, offsets, bag_of, 0, -1
-            ).view(lq, kk)
-            if ctx.relu:
-                ds = dw.masked_fill_(top[i] <= 0, 0.0)
-            else:
-                ds = dw.sub_((dw * weights).sum(-1, keepdim=True)).mul_(weights)
-            if need_q:
-                dq[i] = F.embedding_bag(idx[i], k2, per_sample_weights=ds, mode="sum")
-            if need_k or need_v:
-                # Transposed selection: entries sorted by key, one bag per key.
-                keys, order = torch.sort(flat - i * lk)
-                starts = torch.searchsorted(keys, key_ids)
-                query_of = order // kk
-                if need_v:
-                    dv[i] = F.embedding_bag(
-                        query_of, dout3[i], starts, per_sample_weights=weights.view(-1)[order], mode="sum"
-                    )
-                if need_k:
-                    dk[i] = F.embedding_bag(
-                        query_of, q3[i], starts, per_sample_weights=ds.view(-1)[order], mode="sum"
-                    )
-        shape = (b, h, -1, d)
+        dout2 = dout.reshape(bh * lq, dout.shape[-1]).contiguous()
+        q2 = q.reshape(bh * lq, q.shape[-1]).contiguous()
+        k2 = k.reshape(bh * lk, k.shape[-1]).contiguous()
+        v2 = v.reshape(bh * lk, v.shape[-1]).contiguous()
+        dq = torch.empty_like(q2) if need_q else None
+        dk = torch.empty_like(k2) if need_k else None
+        dv = torch.empty_like(v2) if need_v else None
+        heads = max(1, min(bh, BACKWARD_ENTRIES // max(1, lq * kk)))
+        key_ids = torch.arange(bh * lk, dtype=idx.dtype, device=idx.device)
+        for h0 in range(0, bh, heads):
+            h1 = min(h0 + heads, bh)
+            qs, ks = slice(h0 * lq, h1 * lq), slice(h0 * lk, h1 * lk)
+            _backward_group(
+                dout2[qs], q2[qs], k2, v2, top[h0:h1], idx[h0:h1], ctx.relu, key_ids[ks],
+                tuple(None if g is None else g[r] for g, r in ((dq, qs), (dk, ks), (dv, ks))),
+            )
         return (
-            dq.view(shape) if need_q else None,
-            dk.view(shape) if need_k else None,
-            dv.view(shape) if need_v else None,
+            dq.view(q.shape) if need_q else None,
+            dk.view(k.shape) if need_k else None,
+            dv.view(v.shape) if need_v else None,
             None, None, None, None,
         )
 
@@ -183,9 +208,10 @@ def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128
     Rows with fewer than ``topk`` allowed keys give the masked keys zero weight.
     """
     check_activation(activation)
+    check_qkv(q, k, v)
     if topk < 1 or chunk_size < 1:
-        raise ValueError(f"topk and chunk_size must be positive, got {topk} and {chunk_size}")
-    return _TopkFast.apply(q, k, v, causal, activation == "relu", topk, chunk_size)
+        raise ValueError(f"topk and chunk_size must be >= 1, got topk={topk}, chunk_size={chunk_size}")
+    return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size))
 
 
 TOPK_FAST = register(
