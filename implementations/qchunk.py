@@ -35,6 +35,9 @@ class QChunkFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, activation, chunk_size, key_padding_mask):
         lq = q.shape[-2]
+        # Every chunk multiplies with all of k and v: a strided view (heads split by the
+        # layer) would be copied by each matmul, so copy once; the copy is what backward keeps.
+        k, v = k.contiguous(), v.contiguous()
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)

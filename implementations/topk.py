@@ -70,6 +70,9 @@ class TopkFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, ops, causal, activation, topk, chunk_size, key_padding_mask, dropout):
         lq, lk = q.shape[-2], k.shape[-2]
+        # Every chunk multiplies with all of k and v: a strided view (heads split by the
+        # layer) would be copied by each matmul, so copy once; the copy is what backward keeps.
+        k, v = k.contiguous(), v.contiguous()
         kk = min(topk, lk)
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
         top_vals = q.new_empty(*q.shape[:-1], kk)
