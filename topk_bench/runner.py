@@ -69,13 +69,13 @@ def available_memory_bytes() -> int | None:
         return None
 
 
-def _check_override(name: str, value: Any, minimum: float, strict: bool = False) -> None:
+def _check_override(flag: str, value: Any, minimum: float, strict: bool = False) -> None:
     if value is None:
         return
     bad = isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (strict and value <= minimum)
     if bad:
         bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise BadInput(f"expected a number {bound}, got {value!r}", key=f"--{name.replace('_', '-')}")
+        raise BadInput(f"expected a number {bound}, got {value!r}", key=flag)
 
 
 def _device(requested: str) -> str:
@@ -97,11 +97,11 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
          max_memory_gib: float | None = None, max_case_seconds: float | None = None,
          executor: str | None = None, jobs: int | None = None) -> Plan:
     """Settings (bench.toml < suite < arguments), the cases and their budget. Raises BadInput; writes nothing."""
-    _check_override("repeats", repeats, 1)
-    _check_override("warmup", warmup, 0)
-    _check_override("max_memory_gib", max_memory_gib, 0, strict=True)
-    _check_override("max_case_seconds", max_case_seconds, 0, strict=True)
-    _check_override("jobs", jobs, 1)
+    _check_override("--repeats", repeats, 1)
+    _check_override("--warmup", warmup, 0)
+    _check_override("--max-memory", max_memory_gib, 0, strict=True)
+    _check_override("--max-case-seconds", max_case_seconds, 0, strict=True)
+    _check_override("--jobs", jobs, 1)
     if executor is not None and executor not in ("local", "slurm"):
         raise BadInput(f"expected local or slurm, got {executor!r}", key="--executor")
     settings = load_settings(config)

@@ -1,0 +1,85 @@
+"""A stand-in for ``run_isolated`` in runner tests: fast, scripted statuses, and a record of what ran.
+
+Also a script (``python tests/runner_fakes.py SUITE OUT DELAY``) that runs a suite with it,
+for tests that interrupt a real process (SIGINT, SIGKILL) in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from topk_bench.case import Budget, Case, Measurement
+
+SUITE = """
+name = "{name}"
+workload = "mha"
+causal = true
+[shape]
+d_model = 8
+heads = 2
+[sweep]
+seq_len = [16, 32, 64, 128]
+[[impl]]
+name = "vanilla"
+[[impl]]
+name = "qchunk"
+chunk_size = 8
+"""
+
+
+def write_suite(directory: Path, name: str = "fake", text: str = SUITE) -> Path:
+    path = directory / f"{name}.toml"
+    path.write_text(text.format(name=name))
+    return path
+
+
+class FakeRun:
+    """``run(case, budget) -> Measurement``; ``status(case)`` scripts the outcome, ``ran`` records the cases."""
+
+    def __init__(self, status: Callable[[Case], str] = lambda case: "ok", delay_s: float = 0.0,
+                 extra: Callable[[Case], dict] = lambda case: {}):
+        self.status, self.delay_s, self.extra = status, delay_s, extra
+        self.ran: list[Case] = []
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, case: Case, budget: Budget) -> Measurement:
+        with self._lock:
+            self.ran.append(case)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            time.sleep(self.delay_s)
+            status = self.status(case)
+            length = case.param_dict.get("seq_len", 1)
+            ok = status == "ok"
+            return Measurement(
+                status=status, error="" if ok else f"scripted {status}",
+                peak_bytes=length * 1000 if ok else None, baseline_bytes=100 if ok else None,
+                times_s=[0.001 * length, 0.002 * length, 0.003 * length] if ok else [],
+                device_name="fake cpu", metadata={"torch_version": "fake", "git_sha": "abc"},
+                extra=self.extra(case),
+            )
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+def main(suite: str, out: str, delay_s: str) -> None:
+    from topk_bench import runner
+    from topk_bench.executors import LocalExecutor
+
+    try:
+        runner.run(suite, out=out, device="cpu", progress=False,
+                   executor_obj=LocalExecutor(run=FakeRun(delay_s=float(delay_s))))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

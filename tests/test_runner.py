@@ -1,0 +1,270 @@
+"""The runner with a scripted executor: CSV and meta.json, resume, skip-larger, lock, predict, interruption."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import filelock
+import pytest
+
+from runner_fakes import FakeRun, write_suite
+from topk_bench import load_results, runner
+from topk_bench.errors import BadInput
+from topk_bench.executors import LocalExecutor
+from topk_bench.results import REQUIRED_COLUMNS
+
+HERE = Path(__file__).parent
+
+
+def run(suite, out, fake, **kwargs):
+    return runner.run(suite, out=out, device="cpu", progress=False, executor_obj=LocalExecutor(run=fake), **kwargs)
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_writes_one_row_per_case_with_required_columns_first_and_meta(tmp_path):
+    suite = write_suite(tmp_path)
+    result = run(suite, tmp_path / "out", FakeRun())
+    header = next(csv.reader(open(result.csv_path)))
+    assert tuple(header[: len(REQUIRED_COLUMNS)]) == REQUIRED_COLUMNS
+    assert header[len(REQUIRED_COLUMNS):][:3] == ["seq_len", "batch", "d_model"]
+    assert {"heads", "chunk_size", "causal", "activation", "dtype"} <= set(header)
+    written = rows(result.csv_path)
+    assert len(written) == 8 and len({r["case_id"] for r in written}) == 8
+    first = written[0]
+    assert first["status"] == "ok" and first["method"] == "measured" and first["device"] == "cpu"
+    assert first["times_s"] == "0.016;0.032;0.048" and float(first["time_median_s"]) == pytest.approx(0.032)
+    assert first["repeats"] == "3" and first["causal"] == "True"
+    qchunk = [r for r in written if r["impl"] == "qchunk"]
+    assert {r["chunk_size"] for r in qchunk} == {"8"} and {r["chunk_size"] for r in written if r["impl"] == "vanilla"} == {""}
+    meta = json.loads((tmp_path / "out" / "fake.meta.json").read_text())
+    assert meta["suite"] == "fake" and meta["workload"] == "mha"
+    assert meta["plot"] == {"x": "seq_len", "x_label": None, "log_x": 0, "log_y": False, "panels": [],
+                            "metrics": ["memory", "time"], "renderer": None}
+    assert result.written == {"ok": 8}
+
+
+def test_sizes_run_smallest_first_for_every_implementation(tmp_path):
+    fake = FakeRun()
+    run(write_suite(tmp_path), tmp_path / "out", fake)
+    lengths = [c.param_dict["seq_len"] for c in fake.ran]
+    assert lengths == sorted(lengths)
+
+
+def test_resume_measures_only_missing_cases_and_no_resume_starts_over(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    run(suite, out, FakeRun())
+    csv_path = out / "fake.csv"
+    again = FakeRun()
+    run(suite, out, again)
+    assert again.ran == [] and len(rows(csv_path)) == 8
+
+    kept = rows(csv_path)
+    removed = kept.pop(3)
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(removed))
+        writer.writeheader()
+        writer.writerows(kept)
+    third = FakeRun()
+    run(suite, out, third)
+    assert [c.case_id for c in third.ran] == [removed["case_id"]]
+    assert sorted(r["case_id"] for r in rows(csv_path)) == sorted(r["case_id"] for r in kept + [removed])
+
+    fresh = FakeRun()
+    run(suite, out, fresh, resume=False)
+    assert len(fresh.ran) == 8 and len(rows(csv_path)) == 8
+
+
+def test_more_repeats_resume_but_another_device_or_method_is_a_new_case(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    run(suite, out, FakeRun())
+    more = FakeRun()
+    run(suite, out, more, repeats=5)
+    assert more.ran == []
+    predicted = FakeRun()
+    run(suite, out, predicted, predict=True)
+    assert len(predicted.ran) == 8 and {c.method for c in predicted.ran} == {"predicted"}
+    assert len(rows(out / "fake.csv")) == 16
+
+
+@pytest.mark.parametrize("status", ["oom", "over_budget", "timeout"])
+def test_larger_sizes_are_skipped_after_a_budget_failure_without_running(tmp_path, status):
+    fake = FakeRun(lambda c: status if c.impl == "vanilla" and c.param_dict["seq_len"] >= 32 else "ok")
+    result = run(write_suite(tmp_path), tmp_path / "out", fake)
+    ran = {(c.impl, c.param_dict["seq_len"]) for c in fake.ran}
+    assert ("vanilla", 64) not in ran and ("vanilla", 128) not in ran
+    assert {("qchunk", n) for n in (16, 32, 64, 128)} <= ran
+    by_size = {(r["impl"], int(r["seq_len"])): r for r in rows(result.csv_path)}
+    assert by_size[("vanilla", 32)]["status"] == status
+    for n in (64, 128):
+        assert by_size[("vanilla", n)]["status"] == "skipped"
+        assert f"vanilla hit {status} at seq_len=32" in by_size[("vanilla", n)]["error"]
+    assert result.written == {"ok": 5, status: 1, "skipped": 2}
+
+
+def test_crashes_and_errors_do_not_skip_larger_sizes(tmp_path):
+    fake = FakeRun(lambda c: "crashed" if c.impl == "vanilla" and c.param_dict["seq_len"] == 32 else "ok")
+    run(write_suite(tmp_path), tmp_path / "out", fake)
+    assert len(fake.ran) == 8
+
+
+def test_skip_rule_applies_on_resume_from_rows_of_an_earlier_run(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    run(suite, out, FakeRun(lambda c: "oom" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 32 else "ok"))
+    csv_path = out / "fake.csv"
+    kept = [r for r in rows(csv_path) if r["status"] != "skipped"]
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(kept[0]))
+        writer.writeheader()
+        writer.writerows(kept)
+    again = FakeRun()
+    result = run(suite, out, again)
+    assert again.ran == [] and result.written == {"skipped": 2}
+
+
+def test_with_several_jobs_a_larger_size_waits_for_the_smaller_one(tmp_path):
+    fake = FakeRun(lambda c: "oom" if c.param_dict["seq_len"] >= 32 else "ok", delay_s=0.05)
+    result = runner.run(write_suite(tmp_path), out=tmp_path / "out", device="cpu", progress=False,
+                        executor_obj=LocalExecutor(jobs=4, run=fake))
+    assert 1 < fake.max_active <= 2  # two implementations in parallel, never two sizes of one
+    assert len(fake.ran) == 4 and result.written == {"ok": 2, "oom": 2, "skipped": 4}
+
+
+def test_a_second_run_on_the_same_file_is_refused_while_the_first_holds_the_lock(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    out.mkdir()
+    with filelock.FileLock(out / ".fake.csv.lock"):
+        with pytest.raises(BadInput, match="another topk-bench run is writing this file"):
+            run(suite, out, FakeRun())
+    assert not (out / "fake.csv").exists()
+    run(suite, out, FakeRun())  # lock released: runs
+    assert len(rows(out / "fake.csv")) == 8
+
+
+def test_two_concurrent_processes_leave_one_intact_file_without_duplicates(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "0.5"]
+    procs = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = sorted((p.wait(60), p.stderr.read()) for p in procs)
+    assert results[0][0] == 0
+    assert results[1][0] == 1 and "another topk-bench run is writing this file" in results[1][1]
+    written = rows(out / "fake.csv")
+    assert len(written) == 8 and len({r["case_id"] for r in written}) == 8
+
+
+def test_extra_measurement_columns_widen_the_header_keeping_earlier_rows(tmp_path):
+    fake = FakeRun(extra=lambda c: {"rel_err": 0.5} if c.param_dict["seq_len"] == 64 else {})
+    result = run(write_suite(tmp_path), tmp_path / "out", fake)
+    written = rows(result.csv_path)
+    assert len(written) == 8 and list(written[0])[-1] == "rel_err"
+    assert [r["rel_err"] for r in written if r["seq_len"] == "64"] == ["0.5", "0.5"]
+    assert all(r["rel_err"] == "" for r in written if r["seq_len"] != "64")
+
+
+def test_predict_marks_unpredictable_implementations_unsupported_without_running(tmp_path, monkeypatch):
+    plugin = tmp_path / "eager_attention.py"
+    plugin.write_text(
+        "import implementations\n"
+        "from implementations import Implementation\n"
+        "def eager(q, k, v, *, causal=False, activation='softmax'):\n"
+        "    return implementations.get('vanilla')(q, k, v, causal=causal, activation=activation)\n"
+        "implementations.register(Implementation(name='eager_test_impl', fn=eager, description='data-dependent',"
+        " predictable=False))\n"
+    )
+    suite = write_suite(tmp_path, text='plugins = ["eager_attention.py"]\n' + 'name = "{name}"\nworkload = "mha"\n'
+                        '[sweep]\nseq_len = [16, 32]\n[[impl]]\nname = "eager_test_impl"\n[[impl]]\nname = "vanilla"\n')
+    fake = FakeRun()
+    result = run(suite, tmp_path / "out", fake, predict=True)
+    assert {c.impl for c in fake.ran} == {"vanilla"}
+    unsupported = [r for r in rows(result.csv_path) if r["impl"] == "eager_test_impl"]
+    assert [r["status"] for r in unsupported] == ["unsupported", "unsupported"]
+    assert all(r["method"] == "predicted" and "cannot be predicted" in r["error"] for r in unsupported)
+    assert {c.plugins for c in fake.ran} == {(str(plugin.resolve()),)}
+
+
+def test_cpu_memory_budget_never_exceeds_available_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "available_memory_bytes", lambda: 2**30)
+    plan = runner.plan(write_suite(tmp_path), device="cpu", max_memory_gib=30)
+    assert plan.budget.max_memory_bytes == 2**30 and any("capped" in n for n in plan.notes)
+    predicted = runner.plan(write_suite(tmp_path), predict=True, max_memory_gib=30)
+    assert predicted.budget.max_memory_bytes == 30 * 2**30  # predicting allocates nothing
+
+
+def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):
+    (tmp_path / "bench.toml").write_text('repeats = 7\nwarmup = 2\nmax_case_seconds = 11\nresults_dir = "res"\n'
+                                         '[executor]\njobs = 3\n')
+    suite = write_suite(tmp_path, text='name = "{name}"\nworkload = "mha"\nwarmup = 4\n[sweep]\nseq_len = [16]\n'
+                        '[[impl]]\nname = "vanilla"\n')
+    monkeypatch.chdir(tmp_path)
+    plan = runner.plan(suite, device="cpu")
+    case = plan.cases[0]
+    assert (case.repeats, case.warmup, plan.budget.max_seconds) == (7, 4, 11)
+    assert plan.csv_path == tmp_path / "res" / "fake.csv" and plan.executor.jobs == 3
+    assert any("compete for cores" in n for n in plan.notes)
+    plan = runner.plan(suite, device="cpu", repeats=2, warmup=0, max_case_seconds=5, jobs=1, out=tmp_path / "o")
+    case = plan.cases[0]
+    assert (case.repeats, case.warmup, plan.budget.max_seconds, plan.executor.jobs) == (2, 0, 5, 1)
+    assert plan.csv_path == tmp_path / "o" / "fake.csv" and not any("compete" in n for n in plan.notes)
+
+
+def test_run_suite_and_load_results_return_dataframes(tmp_path, monkeypatch):
+    import topk_bench
+    from topk_bench import executors
+
+    fake = FakeRun()
+    real = executors.LocalExecutor
+    monkeypatch.setattr(runner, "get_executor", lambda settings: real(jobs=settings.jobs, run=fake))
+    frame = topk_bench.run_suite(write_suite(tmp_path), out=tmp_path / "out", device="cpu")
+    assert len(frame) == 8 and list(frame.columns[: len(REQUIRED_COLUMNS)]) == list(REQUIRED_COLUMNS)
+    assert frame["seq_len"].tolist() == [16, 16, 32, 32, 64, 64, 128, 128]
+    loaded = load_results(tmp_path / "out")
+    assert loaded["case_id"].tolist() == frame["case_id"].tolist()
+    with pytest.raises(TypeError):
+        topk_bench.run_suite(write_suite(tmp_path), no_such_override=1)
+
+
+# ------------------------------------------------------------------ interruption
+
+
+def _wait_rows(path: Path, n: int, proc: subprocess.Popen, limit_s: float = 60) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if path.exists() and len(rows(path)) >= n:
+            return
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {n} rows after {limit_s} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_run_keeps_complete_rows_and_a_rerun_completes_without_duplicates(tmp_path, sig):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    csv_path = out / "fake.csv"
+    command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "0.3"]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    _wait_rows(csv_path, 3, proc)
+    proc.send_signal(sig)
+    code = proc.wait(30)
+    assert code == (130 if sig == signal.SIGINT else -signal.SIGKILL)
+    assert "Traceback" not in proc.stderr.read()
+    kept = rows(csv_path)
+    assert 3 <= len(kept) < 8
+    header = next(csv.reader(open(csv_path)))
+    assert all(None not in r and len(r) == len(header) and r["status"] == "ok" for r in kept)
+    assert open(csv_path, "rb").read().endswith(b"\n")
+
+    again = subprocess.run(command[:-1] + ["0"], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    final = rows(csv_path)
+    assert len(final) == 8 and len({r["case_id"] for r in final}) == 8
+    assert final[: len(kept)] == kept  # rows already written are untouched

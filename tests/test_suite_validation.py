@@ -1,0 +1,177 @@
+"""Every malformed suite (or bench.toml, or flag): exit code 2, one line naming file and key, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from topk_bench.cli import main
+
+GOOD = """
+name = "bad"
+workload = "mha"
+causal = true
+[shape]
+d_model = 8
+heads = 2
+[sweep]
+seq_len = [16, 32]
+[[impl]]
+name = "topk"
+topk = 4
+chunk_size = 8
+[plot]
+x = "seq_len"
+"""
+
+# (what is wrong, how the good suite is edited, the key named, words of the message)
+CASES = [
+    ("unknown top-level key", lambda s: s.replace('name = "bad"', 'name = "bad"\nrepeat = 3'), "repeat",
+     "unknown key (expected one of:"),
+    ("unknown key in [plot]", lambda s: s + 'colour = "red"\n', "plot.colour", "unknown key"),
+    ("wrong type of a size", lambda s: s.replace("[16, 32]", '["16", 32]'), "sweep.seq_len[0]", "valid integer"),
+    ("wrong type of a flag", lambda s: s.replace("causal = true", 'causal = "yes"'), "causal", "valid boolean"),
+    ("wrong type of an option", lambda s: s.replace("topk = 4", 'topk = "4"'), "impl[0] (topk).topk", "integer"),
+    ("zero size in [shape]", lambda s: s.replace("heads = 2", "heads = 2\nbatch = 0"), "shape.batch", "positive integer"),
+    ("negative swept size", lambda s: s.replace("[16, 32]", "[16, -32]"), "sweep.seq_len", "positive integer"),
+    ("topk < 1", lambda s: s.replace("topk = 4", "topk = 0"), "impl[0] (topk).topk", ">= 1"),
+    ("chunk_size < 1", lambda s: s.replace("chunk_size = 8", "chunk_size = 0"), "impl[0] (topk).chunk_size", ">= 1"),
+    ("unknown implementation", lambda s: s.replace('name = "topk"', 'name = "toppk"'), "impl[0] (toppk).name",
+     "unknown implementation 'toppk'"),
+    ("unknown option", lambda s: s.replace("topk = 4", "topk = 4\nk = 4"), "impl[0] (topk).k", "has no option 'k'"),
+    ("activation not supported", lambda s: s.replace('name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "sdpa"')
+     .replace("causal = true", 'activation = "relu"'), "impl[0] (sdpa)", "does not support activation 'relu'"),
+    ("causal masking not supported", lambda s: 'plugins = ["noncausal_attention.py"]\n' + s.replace(
+        'name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "noncausal_test_impl"'), "impl[0] (noncausal_test_impl)",
+     "does not support causal masking"),
+    ("empty sweep list", lambda s: s.replace("[16, 32]", "[]"), "sweep.seq_len", "non-empty"),
+    ("empty [sweep] table", lambda s: s.replace("seq_len = [16, 32]", ""), "sweep", "expected at least 1 entry"),
+    ("no [[impl]]", lambda s: s[: s.index("[[impl]]")], "impl", "missing required key"),
+    ("unknown workload", lambda s: s.replace('workload = "mha"', 'workload = "attention"'), "workload",
+     "'mha', 'ff', 'decoder' or 'pretrained'"),
+    ("unknown shape parameter", lambda s: s.replace("heads = 2", "heads = 2\nlength = 4"), "shape.length",
+     "unknown shape parameter"),
+    ("swept key nobody has", lambda s: s.replace("seq_len = [16, 32]", "seq_len = [16]\nnb_features = [4]"),
+     "sweep.nb_features", "nor an option of implementation 'topk'"),
+    ("heads do not divide d_model", lambda s: s.replace("heads = 2", "heads = 3"), "shape.heads", "divisible"),
+    ("plot.x not a parameter", lambda s: s.replace('x = "seq_len"', 'x = "length"'), "plot.x", "suite parameter"),
+    ("bad panel", lambda s: s + "panels = [[4096, 512]]\n", "plot.panels", "xmin < xmax"),
+    ("feedforward outside the decoder", lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\nfeedforward = "qchunk"'),
+     "impl[0] (topk).feedforward", "decoder workload only"),
+    ("causal feed-forward", lambda s: s.replace('workload = "mha"', 'workload = "ff"'), "causal", "no mask"),
+    ("missing plug-in", lambda s: 'plugins = ["no_such_plugin_module_xyz"]\n' + s, "plugins", "cannot import"),
+    ("invalid TOML", lambda s: s.replace("[shape]", "[shape"), None, "invalid TOML"),
+    ("unreadable file", lambda s: b"\xff\xfe\x00 not utf-8", None, "unreadable"),
+]
+
+
+@pytest.fixture
+def noncausal_plugin(tmp_path):
+    (tmp_path / "noncausal_attention.py").write_text(
+        "import implementations\n"
+        "from implementations import Implementation\n"
+        "implementations.register(Implementation(name='noncausal_test_impl', fn=implementations.get('vanilla'),\n"
+        "    description='no mask', causal=False))\n"
+    )
+
+
+def cli(capsys, *argv) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("what,edit,key,words", CASES, ids=[c[0] for c in CASES])
+def test_malformed_suite_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, noncausal_plugin, what, edit, key, words):
+    suite = tmp_path / "bad.toml"
+    text = edit(GOOD)
+    suite.write_bytes(text if isinstance(text, bytes) else text.encode())
+    out = tmp_path / "out"
+    code, err = cli(capsys, "run", str(suite), "--out", str(out))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"topk-bench: error: {suite}: ")
+    if key is not None:
+        assert f"{suite}: {key}: " in lines[0]
+    assert words in lines[0]
+    assert not out.exists()
+
+
+def test_the_good_suite_is_valid(tmp_path, noncausal_plugin):
+    from topk_bench.config import load_suite
+
+    (tmp_path / "good.toml").write_text(GOOD)
+    assert load_suite(tmp_path / "good.toml").impl[0].options == {"topk": 4, "chunk_size": 8}
+
+
+def test_missing_suite_file(tmp_path, capsys):
+    code, err = cli(capsys, "run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "out"))
+    assert code == 2 and err.strip() == f"topk-bench: error: {tmp_path / 'nope.toml'}: file not found"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text,key,words", [
+    ("repeats = 0\n", "repeats", "greater than or equal to 1"),
+    ("devise = 'cpu'\n", "devise", "unknown key"),
+    ("[executor]\nkind = 'cloud'\n", "executor.kind", "'local' or 'slurm'"),
+    ("max_memory_gib = 'lots'\n", "max_memory_gib", "valid number"),
+])
+def test_malformed_bench_toml(tmp_path, capsys, text, key, words):
+    config = tmp_path / "bench.toml"
+    config.write_text(text)
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    code, err = cli(capsys, "run", str(suite), "--config", str(config), "--out", str(tmp_path / "out"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{config}: {key}: " in err and words in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags,key", [
+    (["--repeats", "0"], "--repeats"),
+    (["--max-memory", "0"], "--max-memory"),
+    (["--max-case-seconds", "-1"], "--max-case-seconds"),
+    (["--jobs", "0"], "--jobs"),
+    (["--device", "tpu"], "--device"),
+    (["--executor", "cloud"], "--executor"),
+])
+def test_bad_flags(tmp_path, capsys, flags, key):
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), *flags)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"error: {key}: " in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cuda_requested_without_a_gpu(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--device", "cuda")
+    assert code == 2 and "no CUDA device is available" in err
+
+
+def test_slurm_executor_unavailable_is_bad_input(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "topk_bench.slurm", None)  # as if the module were absent
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--executor", "slurm")
+    assert code == 2 and "executor.kind: slurm executor not available" in err
+
+
+def test_a_real_process_prints_no_traceback(tmp_path):
+    suite = tmp_path / "bad.toml"
+    suite.write_text(GOOD.replace("topk = 4", "topk = 0"))
+    result = subprocess.run([sys.executable, "-m", "topk_bench", "run", str(suite), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"topk-bench: error: {suite}: impl[0] (topk).topk: expected an integer >= 1, got 0"]
+    assert not (tmp_path / "out").exists() and not list(Path(tmp_path).glob("results*"))
