@@ -31,13 +31,21 @@ def fail(q, k, v, *, causal=False, activation="softmax"):
     raise ValueError("test_raise failed on purpose")
 
 
-def sleepy(q, k, v, *, causal=False, activation="softmax", seconds=60.0):
+def sleepy(q, k, v, *, causal=False, activation="softmax", seconds=60.0, pid_file=""):
+    """Sleeps past any small time budget; writes its process id first when asked (to check it is gone later)."""
+    if pid_file:
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
     time.sleep(seconds)
     return q
 
 
 def abort(q, k, v, *, causal=False, activation="softmax"):
     os.abort()
+
+
+def leave(q, k, v, *, causal=False, activation="softmax"):
+    os._exit(3)  # no result, no traceback
 
 
 def opaque(q, k, v, *, causal=False, activation="softmax"):
@@ -48,7 +56,8 @@ _IMPLS = [
     Implementation("test_hog", hog, "allocates past the budget", options={"nbytes": 256 << 20}),
     Implementation("test_huge", huge, "allocation failure"),
     Implementation("test_raise", fail, "raises ValueError"),
-    Implementation("test_sleep", sleepy, "sleeps past the time budget", options={"seconds": 60.0}),
+    Implementation("test_sleep", sleepy, "sleeps past the time budget", options={"seconds": 60.0, "pid_file": ""}),
+    Implementation("test_exit", leave, "exits the process with code 3"),
     Implementation("test_abort", abort, "calls os.abort()"),
     Implementation("test_unpredictable", opaque, "declared not predictable", predictable=False),
 ]
