@@ -194,4 +194,9 @@ def measure(case: Case, budget: Budget | None = None) -> Measurement:
     backend = backend_of(case)
     if backend not in BACKENDS:
         raise ValueError(f"unknown device {case.device!r} (known: cpu, cuda)")
-    return BACKENDS[backend](case, budget or Budget())
+    result = BACKENDS[backend](case, budget or Budget())
+    # Fidelity columns (rel_err, grad_cos, emb_cos, ...), outside the measured region.
+    from topk_bench.fidelity_case import extra_columns  # it imports this module
+
+    result.extra.update(extra_columns(case, budget or Budget()))
+    return result

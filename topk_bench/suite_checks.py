@@ -150,9 +150,10 @@ def check_suite(suite: Suite, path: Path) -> None:
         entries.append((workload, impl))
         _check_capabilities(impl, activation, causal, path, key)
         _check_options(impl, entry.options, path, key)
-        if workload != "decoder":
+        if workload not in ("decoder", "pretrained"):
             if entry.feedforward is not None or entry.feedforward_options:
-                raise BadInput("feedforward is for the decoder workload only", file=path, key=f"{key}.feedforward")
+                raise BadInput("feedforward is for the decoder and pretrained workloads only", file=path,
+                               key=f"{key}.feedforward")
             continue
         if entry.feedforward_options and entry.feedforward is None:
             raise BadInput("feedforward_options without feedforward", file=path, key=f"{key}.feedforward_options")
@@ -161,6 +162,10 @@ def check_suite(suite: Suite, path: Path) -> None:
         _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options")
 
     workloads = {w for w, _ in entries}
+    if "pretrained" in workloads:  # its model comes with an optional extra: say so before running anything
+        from topk_bench.pretrained import require_extra
+
+        require_extra(path)
     _check_shape(suite, path, workloads)
     _check_sweep(suite, path, entries)
     _check_heads(suite, path, workloads)

@@ -44,8 +44,17 @@ def _case(suite: Suite, entry, swept: dict[str, Any], **fields: Any) -> Case:
     params = dict(shape_params or {})
     params.update({k: v for k, v in suite.shape.items() if shape_params is None or k in shape_params})
     given = dict(entry.options)
+    # pretrained: `feedforward` replaces the model's FF (none: it keeps its own); a swept key goes to
+    # the implementation(s) having that option (topk at attention or at FF), else it is a parameter.
+    ff_spec = implementations.spec(entry.feedforward) if workload == "pretrained" and entry.feedforward else None
+    ff_given = dict(entry.feedforward_options)
     for key, value in swept.items():
-        if shape_params is None or key in shape_params:
+        if shape_params is None and (key in impl.options or (ff_spec and key in ff_spec.options)):
+            if key in impl.options:
+                given[key] = value
+            if ff_spec and key in ff_spec.options:
+                ff_given[key] = value
+        elif shape_params is None or key in shape_params:
             params[key] = value
         else:
             given[key] = value
@@ -54,6 +63,8 @@ def _case(suite: Suite, entry, swept: dict[str, Any], **fields: Any) -> Case:
     if workload == "decoder":
         ff_impl = entry.feedforward or "vanilla"
         ff_options = _options(implementations.spec(ff_impl), entry.feedforward_options)
+    elif ff_spec is not None:
+        ff_impl, ff_options = ff_spec.name, _options(ff_spec, ff_given)
     return Case.make(
         suite=suite.name, workload=workload, impl=entry.name, params=params, options=options,
         ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, impl, options, workload),

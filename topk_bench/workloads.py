@@ -92,6 +92,14 @@ def build_decoder(case: Case, device: torch.device, dtype: torch.dtype) -> Workl
     return Workload(model, (hidden_states(p, device, dtype),))
 
 
+@workload("pretrained")
+def build_pretrained(case: Case, device: torch.device, dtype: torch.dtype) -> Workload:
+    """all-MiniLM-L6-v2 encoding the shipped corpus, sublayers replaced (needs the 'pretrained' extra)."""
+    from topk_bench import pretrained_workload  # imports transformers: only when asked for
+
+    return pretrained_workload.build(case, device, dtype)
+
+
 def build(case: Case, device: torch.device | str, dtype: torch.dtype) -> Workload:
     """Seeded from ``case.seed``: the same case always gets the same weights and inputs."""
     try:
