@@ -151,6 +151,7 @@ def test_a_second_run_on_the_same_file_is_refused_while_the_first_holds_the_lock
     assert len(rows(out / "fake.csv")) == 8
 
 
+@pytest.mark.slow
 def test_two_concurrent_processes_leave_one_intact_file_without_duplicates(tmp_path):
     suite, out = write_suite(tmp_path), tmp_path / "out"
     command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "0.5"]
@@ -246,6 +247,7 @@ def _wait_rows(path: Path, n: int, proc: subprocess.Popen, limit_s: float = 60) 
     raise AssertionError(f"fewer than {n} rows after {limit_s} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_run_keeps_complete_rows_and_a_rerun_completes_without_duplicates(tmp_path, sig):
     suite, out = write_suite(tmp_path), tmp_path / "out"

@@ -91,7 +91,7 @@ class PlotSection(_Strict):
     @classmethod
     def _base(cls, value: int) -> int:
         if value == 1:
-            raise ValueError("0 (linear) or a log base of at least 2")
+            raise ValueError(f"0 (linear) or a log base of at least 2, got {value}")
         return value
 
     @field_validator("panels")

@@ -1,0 +1,92 @@
+"""The shipped suites load and expand to the paper's settings (§3 and the appendix); sweep expansion rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topk_bench import runner, sweep
+from topk_bench.config import load_suite
+
+SUITES = Path(__file__).resolve().parent.parent / "suites"
+
+
+def plan(name: str, **kwargs):
+    return runner.plan(SUITES / f"{name}.toml", device="cpu", **kwargs)
+
+
+@pytest.mark.parametrize("path", sorted(SUITES.glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_suite_is_valid(path):
+    p = runner.plan(path, predict=True)
+    assert p.cases and len({c.case_id for c in p.cases}) == len(p.cases)
+
+
+def test_mha_is_figure_1():
+    p = plan("mha")
+    assert {c.workload for c in p.cases} == {"mha"} and all(c.causal and c.mode == "fwd_bwd" for c in p.cases)
+    assert sorted({c.param_dict["seq_len"] for c in p.cases}) == [2**i for i in range(9, 17)]
+    assert {(c.param_dict["batch"], c.param_dict["d_model"], c.param_dict["heads"]) for c in p.cases} == {(1, 768, 12)}
+    options = {c.impl: c.option_dict for c in p.cases}
+    assert set(options) == {"vanilla", "performer", "qchunk", "topk", "sdpa"}
+    assert options["performer"]["nb_features"] == 256 and options["qchunk"]["chunk_size"] == 1024
+    assert (options["topk"]["topk"], options["topk"]["chunk_size"]) == (128, 1024)
+    assert runner.meta(p.suite)["plot"]["panels"] == [[512, 4096], [4096, 65536]]
+
+
+def test_chunk_size_is_figure_2_with_the_chunk_size_as_a_swept_option():
+    p = plan("chunk_size")
+    assert all(not c.causal and c.mode == "fwd" and c.param_dict["seq_len"] == 65536 for c in p.cases)
+    qchunk = [c for c in p.cases if c.impl == "qchunk"]
+    assert [c.option_dict["chunk_size"] for c in qchunk] == [2**i for i in range(7, 14)]
+    assert {c.label for c in qchunk} == {"Q-chunking"}  # one curve, not one legend per chunk size
+    assert "chunk_size" in p.header and runner.meta(p.suite)["plot"]["x"] == "chunk_size"
+
+
+def test_ff_is_figure_3b_and_ff_sparse_adds_topk_sparse():
+    p = plan("ff")
+    assert all(c.activation == "relu" and not c.causal for c in p.cases)
+    assert {(c.param_dict["batch"], c.param_dict["seq_len"], c.param_dict["d_model"]) for c in p.cases} == {(512, 512, 768)}
+    assert sorted({c.param_dict["d_ff"] for c in p.cases}) == [2**i for i in range(11, 17)]
+    options = {c.impl: c.option_dict for c in p.cases}
+    assert options["qchunk"]["chunk_size"] == 2**14 and (options["topk"]["topk"], options["topk"]["chunk_size"]) == (512, 2**14)
+    sparse = plan("ff_sparse")
+    assert {c.impl for c in sparse.cases} == {"vanilla", "qchunk", "topk", "topk_sparse"}
+
+
+def test_decoder_is_figure_3a():
+    p = plan("decoder")
+    assert all(c.param_dict["layers"] == 12 and c.param_dict["batch"] == 1 and c.causal for c in p.cases)
+    assert max(c.param_dict["seq_len"] for c in p.cases) == 32768
+    topk = next(c for c in p.cases if c.impl == "topk")
+    assert (topk.option_dict["topk"], topk.option_dict["chunk_size"]) == (64, 1024)
+    assert topk.ff_impl == "qchunk" and topk.ff_option_dict == {"chunk_size": 4096}
+    assert next(c for c in p.cases if c.impl == "vanilla").ff_impl == "vanilla"
+    assert {"ff_impl", "ff_chunk_size", "layers"} <= set(p.header)
+
+
+def test_smoke_covers_every_workload_and_implementation():
+    import implementations
+
+    p = plan("smoke")
+    assert {c.workload for c in p.cases} == {"mha", "ff", "decoder"}
+    paper = {"vanilla", "qchunk", "topk", "topk_sparse", "performer", "sdpa"}
+    assert paper <= {c.impl for c in p.cases} and paper <= set(implementations.names())
+    ff = next(c for c in p.cases if c.workload == "ff")
+    assert not ff.causal and ff.activation == "relu" and "heads" not in ff.param_dict
+    assert next(c for c in p.cases if c.workload == "decoder").param_dict["layers"] == 2
+
+
+def test_larger_means_same_implementation_and_options_and_every_swept_value_at_least_as_large(tmp_path):
+    (tmp_path / "s.toml").write_text(
+        'name = "s"\nworkload = "mha"\n[sweep]\nseq_len = [16, 32]\nchunk_size = [4, 8]\n'
+        '[[impl]]\nname = "qchunk"\n[[impl]]\nname = "topk"\ntopk = 2\n')
+    cases = runner.plan(tmp_path / "s.toml", device="cpu").cases
+    keys = ["seq_len", "chunk_size"]
+    get = {(c.impl, sweep.size(c, keys)): c for c in cases}
+    small = get[("qchunk", (16, 4))]
+    assert sweep.larger(get[("qchunk", (32, 4))], small, keys)
+    assert sweep.larger(get[("qchunk", (32, 8))], small, keys)
+    assert not sweep.larger(get[("qchunk", (16, 4))], small, keys)
+    assert not sweep.larger(get[("topk", (32, 8))], small, keys)
+    assert not sweep.larger(get[("qchunk", (16, 8))], get[("qchunk", (32, 4))], keys)  # incomparable
