@@ -3,14 +3,15 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from topk_bench.cli import main
 from topk_bench.compare import Thresholds, compare_frames, load
-from topk_bench.results import REQUIRED_COLUMNS
-from topk_bench.stats import Verdict
+from topk_bench.results import REQUIRED_COLUMNS, load_results
+from topk_bench.stats import Verdict, min_samples_for
 
 
 def run_compare(*args):
@@ -30,10 +31,19 @@ def scale_times(frame, factor, rows=None):
 
 # --- must show: controlled variants of a real run -------------------------------------------------
 
+REAL_RUN = Path(__file__).parent / "data" / "compare_run.csv"
+
+
+@pytest.fixture
+def real_run():
+    """A measured CPU run by the real runner (tests/data/compare_run.toml says how to regenerate it)."""
+    return REAL_RUN
+
+
 @pytest.fixture
 def variant(real_run, tmp_path):
     """Write a modified copy of the real run and compare it against the original: returns (exit code, stdout)."""
-    base = pd.read_csv(real_run, dtype={"times_s": str})
+    base = load_results(real_run)
 
     def compare_with(change, capsys):
         new_path = tmp_path / "new.csv"
@@ -45,10 +55,10 @@ def variant(real_run, tmp_path):
 
 
 def test_real_run_is_timed_enough_for_the_test(real_run):
-    frame = pd.read_csv(real_run, dtype={"times_s": str})
-    ok = frame[frame.status == "ok"]
-    assert len(ok) >= 2
-    assert all(len(t.split(";")) >= 7 for t in ok.times_s)
+    frame = load_results(real_run)
+    ok = frame[(frame.status == "ok") & (frame.method == "measured")]
+    assert len(ok) == len(frame) >= 2
+    assert all(len(t.split(";")) >= min_samples_for(0.002) for t in ok.times_s)
 
 
 def test_unchanged_exits_0(variant, capsys):
@@ -59,16 +69,17 @@ def test_unchanged_exits_0(variant, capsys):
 
 
 def test_all_times_x3_exits_1(variant, capsys):
-    _, compare_with = variant
+    base, compare_with = variant
     code, out = compare_with(lambda f: scale_times(f, 3.0), capsys)
     assert code == 1, out
-    assert "REGRESSION" in out and "(×3.000)" in out
+    assert f"{len(base)} regression" in out and "(×3.000)" in out
 
 
 def test_times_x1_02_exits_0(variant, capsys):
-    _, compare_with = variant
+    base, compare_with = variant
     code, out = compare_with(lambda f: scale_times(f, 1.02), capsys)
     assert code == 0, out
+    assert f"{len(base)} unchanged" in out
 
 
 def test_one_peak_x1_10_exits_1(variant, capsys):
@@ -102,8 +113,7 @@ def test_faster_exits_0_and_is_reported_as_improvement(variant, capsys):
     base, compare_with = variant
     code, out = compare_with(lambda f: scale_times(f, 1 / 3), capsys)
     assert code == 0, out
-    n_ok = int((base.status == "ok").sum())
-    assert f"{n_ok} improvement" in out
+    assert f"{len(base)} improvement" in out and "0 regression" in out
 
 
 # --- rules and inputs on constructed rows ---------------------------------------------------------
@@ -118,9 +128,7 @@ def make_row(case_id, *, device="cpu", status="ok", peak=1_000_000, reserved=Non
 
 
 def frame(*rows):
-    data = pd.DataFrame(list(rows)).set_index("case_id", drop=False)
-    data["_source"] = "test.csv"
-    return data
+    return pd.DataFrame(list(rows)).set_index("case_id", drop=False)
 
 
 def test_reserved_bytes_has_its_own_looser_factor_on_cuda_only():
@@ -190,7 +198,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     pd.DataFrame([make_row("z")]).to_csv(other, index=False)
     cases = [
         ((tmp_path / "missing.csv", good), "missing.csv: no such file"),
-        ((no_columns, good), "no_columns.csv: missing required column(s) label, status"),
+        ((no_columns, good), "no_columns.csv: not a topk-bench results file: no column 'suite'"),
         ((good, bad_times), "times_s of a"),
         ((good, other), "no case_id in common"),
         ((good, good, "--alpha", "0"), "--alpha"),
@@ -220,18 +228,6 @@ def test_invalid_factor_is_bad_input():
     with pytest.raises(BadInput, match="--time-factor"):
         Thresholds(time_factor=0.9).validate()
 
-
-@pytest.fixture
-def real_run(tmp_path):
-    """Constructed stand-in until the runner lands: 4 cases timed 10 times with +-5% noise."""
-    import random
-    rng = random.Random(0)
-    rows = [make_row(f"c{i}", peak=1_000_000 * (i + 1),
-                     times=tuple(0.01 * (i + 1) * (1 + rng.uniform(-0.05, 0.05)) for _ in range(10)))
-            for i in range(4)]
-    path = tmp_path / "run.csv"
-    pd.DataFrame(rows).to_csv(path, index=False)
-    return path
 
 
 def test_runs_from_different_devices_are_warned_about():

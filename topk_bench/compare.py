@@ -22,12 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
-from topk_bench.results import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from topk_bench.results import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, load_results
 from topk_bench.stats import MetricResult, Verdict, classify_ratio, classify_samples
 
-# The columns compare reads; a file without them cannot be compared.
-COMPARE_COLUMNS = ("case_id", "impl", "label", "status", "method", "device",
-                   "peak_bytes", "reserved_bytes", "time_median_s", "times_s")
 # Worst first: a case's verdict is the worst of its metrics.
 SEVERITY = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
 
@@ -99,29 +96,9 @@ class Comparison:
 
 
 def load(path: str | Path) -> pd.DataFrame:
-    """A results CSV, or every ``*.csv`` of a results directory, checked for the columns compare needs."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.glob("*.csv"))
-        if not files:
-            raise BadInput("no results (*.csv) in this directory", file=path)
-    elif path.is_file():
-        files = [path]
-    else:
-        raise BadInput("no such file or directory", file=path)
-    frames = []
-    for file in files:
-        try:
-            frame = pd.read_csv(file, dtype={"case_id": str, "times_s": str, "status": str, "label": str})
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise BadInput(f"not a results CSV ({type(exc).__name__})", file=file) from None
-        missing = [c for c in COMPARE_COLUMNS if c not in frame.columns]
-        if missing:
-            raise BadInput(f"missing required column(s) {', '.join(missing)}", file=file)
-        frame["_source"] = str(file)
-        frames.append(frame)
-    data = pd.concat(frames, ignore_index=True)
-    # A resumed or repeated run may hold a case twice: the last row written wins.
+    """A results CSV or directory (``load_results`` checks the columns), one row per ``case_id``."""
+    data = load_results(path)
+    # A directory holding the same suite twice, or a hand-merged file: the last row written wins.
     return data.drop_duplicates("case_id", keep="last").set_index("case_id", drop=False)
 
 
@@ -137,7 +114,7 @@ def parse_times(value: object, *, file: str, case_id: str) -> list[float]:
 
 def parameter_columns(frame: pd.DataFrame) -> list[str]:
     """Suite parameter columns: whatever is neither required, optional, nor ours."""
-    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS) | {"_source"}
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     return [c for c in frame.columns if c not in known]
 
 
@@ -162,7 +139,8 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
     if not common and len(base) and len(new):
         raise BadInput(f"no case_id in common between {base_label} and {new_label} "
                        "(different suite, device or method?)")
-    cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds) for cid in common]
+    cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label)
+             for cid in common]
     warnings = [_differs(base.loc[common], new.loc[common], column, why)
                 for column, why in (("device_name", "times (and CUDA memory) are not comparable"),
                                     ("torch_version", "kernels and allocator may differ"))]
@@ -185,7 +163,8 @@ def compare_paths(base: str | Path, new: str | Path, thresholds: Thresholds = Th
     return compare_frames(load(base), load(new), thresholds, str(base), str(new))
 
 
-def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds) -> CaseComparison:
+def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
+                  base_label: str, new_label: str) -> CaseComparison:
     case = CaseComparison(str(n["case_id"]), case_name(n, params), str(n["device"]), str(n["method"]),
                           str(b["status"]), str(n["status"]))
     if case.base_status != "ok" or case.new_status != "ok":
@@ -196,8 +175,8 @@ def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds) 
     if case.device == "cuda" and not (_missing(b["reserved_bytes"]) or _missing(n["reserved_bytes"])):
         case.metrics.append(classify_ratio("reserved_bytes", float(b["reserved_bytes"]),
                                            float(n["reserved_bytes"]), t.reserved_factor))
-    base_times = parse_times(b["times_s"], file=b["_source"], case_id=case.case_id)
-    new_times = parse_times(n["times_s"], file=n["_source"], case_id=case.case_id)
+    base_times = parse_times(b["times_s"], file=base_label, case_id=case.case_id)
+    new_times = parse_times(n["times_s"], file=new_label, case_id=case.case_id)
     if base_times and new_times:
         case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha))
     return case

@@ -107,7 +107,7 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
                 continue
             entry = {"name": f"{name} {metric}", "unit": unit, "value": float(value)}
             if metric == "time_s":
-                times = parse_times(row["times_s"], file=row["_source"], case_id=row["case_id"])
+                times = parse_times(row["times_s"], file=c.new, case_id=row["case_id"])
                 if len(times) > 1:
                     entry["range"] = f"± {(max(times) - min(times)) / 2:.3g}"
             result = case.metric(metric) if case else None
