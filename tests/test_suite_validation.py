@@ -60,7 +60,7 @@ CASES = [
     ("plot.x not a parameter", lambda s: s.replace('x = "seq_len"', 'x = "length"'), "plot.x", "suite parameter"),
     ("bad panel", lambda s: s + "panels = [[4096, 512]]\n", "plot.panels", "xmin < xmax"),
     ("feedforward outside the decoder", lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\nfeedforward = "qchunk"'),
-     "impl[0] (topk).feedforward", "decoder workload only"),
+     "impl[0] (topk).feedforward", "feedforward is for the decoder"),
     ("causal feed-forward", lambda s: s.replace('workload = "mha"', 'workload = "ff"'), "causal", "no mask"),
     ("missing plug-in", lambda s: 'plugins = ["no_such_plugin_module_xyz"]\n' + s, "plugins", "cannot import"),
     ("invalid TOML", lambda s: s.replace("[shape]", "[shape"), None, "invalid TOML"),
