@@ -303,8 +303,9 @@ class SlurmExecutor:
                 jobs = executor.map_array(run_in_job, [c.to_json() for c in chunk], [budget_json] * len(chunk),
                                           [self._run] * len(chunk))
             except Exception as exc:  # sbatch refused (bad partition, no controller...): a user-facing problem
-                raise BadInput(f"sbatch failed: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}",
-                               key="executor") from None
+                lines = str(exc).strip().splitlines() or [type(exc).__name__]
+                raise BadInput(f"sbatch refused the jobs ({lines[-1].removeprefix('sbatch: error: ')}); check "
+                               "partition, gpus_per_node, cpus_per_task, mem_gb and timeout_min", key="executor") from None
             handles.extend(SlurmHandle(job, self._states) for job in jobs)
         self._states.watch(h.job_id for h in handles)
         self._handles.extend(handles)

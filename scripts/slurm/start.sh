@@ -96,6 +96,8 @@ SchedulerParameters=sched_interval=1,sched_min_interval=100000,batch_sched_delay
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((MEM / CPUS))
+# Refuse at sbatch time a job the partition can never run (else it pends forever).
+EnforcePartLimits=ALL
 ReturnToService=2
 SlurmdTimeout=60
 InactiveLimit=0
