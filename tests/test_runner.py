@@ -140,6 +140,23 @@ def test_with_several_jobs_a_larger_size_waits_for_the_smaller_one(tmp_path):
     assert len(fake.ran) == 4 and result.written == {"ok": 2, "oom": 2, "skipped": 4}
 
 
+def test_a_batch_executor_gets_every_case_at_once_and_larger_sizes_are_cancelled(tmp_path):
+    class Batch(LocalExecutor):
+        prefers_batches = True
+
+        def submit(self, cases, budget):
+            self.submitted = getattr(self, "submitted", []) + [len(cases)]
+            return super().submit(cases, budget)
+
+    fake = FakeRun(lambda c: "oom" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 32 else "ok", delay_s=0.3)
+    executor = Batch(jobs=1, run=fake)
+    result = runner.run(write_suite(tmp_path), out=tmp_path / "out", device="cpu", progress=False, executor_obj=executor)
+    assert executor.submitted == [8]
+    ran = {(c.impl, c.param_dict["seq_len"]) for c in fake.ran}
+    assert ("vanilla", 64) not in ran and ("vanilla", 128) not in ran  # cancelled before they started
+    assert result.written == {"ok": 5, "oom": 1, "skipped": 2}
+
+
 def test_a_second_run_on_the_same_file_is_refused_while_the_first_holds_the_lock(tmp_path):
     suite, out = write_suite(tmp_path), tmp_path / "out"
     out.mkdir()

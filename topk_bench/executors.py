@@ -1,8 +1,12 @@
 """Where cases run: the executor protocol, the local executor, and choosing one from settings.
 
-The runner hands an executor every case of a run at once, in the order it
-wants them measured (smaller sizes first), and polls the handles. It is the
-only writer of the results CSV: executors only return ``Measurement``s.
+The runner submits a case once no smaller size of its implementation is still
+pending (so that after an ``oom`` the larger sizes are skipped, never run), in
+the order it wants them measured, and polls the handles. An executor whose
+class sets ``prefers_batches = True`` (Slurm: one job array) gets every case at
+once instead, and the runner cancels what the skip-larger rule removes. The
+runner is the only writer of the results CSV: executors only return
+``Measurement``s.
 
 Protocol (what a new executor, e.g. ``topk_bench.slurm.SlurmExecutor``, implements):
 

@@ -198,35 +198,54 @@ class _Writer:
         self.reporter.finished(self.what(case), row)
 
 
-def _schedule(plan: Plan, todo: list[Case], stoppers: list[Case], executor: Executor, writer: _Writer) -> None:
+class _Order:
+    """"Larger size of the same implementation" between a run's cases, computed once per case."""
+
+    def __init__(self, cases: list[Case], keys: list[str]):
+        self.keys = keys
+        self._family = {c.case_id: sweep.family(c, keys) for c in cases}
+        self._size = {c.case_id: sweep.size(c, keys) for c in cases}
+
+    def larger(self, case: Case, than: Case) -> bool:
+        a, b = self._size[case.case_id], self._size[than.case_id]
+        if a == b or self._family[case.case_id] != self._family[than.case_id]:
+            return False
+        return all(x is not None and y is not None and x >= y for x, y in zip(a, b))
+
+
+def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
+              writer: _Writer) -> None:
     """Submit cases when no smaller size of their implementation is pending; skip those above a stopper."""
-    keys = writer.keys
+    order = _Order(plan.cases, writer.keys)
     batch = bool(getattr(executor, "prefers_batches", False))  # e.g. Slurm: one array, cancel what is not needed
     waiting = list(todo)
     running: list[tuple[Case, Any]] = []
 
     def skip_larger(than: Case, status: str) -> None:
-        nonlocal waiting, running
-        reason = f"skipped: {than.impl} hit {status} at {sweep.describe_size(than, keys)}"
-        for case in [c for c in waiting if sweep.larger(c, than, keys)]:
+        nonlocal waiting
+        reason = f"skipped: {than.impl} hit {status} at {sweep.describe_size(than, writer.keys)}"
+        for case in [c for c in waiting if order.larger(c, than)]:
             waiting.remove(case)
             writer.write(case, Measurement(status="skipped", error=reason))
-        for case, handle in [(c, h) for c, h in running if sweep.larger(c, than, keys)]:
+        for case, handle in [(c, h) for c, h in running if order.larger(c, than)]:
             if handle.cancel():
                 running.remove((case, handle))
                 writer.write(case, Measurement(status="skipped", error=reason))
 
-    for stopper in stoppers:
-        skip_larger(stopper, "a budget limit in an earlier run")
+    for stopper, status in stoppers:
+        skip_larger(stopper, f"{status} in an earlier run")
+    changed = True
     while waiting or running:
-        pending = [c for c, _ in running] + waiting
-        ready = waiting if batch else [c for c in waiting if not any(sweep.larger(c, p, keys) for p in pending)]
-        if ready:
-            waiting = [c for c in waiting if c not in ready]
-            running += list(zip(ready, executor.submit(ready, plan.budget)))
-        if running:
-            writer.reporter.running(writer.what(running[0][0]))
+        if changed:  # what became ready only changes when a case ends or is skipped
+            pending = [c for c, _ in running] + waiting
+            ready = waiting if batch else [c for c in waiting if not any(order.larger(c, p) for p in pending)]
+            if ready:
+                waiting = [c for c in waiting if c not in ready]
+                running += list(zip(ready, executor.submit(ready, plan.budget)))
+            if running:
+                writer.reporter.running(writer.what(running[0][0]))
         finished = [(c, h) for c, h in running if h.done()]
+        changed = bool(finished)
         for case, handle in finished:
             if (case, handle) not in running:  # cancelled by an earlier skip in this loop
                 continue
@@ -260,13 +279,13 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         _write_json(the_plan.meta_path, meta(the_plan.suite))
         existing = {r["case_id"]: r["status"] for r in read_rows(csv_path)}
         todo: list[Case] = []
-        stoppers: list[Case] = []
+        stoppers: list[tuple[Case, str]] = []
         for case in the_plan.cases:
             status = existing.get(case.case_id)
             if status is None:
                 todo.append(case)
             elif status in STOPPING_STATUSES:
-                stoppers.append(case)
+                stoppers.append((case, status))
         reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
         with reporter:
             for note in the_plan.notes:
