@@ -72,10 +72,11 @@ def _by_case(csv: Path) -> dict[str, dict[str, str]]:
     return {row["case_id"]: row for row in read_rows(csv)}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_smoke_suite_through_slurm_matches_local(slurm_conf, tmp_path):
     config = _bench_toml(tmp_path)
-    common = dict(config=config, predict=True, resume=False, progress=False)
+    # A generous time budget: on a loaded machine a slow child must not turn into a timeout in one run only.
+    common = dict(config=config, predict=True, resume=False, progress=False, max_case_seconds=600)
     local = runner.run(REPO / "suites/smoke.toml", out=tmp_path / "local", executor="local", **common)
     slurm = runner.run(REPO / "suites/smoke.toml", out=tmp_path / "slurm", executor="slurm", **common)
 
@@ -89,7 +90,7 @@ def test_smoke_suite_through_slurm_matches_local(slurm_conf, tmp_path):
     assert len(list((tmp_path / "slurm-logs").glob("*_*/*_result.pkl"))) == len(slurm_rows)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, tmp_path):
     suite = tmp_path / "crash.toml"
     suite.write_text(textwrap.dedent(f"""
@@ -112,7 +113,7 @@ def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, 
         name = "sdpa"
     """))
     result = runner.run(suite, config=_bench_toml(tmp_path), out=tmp_path / "out", executor="slurm",
-                        predict=True, resume=False, progress=False)
+                        predict=True, resume=False, progress=False, max_case_seconds=600)
     rows = {row["impl"]: row for row in read_rows(result.csv_path)}
     assert rows["test_abort"]["status"] == "crashed"
     assert "SIGABRT" in rows["test_abort"]["error"]
@@ -135,14 +136,15 @@ def run(case, budget):
 '''
 
 
-def _wait_state(handle, wanted: str, limit_s: float = 60.0) -> None:
+def _wait_state(handle, wanted: str, limit_s: float = 300.0) -> None:
+    # Generous: the test cluster may be busy with jobs of other test sessions.
     deadline = time.monotonic() + limit_s
     while handle._states.get(handle.job_id, refresh=True) != wanted:
         assert time.monotonic() < deadline, f"job {handle.job_id} never reached {wanted}"
         time.sleep(0.3)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)
 def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_conf, tmp_path, monkeypatch):
     from topk_bench.slurm import SlurmExecutor
 

@@ -18,10 +18,12 @@ so the executor works on clusters without accounting (``sacct`` disabled).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -41,6 +43,8 @@ MAX_ARRAY = 1000
 LOG_TAIL_CHARS = 2000
 # A submitted job that squeue and sacct never list within this time is given up as lost.
 NEVER_SEEN_S = 120.0
+# submitit requeues a preempted job; one still PREEMPTED after this long will not come back.
+REQUEUE_GRACE_S = 120.0
 
 
 def run_in_job(case_json: str, budget_json: str, run: RunFn | None = None) -> str:
@@ -52,17 +56,11 @@ def run_in_job(case_json: str, budget_json: str, run: RunFn | None = None) -> st
 
         run = run_isolated
     case = Case.from_json(case_json)
-    budget = Budget(**_json_loads(budget_json))
+    budget = Budget(**json.loads(budget_json))
     measurement = run(case, budget)
     measurement.metadata.setdefault("slurm_job_id", _job_id_from_env())
     measurement.metadata.setdefault("slurm_node", os.environ.get("SLURMD_NODENAME", ""))
     return measurement.to_json()
-
-
-def _json_loads(text: str) -> dict[str, Any]:
-    import json
-
-    return json.loads(text)
 
 
 def _job_id_from_env() -> str:
@@ -194,11 +192,14 @@ class SlurmHandle:
             return True
         state = self._states.get(self.job_id)
         if state in ACTIVE_STATES or state == "UNKNOWN":
+            self._ended_at = None
             return False
-        if state == "COMPLETED":
-            # Finished cleanly: the pickle is on its way through the filesystem (or never comes).
+        if state in ("COMPLETED", "PREEMPTED"):
+            # COMPLETED: the result pickle is on its way through the shared filesystem (or never comes).
+            # PREEMPTED: submitit is about to requeue it.
             self._ended_at = self._ended_at or time.monotonic()
-            return time.monotonic() - self._ended_at > self._settle_s
+            grace = self._settle_s if state == "COMPLETED" else REQUEUE_GRACE_S
+            return time.monotonic() - self._ended_at > grace
         return True
 
     def result(self) -> Measurement:
@@ -295,7 +296,7 @@ class SlurmExecutor:
             return []
         executor = self._submitit.SlurmExecutor(folder=self.folder / "%j")
         executor.update_parameters(**sbatch_parameters(self.settings))
-        budget_json = _budget_json(budget)
+        budget_json = json.dumps(asdict(budget))
         handles: list[SlurmHandle] = []
         for start in range(0, len(cases), MAX_ARRAY):
             chunk = cases[start:start + MAX_ARRAY]
@@ -318,10 +319,3 @@ class SlurmExecutor:
         for start in range(0, len(unfinished), 500):
             _run(["scancel", *unfinished[start:start + 500]])
         self._handles.clear()
-
-
-def _budget_json(budget: Budget) -> str:
-    import json
-    from dataclasses import asdict
-
-    return json.dumps(asdict(budget))
