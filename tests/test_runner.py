@@ -85,6 +85,18 @@ def test_resume_measures_only_missing_cases_and_no_resume_starts_over(tmp_path):
     assert len(fresh.ran) == 8 and len(rows(csv_path)) == 8
 
 
+def test_no_resume_starts_over_only_the_cases_of_this_run(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    run(suite, out, FakeRun(), predict=True)
+    run(suite, out, FakeRun())
+    predicted = [r for r in rows(out / "fake.csv") if r["method"] == "predicted"]
+    fresh = FakeRun()
+    run(suite, out, fresh, resume=False)
+    assert len(fresh.ran) == 8
+    after = rows(out / "fake.csv")
+    assert len(after) == 16 and [r for r in after if r["method"] == "predicted"] == predicted
+
+
 def test_more_repeats_resume_but_another_device_or_method_is_a_new_case(tmp_path):
     suite, out = write_suite(tmp_path), tmp_path / "out"
     run(suite, out, FakeRun())
@@ -287,3 +299,26 @@ def test_interrupted_run_keeps_complete_rows_and_a_rerun_completes_without_dupli
     final = rows(csv_path)
     assert len(final) == 8 and len({r["case_id"] for r in final}) == 8
     assert final[: len(kept)] == kept  # rows already written are untouched
+
+
+def test_progress_bar_on_a_terminal_and_one_line_per_case_elsewhere(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from topk_bench.progress import Reporter
+
+    for terminal in (True, False):
+        buffer = io.StringIO()
+        console = Console(file=buffer, force_terminal=terminal, width=150)
+        with Reporter("mha", total=3, done=1, console=console) as reporter:
+            reporter.running("Top-k seq_len=1024")
+            reporter.finished("Top-k seq_len=1024", {"status": "ok", "peak_bytes": 2**30, "time_median_s": 0.5})
+        text = buffer.getvalue()
+        assert "[2/3] Top-k seq_len=1024: ok  peak 1.000 GiB  time 0.5 s" in text
+        assert ("mha" in text and "2/3" in text) if terminal else "elapsed" not in text
+
+
+def test_import_topk_bench_does_not_import_torch():
+    code = "import sys, topk_bench; assert 'torch' not in sys.modules and callable(topk_bench.run_suite)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -114,6 +114,24 @@ def _rewrite(path: Path, header: list[str]) -> None:
     os.replace(tmp, path)
 
 
+def remove_rows(path: Path, case_ids: set[str]) -> int:
+    """Drop the rows of ``case_ids`` (``--no-resume``), keeping every other row; returns how many went."""
+    header = read_header(path)
+    if header is None:
+        return 0
+    rows = read_rows(path)
+    kept = [r for r in rows if r.get("case_id") not in case_ids]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        f.write(_line(header))
+        for r in kept:
+            f.write(_line(r.get(c, "") for c in header))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return len(rows) - len(kept)
+
+
 def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[str]:
     """Append ``row`` to ``path`` (created with ``header`` if absent); returns the file's header.
 

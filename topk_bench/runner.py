@@ -24,7 +24,8 @@ from topk_bench.config import ExecutorSettings, Settings, Suite, load_settings, 
 from topk_bench.errors import BadInput
 from topk_bench.executors import Executor, get_executor
 from topk_bench.progress import Reporter, summary
-from topk_bench.results import FIDELITY_COLUMNS, PRETRAINED_COLUMNS, append_row, columns, make_row, read_rows
+from topk_bench.results import (FIDELITY_COLUMNS, PRETRAINED_COLUMNS, append_row, columns, make_row, read_rows,
+                                remove_rows)
 
 GIB = 2**30
 POLL_S = 0.05
@@ -274,8 +275,8 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
     except filelock.Timeout:
         raise BadInput("another topk-bench run is writing this file; wait for it or use --out", file=csv_path) from None
     try:
-        if not resume and csv_path.exists():
-            csv_path.unlink()
+        if not resume and csv_path.exists():  # start this run's cases over; rows of other devices/methods stay
+            remove_rows(csv_path, {c.case_id for c in the_plan.cases})
         _write_json(the_plan.meta_path, meta(the_plan.suite))
         existing = {r["case_id"]: r["status"] for r in read_rows(csv_path)}
         todo: list[Case] = []

@@ -26,7 +26,7 @@ def run(
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed iterations before them."),
     max_memory: Optional[float] = typer.Option(None, "--max-memory", help="Memory budget per case in GiB (over it: over_budget)."),
     max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", help="Time budget per case (over it: timeout)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or start the file over."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (their old rows are dropped)."),
     executor: Optional[str] = typer.Option(None, "--executor", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
                                      "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
                                      "shared with the compute nodes."),

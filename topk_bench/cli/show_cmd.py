@@ -35,6 +35,8 @@ def show(
     for suite, rows in frame.groupby("suite", sort=False):
         params = [c for c in rows.columns if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS
                   and rows[c].nunique(dropna=True) > 1]
+        if rows["workload"].nunique() > 1:  # a suite mixing workloads (smoke)
+            params.insert(0, "workload")
         optional = [c for c in OPTIONAL_COLUMNS if c in rows.columns and rows[c].notna().any()]
         table = Table(title=f"{suite} ({len(rows)} rows)")
         for column in ["label", *params, "method", "device", "status", "peak GiB", "median s", "IQR s", *optional]:
