@@ -118,6 +118,12 @@ def parameter_columns(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c not in known]
 
 
+def varying_parameters(*frames: pd.DataFrame) -> list[str]:
+    """Parameter columns with more than one value across the runs: the ones that tell cases apart in a table."""
+    both = pd.concat(frames, ignore_index=True, sort=False)
+    return [p for p in parameter_columns(both) if both[p].dropna().astype(str).nunique() > 1]
+
+
 def case_name(row: pd.Series, params: list[str]) -> str:
     """Human-readable and stable: label (or impl), mode, then the non-empty parameter values."""
     label = row.get("label")
@@ -132,7 +138,7 @@ def case_name(row: pd.Series, params: list[str]) -> str:
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds = Thresholds(),
                    base_label: str = "BASE", new_label: str = "NEW") -> Comparison:
     thresholds = thresholds.validate()
-    params = [p for p in parameter_columns(new) if p in base.columns or p in new.columns]
+    params = varying_parameters(base, new)
     common = [cid for cid in new.index if cid in base.index]
     only_new = [(cid, case_name(new.loc[cid], params)) for cid in new.index if cid not in base.index]
     only_base = [(cid, case_name(base.loc[cid], params)) for cid in base.index if cid not in new.index]
