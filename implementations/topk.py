@@ -116,9 +116,10 @@ class TopkFunction(torch.autograd.Function):
             top_dots, top_indices = top_vals[..., s:e, :], top_idx[..., s:e, :]
             d_top_actv = ops.sampled_mm(doc, v, top_indices)                   # [C, k]
             top_actv = activate(top_dots, activation)                          # recomputed, not cached
-            if dropout:
-                scale = keep[..., s:e, :] / (1.0 - dropout)
-                dropped, d_top_actv = top_actv * scale, d_top_actv * scale
+            if dropout:  # the forward's masks, applied with the same rounding
+                chunk_keep = keep[..., s:e, :]
+                dropped = top_actv * chunk_keep / (1.0 - dropout)
+                d_top_actv = d_top_actv * chunk_keep / (1.0 - dropout)
             else:
                 dropped = top_actv
             d_top_dots = activation_backward(top_dots, top_actv, d_top_actv, activation)
@@ -145,7 +146,7 @@ def make_topk(ops):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         return TopkFunction.apply(q, k, v, ops, causal, activation, int(topk), int(chunk_size),
-                              key_padding_mask, float(dropout))
+                                  key_padding_mask, float(dropout))
 
     return attention
 

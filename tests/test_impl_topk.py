@@ -62,6 +62,31 @@ def test_dropout_gradients_are_right_across_chunks(name):
     assert not torch.allclose(dropped, plain)
 
 
+@pytest.mark.parametrize("name", ["topk", "topk_sparse"])
+@pytest.mark.parametrize("activation", ["softmax", "relu"])
+def test_dropout_matches_dense_reference_with_the_same_masks(name, activation):
+    # Out is linear in v: with v = I the output is the dropped weight matrix itself, which
+    # reveals the masks (same seed, same draws). Then a dense reference with those masks
+    # must give the same outputs and gradients to 1e-10 (p = 0.1: 1/(1-p) is inexact).
+    q, k, v = qkv(7, 6, seed=8)
+    fn = implementations.get(name)
+    options = dict(activation=activation, causal=True, topk=3, chunk_size=3)
+    eye = torch.eye(6, dtype=torch.float64).expand(2, 3, 6, 6)
+    with torch.no_grad():
+        torch.manual_seed(7)
+        dropped = fn(q, k, eye, dropout=0.1, **options)
+        plain = fn(q, k, eye, **options)
+    scale = torch.where(plain != 0, dropped / plain, torch.zeros_like(plain))
+    assert ((scale == 0) & (plain != 0)).any() and (scale.max() - 1 / 0.9).abs() < 1e-12
+
+    def reference(q, k, v, **kw):
+        return (scale * reference_attention(q, k, eye, activation=activation, causal=True, topk=3)) @ v
+
+    torch.manual_seed(7)
+    got = out_and_grads(lambda *a, **kw: fn(*a, dropout=0.1, **options), q, k, v)
+    assert_all_close(got, out_and_grads(reference, q, k, v))
+
+
 def test_dropout_out_of_range_is_refused():
     q, k, v = qkv(3, 3)
     with pytest.raises(ValueError, match="dropout"):
