@@ -153,31 +153,34 @@ def measure_cuda(case: Case, budget: Budget) -> Measurement:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = torch.device(case.device)
-    torch.cuda.set_device(device)
-    wl = build(case, device)
-    with FlopCounterMode(display=False) as flops:  # the first warm-up run (cuBLAS workspaces, kernels)
-        iteration(wl, case)
-    for _ in range(case.warmup - 1):
-        iteration(wl, case)
-    wl.clear_grads()
-    torch.cuda.synchronize(device)
-    baseline = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-
-    def one() -> tuple[float, float]:
-        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        marks = iter((start, mid, end))
-        # The "clock" records the next event; durations are read from the events after synchronising.
-        iteration(wl, case, clock=lambda: next(marks).record() or 0.0)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    # Events record on the current device's current stream: make the case's device current.
+    with torch.cuda.device(device):
+        wl = build(case, device)
+        with FlopCounterMode(display=False) as flops:  # the first warm-up run (cuBLAS workspaces, kernels)
+            iteration(wl, case)
+        for _ in range(case.warmup - 1):
+            iteration(wl, case)
+        wl.clear_grads()
         torch.cuda.synchronize(device)
-        return start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3
+        baseline = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
 
-    samples = [one() for _ in range(case.repeats)]
-    return _result(
-        case, peak_bytes=torch.cuda.max_memory_allocated(device),
-        reserved_bytes=torch.cuda.max_memory_reserved(device), baseline_bytes=baseline,
-        flops=flops.get_total_flops(), **_timings(samples, case),
-    )
+        def one() -> tuple[float, float]:
+            start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            marks = iter((start, mid, end))
+            # The "clock" records the next event; durations are read from the events after synchronising.
+            iteration(wl, case, clock=lambda: next(marks).record() or 0.0)
+            torch.cuda.synchronize(device)
+            return start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3  # elapsed_time is in ms
+
+        samples = [one() for _ in range(case.repeats)]
+        return _result(
+            case, peak_bytes=torch.cuda.max_memory_allocated(device),
+            reserved_bytes=torch.cuda.max_memory_reserved(device), baseline_bytes=baseline,
+            flops=flops.get_total_flops(), **_timings(samples, case),
+        )
 
 
 BACKENDS: dict[str, Callable[[Case, Budget], Measurement]] = {
@@ -195,8 +198,10 @@ def measure(case: Case, budget: Budget | None = None) -> Measurement:
     if backend not in BACKENDS:
         raise ValueError(f"unknown device {case.device!r} (known: cpu, cuda)")
     result = BACKENDS[backend](case, budget or Budget())
-    # Fidelity columns (rel_err, grad_cos, emb_cos, ...), outside the measured region.
-    from topk_bench.fidelity_case import extra_columns  # it imports this module
+    # Fidelity columns (rel_err, grad_cos, emb_cos, ...), outside the measured region. Imported only
+    # for cases that ask: it pulls in scipy, seconds of start-up in every child otherwise.
+    if case.fidelity or case.workload == "pretrained":
+        from topk_bench.fidelity_case import extra_columns  # it imports this module
 
-    result.extra.update(extra_columns(case, budget or Budget()))
+        result.extra.update(extra_columns(case, budget or Budget()))
     return result

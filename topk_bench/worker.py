@@ -67,7 +67,8 @@ def _where(exc: BaseException) -> str:
 
 
 def _is_allocation_failure(exc: BaseException) -> bool:
-    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), MemoryError) if t)
+    candidates = (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None), MemoryError)
+    oom_types = tuple(t for t in candidates if t)
     return isinstance(exc, oom_types) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
 
 
