@@ -42,26 +42,30 @@ BACKWARD_ENTRIES = 1 << 22
 
 
 def _segments(n: int, k: int) -> int:
-    """Group size S minimising the pruned top-k's work ``n/S + k·S`` (1: plain top-k)."""
-    s = int(math.sqrt(n / k))
-    return s if s >= 2 else 1
+    """Group size S minimising the pruned top-k's work ``n/S + k·S`` (1: plain top-k).
 
-
-def _row_topk(scores: torch.Tensor, k: int, steps: torch.Tensor | None):
-    """Exact row-wise top-k (unsorted) of ``scores [..., n]``, pruned by ``steps = arange(0, n, n/S)``.
-
-    Columns are split into ``G = n/S`` strided groups ``{g, g+G, ...}``. If a
-    group's maximum is not among the k largest maxima, k entries beat all of
-    that group, so the top-k lies in the k best groups: ``k·S`` candidates.
-    ``steps=None``: plain top-k.
+    Measured (CPU, k=128): pruning pays from n ~ 2048 (S=4), 1.8x faster at n=8192 (S=8).
     """
-    if steps is None:
+    s = int(math.sqrt(n / k))
+    return s if s >= 3 else 1
+
+
+def _row_topk(scores: torch.Tensor, k: int, s: int):
+    """Exact row-wise top-k (unsorted) of ``scores [..., n]`` with ``n % s == 0`` (``s=1``: plain top-k).
+
+    Columns are split into ``G = n/s`` strided groups ``{g, g+G, ...}``. If a
+    group's maximum is not among the k largest maxima, k entries beat all of
+    that group, so the top-k lies in the k best groups: ``k·s`` candidates.
+    """
+    if s == 1:
         return scores.topk(k, dim=-1, sorted=False)
-    group_max = scores.unflatten(-1, (steps.shape[0], -1)).amax(dim=-2)
-    best = group_max.topk(k, dim=-1, sorted=False).indices
-    cand = (best.unsqueeze(-1) + steps).flatten(-2)
-    values, pos = scores.gather(-1, cand).topk(k, dim=-1, sorted=False)
-    return values, cand.gather(-1, pos)
+    grouped = scores.unflatten(-1, (s, -1))  # [..., s, G]: column j = i·G + g
+    groups = grouped.shape[-1]
+    best = grouped.amax(dim=-2).topk(k, dim=-1, sorted=False).indices  # [..., k]
+    # The k best groups' members, gathered through an expanded (not materialised) index.
+    cand = grouped.gather(-1, best.unsqueeze(-2).expand(*best.shape[:-1], s, k))
+    values, pos = cand.flatten(-2).topk(k, dim=-1, sorted=False)
+    return values, torch.div(pos, k, rounding_mode="floor") * groups + best.gather(-1, pos % k)
 
 
 def _activate(top: torch.Tensor, relu: bool) -> torch.Tensor:
@@ -97,7 +101,6 @@ def _select(q3, k3, causal, kk, chunk_size):
     # One score buffer for all tiles: no fresh pages (and page faults) per tile.
     buffer = q3.new_empty(bh * max((r1 - r0) * w for r0, r1, _, _, w in tiles))
     masks = {}  # the causal/padding mask of a tile depends only on its offsets relative to ``lo``
-    steps = {}
     for r0, r1, n, s, width in tiles:
         scores = buffer[: bh * (r1 - r0) * width].view(bh, r1 - r0, width)
         torch.matmul(q3[:, r0:r1], keys[:, :width].transpose(1, 2), out=scores)
@@ -112,9 +115,7 @@ def _select(q3, k3, causal, kk, chunk_size):
                     masked = masked | (cols > torch.arange(r0 - lo, r1 - lo, device=device).unsqueeze(1))
                 masks[key] = masked
             scores[..., lo:].masked_fill_(masks[key], float("-inf"))
-        if s > 1 and (width, s) not in steps:
-            steps[width, s] = torch.arange(0, width, width // s, device=device)
-        values, where = _row_topk(scores, kk, steps.get((width, s)))
+        values, where = _row_topk(scores, kk, s)
         top[:, r0:r1] = values
         if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
             where.clamp_(max=lk - 1)
@@ -148,15 +149,19 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads):
     if dk is None and dv is None:
         return
     # The transposed selection: entries sorted by key, one bag of query rows per key
-    # (empty bags give zero rows). One sort serves both dV and dK.
+    # (empty bags give zero rows); one sort serves both dV and dK (a 1-D sort: the
+    # batched per-head sort measured 1.7x slower).
     sorted_keys, order = torch.sort(flat)
     starts = torch.searchsorted(sorted_keys, keys)
     del sorted_keys
     query_of = order // kk
+    # index_select: ~4x faster than advanced indexing for these permutations.
     if dv is not None:
-        dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=weights.view(-1)[order], mode="sum"))
+        w_sorted = weights.view(-1).index_select(0, order)
+        dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum"))
     if dk is not None:
-        dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds.view(-1)[order], mode="sum"))
+        ds_sorted = ds.view(-1).index_select(0, order)
+        dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds_sorted, mode="sum"))
 
 
 class _TopkFast(torch.autograd.Function):
