@@ -14,8 +14,8 @@ honest ways to plug an implementation into a GELU model (``activation``):
   and drop the rest. This is the paper's top-k FF with GELU in place of ReLU:
   the dropped terms ``GELU(z)`` of small or negative ``z`` are what is lost
   (GELU is not zero below 0, down to -0.17, so even k = d_ff - 1 is not exact).
-  Implementations without a selection rule for GELU (Performer and SDPA
-  approximate or compute softmax only) are unsupported here.
+  Implementations that compute softmax only (SDPA, Performer: random
+  features approximate the softmax kernel, not GELU or ReLU) are unsupported at FF.
 - ``"relu"``: the model's GELU is replaced by ReLU and the registry function
   itself runs with ``activation="relu"``. This changes the model even for
   ``vanilla`` (its own error against the original is the floor of this mode).
@@ -51,9 +51,9 @@ class AttentionFeedForward(nn.Module):
         self.activation = activation
         # Shared with the pretrained model, not copied: the weights stay the model's.
         self.up, self.down = up, down
+        if "relu" not in self.spec.activations:  # softmax-only kernels (SDPA, Performer) cannot be an FF
+            raise UnsupportedAtFeedForward(f"{impl} supports only softmax: it cannot compute a feed-forward layer")
         if activation == "relu":
-            if "relu" not in self.spec.activations:
-                raise UnsupportedAtFeedForward(f"{impl} does not support the ReLU activation of the FF")
             d_model = up.in_features
             self.attention = self.spec.module(d_model + 1, **self.options)
         elif not self.spec.exact and "topk" not in self.options:
