@@ -164,11 +164,6 @@ def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> st
     return f"{column} differs: BASE {', '.join(values[0])} vs NEW {', '.join(values[1])}: {why}"
 
 
-def compare_paths(base: str | Path, new: str | Path, thresholds: Thresholds = Thresholds()) -> Comparison:
-    thresholds.validate()
-    return compare_frames(load(base), load(new), thresholds, str(base), str(new))
-
-
 def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
                   base_label: str, new_label: str) -> CaseComparison:
     case = CaseComparison(str(n["case_id"]), case_name(n, params), str(n["device"]), str(n["method"]),
