@@ -15,7 +15,7 @@ costs as much as vanilla attention (its §5 limitation). Here:
   per-sample-weights backward, and ``dV = Wᵀ·dout``, ``dK = dSᵀ·Q`` as bags of
   the key-sorted (transposed) selection, one sort shared by both;
 * only Q, K, V, the top scores and int32 indices are kept for backward (as the
-  paper), and the backward runs per head so its temporaries stay cache-sized.
+  paper); the backward runs per group of heads to bound its O(Lq·k) temporaries.
 
 Everything is shape-static (no ``.item()``, ``nonzero`` or value-dependent
 branches), so it runs under ``FakeTensorMode`` for the predict backend.
@@ -94,12 +94,12 @@ def _select(q3, k3, causal, kk, chunk_size):
     idx = torch.empty(bh, lq, kk, dtype=index_dtype, device=device)
     base = (torch.arange(bh, device=device) * lk).view(bh, 1, 1)
     tiles = list(_tiles(lq, lk, kk, causal, chunk_size))
-    widest = max(t[4] for t in tiles)
+    widest = max((t[4] for t in tiles), default=0)
     keys = k3
     if widest > lk:  # zero key rows as padding; their scores are masked below
         keys = torch.cat([k3, k3.new_zeros(bh, widest - lk, k3.shape[2])], dim=1)
     # One score buffer for all tiles: no fresh pages (and page faults) per tile.
-    buffer = q3.new_empty(bh * max((r1 - r0) * w for r0, r1, _, _, w in tiles))
+    buffer = q3.new_empty(bh * max(((r1 - r0) * w for r0, r1, _, _, w in tiles), default=0))
     masks = {}  # the causal/padding mask of a tile depends only on its offsets relative to ``lo``
     for r0, r1, n, s, width in tiles:
         scores = buffer[: bh * (r1 - r0) * width].view(bh, r1 - r0, width)
