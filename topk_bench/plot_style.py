@@ -14,18 +14,23 @@ from dataclasses import dataclass
 GIB = 2**30
 
 # Fixed for the paper's implementations; the paper draws top-k in orange.
+# Their order is the legend's: baselines, then the paper's method and its variants.
 _KNOWN = {
     "vanilla": ("#1f77b4", "o"),
-    "topk": ("#ff7f0e", "s"),
     "qchunk": ("#2ca02c", "^"),
-    "performer": ("#d62728", "D"),
-    "sdpa": ("#9467bd", "v"),
+    "topk": ("#ff7f0e", "s"),
     "topk_sparse": ("#8c564b", "P"),
     "topk_fast": ("#e377c2", "*"),
+    "performer": ("#d62728", "d"),
+    "sdpa": ("#9467bd", "v"),
 }
 # Implementations registered later (plugins) get a stable pick from these.
 _SPARE_COLOURS = ("#17becf", "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#843c39", "#7b4173")
 _SPARE_MARKERS = ("X", "h", "p", "<", ">", "d", "8")
+
+# Hollow markers for the linear-memory baselines: top-k lies on Performer's curve
+# at long lengths (the paper's point), and stays visible inside the hollow marker.
+HOLLOW = ("performer", "sdpa")
 
 # Second, third... series of the same implementation (e.g. top-64 and top-128)
 # keep its colour and marker and differ by line style.
@@ -47,6 +52,7 @@ class SeriesStyle:
     colour: str
     marker: str
     dashes: tuple[float, ...] | None  # None: solid line
+    filled: bool = True
 
 
 def impl_style(impl: str) -> tuple[str, str]:
@@ -68,7 +74,7 @@ def series_style(impl: str, variant: int, predicted: bool) -> SeriesStyle:
     colour, marker = impl_style(impl)
     # Predicted curves start one step along the dash patterns, so none is solid.
     dashes = _VARIANT_DASHES[(variant + int(predicted)) % len(_VARIANT_DASHES)]
-    return SeriesStyle(colour, marker, dashes)
+    return SeriesStyle(colour, marker, dashes, impl not in HOLLOW)
 
 
 def format_size(value: float) -> str:

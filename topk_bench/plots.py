@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -166,8 +167,9 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
         rows = rows[_in_panel(rows["_x"], panel)]
         ok = series_ok[_in_panel(series_ok["_x"], panel)]
         if len(ok):
-            line, = ax.plot(ok["_x"], ok["_y"], color=style.colour, marker=style.marker, markersize=5,
-                            linewidth=1.6, label=legend)
+            line, = ax.plot(ok["_x"], ok["_y"], color=style.colour, marker=style.marker, markersize=6,
+                            linewidth=1.6, label=legend, fillstyle="full" if style.filled else "none",
+                            markeredgewidth=1.2)
             if style.dashes:
                 line.set_dashes(style.dashes)
         failed = rows[rows["status"].isin(_STOPPED)].sort_values("_x")
@@ -205,12 +207,20 @@ def _footnote(rows: pd.DataFrame) -> str:
     return "; ".join(notes)
 
 
-def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str) -> str:
+def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
+    """Suite title wrapped to the figure's width, then how the numbers were obtained."""
     if method == "predicted":
-        return f"{spec.title} — predicted (allocated bytes, no time)"
-    names = sorted(set(rows["device_name"].dropna().astype(str)) - {""})
-    where = names[0] if len(names) == 1 else device
-    return f"{spec.title} — measured on {where}"
+        how = "predicted: allocated bytes at full scale, no time"
+    else:
+        names = sorted(set(rows["device_name"].dropna().astype(str)) - {""})
+        how = f"measured on {names[0] if len(names) == 1 else device}"
+    return "\n".join([*textwrap.wrap(spec.title, int(width_in * 11)), how])
+
+
+def _legend_columns(labels: list[str], width_in: float) -> int:
+    """As many columns as fit the figure's width at 8 pt (about 0.075 in per character plus the marker)."""
+    widest = max((len(label) for label in labels), default=1) * 0.075 + 0.7
+    return max(1, min(len(labels), int(width_in // widest)))
 
 
 def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
@@ -219,7 +229,8 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     metrics = [m for m in spec.metrics if _has_values(rows, m)] or [spec.metrics[0]]
     curves = _styled(_series(rows, spec.x), predicted)
     ncols = len(spec.panels)
-    fig, axes = plt.subplots(len(metrics), ncols, figsize=(4.3 * ncols + 0.6, 2.9 * len(metrics) + 1.1),
+    width = max(4.3 * ncols + 0.6, 6.4)  # a single panel still needs room for title and legend
+    fig, axes = plt.subplots(len(metrics), ncols, figsize=(width, 2.9 * len(metrics) + 1.3),
                              squeeze=False, layout="constrained")
     for r, metric_name in enumerate(metrics):
         for c, panel in enumerate(spec.panels):
@@ -231,9 +242,9 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
                 ax.set_xlabel(spec.x_label)
     handles, labels = _legend_entries(axes, rows)
     # The legend's title carries what no curve shows, so it never overlaps a plot.
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4) or 1, fontsize=8,
+    fig.legend(handles, labels, loc="outside lower center", ncol=_legend_columns(labels, width), fontsize=8,
                frameon=False, title=_footnote(rows) or None, title_fontsize=7)
-    fig.suptitle(_title(spec, rows, device, method), fontsize=10)
+    fig.suptitle(_title(spec, rows, device, method, width), fontsize=10)
     return fig
 
 
