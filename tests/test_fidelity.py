@@ -135,3 +135,28 @@ def test_fidelity_renderer_draws_curves_against_k_and_reference_lines():
     lines = axes[0].get_lines()
     assert [len(line.get_xdata()) for line in lines] == [3, 3, 2]  # two curves over k, Performer as a line
     assert list(lines[1].get_xdata()) == ks  # the FF curve's k is ff_topk
+
+
+def test_gelu_feed_forward_as_attention():
+    """Exact at k = d_ff; at k < d_ff, GELU of the k largest pre-activations only (bias included)."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from topk_bench.pretrained_ff import AttentionFeedForward, UnsupportedAtFeedForward
+
+    torch.manual_seed(0)
+    up, down = nn.Linear(16, 64), nn.Linear(64, 16)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        ref = down(F.gelu(up(x)))
+        for impl, options in (("vanilla", {}), ("qchunk", {"chunk_size": 3}), ("topk", {"topk": 64, "chunk_size": 3})):
+            assert (AttentionFeedForward(up, down, impl, options)(x) - ref).abs().max() < 1e-5
+        z = up(x)
+        top, index = z.topk(8, dim=-1)
+        kept = torch.zeros_like(z).scatter(-1, index, F.gelu(top))
+        out = AttentionFeedForward(up, down, "topk", {"topk": 8, "chunk_size": 3})(x)
+        assert (out - down(kept)).abs().max() < 1e-5
+        relu = AttentionFeedForward(up, down, "topk", {"topk": 64}, activation="relu")(x)
+        assert (relu - down(F.relu(z))).abs().max() < 1e-5
+    with pytest.raises(UnsupportedAtFeedForward):
+        AttentionFeedForward(up, down, "sdpa")

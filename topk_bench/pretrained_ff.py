@@ -85,8 +85,9 @@ class AttentionFeedForward(nn.Module):
             scores = queries[start:start + chunk] @ keys.t()
             if topk is not None and topk < keys.shape[0]:
                 top, index = scores.topk(int(topk), dim=-1)
-                # sum_j GELU(z_j) W2ᵀ[j] over the kept keys only.
-                outs.append(torch.einsum("ck,ckd->cd", F.gelu(top), values[index]))
+                # sum_j GELU(z_j) W2ᵀ[j] over the kept keys only: scattered into the (dead) score
+                # buffer, as the registry's dense top-k does, rather than gathering k value rows per token.
+                outs.append(scores.zero_().scatter_(-1, index, F.gelu(top)) @ values)
             else:
                 outs.append(F.gelu(scores) @ values)
         return torch.cat(outs)
