@@ -30,6 +30,11 @@ from typing import Any, Callable, Iterable, Sequence
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
 
+try:  # optional dependency; get_executor turns this ImportError into one line of bad input
+    import submitit
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(f"submitit is not installed ({exc}); pip install 'topk-bench[slurm]'") from exc
+
 RunFn = Callable[[Case, Budget], Measurement]
 
 # Slurm states in which a job may still produce its result.
@@ -280,13 +285,10 @@ class SlurmExecutor:
     prefers_batches = True
 
     def __init__(self, settings, run: RunFn | None = None, poll_s: float = 1.0):
-        import submitit  # optional dependency: `pip install topk-bench[slurm]`
-
         if not settings.log_dir:
             raise BadInput("expected a log folder shared with the compute nodes", key="executor.log_dir")
         self.settings = settings
         self.folder = Path(settings.log_dir).resolve()
-        self._submitit = submitit
         self._run = run  # pickled into each job: a module-level function importable on the nodes
         self._states = JobStates(poll_s)
         self._handles: list[SlurmHandle] = []
@@ -294,7 +296,7 @@ class SlurmExecutor:
     def submit(self, cases: Sequence[Case], budget: Budget) -> list[SlurmHandle]:
         if not cases:
             return []
-        executor = self._submitit.SlurmExecutor(folder=self.folder / "%j")
+        executor = submitit.SlurmExecutor(folder=self.folder / "%j")
         executor.update_parameters(**sbatch_parameters(self.settings))
         budget_json = json.dumps(asdict(budget))
         handles: list[SlurmHandle] = []
