@@ -125,13 +125,14 @@ def _set_x_ticks(ax, xs: np.ndarray, spec: PlotSpec) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _draw_failures(ax, ok_x, ok_y, failed: pd.DataFrame, style, unit: str, panel, middle: float) -> None:
+def _draw_failures(ax, ok_x, ok_y, failed: pd.DataFrame, style, unit: str, panel) -> list[tuple]:
     """A cross at each failed size, level with the last value measured before it (the curve "stops" there).
 
-    A known value (e.g. a predicted peak over the budget) is written in the
-    annotation rather than plotted, so that it does not squash the scale.
+    Returns the annotations (x, y, text, colour) for the caller to merge: several
+    curves often stop at the same size. A known value (e.g. a predicted peak over
+    the budget) goes into the text rather than the plot, so it does not squash the scale.
     """
-    annotate = True
+    notes = []
     for fx, fy, status in zip(failed["_x"], failed["_y"], failed["status"]):
         before = [(x, y) for x, y in zip(ok_x, ok_y) if x < fx]
         level = before[-1][1] if before else (ok_y[0] if len(ok_y) else fy)
@@ -141,20 +142,31 @@ def _draw_failures(ax, ok_x, ok_y, failed: pd.DataFrame, style, unit: str, panel
                 markeredgecolor="black", markeredgewidth=0.6, linestyle="none", zorder=5)
         if before and _in_panel(pd.Series([before[-1][0]]), panel).all():
             ax.plot([before[-1][0], fx], [level, level], color=style.colour, linestyle=":", linewidth=1)
-        if annotate:  # one label per curve and panel keeps the plot readable
+        if not notes:  # the first failure of a curve is the one that matters (larger ones follow from it)
             text = FAILURE_TEXT.get(status, status)
             if np.isfinite(fy):
                 text += f" ({fy:.3g} {unit})".replace(" )", ")")
-            left = fx < middle  # text grows towards the inside of the panel, never past its frame
-            ax.annotate(text, (fx, level), textcoords="offset points", xytext=(4 if left else -4, 6),
-                        ha="left" if left else "right", va="bottom", fontsize=7, color=style.colour)
-            annotate = False
+            notes.append((fx, level, text, style.colour))
+    return notes
+
+
+def _annotate(ax, notes: list[tuple], middle: float) -> None:
+    """One annotation per failed size, above its highest cross; coloured as the curve when it is the only one."""
+    for fx in sorted({n[0] for n in notes}):
+        here = [n for n in notes if n[0] == fx]
+        texts = list(dict.fromkeys(n[2] for n in here))
+        colour = here[0][3] if len({n[3] for n in here}) == 1 else "0.25"
+        left = fx < middle  # text grows towards the inside of the panel, never past its frame
+        ax.annotate(" / ".join(texts), (fx, max(n[1] for n in here)), textcoords="offset points",
+                    xytext=(4 if left else -4, 6), ha="left" if left else "right", va="bottom",
+                    fontsize=7, color=colour)
 
 
 def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
     """Draw one metric in one panel."""
     m = metric(metric_name)
     all_x = []
+    notes = []
     in_panel = [pd.to_numeric(r[spec.x], errors="coerce") for _, _, r in curves]
     xs = np.concatenate([x[_in_panel(x, panel)].to_numpy(float) for x in in_panel]) if curves else np.array([])
     middle = np.nan if not len(xs) else (
@@ -174,9 +186,10 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
                 line.set_dashes(style.dashes)
         failed = rows[rows["status"].isin(_STOPPED)].sort_values("_x")
         if len(failed):
-            _draw_failures(ax, series_ok["_x"].to_numpy(float), series_ok["_y"].to_numpy(float), failed, style,
-                           m.unit, panel, middle)
+            notes += _draw_failures(ax, series_ok["_x"].to_numpy(float), series_ok["_y"].to_numpy(float),
+                                    failed, style, m.unit, panel)
         all_x.extend(rows["_x"].tolist())
+    _annotate(ax, notes, middle)
     if spec.log_x:
         ax.set_xscale("log", base=spec.log_x)
     if spec.log_y:
@@ -223,17 +236,28 @@ def _legend_columns(labels: list[str], width_in: float) -> int:
     return max(1, min(len(labels), int(width_in // widest)))
 
 
+def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
+    """The spec's panels that hold a measured value: a run at reduced scale (CPU) leaves the long-length panel empty."""
+    ok = rows[rows["status"] == "ok"]
+    xs = pd.to_numeric(ok[spec.x], errors="coerce")
+    has_value = pd.concat([pd.to_numeric(ok[metric(m).column], errors="coerce").notna() for m in metrics], axis=1)
+    xs = xs[has_value.any(axis=1)]
+    kept = tuple(p for p in spec.panels if _in_panel(xs, p).any())
+    return kept or spec.panels
+
+
 def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
     """The default renderer: rows = metrics that have values, columns = spec.panels."""
     predicted = method == "predicted"
     metrics = [m for m in spec.metrics if _has_values(rows, m)] or [spec.metrics[0]]
     curves = _styled(_series(rows, spec.x), predicted)
-    ncols = len(spec.panels)
+    panels = _panels_with_data(rows, spec, metrics)
+    ncols = len(panels)
     width = max(4.3 * ncols + 0.6, 6.4)  # a single panel still needs room for title and legend
     fig, axes = plt.subplots(len(metrics), ncols, figsize=(width, 2.9 * len(metrics) + 1.3),
                              squeeze=False, layout="constrained")
     for r, metric_name in enumerate(metrics):
-        for c, panel in enumerate(spec.panels):
+        for c, panel in enumerate(panels):
             ax = axes[r][c]
             _draw_metric(ax, curves, spec, metric_name, panel)
             if c == 0:
@@ -255,7 +279,7 @@ def _legend_entries(axes, rows: pd.DataFrame):
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
     if rows["status"].isin(_STOPPED).any():
-        seen["stopped: OOM / over budget / timeout / crash"] = Line2D(
+        seen["stopped (reason written)"] = Line2D(
             [], [], marker=FAILURE_MARKER, color="0.4", markeredgecolor="black", linestyle="none", markersize=8)
     return list(seen.values()), list(seen.keys())
 
