@@ -95,6 +95,8 @@ def main(argv=None):
             # Rotate the order so no implementation always runs after the same neighbour.
             for name in names[r % len(names):] + names[: r % len(names)]:
                 times[name].append(run_once(name, shape, causal))
+            # Progress as it comes: a run stopped early still shows its finished rounds.
+            print(f"  L={length} round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in names), flush=True)
         med = {name: statistics.median(ts) for name, ts in times.items()}
         print(f"\nL={length}")
         print(f"{'impl':<10} {'median s':>9} {'min s':>8} {'max s':>8} {'peak MiB':>9}"
