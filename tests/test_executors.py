@@ -106,6 +106,9 @@ def test_get_executor_builds_local_and_rejects_zero_jobs():
 def test_slurm_without_its_module_is_bad_input(monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "topk_bench.slurm", None)
+    import topk_bench
+
+    monkeypatch.setitem(sys.modules, "topk_bench.slurm", None)  # as if the module were absent
+    monkeypatch.delattr(topk_bench, "slurm", raising=False)     # (and never imported)
     with pytest.raises(BadInput, match="slurm executor not available"):
         get_executor(ExecutorSettings(kind="slurm"))

@@ -159,7 +159,10 @@ def test_cuda_requested_without_a_gpu(tmp_path, capsys):
 
 
 def test_slurm_executor_unavailable_is_bad_input(tmp_path, capsys, monkeypatch):
+    import topk_bench
+
     monkeypatch.setitem(sys.modules, "topk_bench.slurm", None)  # as if the module were absent
+    monkeypatch.delattr(topk_bench, "slurm", raising=False)     # (and never imported)
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD)
     code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--executor", "slurm")

@@ -141,7 +141,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     out_dir = Path(out) if out is not None else settings.path(settings.results_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput("expected a directory", file=out_dir, key="--out")
-    optional = (FIDELITY_COLUMNS if suite.fidelity else ()) + (PRETRAINED_COLUMNS if suite.workload == "pretrained" else ())
+    pretrained = any(c.workload == "pretrained" for c in cases)
+    optional = (FIDELITY_COLUMNS if suite.fidelity else ()) + (PRETRAINED_COLUMNS if pretrained else ())
     return Plan(
         suite=suite, settings=settings, cases=cases, budget=Budget(memory, seconds),
         csv_path=out_dir / f"{suite.name}.csv", meta_path=out_dir / f"{suite.name}.meta.json",
