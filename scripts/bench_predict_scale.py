@@ -30,13 +30,13 @@ def main(argv: list[str]) -> None:
         options = {k: v for k, v in PAPER_OPTIONS.items() if k in implementations.spec(name).options}
         case = Case.make(suite="scale", workload="mha", impl=name, params={"seq_len": seq_len}, options=options,
                          causal=True, method="predicted")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         m = run_isolated(case) if isolated else execute(case)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         peak = f"{m.peak_bytes / GIB:9.2f} GiB" if m.peak_bytes else " " * 13
         base = f"{m.baseline_bytes / GIB:.3f} GiB" if m.baseline_bytes else ""
         print(f"{name:12s} L={seq_len} {m.status:11s} peak {peak} (inputs+params {base}) "
-              f"{elapsed:7.2f} s  {m.error}", flush=True)
+              f"{elapsed:7.2f} s wall" + ("" if isolated else f", {cpu:7.2f} s CPU") + f"  {m.error}", flush=True)
 
 
 if __name__ == "__main__":
