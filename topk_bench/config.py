@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from topk_bench.errors import BadInput
 
@@ -68,12 +68,16 @@ class Settings(_Strict):
     results_dir: str = "results"
     plots_dir: str = "plots"
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
-    # Directory relative paths are resolved against (bench.toml's own directory).
-    root: Path = Field(default_factory=Path.cwd, exclude=True)
+    # Directory relative paths are resolved against (bench.toml's own directory); not a key of the file.
+    _root: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @property
+    def root(self) -> Path:
+        return self._root
 
     def path(self, value: str | Path) -> Path:
         value = Path(value)
-        return value if value.is_absolute() else self.root / value
+        return value if value.is_absolute() else self._root / value
 
 
 class PlotSection(_Strict):
@@ -142,7 +146,11 @@ class Suite(_Strict):
     sweep: dict[str, list[int]] = Field(min_length=1)
     impl: list[ImplEntry] = Field(min_length=1)
     plot: PlotSection = Field(default_factory=PlotSection)
-    path: Path | None = Field(None, exclude=True)
+    _path: Path | None = PrivateAttr(None)  # the file it was read from
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
 
     @model_validator(mode="after")
     def _defaults(self) -> "Suite":
@@ -228,7 +236,7 @@ def _raise(exc: ValidationError, model: type[BaseModel], data: dict[str, Any], p
             info = getattr(owner, "model_fields", {}).get(item) if isinstance(item, str) else None
             owner = info.annotation if info is not None else owner
         if hasattr(owner, "model_fields"):
-            fields = [f for f in owner.model_fields if f not in ("path", "root")]
+            fields = list(owner.model_fields)
     raise BadInput(_problem(error, fields), file=path, key=_key(loc, data) or None) from None
 
 
@@ -251,7 +259,7 @@ def load_settings(path: str | Path | None = None) -> Settings:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
         _raise(exc, Settings, data, path)
-    settings.root = path.resolve().parent
+    settings._root = path.resolve().parent
     return settings
 
 
@@ -263,7 +271,7 @@ def load_suite(path: str | Path) -> Suite:
         suite = Suite.model_validate(data)
     except ValidationError as exc:
         _raise(exc, Suite, data, path)
-    suite.path = path
+    suite._path = path
     from topk_bench.suite_checks import check_suite  # needs the registry (imports torch)
 
     check_suite(suite, path)
