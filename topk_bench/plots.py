@@ -159,7 +159,9 @@ def _annotate(ax, notes: list[tuple], middle: float) -> None:
         left = fx < middle  # text grows towards the inside of the panel, never past its frame
         ax.annotate(" / ".join(texts), (fx, max(n[1] for n in here)), textcoords="offset points",
                     xytext=(4 if left else -4, 6), ha="left" if left else "right", va="bottom",
-                    fontsize=7, color=colour)
+                    fontsize=7, color=colour, zorder=6,
+                    # a light backing keeps the text legible where it crosses another curve
+                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
 
 
 def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
