@@ -38,7 +38,8 @@ def _answers(conf: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def slurm_conf():
+def slurm_cluster():
+    """The slurm.conf of a cluster that answers; started once per session if needed."""
     conf = os.environ.get("SLURM_CONF")
     if not (conf and _answers(conf)):
         if not sys.platform.startswith("linux"):
@@ -49,13 +50,14 @@ def slurm_conf():
         if proc.returncode != 0 or not _answers(conf):
             reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             pytest.skip(f"Slurm cannot start on this machine (scripts/slurm/start.sh: {reason})")
-    previous = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf  # sbatch/squeue/scancel run by submitit and the executor read it
-    yield conf
-    if previous is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = previous
+    return conf
+
+
+@pytest.fixture
+def slurm_conf(slurm_cluster, monkeypatch):
+    # Only for this test: sbatch/squeue/scancel (run by submitit and the executor) read it.
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster)
+    return slurm_cluster
 
 
 def _bench_toml(tmp_path: Path, **executor) -> Path:
