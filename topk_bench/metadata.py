@@ -9,8 +9,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import torch
-
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,6 +25,8 @@ def cpu_model() -> str:
 
 def device_name(device: str) -> str:
     """GPU model for a CUDA device (when one is visible), CPU model otherwise."""
+    import torch  # lazily: a Slurm job's outer process must not pay for torch twice
+
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     if device.startswith("cuda"):
@@ -53,6 +53,8 @@ def git_sha() -> str:
 
 def collect(device: str = "cpu") -> dict[str, Any]:
     """``Measurement.metadata``: the keys other modules rely on are listed in DESIGN.md."""
+    import torch
+
     return {
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda or "",
