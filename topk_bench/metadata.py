@@ -51,6 +51,12 @@ def git_sha() -> str:
         return ""
 
 
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def collect(device: str = "cpu") -> dict[str, Any]:
     """``Measurement.metadata``: the keys other modules rely on are listed in DESIGN.md."""
     import torch

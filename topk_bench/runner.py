@@ -172,7 +172,7 @@ def _defaults(device: str) -> dict[str, str]:
     try:
         from topk_bench import metadata
 
-        return {"torch_version": metadata.torch.__version__, "git_sha": metadata.git_sha(),
+        return {"torch_version": metadata.torch_version(), "git_sha": metadata.git_sha(),
                 "device_name": metadata.device_name(device)}
     except Exception:  # provenance is best effort; a row must still be written
         import torch
