@@ -133,6 +133,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     elif predict and settings.executor.kind == "local":
         # Predicting uses no memory and measures no time: use every core.
         updates["jobs"] = max(settings.executor.jobs, os.cpu_count() or 1)
+    # Relative paths of bench.toml are relative to that file, the Slurm log folder too.
+    updates["log_dir"] = str(settings.path(settings.executor.log_dir))
     executor_settings = settings.executor.model_copy(update=updates)
     if executor_settings.jobs > 1 and dev == "cpu" and not predict:
         notes.append(f"warning: {executor_settings.jobs} jobs on a measured CPU run compete for cores: "
