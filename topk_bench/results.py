@@ -101,9 +101,8 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return []
 
 
-def _rewrite(path: Path, header: list[str]) -> None:
-    """Widen the header (a measurement brought a new column): write a copy, then atomically replace."""
-    rows = read_rows(path)
+def _write_atomic(path: Path, header: list[str], rows: list[Mapping[str, Any]]) -> None:
+    """Write ``rows`` under ``header`` to a copy, then atomically replace ``path`` (a reader never sees half a file)."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         f.write(_line(header))
@@ -114,6 +113,11 @@ def _rewrite(path: Path, header: list[str]) -> None:
     os.replace(tmp, path)
 
 
+def _rewrite(path: Path, header: list[str]) -> None:
+    """Widen the header (a measurement brought a new column)."""
+    _write_atomic(path, header, read_rows(path))
+
+
 def remove_rows(path: Path, case_ids: set[str]) -> int:
     """Drop the rows of ``case_ids`` (``--no-resume``), keeping every other row; returns how many went."""
     header = read_header(path)
@@ -121,14 +125,7 @@ def remove_rows(path: Path, case_ids: set[str]) -> int:
         return 0
     rows = read_rows(path)
     kept = [r for r in rows if r.get("case_id") not in case_ids]
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        f.write(_line(header))
-        for r in kept:
-            f.write(_line(r.get(c, "") for c in header))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _write_atomic(path, header, kept)
     return len(rows) - len(kept)
 
 
