@@ -5,13 +5,14 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-import implementations
 from topk_bench.cli import app
 
 
 @app.command("list")
 def list_implementations() -> None:
     """List implementations with their options (defaults), legend, activations, causal support and exactness."""
+    import implementations  # imports torch: only when the command runs, so --help stays fast
+
     table = Table(title="attention implementations")
     for column in ("name", "options (defaults)", "legend", "activations", "causal", "exact", "description"):
         table.add_column(column)
