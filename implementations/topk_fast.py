@@ -17,6 +17,11 @@ costs as much as vanilla attention (its §5 limitation). Here:
 * only Q, K, V, the top scores and int32 indices are kept for backward (as the
   paper); the backward runs per group of heads to bound its O(Lq·k) temporaries.
 
+``key_padding_mask`` masks padding keys like future ones (a row with none left
+gives zeros, through a NaN-free softmax used only then); ``dropout`` draws a
+mask per chunk of ``chunk_size`` rows on the k weights, cached as ``Lq x k``
+bools for backward (as ``topk``; the defaults leave the code path unchanged).
+
 Everything is shape-static (no ``.item()``, ``nonzero`` or value-dependent
 branches), so it runs under ``FakeTensorMode`` for the predict backend.
 """
@@ -28,7 +33,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations.masking import check_activation, check_qkv
+from implementations.masking import check_activation, check_qkv, safe_softmax
 from implementations.registry import Implementation, register
 
 # Query rows per score tile (all heads at once: few, large ops, which matters
@@ -68,9 +73,13 @@ def _row_topk(scores: torch.Tensor, k: int, s: int):
     return values, torch.div(pos, k, rounding_mode="floor") * groups + best.gather(-1, pos % k)
 
 
-def _activate(top: torch.Tensor, relu: bool) -> torch.Tensor:
-    # Masked entries hold -inf: both activations give them weight exactly 0.
-    return torch.relu(top) if relu else torch.softmax(top, dim=-1)
+def _activate(top: torch.Tensor, relu: bool, safe: bool = False) -> torch.Tensor:
+    # Masked entries hold -inf: both activations give them weight exactly 0. Without
+    # padding every row has an allowed key; with it a row may be all -inf: ``safe``
+    # softmax gives it zeros (as ``topk``), not NaN.
+    if relu:
+        return torch.relu(top)
+    return safe_softmax(top) if safe else torch.softmax(top, dim=-1)
 
 
 def _tiles(lq, lk, kk, causal, chunk_size):
@@ -84,8 +93,11 @@ def _tiles(lq, lk, kk, causal, chunk_size):
         yield r0, r1, n, s, -(-max(n, kk) // s) * s
 
 
-def _select(q3, k3, causal, kk, chunk_size):
-    """Top-``kk`` scores of every query row and their global key indices (``h·Lk + j``)."""
+def _select(q3, k3, causal, kk, chunk_size, pad=None):
+    """Top-``kk`` scores of every query row and their global key indices (``h·Lk + j``).
+
+    ``pad``: bool ``[bh, 1, Lk]``, True = padding key (masked like a future key).
+    """
     bh, lq, _ = q3.shape
     lk = k3.shape[1]
     device = q3.device
@@ -115,6 +127,8 @@ def _select(q3, k3, causal, kk, chunk_size):
                     masked = masked | (cols > torch.arange(r0 - lo, r1 - lo, device=device).unsqueeze(1))
                 masks[key] = masked
             scores[..., lo:].masked_fill_(masks[key], float("-inf"))
+        if pad is not None:  # columns >= n are masked above already
+            scores[..., :n].masked_fill_(pad[..., :n], float("-inf"))
         values, where = _row_topk(scores, kk, s)
         top[:, r0:r1] = values
         if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
@@ -123,16 +137,22 @@ def _select(q3, k3, causal, kk, chunk_size):
     return top, idx
 
 
-def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads):
+def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False, keep=None, dropout=0.0):
     """Gradients of one group of heads (``dout_g, q_g``: its rows; ``k2, v2``: all heads' keys).
 
     ``idx`` holds global key rows ``h·Lk + j``; ``keys`` is the group's range of them.
+    ``keep``: the forward's dropout masks of the group (``None`` without dropout).
     """
     dq, dk, dv = grads
     rows, kk = dout_g.shape[0], top.shape[-1]
     device, index_dtype = idx.device, idx.dtype
     flat = idx.reshape(-1)
-    weights = _activate(top, relu).view(rows, kk)
+    weights = _activate(top, relu, safe).view(rows, kk)
+    if dropout:  # the forward's masks, applied with the same rounding (as ``topk``)
+        keep = keep.reshape(rows, kk)
+        dropped = weights * keep / (1.0 - dropout)
+    else:
+        dropped = weights
     offsets = torch.arange(0, rows * kk, kk, dtype=index_dtype, device=device)
     bag_of = torch.arange(rows, dtype=index_dtype, device=device).repeat_interleave(kk)
     # dW[r, t] = dout[r] · V[idx[r, t]]: the per-sample-weights gradient of out = bag(W, V).
@@ -140,6 +160,8 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads):
         dout_g, v2, flat, offsets, bag_of, 0, -1
     ).view(rows, kk)
     del bag_of, offsets
+    if dropout:  # ds was the gradient w.r.t. the dropped weights
+        ds = ds * keep / (1.0 - dropout)
     if relu:
         ds.masked_fill_(top.view(rows, kk) <= 0, 0.0)
     else:
@@ -157,7 +179,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads):
     query_of = order // kk
     # index_select: ~4x faster than advanced indexing for these permutations.
     if dv is not None:
-        w_sorted = weights.view(-1).index_select(0, order)
+        w_sorted = dropped.reshape(-1).index_select(0, order)
         dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum"))
     if dk is not None:
         ds_sorted = ds.view(-1).index_select(0, order)
@@ -166,20 +188,37 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads):
 
 class _TopkFast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, relu, topk, chunk_size):
+    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout):
         lead, lq, lk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
         kk = min(topk, lk)
         q3, k3 = q.reshape(-1, lq, q.shape[-1]), k.reshape(-1, lk, k.shape[-1])
-        top, idx = _select(q3, k3, causal, kk, chunk_size)
-        weights = _activate(top, relu)
+        bh = q3.shape[0]
+        pad = None
+        if key_padding_mask is not None:  # [B, Lk] -> one row per (batch, head, ...): [bh, 1, Lk]
+            shape = (lead[0],) + (1,) * (len(lead) - 1) + (lk,)
+            pad = key_padding_mask.view(shape).expand(*lead, lk).reshape(bh, 1, lk)
+        top, idx = _select(q3, k3, causal, kk, chunk_size, pad)
+        del pad
+        weights = _activate(top, relu, key_padding_mask is not None)
+        keep = None
+        if dropout:
+            # Drawn per chunk of ``chunk_size`` query rows, one [bh, C, k] draw each: the same
+            # draws, in the same order, as ``topk`` (whose k slots are ordered differently).
+            keep = torch.empty(bh, lq, kk, dtype=torch.bool, device=q.device)
+            for s in range(0, lq, chunk_size):
+                e = min(s + chunk_size, lq)
+                torch.ge(torch.rand(bh, e - s, kk, dtype=weights.dtype, device=q.device), dropout, out=keep[:, s:e])
+            weights = weights * keep / (1.0 - dropout)
         out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.view(-1, kk), mode="sum")
-        ctx.save_for_backward(q, k, v, top, idx)
+        ctx.save_for_backward(q, k, v, top, idx, keep)
         ctx.relu = relu
+        ctx.safe = key_padding_mask is not None
+        ctx.dropout = dropout
         return out.view(*lead, lq, dv)
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, top, idx = ctx.saved_tensors
+        q, k, v, top, idx, keep = ctx.saved_tensors
         bh, lq, kk = top.shape
         lk = k.shape[-2]
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
@@ -198,25 +237,38 @@ class _TopkFast(torch.autograd.Function):
             _backward_group(
                 dout2[qs], q2[qs], k2, v2, top[h0:h1], idx[h0:h1], ctx.relu, key_ids[ks],
                 tuple(None if g is None else g[r] for g, r in ((dq, qs), (dk, ks), (dv, ks))),
+                ctx.safe, None if keep is None else keep[h0:h1], ctx.dropout,
             )
         return (
             dq.view(q.shape) if need_q else None,
             dk.view(k.shape) if need_k else None,
             dv.view(v.shape) if need_v else None,
-            None, None, None, None,
+            None, None, None, None, None, None,
         )
 
 
-def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024):
+def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024,
+                        key_padding_mask=None, dropout=0.0):
     """``activation(top-k(q kᵀ)) v``: the same result as ``topk``, computed sparsely.
 
-    Rows with fewer than ``topk`` allowed keys give the masked keys zero weight.
+    Rows with fewer than ``topk`` allowed keys give the masked keys zero weight;
+    ``key_padding_mask`` (bool ``[B, Lk]``, True = padding) masks keys, and a row
+    with no allowed key gives zeros. ``dropout`` drops attention weights with masks
+    drawn per chunk in forward and reused by backward (as ``topk``).
     """
     check_activation(activation)
     check_qkv(q, k, v)
     if topk < 1 or chunk_size < 1:
         raise ValueError(f"topk and chunk_size must be >= 1, got topk={topk}, chunk_size={chunk_size}")
-    return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size))
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if key_padding_mask is not None and (q.dim() < 3 or tuple(key_padding_mask.shape) != (q.shape[0], k.shape[-2])):
+        raise ValueError(
+            f"key_padding_mask must be [B, Lk] = {(q.shape[0], k.shape[-2])} for q [B, ..., Lq, d], "
+            f"got {tuple(key_padding_mask.shape)}"
+        )
+    return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size),
+                           key_padding_mask, float(dropout))
 
 
 TOPK_FAST = register(
@@ -224,9 +276,10 @@ TOPK_FAST = register(
         name="topk_fast",
         fn=topk_fast_attention,
         description="top-k attention with causal key skipping, pruned top-k and k-sparse products",
-        options={"topk": 128, "chunk_size": 1024},
+        options={"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0},
         label="Top-k fast (size={chunk_size}, topk={topk})",
         # Same results as ``topk`` (which is not vanilla attention).
         exact=False,
+        key_padding_mask=True,
     )
 )

@@ -101,3 +101,98 @@ def test_layers_equal_topk(layer_cls, kwargs):
     got, want = _layer_outputs(layer_cls, kwargs)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
+def _padding(lk):
+    pad = torch.zeros(2, lk, dtype=torch.bool)
+    pad[0, [1, 4, lk - 1]] = True
+    pad[1] = True  # nothing to attend: zero output and gradients, no NaN
+    return pad
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("activation", ["softmax", "relu"])
+@pytest.mark.parametrize("lq,lk,topk,chunk", [(9, 9, 3, 4), (7, 13, 4, 5), (61, 150, 4, 16), (12, 40, 37, 5)])
+def test_key_padding_mask_equals_topk(activation, causal, lq, lk, topk, chunk):
+    # Includes an all-padding batch row, the pruned top-k (Lk=150) and k above the allowed keys.
+    q, k, v = qkv(lq, lk, seed=lq + lk)
+    pad = _padding(lk)
+    options = dict(causal=causal, activation=activation, topk=topk, chunk_size=chunk, key_padding_mask=pad)
+    got = out_and_grads(fast, q, k, v, **options)
+    assert_all_close(got, out_and_grads(paper, q, k, v, **options))
+    want = out_and_grads(reference_attention, q, k, v, causal=causal, activation=activation, topk=topk,
+                         key_padding_mask=pad)
+    assert_all_close(got, want)
+    assert all(t[1].abs().max() == 0 for t in (got[0], got[1], got[3]))
+
+
+def test_bad_padding_and_dropout_are_refused():
+    q, k, v = qkv(3, 4)
+    with pytest.raises(ValueError, match="dropout"):
+        fast(q, k, v, dropout=1.0)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        fast(q, k, v, key_padding_mask=torch.zeros(2, 3, dtype=torch.bool))
+
+
+def test_dropout_draws_the_same_masks_as_topk():
+    # Same seed, same draws, in the same order, as topk: with k = Lk = 1 (one slot per row)
+    # the slot -> key maps agree, so the results must be the same.
+    q, k, v = qkv(7, 1, seed=2)
+    options = dict(causal=False, topk=1, chunk_size=3, dropout=0.5)
+    results = []
+    for fn in (fast, paper):
+        torch.manual_seed(11)
+        results.append(out_and_grads(fn, q, k, v, **options))
+    assert (results[0][0] == 0).any() and (results[0][0] != 0).any()
+    assert_all_close(*results)
+
+
+@pytest.mark.parametrize("padding", [False, True])
+@pytest.mark.parametrize("activation", ["softmax", "relu"])
+def test_dropout_matches_dense_reference_with_the_same_masks(activation, padding):
+    # topk orders its k slots differently, so masks cannot match it key by key: as for topk
+    # (tests/test_impl_topk.py), v = I reveals the dropped weights, and a dense reference
+    # with those masks must give the same outputs and gradients (p = 0.1: 1/(1-p) inexact).
+    lq, lk = 13, 40
+    q, k, v = qkv(lq, lk, seed=9)
+    pad = _padding(lk) if padding else None
+    options = dict(activation=activation, causal=True, topk=5, chunk_size=4, key_padding_mask=pad)
+    eye = torch.eye(lk, dtype=torch.float64).expand(2, 3, lk, lk)
+    with torch.no_grad():
+        torch.manual_seed(7)
+        dropped = fast(q, k, eye, dropout=0.1, **options)
+        plain = fast(q, k, eye, **options)
+    scale = torch.where(plain != 0, dropped / plain, torch.zeros_like(plain))
+    assert ((scale == 0) & (plain != 0)).any() and (scale.max() - 1 / 0.9).abs() < 1e-12
+
+    def reference(q, k, v):
+        return (scale * reference_attention(q, k, eye, activation=activation, causal=True, topk=5,
+                                            key_padding_mask=pad)) @ v
+
+    torch.manual_seed(7)
+    got = out_and_grads(lambda *a: fast(*a, dropout=0.1, **options), q, k, v)
+    assert_all_close(got, out_and_grads(reference, q, k, v))
+
+
+def test_dropout_gradients_are_right_across_chunks():
+    q, k, v = qkv(7, 6, d=3, dv=2, b=1, h=2, seed=5)
+
+    def attention(q, k, v):
+        torch.manual_seed(1234)
+        return fast(q, k, v, causal=True, topk=3, chunk_size=2, dropout=0.5)
+
+    assert torch.autograd.gradcheck(attention, (q, k, v))
+    assert not torch.allclose(attention(q, k, v), fast(q, k, v, causal=True, topk=3, chunk_size=2))
+
+
+@pytest.mark.parametrize("activation", ["softmax", "relu"])
+def test_padding_and_dropout_under_fake_tensors(activation):
+    with FakeTensorMode():
+        q = torch.randn(2, 2, 300, 8, requires_grad=True)
+        k = torch.randn(2, 2, 300, 8, requires_grad=True)
+        v = torch.randn(2, 2, 300, 6, requires_grad=True)
+        pad = torch.zeros(2, 300, dtype=torch.bool)
+        out = fast(q, k, v, causal=True, activation=activation, topk=4, chunk_size=64,
+                   key_padding_mask=pad, dropout=0.1)
+        out.mean().backward()
+    assert out.shape == (2, 2, 300, 6) and q.grad.shape == q.shape and k.grad.shape == k.shape
