@@ -71,3 +71,17 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"expected q [*, Lq, d], k [*, Lk, d], v [*, Lk, dv] with equal leading dims, "
             f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
+
+
+def check_topk_args(q: torch.Tensor, k: torch.Tensor, topk: int, chunk_size: int, dropout: float,
+                    key_padding_mask: torch.Tensor | None) -> None:
+    """The options every top-k variant shares (``topk``, ``topk_sparse``, ``topk_fast``), checked once."""
+    if topk < 1 or chunk_size < 1:
+        raise ValueError(f"topk and chunk_size must be >= 1, got topk={topk}, chunk_size={chunk_size}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if key_padding_mask is not None and (q.dim() < 3 or tuple(key_padding_mask.shape) != (q.shape[0], k.shape[-2])):
+        raise ValueError(
+            f"key_padding_mask must be [B, Lk] = {(q.shape[0], k.shape[-2])} for q [B, ..., Lq, d], "
+            f"got {tuple(key_padding_mask.shape)}"
+        )

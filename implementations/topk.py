@@ -15,10 +15,12 @@ code replays one RNG state for every chunk, which gives wrong gradients).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 
 from implementations.masking import (
-    batched_addmm_t_, check_activation, check_qkv, chunk_mask, safe_softmax, safe_softmax_,
+    batched_addmm_t_, check_activation, check_qkv, check_topk_args, chunk_mask, safe_softmax, safe_softmax_,
 )
 from implementations.registry import Implementation, register
 
@@ -141,15 +143,15 @@ def make_topk(ops):
                   key_padding_mask=None, dropout=0.0):
         check_activation(activation)
         check_qkv(q, k, v)
-        if topk < 1 or chunk_size < 1:
-            raise ValueError(f"topk and chunk_size must be >= 1, got topk={topk}, chunk_size={chunk_size}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
         return TopkFunction.apply(q, k, v, ops, causal, activation, int(topk), int(chunk_size),
                                   key_padding_mask, float(dropout))
 
     return attention
 
+
+# The options of every top-k variant (topk_sparse and topk_fast take exactly these).
+TOPK_OPTIONS = MappingProxyType({"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0})
 
 topk_attention = make_topk(DenseOps)
 topk_attention.__doc__ = "Top-k attention: each query keeps its ``topk`` largest scores (paper §2.2)."
@@ -159,7 +161,7 @@ TOPK = register(
         name="topk",
         fn=topk_attention,
         description="top-k attention (paper §2.2): chunked dense dots, row-wise top-k, caches top values + indices",
-        options={"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0},
+        options=TOPK_OPTIONS,
         label="Top-k (size={chunk_size}, topk={topk})",
         exact=False,
         key_padding_mask=True,

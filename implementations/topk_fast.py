@@ -33,8 +33,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations.masking import check_activation, check_qkv, safe_softmax
+from implementations.masking import check_activation, check_qkv, check_topk_args, safe_softmax
 from implementations.registry import Implementation, register
+from implementations.topk import TOPK_OPTIONS
 
 # Query rows per score tile (all heads at once: few, large ops, which matters
 # on a shared 2-core machine where every parallel region can wait a scheduler
@@ -258,15 +259,7 @@ def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128
     """
     check_activation(activation)
     check_qkv(q, k, v)
-    if topk < 1 or chunk_size < 1:
-        raise ValueError(f"topk and chunk_size must be >= 1, got topk={topk}, chunk_size={chunk_size}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    if key_padding_mask is not None and (q.dim() < 3 or tuple(key_padding_mask.shape) != (q.shape[0], k.shape[-2])):
-        raise ValueError(
-            f"key_padding_mask must be [B, Lk] = {(q.shape[0], k.shape[-2])} for q [B, ..., Lq, d], "
-            f"got {tuple(key_padding_mask.shape)}"
-        )
+    check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
     return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size),
                            key_padding_mask, float(dropout))
 
@@ -276,7 +269,7 @@ TOPK_FAST = register(
         name="topk_fast",
         fn=topk_fast_attention,
         description="top-k attention with causal key skipping, pruned top-k and k-sparse products",
-        options={"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0},
+        options=TOPK_OPTIONS,
         label="Top-k fast (size={chunk_size}, topk={topk})",
         # Same results as ``topk`` (which is not vanilla attention).
         exact=False,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from implementations.registry import Implementation, register
-from implementations.topk import make_topk
+from implementations.topk import TOPK_OPTIONS, make_topk
 
 
 class SparseOps:
@@ -66,7 +66,7 @@ TOPK_SPARSE = register(
         name="topk_sparse",
         fn=topk_sparse_attention,
         description="top-k attention with the four big products through torch.sparse COO matrices (paper appendix)",
-        options={"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0},
+        options=TOPK_OPTIONS,
         label="Top-k sparse (size={chunk_size}, topk={topk})",
         exact=False,
         key_padding_mask=True,
