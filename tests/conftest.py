@@ -14,3 +14,14 @@ def f64():
     torch.set_default_dtype(torch.float64)
     yield torch.float64
     torch.set_default_dtype(previous)
+
+
+@pytest.fixture(autouse=True)
+def _restore_registry():
+    """Implementations a test registers (plug-ins) must not leak into later tests."""
+    from implementations import registry
+
+    saved = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
