@@ -1,6 +1,5 @@
 """Test helpers: a deliberately naive dense attention (the reference) and float64 inputs."""
 
-import pytest
 import torch
 
 
@@ -54,11 +53,3 @@ def assert_all_close(got, want):
         assert torch.isfinite(a).all(), name
         torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"{name}: {m}")
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """These tensors are tiny: on a loaded 2-core machine thread synchronisation costs 30x the work."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)

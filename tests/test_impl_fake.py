@@ -9,8 +9,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import implementations
-from attention_reference import single_thread  # noqa: F401 (autouse fixture)
 from implementations import Decoder, FeedForward, MultiHeadAttention
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 # Small values for the options that exist, so that chunking and top-k really happen.
 SMALL = {"chunk_size": 3, "topk": 2, "nb_features": 8}

@@ -5,8 +5,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import implementations
-from attention_reference import single_thread  # noqa: F401 (autouse fixture)
 from live_bytes import LiveBytes
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 B, H, L, D, C, K = 1, 2, 256, 8, 64, 4
 CHUNK_BYTES = B * H * C * L * 4        # one float32 C x Lk matrix (all heads)

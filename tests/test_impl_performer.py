@@ -7,9 +7,11 @@ import torch
 
 import implementations
 from attention_reference import qkv, reference_attention
-from attention_reference import single_thread  # noqa: F401 (autouse fixture)
 from implementations.causal_product import causal_product
 from implementations.performer import causal_key_features, draw_projection, performer_attention
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def favor_quadratic(q, k, v, projection, causal):

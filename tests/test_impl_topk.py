@@ -5,7 +5,9 @@ import torch
 
 import implementations
 from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
-from attention_reference import single_thread  # noqa: F401 (autouse fixture)
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.mark.parametrize("name", ["topk", "topk_sparse"])
@@ -41,6 +43,7 @@ def test_gradcheck(name, options, activation, causal):
     fn = implementations.get(name)
     assert torch.autograd.gradcheck(
         lambda q, k, v: fn(q, k, v, causal=causal, activation=activation, **options), (q, k, v)
+
     )
 
 

@@ -5,7 +5,9 @@ import torch
 
 import implementations
 from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
-from attention_reference import single_thread  # noqa: F401 (autouse fixture)
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 # (implementation, options making it exact); chunk sizes do not divide the lengths.
 EXACT = [

@@ -27,13 +27,7 @@ def case(impl: str, **fields) -> Case:
                      plugins=(PLUGIN,), warmup=0, repeats=2, **fields)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """In-process runs of tiny shapes: OpenMP's spinning is slow on busy shared cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # name -> (case, budget): run at once, each in its own child.

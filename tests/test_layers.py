@@ -6,8 +6,10 @@ import pytest
 import torch
 
 import implementations
-from attention_reference import single_thread  # noqa: F401 (autouse fixture)
 from implementations import Decoder, FeedForward, MultiHeadAttention
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 TOL = dict(rtol=0, atol=1e-10)
 

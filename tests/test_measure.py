@@ -41,13 +41,7 @@ def tiny_case(workload: str, impl: str, **fields) -> Case:
                      options=options_for(impl), **extra, **fields)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny shapes gain nothing from a second thread, and OpenMP's spinning is slow on busy shared cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 CASES = [(w, i) for w in ("mha", "decoder") for i in predictable("softmax")] + [("ff", i) for i in predictable("relu")]

@@ -6,9 +6,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import implementations
 from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
-from attention_reference import single_thread  # noqa: F401 (autouse fixture)
 from implementations import Decoder, FeedForward, MultiHeadAttention
 from implementations import topk_fast as module
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 fast = implementations.get("topk_fast")
 paper = implementations.get("topk")
@@ -89,6 +91,7 @@ def _layer_outputs(layer_cls, kwargs, seed=0):
 
 @pytest.mark.parametrize(
     "layer_cls,kwargs",
+
     [
         (MultiHeadAttention, lambda n: dict(d_model=16, heads=2, attention=n, causal=True, topk=3, chunk_size=4)),
         (FeedForward, lambda n: dict(d_model=16, d_ff=40, attention=n, topk=5, chunk_size=7)),
