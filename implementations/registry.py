@@ -4,10 +4,25 @@ An implementation is a plain function
 
     fn(q, k, v, *, causal=False, activation="softmax", **options) -> out
 
-with ``q [B, H, Lq, d]``, ``k, v [B, H, Lk, d]`` and ``out [B, H, Lq, d]``. The
-caller scales ``q`` by ``1/sqrt(d)`` (as in the paper). Causal masking is
-top-left aligned, as in ``torch.nn.functional.scaled_dot_product_attention``:
-query ``i`` may attend key ``j`` iff ``j <= i``.
+with ``q [B, Hq, Lq, d]``, ``k, v [B, Hkv, Lk, d]`` and ``out [B, Hq, Lq, dv]``. The
+caller scales ``q`` by ``1/sqrt(d)`` (as in the paper).
+
+Conventions every entry follows:
+
+- Causal masking is bottom-right aligned (as FlashAttention >= 2.1 and a KV cache):
+  query ``i`` sits at position ``Lk - Lq + i`` and may attend key ``j`` iff
+  ``j <= Lk - Lq + i``. With ``Lq == Lk`` this is the usual ``j <= i``; with one
+  new token at the end of a cache of ``Lk - 1`` it attends every key. A query row
+  with no allowed key gives zeros, never NaN.
+- Grouped-query attention: ``Hq`` is a multiple of ``Hkv`` and query head ``h``
+  reads key/value head ``h // (Hq // Hkv)`` (``repeat_interleave`` order, as
+  ``scaled_dot_product_attention(enable_gqa=True)``). ``gqa`` says how an entry
+  handles ``Hkv < Hq``: ``"native"`` without materialising repeated K/V,
+  ``"repeats"`` by repeating them (extra memory), ``None`` not at all (the
+  harness then records the case ``unsupported``, never runs it).
+- Half precision (``float16``, ``bfloat16``): outputs in the input dtype; scores,
+  row-wise selection and softmax statistics in float32 where rounding would
+  change the result (which keys win a top-k, a softmax's normaliser).
 
 Besides the function, each entry describes itself (options and their defaults,
 legend label, supported activations, causal support, exactness) so that the
@@ -49,6 +64,13 @@ class Implementation:
     key_padding_mask: bool = False
     # Runs under FakeTensorMode (no data-dependent ops), so the predict backend can size it.
     predictable: bool = True
+    # How grouped-query inputs (fewer K/V heads than query heads) are handled; see the module doc.
+    gqa: str | None = None
+    # Selection methods (top-k, page top-k, sink + window, block top-k): which keys each query
+    # attends to, ``selection(q, k, *, causal, **options) -> bool [B, Hq, Lq, Lk]`` (True =
+    # attended), for the selection-quality metrics. Same options as ``fn``. None: dense or not
+    # a selection (Performer).
+    selection: Callable[..., torch.Tensor] | None = None
     # Builds the per-layer attention module (for implementations with per-layer
     # state such as Performer's random features). ``None``: a stateless wrapper.
     module_factory: Callable[..., torch.nn.Module] | None = None
