@@ -4,7 +4,7 @@ Forward + backward (``loss = out.mean()``) of the attention function, fp32, on
 the CPU. Implementations are interleaved within each round (the machine is
 shared, so load drifts), and the table reports medians over rounds and ratios
 of medians. Peak memory is the exact live-tensor-bytes peak (inputs included),
-measured with ``topk_bench.memory.LiveBytes`` under ``FakeTensorMode`` (same
+measured with ``topk_bench.measure.memory.LiveBytes`` under ``FakeTensorMode`` (same
 allocations as a real run, no time and no memory spent), or in a real run with
 ``--memory real``.
 
@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import implementations  # noqa: E402
-from topk_bench.memory import LiveBytes  # noqa: E402
+from topk_bench.measure.memory import LiveBytes  # noqa: E402
 
 OPTIONS = {"topk": {"topk": 128, "chunk_size": 1024}, "topk_fast": {"topk": 128, "chunk_size": 1024}}
 

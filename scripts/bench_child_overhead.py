@@ -17,8 +17,8 @@ import sys
 import time
 
 from topk_bench.case import Budget, Case
-from topk_bench.launcher import run_isolated
-from topk_bench.worker import execute
+from topk_bench.run.launcher import run_isolated
+from topk_bench.measure.worker import execute
 
 
 def cpu_children() -> float:

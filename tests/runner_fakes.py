@@ -71,8 +71,8 @@ class FakeRun:
 
 
 def main(suite: str, out: str, delay_s: str) -> None:
-    from topk_bench import runner
-    from topk_bench.executors import LocalExecutor
+    from topk_bench.run import runner
+    from topk_bench.run.executors import LocalExecutor
 
     try:
         runner.run(suite, out=out, device="cpu", progress=False,

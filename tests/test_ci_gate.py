@@ -3,9 +3,10 @@
 from pathlib import Path
 
 import implementations
-from topk_bench import runner
-from topk_bench.results import load_results
-from topk_bench.stats import min_samples_for
+from topk_bench.run import plan as planning
+from topk_bench.run import runner
+from topk_bench.results.frame import load_results
+from topk_bench.report.stats import min_samples_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_SUITE = ROOT / "suites" / "ci.toml"
@@ -13,7 +14,7 @@ BASELINE = ROOT / "results" / "baselines" / "ci-predicted.csv"
 
 
 def test_ci_suite_covers_every_implementation_and_benchmark_workload():
-    cases = runner.plan(CI_SUITE, device="cpu").cases
+    cases = planning.plan(CI_SUITE, device="cpu").cases
     assert {c.impl for c in cases} >= set(implementations.names())
     assert {c.workload for c in cases} == {"mha", "ff", "decoder"}
     # Enough timed samples for compare's Mann-Whitney test to reach alpha = 0.002 (7 at the very least).
@@ -22,7 +23,7 @@ def test_ci_suite_covers_every_implementation_and_benchmark_workload():
 
 def test_committed_baseline_has_exactly_the_ci_suite_cases():
     # A suite edit without a baseline refresh would otherwise show up only as new/missing cases in .ci/run.
-    planned = {c.case_id for c in runner.plan(CI_SUITE, predict=True).cases}
+    planned = {c.case_id for c in planning.plan(CI_SUITE, predict=True).cases}
     baseline = load_results(BASELINE)
     assert set(baseline.case_id) == planned
     assert (baseline.status == "ok").all() and (baseline.method == "predicted").all()

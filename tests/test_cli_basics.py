@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import implementations
 
 
@@ -8,6 +10,7 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "topk_bench", *args], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_list_shows_every_registered_implementation():
     result = run_cli("list")
     assert result.returncode == 0, result.stderr
@@ -15,6 +18,7 @@ def test_list_shows_every_registered_implementation():
         assert name in result.stdout
 
 
+@pytest.mark.slow
 def test_unknown_command_exits_2_without_traceback():
     result = run_cli("no-such-command")
     assert result.returncode == 2

@@ -46,7 +46,7 @@ def workers_of(pid: int) -> list[int]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if b"topk_bench.worker" in args and str(pid).encode() in args:
+        if b"topk_bench.measure.worker" in args and str(pid).encode() in args:
             found.append(int(entry.name))
     return found
 
@@ -87,6 +87,7 @@ def test_run_interrupted_by_sigint_then_resumed_then_shown(tmp_path):
     assert "tiny (2 rows)" in shown.stdout and "peak GiB" in shown.stdout and "Q-chunking" in shown.stdout
 
 
+@pytest.mark.slow
 def test_help_of_run_and_show():
     for command in ("run", "show"):
         result = subprocess.run([sys.executable, "-m", "topk_bench", command, "--help"], capture_output=True, text=True)
@@ -97,6 +98,7 @@ def test_help_of_run_and_show():
         assert flag in result.stdout
 
 
+@pytest.mark.slow
 def test_show_of_a_missing_path_is_bad_input(tmp_path):
     result = subprocess.run([sys.executable, "-m", "topk_bench", "show", str(tmp_path / "none")],
                             capture_output=True, text=True)

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 
 from topk_bench.cli import main
-from topk_bench.compare import Thresholds, compare_frames, load
-from topk_bench.results import REQUIRED_COLUMNS, load_results
-from topk_bench.stats import Verdict, min_samples_for
+from topk_bench.report.compare import Thresholds, compare_frames, load
+from topk_bench.results.columns import REQUIRED_COLUMNS
+from topk_bench.results.frame import load_results
+from topk_bench.report.stats import Verdict, min_samples_for
 
 
 def run_compare(*args):
@@ -210,6 +211,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
         assert len(lines) == 1 and message in lines[0], err
 
 
+@pytest.mark.slow
 def test_bad_input_from_the_console_is_one_line_without_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "topk_bench", "compare", str(tmp_path / "nope.csv"), str(tmp_path)],
                             capture_output=True, text=True)

@@ -9,7 +9,7 @@ import contextlib
 import pytest
 import torch
 
-from topk_bench import measure
+from topk_bench.measure import backends as measure
 from topk_bench.case import Case
 
 

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from topk_bench.case import Budget, Case, Measurement
-from topk_bench.config import ExecutorSettings
+from topk_bench.suite.settings import ExecutorSettings
 from topk_bench.errors import BadInput
-from topk_bench.executors import LocalExecutor, get_executor
+from topk_bench.run.executors import LocalExecutor, get_executor
 
 
 def cases(n: int) -> list[Case]:
@@ -106,9 +106,9 @@ def test_get_executor_builds_local_and_rejects_zero_jobs():
 def test_slurm_without_its_module_is_bad_input(monkeypatch):
     import sys
 
-    import topk_bench
+    import topk_bench.run
 
-    monkeypatch.setitem(sys.modules, "topk_bench.slurm", None)  # as if the module were absent
-    monkeypatch.delattr(topk_bench, "slurm", raising=False)     # (and never imported)
+    monkeypatch.setitem(sys.modules, "topk_bench.run.slurm", None)  # as if the module were absent
+    monkeypatch.delattr(topk_bench.run, "slurm", raising=False)     # (and never imported)
     with pytest.raises(BadInput, match="slurm executor not available"):
         get_executor(ExecutorSettings(kind="slurm"))

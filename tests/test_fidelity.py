@@ -6,10 +6,12 @@ import math
 import pytest
 import torch
 
-from topk_bench import fidelity
+from topk_bench.measure import fidelity
 from topk_bench.case import Budget, Case
-from topk_bench.fidelity_case import choose_seq_len, extra_columns, vanilla_of
-from topk_bench.measure import measure, predict
+from topk_bench.measure.extras import choose_seq_len, extra_columns, vanilla_of
+from topk_bench.measure.backends import predict
+from topk_bench.measure.worker import execute
+from topk_bench.workloads.pretrained.metrics import emb_cos, nn_agree, nn_spearman
 
 
 def test_rel_err_and_cosines():
@@ -20,25 +22,25 @@ def test_rel_err_and_cosines():
     assert fidelity.rel_err(torch.ones(3), torch.zeros(3)) == math.inf
     assert fidelity.grad_cos(3 * ref, ref) == pytest.approx(1.0)
     assert fidelity.grad_cos(-ref, ref) == pytest.approx(-1.0)
-    assert fidelity.emb_cos(ref, ref) == pytest.approx(1.0)
+    assert emb_cos(ref, ref) == pytest.approx(1.0)
     flipped = ref.clone()
     flipped[0] = -flipped[0]
-    assert fidelity.emb_cos(flipped, ref) == pytest.approx(0.5)  # (-1 + 1 + 1 + 1) / 4
+    assert emb_cos(flipped, ref) == pytest.approx(0.5)  # (-1 + 1 + 1 + 1) / 4
 
 
 def test_neighbour_agreement_and_rank_correlation():
     torch.manual_seed(0)
     ref = torch.randn(20, 16)
-    assert fidelity.nn_agree(ref, ref) == 1.0
-    assert fidelity.nn_spearman(ref, ref) == pytest.approx(1.0)
+    assert nn_agree(ref, ref) == 1.0
+    assert nn_spearman(ref, ref) == pytest.approx(1.0)
     # Scaling rows changes no cosine: retrieval is unchanged.
-    assert fidelity.nn_agree(ref * torch.rand(20, 1).add(0.5), ref) == 1.0
+    assert nn_agree(ref * torch.rand(20, 1).add(0.5), ref) == 1.0
     noisy = ref + 0.5 * torch.randn(20, 16)
-    assert 0.0 < fidelity.nn_spearman(noisy, ref) < 1.0
+    assert 0.0 < nn_spearman(noisy, ref) < 1.0
     unrelated = torch.randn(20, 16)
-    assert fidelity.nn_spearman(unrelated, ref) < fidelity.nn_spearman(noisy, ref)
+    assert nn_spearman(unrelated, ref) < nn_spearman(noisy, ref)
     with pytest.raises(ValueError):
-        fidelity.nn_agree(ref[:1], ref[:1])
+        nn_agree(ref[:1], ref[:1])
 
 
 def mha_case(impl, seq_len=64, **options):
@@ -81,8 +83,8 @@ def test_smaller_size_when_vanilla_does_not_fit_the_budget():
 
 def test_measure_adds_the_columns_only_when_asked():
     case = mha_case("topk", topk=8, chunk_size=16)
-    assert set(measure(case, Budget()).extra) == {"rel_err", "grad_cos", "fidelity_seq_len"}
-    assert measure(dataclasses.replace(case, fidelity=False), Budget()).extra == {}
+    assert set(execute(case, Budget()).extra) == {"rel_err", "grad_cos", "fidelity_seq_len"}
+    assert execute(dataclasses.replace(case, fidelity=False), Budget()).extra == {}
 
 
 def test_feed_forward_and_decoder_cases():
@@ -96,6 +98,7 @@ def test_feed_forward_and_decoder_cases():
     assert 0 < cols["rel_err"] < 1 and cols["grad_cos"] > 0
 
 
+@pytest.mark.slow
 def test_pretrained_suite_without_the_extra_exits_2_in_one_line(tmp_path):
     import subprocess
     import sys
@@ -116,8 +119,8 @@ def test_pretrained_suite_without_the_extra_exits_2_in_one_line(tmp_path):
 def test_fidelity_renderer_draws_curves_against_k_and_reference_lines():
     import pandas as pd
 
-    from topk_bench.plot_fidelity import render
-    from topk_bench.plot_spec import PlotSpec
+    from topk_bench.report.plots.fidelity import render
+    from topk_bench.report.plots.spec import PlotSpec
 
     ks = [1, 4, 16]
     rows = pd.DataFrame(
@@ -142,7 +145,7 @@ def test_gelu_feed_forward_as_attention():
     import torch.nn.functional as F
     from torch import nn
 
-    from topk_bench.pretrained_ff import AttentionFeedForward, UnsupportedAtFeedForward
+    from topk_bench.workloads.pretrained.feedforward import AttentionFeedForward, UnsupportedAtFeedForward
 
     torch.manual_seed(0)
     up, down = nn.Linear(16, 64), nn.Linear(64, 16)

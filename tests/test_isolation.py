@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from topk_bench.case import Budget, Case
-from topk_bench.launcher import run_isolated
-from topk_bench.worker import execute
+from topk_bench.run.launcher import run_isolated
+from topk_bench.measure.worker import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = str(ROOT / "tests" / "plugins" / "failing_impls.py")
@@ -80,7 +80,7 @@ def test_failure_messages_say_what_happened(results):
     assert "exited with code 3" in results["exit"].error
     assert "time budget of 1 s" in results["timeout"].error
     assert "SIGABRT" in results["crashed"].error
-    assert "not predictable" in results["unsupported"].error
+    assert "cannot be predicted" in results["unsupported"].error
     for m in results.values():
         assert m.metadata["torch_version"] and m.device_name
 
@@ -110,7 +110,7 @@ def test_child_dies_with_a_killed_parent(tmp_path):
     pid_file = tmp_path / "child.pid"
     script = textwrap.dedent(f"""
         from topk_bench.case import Budget, Case
-        from topk_bench.launcher import run_isolated
+        from topk_bench.run.launcher import run_isolated
         c = Case.make(suite="t", workload="mha", impl="test_sleep", params={{"seq_len": 8, "d_model": 8, "heads": 1}},
                       options={{"seconds": 120.0, "pid_file": {str(pid_file)!r}}}, plugins=({PLUGIN!r},),
                       warmup=0, repeats=1)

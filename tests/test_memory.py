@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from topk_bench.memory import CUDA_ALLOCATION_GRANULE, LiveBytes, OverBudget
+from topk_bench.measure.memory import CUDA_ALLOCATION_GRANULE, LiveBytes, OverBudget
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20

@@ -9,24 +9,37 @@ import sys
 import pandas as pd
 import pytest
 
-from topk_bench.case import STATUSES
+from topk_bench.status import STATUSES
 from topk_bench.errors import BadInput
-from topk_bench.plot_spec import infer_spec
-from topk_bench.plot_style import impl_style
-from topk_bench.plots import parse_formats, plot_results, register_renderer, RENDERERS
-from topk_bench.results import REQUIRED_COLUMNS
+from topk_bench.report.plots.spec import infer_spec
+from topk_bench.report.plots.style import impl_style
+from topk_bench.report.plots.figure import parse_formats, plot_results, register_renderer, RENDERERS
+from topk_bench.case import Case, Measurement
+from topk_bench.results.columns import header as results_header, order_parameters
+from topk_bench.results.row import make_row, parameters
+from topk_bench.results.store import append_row
 
 GIB = 2**30
 IMPLS = {"vanilla": "vanilla", "qchunk": "query chunking", "topk": "top-128", "performer": "performer"}
 
 
-def _row(suite, impl, method, status, seq_len, peak_gib=None, seconds=None, device="cpu", **params):
-    row = dict.fromkeys(REQUIRED_COLUMNS, "")
-    row.update(suite=suite, case_id=f"{impl}-{seq_len}-{method}", workload="mha", impl=impl, label=IMPLS[impl],
-               mode="fwd_bwd", device=device, device_name="test cpu", method=method, status=status,
-               peak_bytes=None if peak_gib is None else int(peak_gib * GIB),
-               time_median_s=seconds, repeats=3, seq_len=seq_len, **params)
-    return row
+def _row(suite, impl, method, status, seq_len, peak_gib=None, seconds=None, device="cpu", workload="mha", **params):
+    """(case, measurement) of one point; written below with the real writer, as a run writes them."""
+    options = {k: v for k, v in params.items() if k == "topk"}
+    case = Case.make(suite=suite, workload=workload, impl=impl, label=IMPLS[impl], device=device, method=method,
+                     params={"seq_len": seq_len, **{k: v for k, v in params.items() if k != "topk"}},
+                     options=options)
+    measurement = Measurement(status=status, device_name="test cpu",
+                              peak_bytes=None if peak_gib is None else int(peak_gib * GIB),
+                              times_s=[] if seconds is None else [seconds] * 3)
+    return case, measurement
+
+
+def _write(path, points):
+    """The CSV a run would write: one ``append_row`` per case, with the run's header."""
+    header = results_header(order_parameters(k for case, _ in points for k in parameters(case)))
+    for case, measurement in points:
+        header = append_row(path, make_row(case, measurement), header)
 
 
 def _mha_rows(method):
@@ -59,15 +72,15 @@ def results(tmp_path):
     out.mkdir()
     rows = _mha_rows("measured") + _mha_rows("predicted")
     rows.append(_row("mha", "topk", "measured", "ok", 512, 0.1, 0.002, device="cuda"))
-    assert {r["status"] for r in rows} == set(STATUSES)
-    pd.DataFrame(rows).to_csv(out / "mha.csv", index=False)
+    assert {m.status for _, m in rows} == set(STATUSES)
+    _write(out / "mha.csv", rows)
     (out / "mha.meta.json").write_text(json.dumps({
         "suite": "mha", "title": "MHA layer", "workload": "mha",
         "plot": {"x": "seq_len", "x_label": "sequence length", "log_x": 2, "log_y": False,
                  "panels": [[512, 2048], [2048, 16384]], "metrics": ["memory", "time"]}}))
-    ff = [dict(_row("ff", "topk", "predicted", "ok", 512, 0.5 * k / 256, None, d_ff=d, topk=k), workload="ff")
+    ff = [_row("ff", "topk", "predicted", "ok", 512, 0.5 * k / 256, None, workload="ff", d_ff=d, topk=k)
           for d in (2048, 4096, 8192) for k in (256, 512)]
-    pd.DataFrame(ff).to_csv(out / "ff.csv", index=False)
+    _write(out / "ff.csv", ff)
     return out
 
 
@@ -80,6 +93,7 @@ def test_one_file_per_suite_device_method_and_format(results, tmp_path):
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+@pytest.mark.slow
 def test_cli_plots_and_lists_the_files(results, tmp_path):
     out = tmp_path / "figs"
     result = subprocess.run([sys.executable, "-m", "topk_bench", "plot", str(results), "--out", str(out)],
@@ -98,8 +112,9 @@ def _cli_error(*args):
     return lines[0]
 
 
+@pytest.mark.slow
 def test_bad_directories_exit_2_with_one_line(tmp_path):
-    assert "no such results directory" in _cli_error(tmp_path / "missing")
+    assert "no such file or directory" in _cli_error(tmp_path / "missing")
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "no results CSV" in _cli_error(empty)
@@ -107,7 +122,7 @@ def test_bad_directories_exit_2_with_one_line(tmp_path):
     bad.mkdir()
     pd.DataFrame({"suite": ["x"], "seq_len": [1]}).to_csv(bad / "x.csv", index=False)
     line = _cli_error(bad)
-    assert "x.csv" in line and "missing required columns" in line
+    assert "x.csv" in line and "not a topk-bench results file: no column" in line
 
 
 def test_bad_meta_and_format_are_bad_input(results, tmp_path):
@@ -154,8 +169,8 @@ def test_plug_in_renderer_takes_over_its_suite(results, tmp_path):
 def test_layout_follows_panels_and_drops_the_time_row_of_predictions(results):
     import matplotlib.pyplot as plt
 
-    from topk_bench.plot_inputs import figure_inputs
-    from topk_bench.plots import draw_figure
+    from topk_bench.report.plots.inputs import figure_inputs
+    from topk_bench.report.plots.figure import draw_figure
 
     figures = {(i.spec.suite, i.device, i.method): i for i in figure_inputs(results)}
     measured = draw_figure(*_args(figures[("mha", "cpu", "measured")]))

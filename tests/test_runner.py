@@ -15,10 +15,12 @@ import filelock
 import pytest
 
 from runner_fakes import FakeRun, write_suite
-from topk_bench import load_results, runner
+from topk_bench import load_results
+from topk_bench.run import plan as planning
+from topk_bench.run import runner
 from topk_bench.errors import BadInput
-from topk_bench.executors import LocalExecutor
-from topk_bench.results import REQUIRED_COLUMNS
+from topk_bench.run.executors import LocalExecutor
+from topk_bench.results.columns import REQUIRED_COLUMNS
 
 HERE = Path(__file__).parent
 
@@ -223,10 +225,10 @@ def test_predict_marks_unpredictable_implementations_unsupported_without_running
 
 
 def test_cpu_memory_budget_never_exceeds_available_memory(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "available_memory_bytes", lambda: 2**30)
-    plan = runner.plan(write_suite(tmp_path), device="cpu", max_memory_gib=30)
+    monkeypatch.setattr(planning, "available_memory_bytes", lambda: 2**30)
+    plan = planning.plan(write_suite(tmp_path), device="cpu", max_memory_gib=30)
     assert plan.budget.max_memory_bytes == 2**30 and any("capped" in n for n in plan.notes)
-    predicted = runner.plan(write_suite(tmp_path), predict=True, max_memory_gib=30)
+    predicted = planning.plan(write_suite(tmp_path), predict=True, max_memory_gib=30)
     assert predicted.budget.max_memory_bytes == 30 * 2**30  # predicting allocates nothing
 
 
@@ -236,12 +238,12 @@ def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):
     suite = write_suite(tmp_path, text='name = "{name}"\nworkload = "mha"\nwarmup = 4\n[sweep]\nseq_len = [16]\n'
                         '[[impl]]\nname = "vanilla"\n')
     monkeypatch.chdir(tmp_path)
-    plan = runner.plan(suite, device="cpu")
+    plan = planning.plan(suite, device="cpu")
     case = plan.cases[0]
     assert (case.repeats, case.warmup, plan.budget.max_seconds) == (7, 4, 11)
     assert plan.csv_path == tmp_path / "res" / "fake.csv" and plan.executor.jobs == 3
     assert any("compete for cores" in n for n in plan.notes)
-    plan = runner.plan(suite, device="cpu", repeats=2, warmup=0, max_case_seconds=5, jobs=1, out=tmp_path / "o")
+    plan = planning.plan(suite, device="cpu", repeats=2, warmup=0, max_case_seconds=5, jobs=1, out=tmp_path / "o")
     case = plan.cases[0]
     assert (case.repeats, case.warmup, plan.budget.max_seconds, plan.executor.jobs) == (2, 0, 5, 1)
     assert plan.csv_path == tmp_path / "o" / "fake.csv" and not any("compete" in n for n in plan.notes)
@@ -249,7 +251,7 @@ def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):
 
 def test_run_suite_and_load_results_return_dataframes(tmp_path, monkeypatch):
     import topk_bench
-    from topk_bench import executors
+    from topk_bench.run import executors
 
     fake = FakeRun()
     real = executors.LocalExecutor
@@ -306,7 +308,7 @@ def test_progress_bar_on_a_terminal_and_one_line_per_case_elsewhere(tmp_path):
 
     from rich.console import Console
 
-    from topk_bench.progress import Reporter
+    from topk_bench.run.progress import Reporter
 
     for terminal in (True, False):
         buffer = io.StringIO()

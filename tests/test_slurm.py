@@ -19,13 +19,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from topk_bench import runner
+from topk_bench.run import runner
 from topk_bench.case import Budget, Case
-from topk_bench.config import ExecutorSettings
-from topk_bench.results import read_rows
+from topk_bench.suite.settings import ExecutorSettings
+from topk_bench.results.store import read_rows
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_DIR = os.environ.get("TOPK_SLURM_DIR", "/tmp/topk-bench-slurm")
+
+# Every test here drives a real (local) Slurm cluster.
+pytestmark = pytest.mark.slow
 
 
 def _answers(conf: str) -> bool:
@@ -148,7 +151,7 @@ def _wait_state(handle, wanted: str, limit_s: float = 300.0) -> None:
 
 @pytest.mark.timeout(600)
 def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_conf, tmp_path, monkeypatch):
-    from topk_bench.slurm import SlurmExecutor
+    from topk_bench.run.slurm import SlurmExecutor
 
     (tmp_path / "slurm_test_jobs.py").write_text(JOB_FUNCTIONS)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -183,7 +186,7 @@ def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_c
 # ------------------------------------------------------ no cluster needed
 
 def test_state_parsing_and_sbatch_parameters():
-    from topk_bench.slurm import _parse_states, sbatch_parameters
+    from topk_bench.run.slurm import _parse_states, sbatch_parameters
 
     text = "12_0|COMPLETED\n12_1|CANCELLED by 0\n12_1.batch|CANCELLED\n13|TIMEOUT\n"
     assert _parse_states(text) == {"12_0": "COMPLETED", "12_1": "CANCELLED", "13": "TIMEOUT"}
@@ -196,7 +199,7 @@ def test_state_parsing_and_sbatch_parameters():
 
 
 def test_job_killed_at_the_time_limit_is_a_timeout_with_its_log(tmp_path):
-    from topk_bench.slurm import JobStates, SlurmHandle
+    from topk_bench.run.slurm import JobStates, SlurmHandle
 
     log = tmp_path / "1_0_0_log.err"
     log.write_text("slurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-01-01 DUE TO TIME LIMIT ***\n")

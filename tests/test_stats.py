@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from topk_bench.stats import (
+from topk_bench.report.stats import (
     Verdict, classify_ratio, classify_samples, mann_whitney_p, min_p_value, min_samples_for, ratio,
 )
 

@@ -51,7 +51,7 @@ CASES = [
     ("empty [sweep] table", lambda s: s.replace("seq_len = [16, 32]", ""), "sweep", "expected at least 1 entry"),
     ("no [[impl]]", lambda s: s[: s.index("[[impl]]")], "impl", "missing required key"),
     ("unknown workload", lambda s: s.replace('workload = "mha"', 'workload = "attention"'), "workload",
-     "'mha', 'ff', 'decoder' or 'pretrained'"),
+     "unknown workload 'attention' (known: decoder, ff, mha, pretrained)"),
     ("unknown shape parameter", lambda s: s.replace("heads = 2", "heads = 2\nlength = 4"), "shape.length",
      "unknown shape parameter"),
     ("swept key nobody has", lambda s: s.replace("seq_len = [16, 32]", "seq_len = [16]\nnb_features = [4]"),
@@ -60,7 +60,7 @@ CASES = [
     ("plot.x not a parameter", lambda s: s.replace('x = "seq_len"', 'x = "length"'), "plot.x", "suite parameter"),
     ("bad panel", lambda s: s + "panels = [[4096, 512]]\n", "plot.panels", "xmin < xmax"),
     ("feedforward outside the decoder", lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\nfeedforward = "qchunk"'),
-     "impl[0] (topk).feedforward", "feedforward is for the decoder"),
+     "impl[0] (topk).feedforward", "has no feed-forward sublayer"),
     ("causal feed-forward", lambda s: s.replace('workload = "mha"', 'workload = "ff"'), "causal", "no mask"),
     ("missing plug-in", lambda s: 'plugins = ["no_such_plugin_module_xyz"]\n' + s, "plugins", "cannot import"),
     ("invalid TOML", lambda s: s.replace("[shape]", "[shape"), None, "invalid TOML"),
@@ -102,7 +102,7 @@ def test_malformed_suite_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys,
 
 
 def test_the_good_suite_is_valid(tmp_path, noncausal_plugin):
-    from topk_bench.config import load_suite
+    from topk_bench.suite.load import load_suite
 
     (tmp_path / "good.toml").write_text(GOOD)
     assert load_suite(tmp_path / "good.toml").impl[0].options == {"topk": 4, "chunk_size": 8}
@@ -159,16 +159,17 @@ def test_cuda_requested_without_a_gpu(tmp_path, capsys):
 
 
 def test_slurm_executor_unavailable_is_bad_input(tmp_path, capsys, monkeypatch):
-    import topk_bench
+    import topk_bench.run
 
-    monkeypatch.setitem(sys.modules, "topk_bench.slurm", None)  # as if the module were absent
-    monkeypatch.delattr(topk_bench, "slurm", raising=False)     # (and never imported)
+    monkeypatch.setitem(sys.modules, "topk_bench.run.slurm", None)  # as if the module were absent
+    monkeypatch.delattr(topk_bench.run, "slurm", raising=False)     # (and never imported)
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD)
     code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--executor", "slurm")
     assert code == 2 and "executor.kind: slurm executor not available" in err
 
 
+@pytest.mark.slow
 def test_a_real_process_prints_no_traceback(tmp_path):
     suite = tmp_path / "bad.toml"
     suite.write_text(GOOD.replace("topk = 4", "topk = 0"))

@@ -6,19 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from topk_bench import runner, sweep
-from topk_bench.config import load_suite
+from topk_bench.run import plan as planning
+from topk_bench.run import runner
+from topk_bench.run.order import Order, size
+from topk_bench.results.frame import load_results
+from topk_bench.suite.load import load_suite
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 
 
 def plan(name: str, **kwargs):
-    return runner.plan(SUITES / f"{name}.toml", device="cpu", **kwargs)
+    return planning.plan(SUITES / f"{name}.toml", device="cpu", **kwargs)
 
 
 @pytest.mark.parametrize("path", sorted(SUITES.glob("*.toml")), ids=lambda p: p.name)
 def test_every_shipped_suite_is_valid(path):
-    p = runner.plan(path, predict=True)
+    p = planning.plan(path, predict=True)
     assert p.cases and len({c.case_id for c in p.cases}) == len(p.cases)
 
 
@@ -31,7 +34,7 @@ def test_mha_is_figure_1():
     assert set(options) == {"vanilla", "performer", "qchunk", "topk", "sdpa"}
     assert options["performer"]["nb_features"] == 256 and options["qchunk"]["chunk_size"] == 1024
     assert (options["topk"]["topk"], options["topk"]["chunk_size"]) == (128, 1024)
-    assert runner.meta(p.suite)["plot"]["panels"] == [[512, 4096], [4096, 65536]]
+    assert planning.meta(p)["plot"]["panels"] == [[512, 4096], [4096, 65536]]
 
 
 def test_chunk_size_is_figure_2_with_the_chunk_size_as_a_swept_option():
@@ -40,7 +43,7 @@ def test_chunk_size_is_figure_2_with_the_chunk_size_as_a_swept_option():
     qchunk = [c for c in p.cases if c.impl == "qchunk"]
     assert [c.option_dict["chunk_size"] for c in qchunk] == [2**i for i in range(7, 14)]
     assert {c.label for c in qchunk} == {"Q-chunking"}  # one curve, not one legend per chunk size
-    assert "chunk_size" in p.header and runner.meta(p.suite)["plot"]["x"] == "chunk_size"
+    assert "chunk_size" in p.header and planning.meta(p)["plot"]["x"] == "chunk_size"
 
 
 def test_ff_is_figure_3b_and_ff_sparse_adds_topk_sparse():
@@ -81,12 +84,64 @@ def test_larger_means_same_implementation_and_options_and_every_swept_value_at_l
     (tmp_path / "s.toml").write_text(
         'name = "s"\nworkload = "mha"\n[sweep]\nseq_len = [16, 32]\nchunk_size = [4, 8]\n'
         '[[impl]]\nname = "qchunk"\n[[impl]]\nname = "topk"\ntopk = 2\n')
-    cases = runner.plan(tmp_path / "s.toml", device="cpu").cases
+    cases = planning.plan(tmp_path / "s.toml", device="cpu").cases
     keys = ["seq_len", "chunk_size"]
-    get = {(c.impl, sweep.size(c, keys)): c for c in cases}
+    get = {(c.impl, size(c, keys)): c for c in cases}
+    order = Order(cases, keys)
     small = get[("qchunk", (16, 4))]
-    assert sweep.larger(get[("qchunk", (32, 4))], small, keys)
-    assert sweep.larger(get[("qchunk", (32, 8))], small, keys)
-    assert not sweep.larger(get[("qchunk", (16, 4))], small, keys)
-    assert not sweep.larger(get[("topk", (32, 8))], small, keys)
-    assert not sweep.larger(get[("qchunk", (16, 8))], get[("qchunk", (32, 4))], keys)  # incomparable
+    assert order.larger(get[("qchunk", (32, 4))], small)
+    assert order.larger(get[("qchunk", (32, 8))], small)
+    assert not order.larger(get[("qchunk", (16, 4))], small)
+    assert not order.larger(get[("topk", (32, 8))], small)
+    assert not order.larger(get[("qchunk", (16, 8))], get[("qchunk", (32, 4))])  # incomparable
+
+
+PLUGIN_WORKLOAD_SUITE = """
+name = "cross"
+workload = "cross_attention"
+plugins = ["{plugin}"]
+mode = "fwd_bwd"
+repeats = 1
+warmup = 0
+[shape]
+d_model = 32
+heads = 2
+seq_len = 16
+[sweep]
+memory_len = [32, 64]
+[[impl]]
+name = "vanilla"
+[[impl]]
+name = "topk"
+topk = 4
+chunk_size = 8
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("predict", [False, True], ids=["measured", "predicted"])
+def test_a_workload_registered_by_a_plugin_runs_end_to_end(tmp_path, predict):
+    """A plug-in file registers a workload with a parameter only it has (memory_len); `topk-bench run`
+    validates the suite against it, measures (or predicts) every case in child processes, and writes the CSV."""
+    import subprocess
+    import sys
+
+    plugin = Path(__file__).parent / "plugins" / "cross_attention_workload.py"
+    suite = tmp_path / "cross.toml"
+    suite.write_text(PLUGIN_WORKLOAD_SUITE.format(plugin=plugin))
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "topk_bench", "run", str(suite), "--out", str(out), "--device", "cpu", "-q"]
+    result = subprocess.run(args + (["--predict"] if predict else []), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    frame = load_results(out / "cross.csv")
+    assert sorted(frame["memory_len"]) == [32, 32, 64, 64] and set(frame["workload"]) == {"cross_attention"}
+    assert set(frame["status"]) == {"ok"} and (frame["peak_bytes"] > frame["baseline_bytes"]).all()
+    # Twice the memory: vanilla's score matrix grows with it.
+    vanilla = frame[frame["impl"] == "vanilla"].sort_values("memory_len")
+    assert vanilla["peak_bytes"].iloc[1] > vanilla["peak_bytes"].iloc[0]
+    assert frame["method"].iloc[0] == ("predicted" if predict else "measured")
+
+    # The plug-in's own rule and parameter are checked like a built-in workload's.
+    suite.write_text(PLUGIN_WORKLOAD_SUITE.format(plugin=plugin).replace('mode = "fwd_bwd"', "causal = true"))
+    bad = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("causal: cross-attention has no causal mask: expected causal = false")

@@ -20,7 +20,7 @@ def run_suite(path: str | Path, **overrides: Any):
     ``max_case_seconds``, ``executor``, ``jobs``, ``config``, ``resume`` (default True), ``progress``
     (default False). Invalid input raises ``topk_bench.errors.BadInput``.
     """
-    from topk_bench import runner  # lazy: `import topk_bench` must not import torch
+    from topk_bench.run import runner  # lazy: `import topk_bench` must not import torch
 
     overrides.setdefault("progress", False)
     result = runner.run(path, **overrides)
@@ -31,7 +31,7 @@ def run_suite(path: str | Path, **overrides: Any):
 
 def load_results(path: str | Path):
     """A results CSV, or every results CSV of a directory, as one pandas DataFrame."""
-    from topk_bench.results import load_results as _load
+    from topk_bench.results.frame import load_results as _load
 
     return _load(path)
 

@@ -13,12 +13,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-WORKLOADS = ("mha", "ff", "decoder", "pretrained")
 MODES = ("fwd", "fwd_bwd")
 METHODS = ("measured", "predicted")
-STATUSES = ("ok", "oom", "over_budget", "timeout", "crashed", "error", "skipped", "unsupported")
-# Statuses after which larger sizes of the same implementation are skipped.
-STOPPING_STATUSES = ("oom", "over_budget", "timeout")
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
@@ -30,8 +26,9 @@ class Case:
     """One point of a sweep.
 
     ``params`` holds the shape parameters of the workload (``seq_len``,
-    ``d_model``, ``heads``, ``batch``, ``d_ff``, ``layers``...). ``options`` are
-    the attention implementation's options; for the decoder, ``ff_impl`` and
+    ``d_model``, ``heads``...: what its :class:`~topk_bench.workloads.WorkloadSpec`
+    declares). ``options`` are the attention implementation's options; for a
+    workload with a feed-forward sublayer (the decoder), ``ff_impl`` and
     ``ff_options`` choose the feed-forward implementation independently.
     """
 
@@ -117,7 +114,7 @@ class Budget:
 class Measurement:
     """What one case produced. Times are seconds per iteration (forward + backward when mode is fwd_bwd)."""
 
-    status: str
+    status: str  # a topk_bench.status.Status value
     error: str = ""
     peak_bytes: int | None = None
     reserved_bytes: int | None = None

@@ -1,4 +1,4 @@
-"""Bad input: reported by the CLI as one line and exit code 2, never a traceback."""
+"""Errors with a meaning for the harness: bad input (exit code 2) and an unsupported case (a status)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,7 @@ class BadInput(Exception):
     def __str__(self) -> str:
         parts = [p for p in (self.file, self.key) if p]
         return ": ".join([*parts, self.problem])
+
+
+class Unsupported(Exception):
+    """The case asks something its implementation or workload does not do (status ``unsupported``)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 import implementations
-from topk_bench.memory import LiveBytes
+from topk_bench.measure.memory import LiveBytes
 
 
 def status_bytes(field: str) -> int:

@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from topk_bench import compare as cmp
-from topk_bench import compare_report as report
 from topk_bench.cli import app
+from topk_bench.report.thresholds import Thresholds
 
-DEFAULTS = cmp.Thresholds()
+DEFAULTS = Thresholds()
 
 
 @app.command("compare")
@@ -26,7 +24,12 @@ def compare(
     json_file: Path = typer.Option(None, "--json", help="Also write github-action-benchmark customSmallerIsBetter JSON here."),
 ) -> None:
     """Compare two runs case by case: memory, time (median ratio + Mann-Whitney U) and status."""
-    thresholds = cmp.Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
+    from rich.console import Console
+
+    from topk_bench.report import compare as cmp  # pandas and scipy: only when the command runs
+    from topk_bench.report import compare_render as report
+
+    thresholds = Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
     base_frame, new_frame = cmp.load(base), cmp.load(new)
     result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new))
     report.print_rich(result, Console(width=160))

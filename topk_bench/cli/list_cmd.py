@@ -1,4 +1,4 @@
-"""``topk-bench list``: the registered implementations, their options and capabilities."""
+"""``topk-bench list``: the registered implementations and workloads, their options, parameters and capabilities."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from topk_bench.cli import app
 
 
 @app.command("list")
-def list_implementations() -> None:
-    """List implementations with their options (defaults), legend, activations, causal support and exactness."""
-    import implementations  # imports torch: only when the command runs, so --help stays fast
+def list_registry() -> None:
+    """List implementations (options, legend, activations, causal support, exactness) and workloads (parameters)."""
+    # The registries import torch: only when the command runs, so --help stays fast.
+    import implementations
+    from topk_bench import workloads
 
+    console = Console(width=200)
     table = Table(title="attention implementations")
     for column in ("name", "options (defaults)", "legend", "activations", "causal", "exact", "description"):
         table.add_column(column)
@@ -22,4 +25,12 @@ def list_implementations() -> None:
             impl.name, options, impl.legend(), ", ".join(impl.activations),
             "yes" if impl.causal else "no", "exact" if impl.exact else "approximate", impl.description,
         )
-    Console(width=200).print(table)
+    console.print(table)
+    table = Table(title="workloads")
+    for column in ("name", "parameters (defaults)", "feed-forward", "description"):
+        table.add_column(column)
+    for name in workloads.names():
+        spec = workloads.get(name)
+        params = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or ("any" if spec.open_params else "-")
+        table.add_row(name, params, "yes" if spec.feedforward else "no", spec.description)
+    console.print(table)

@@ -17,7 +17,7 @@ def plot(
 ) -> None:
     """One figure per suite CSV and (device, method), named <suite>-<device>-<method>.<fmt>."""
     # Imported here so that `topk-bench --help` and other commands do not pay for matplotlib.
-    from topk_bench.plots import parse_formats, plot_results
+    from topk_bench.report.plots.figure import parse_formats, plot_results
 
     written = plot_results(results_dir, out, parse_formats(format))
     for path in written:

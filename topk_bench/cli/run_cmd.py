@@ -35,7 +35,7 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
 ) -> None:
     """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
-    from topk_bench import runner  # imported here: `topk-bench --help` stays fast
+    from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
 
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:

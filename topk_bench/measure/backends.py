@@ -14,7 +14,7 @@ An iteration is the paper's: forward, ``loss = out.mean()``, backward. Mode
 is forward only: no activations are kept for backward). Gradients of the
 previous iteration are dropped before each one, so each starts from the same
 live set: parameters and inputs, reported as ``baseline_bytes``.
-Failures raise; :func:`topk_bench.worker.execute` turns them into statuses.
+Failures raise; :func:`topk_bench.measure.worker.execute` turns them into statuses.
 """
 
 from __future__ import annotations
@@ -27,17 +27,16 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-import implementations
-from topk_bench import metadata, workloads
+from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
-from topk_bench.memory import CUDA_ALLOCATION_GRANULE, LiveBytes
+from topk_bench.errors import Unsupported
+from topk_bench.measure import metadata
+from topk_bench.measure.memory import CUDA_ALLOCATION_GRANULE, LiveBytes
+from topk_bench.status import Status
 from topk_bench.workloads import Workload
+from topk_bench.workloads.support import unsupported
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-class Unsupported(Exception):
-    """The case asks something its implementation does not do (reported as status ``unsupported``)."""
 
 
 def dtype_of(case: Case) -> torch.dtype:
@@ -47,24 +46,10 @@ def dtype_of(case: Case) -> torch.dtype:
         raise ValueError(f"unknown dtype {case.dtype!r} (known: {', '.join(DTYPES)})") from None
 
 
-def attention_uses(case: Case) -> list[tuple[str, str, bool]]:
-    """(implementation, activation, causal) for each attention the workload calls."""
-    if case.workload == "ff":
-        return [(case.impl, "relu", False)]
-    if case.workload == "decoder":
-        return [(case.impl, "softmax", True), (case.ff_impl or "vanilla", "relu", False)]
-    return [(case.impl, case.activation, case.causal)]
-
-
 def check_supported(case: Case, *, predict: bool) -> None:
-    for name, activation, causal in attention_uses(case):
-        entry = implementations.spec(name)
-        if activation not in entry.activations:
-            raise Unsupported(f"{name} does not support activation {activation!r}")
-        if causal and not entry.causal:
-            raise Unsupported(f"{name} does not support causal masking")
-        if predict and not entry.predictable:
-            raise Unsupported(f"{name} is not predictable (data-dependent ops under FakeTensorMode)")
+    problem = unsupported(case, predict=predict)
+    if problem:
+        raise Unsupported(problem)
 
 
 def build(case: Case, device) -> Workload:
@@ -104,7 +89,7 @@ def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None
 
 def _result(case: Case, **fields) -> Measurement:
     meta = metadata.collect(case.device)
-    return Measurement(status="ok", device_name=meta["device_name"], metadata=meta, **fields)
+    return Measurement(status=Status.OK, device_name=meta["device_name"], metadata=meta, **fields)
 
 
 def _timings(samples: list[tuple[float, float]], case: Case) -> dict[str, list[float]]:
@@ -198,10 +183,4 @@ def measure(case: Case, budget: Budget | None = None) -> Measurement:
     if backend not in BACKENDS:
         raise ValueError(f"unknown device {case.device!r} (known: cpu, cuda)")
     result = BACKENDS[backend](case, budget or Budget())
-    # Fidelity columns (rel_err, grad_cos, emb_cos, ...), outside the measured region. Imported only
-    # for cases that ask: it pulls in scipy, seconds of start-up in every child otherwise.
-    if case.fidelity or case.workload == "pretrained":
-        from topk_bench.fidelity_case import extra_columns  # it imports this module
-
-        result.extra.update(extra_columns(case, budget or Budget()))
     return result

@@ -1,4 +1,8 @@
-"""Fidelity of a case against vanilla, on the same inputs and weights: the optional columns of a row.
+"""The optional result columns of a case, computed in the child after its measurement.
+
+A workload's own columns (``WorkloadSpec.extra_columns``: the pretrained model's
+embedding fidelity), and, for suites with ``fidelity = true``, the layer's
+fidelity against vanilla on the same inputs and weights:
 
 ``rel_err`` is the relative Frobenius error of the layer's output, ``grad_cos``
 the cosine similarity of the input gradients (backward of a fixed random
@@ -19,11 +23,14 @@ from typing import Any
 
 import torch
 
-from topk_bench import fidelity
+from topk_bench import workloads
 from topk_bench.case import Budget, Case
+from topk_bench.measure import fidelity
+from topk_bench.measure.backends import dtype_of, predict
+from topk_bench.units import GIB
 from topk_bench.workloads import Workload, build
 
-CPU_LIMIT_BYTES = 2 << 30
+CPU_LIMIT_BYTES = 2 * GIB
 MIN_SEQ_LEN = 16
 
 
@@ -50,8 +57,6 @@ def memory_limit(case: Case, budget: Budget) -> int | None:
 
 def choose_seq_len(case: Case, budget: Budget) -> int:
     """The case's ``seq_len``, halved until vanilla's predicted fwd+bwd peak fits the limit."""
-    from topk_bench.measure import predict  # measure imports this module
-
     limit = memory_limit(case, budget)
     seq_len = int(case.param_dict["seq_len"])
     if limit is None:
@@ -77,8 +82,6 @@ def _run(wl: Workload, upstream: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 def against_vanilla(case: Case, seq_len: int) -> dict[str, Any]:
     """``rel_err`` and ``grad_cos`` of ``case`` at ``seq_len``; vanilla gets the case's weights and inputs."""
-    from topk_bench.measure import dtype_of
-
     dtype = dtype_of(case)
     approx = build(at_size(case, seq_len), case.device, dtype)
     exact = build(vanilla_of(case, seq_len), case.device, dtype)
@@ -107,11 +110,11 @@ def layer_columns(case: Case, budget: Budget) -> dict[str, Any]:
 
 
 def extra_columns(case: Case, budget: Budget) -> dict[str, Any]:
-    """The optional columns a case asks for: embedding fidelity (pretrained), layer fidelity (``fidelity = true``)."""
-    if case.workload == "pretrained":
-        from topk_bench import pretrained_eval
-
-        return pretrained_eval.columns(case)
+    """The optional columns of a case: its workload's own, and layer fidelity when the suite asks (``fidelity = true``)."""
+    columns: dict[str, Any] = {}
+    own = workloads.get(case.workload).extra_columns
+    if own is not None:
+        columns.update(own(case, budget))
     if case.fidelity:
-        return layer_columns(case, budget)
-    return {}
+        columns.update(layer_columns(case, budget))
+    return columns

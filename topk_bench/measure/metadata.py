@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The checkout (or installed tree) holding both packages: topk_bench/measure/metadata.py -> root.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def cpu_model() -> str:
@@ -58,7 +59,7 @@ def torch_version() -> str:
 
 
 def collect(device: str = "cpu") -> dict[str, Any]:
-    """``Measurement.metadata``: the keys other modules rely on are listed in DESIGN.md."""
+    """``Measurement.metadata``: the keys other modules rely on are listed in docs/CONTRACTS.md, "Child and parent"."""
     import torch
 
     return {

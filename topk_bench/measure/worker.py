@@ -1,8 +1,8 @@
 """Runs one case and turns every failure into a status: in-process (:func:`execute`) or as a child process.
 
-Child usage (what :mod:`topk_bench.launcher` spawns, and what a Slurm job may run)::
+Child usage (what :mod:`topk_bench.run.launcher` spawns, and what a Slurm job may run)::
 
-    python -m topk_bench.worker CASE.json RESULT.json [--budget JSON] [--ready-fd FD] [--parent-pid PID]
+    python -m topk_bench.measure.worker CASE.json RESULT.json [--budget JSON] [--ready-fd FD] [--parent-pid PID]
 
 The child imports the case's plugins, measures, and writes the ``Measurement``
 as JSON. It writes one byte to ``--ready-fd`` once started, so that the
@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib
-import importlib.util
 import json
 import os
-import re
 import resource
 import signal
 import sys
@@ -27,37 +24,20 @@ from pathlib import Path
 
 import torch
 
-from topk_bench import metadata
+from topk_bench import plugins
 from topk_bench.case import Budget, Case, Measurement
-from topk_bench.measure import Unsupported, measure
-from topk_bench.memory import OverBudget
+from topk_bench.errors import Unsupported
+from topk_bench.measure import metadata
+from topk_bench.measure.backends import measure
+from topk_bench.measure.extras import extra_columns
+from topk_bench.measure.memory import OverBudget
+from topk_bench.status import Status
+from topk_bench.units import GIB
 
 # Frames not worth naming in an error: torch internals and the tracker that observes every op.
 _INTERNAL = (str(Path(torch.__file__).parent), str(Path(__file__).with_name("memory.py")))
 # Room above the memory budget for the interpreter, libraries and thread arenas (address-space limit).
-_ADDRESS_SPACE_MARGIN = 2 << 30
-
-
-def import_plugins(plugins: tuple[str, ...] | list[str]) -> None:
-    """Import each plugin: a module name (``pkg.mod``) or a path to a ``.py`` file; each only once."""
-    for plugin in plugins:
-        if plugin.endswith(".py") or os.sep in plugin:
-            path = Path(plugin).resolve()
-            name = f"topk_bench_plugin_{path.stem}_{abs(hash(str(path))):x}"
-            if name in sys.modules:
-                continue
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:
-                raise ImportError(f"cannot load plugin file {plugin}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[name]
-                raise
-        else:
-            importlib.import_module(plugin)
+_ADDRESS_SPACE_MARGIN = 2 * GIB
 
 
 def _where(exc: BaseException) -> str:
@@ -77,26 +57,28 @@ def classify(exc: BaseException, budget: Budget) -> tuple[str, str]:
     first_line = (str(exc).strip().splitlines() or [""])[0][:400]
     message = f"{type(exc).__name__}: {first_line}{_where(exc)}"
     if isinstance(exc, OverBudget):
-        return "over_budget", first_line
+        return Status.OVER_BUDGET, first_line
     if isinstance(exc, Unsupported):
-        return "unsupported", first_line
+        return Status.UNSUPPORTED, first_line
     if _is_allocation_failure(exc):
         # With a memory budget (never above the machine's memory) a failed allocation means
         # the case needed more than the budget; the child's address-space limit makes it fail early.
-        return ("over_budget" if budget.max_memory_bytes is not None else "oom"), message
-    return "error", message
+        return (Status.OVER_BUDGET if budget.max_memory_bytes is not None else Status.OOM), message
+    return Status.ERROR, message
 
 
 def execute(case: Case, budget: Budget | None = None) -> Measurement:
-    """Measure ``case`` in this process; never raises for a failing case.
+    """Measure ``case`` in this process, then its optional columns; never raises for a failing case.
 
     The time budget is not enforced here: the caller's process supervisor
     (the launcher, or Slurm's time limit) kills the process.
     """
     budget = budget or Budget()
     try:
-        import_plugins(case.plugins)
+        plugins.load(case.plugins)
         result = measure(case, budget)
+        # Outside the measured region: fidelity against vanilla, a workload's own columns.
+        result.extra.update(extra_columns(case, budget))
     except Exception as exc:  # noqa: BLE001 -- every failure becomes a status
         status, message = classify(exc, budget)
         meta = metadata.collect(case.device)
@@ -105,8 +87,8 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
             device_name=meta["device_name"], metadata=meta,
         )
     limit = budget.max_memory_bytes
-    if result.status == "ok" and limit is not None and (result.peak_bytes or 0) > limit:
-        result.status = "over_budget"
+    if result.status == Status.OK and limit is not None and (result.peak_bytes or 0) > limit:
+        result.status = Status.OVER_BUDGET
         result.error = f"peak {result.peak_bytes} bytes exceeds the memory budget of {limit} bytes"
     return result
 

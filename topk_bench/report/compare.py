@@ -1,6 +1,6 @@
 """``compare``: match two result sets by ``case_id`` and judge every case (memory, time, status).
 
-Rules (DESIGN.md, issue 6):
+Rules (docs/CONTRACTS.md, "topk-bench compare"):
 
 - status: ``ok`` in BASE and anything else in NEW is a regression (the reverse an improvement);
 - ``peak_bytes``: ratio beyond ``memory_factor`` — exact on ``cpu``/``predict``, and
@@ -22,28 +22,15 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
-from topk_bench.results import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, load_results
-from topk_bench.stats import MetricResult, Verdict, classify_ratio, classify_samples
+from topk_bench.report.thresholds import Thresholds
+from topk_bench.results.columns import parameter_columns
+from topk_bench.results.frame import load_results
+from topk_bench.status import Status
+from topk_bench.units import missing
+from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
 
 # Worst first: a case's verdict is the worst of its metrics.
 SEVERITY = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    time_factor: float = 1.10
-    memory_factor: float = 1.001
-    reserved_factor: float = 1.05
-    alpha: float = 0.002
-
-    def validate(self) -> "Thresholds":
-        for name in ("time_factor", "memory_factor", "reserved_factor"):
-            value = getattr(self, name)
-            if not (value >= 1 and math.isfinite(value)):
-                raise BadInput(f"expected a factor >= 1, got {value}", key=f"--{name.replace('_', '-')}")
-        if not 0 < self.alpha < 1:
-            raise BadInput(f"expected 0 < alpha < 1, got {self.alpha}", key="--alpha")
-        return self
 
 
 @dataclass
@@ -60,9 +47,9 @@ class CaseComparison:
     def status_verdict(self) -> Verdict:
         if self.base_status == self.new_status:
             return Verdict.UNCHANGED
-        if self.base_status == "ok":
+        if self.base_status == Status.OK:
             return Verdict.REGRESSION
-        return Verdict.IMPROVEMENT if self.new_status == "ok" else Verdict.UNCHANGED
+        return Verdict.IMPROVEMENT if self.new_status == Status.OK else Verdict.UNCHANGED
 
     @property
     def verdict(self) -> Verdict:
@@ -112,23 +99,17 @@ def parse_times(value: object, *, file: str, case_id: str) -> list[float]:
         raise BadInput(f"expected ';'-separated seconds, got {value!r}", file=file, key=f"times_s of {case_id}") from None
 
 
-def parameter_columns(frame: pd.DataFrame) -> list[str]:
-    """Suite parameter columns: whatever is neither required, optional, nor ours."""
-    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
-    return [c for c in frame.columns if c not in known]
-
-
 def varying_parameters(*frames: pd.DataFrame) -> list[str]:
     """Parameter columns with more than one value across the runs: the ones that tell cases apart in a table."""
     both = pd.concat(frames, ignore_index=True, sort=False)
-    return [p for p in parameter_columns(both) if both[p].dropna().astype(str).nunique() > 1]
+    return [p for p in parameter_columns(both.columns) if both[p].dropna().astype(str).nunique() > 1]
 
 
 def case_name(row: pd.Series, params: list[str]) -> str:
     """Human-readable and stable: label (or impl), mode, then the non-empty parameter values."""
     label = row.get("label")
     label = label if isinstance(label, str) and label else row["impl"]
-    values = [f"{p}={_plain(row[p])}" for p in params if p in row.index and not _missing(row[p])]
+    values = [f"{p}={_plain(row[p])}" for p in params if p in row.index and not missing(row[p])]
     mode = row.get("mode")
     head = f"{row.get('workload')}/{label}" if isinstance(row.get("workload"), str) else label
     head += f" {mode}" if isinstance(mode, str) else ""
@@ -168,12 +149,12 @@ def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
                   base_label: str, new_label: str) -> CaseComparison:
     case = CaseComparison(str(n["case_id"]), case_name(n, params), str(n["device"]), str(n["method"]),
                           str(b["status"]), str(n["status"]))
-    if case.base_status != "ok" or case.new_status != "ok":
+    if case.base_status != Status.OK or case.new_status != Status.OK:
         return case  # nothing to measure on a failed side; the status verdict says it all
-    if not (_missing(b["peak_bytes"]) or _missing(n["peak_bytes"])):
+    if not (missing(b["peak_bytes"]) or missing(n["peak_bytes"])):
         case.metrics.append(classify_ratio("peak_bytes", float(b["peak_bytes"]), float(n["peak_bytes"]),
                                            t.memory_factor))
-    if case.device == "cuda" and not (_missing(b["reserved_bytes"]) or _missing(n["reserved_bytes"])):
+    if case.device == "cuda" and not (missing(b["reserved_bytes"]) or missing(n["reserved_bytes"])):
         case.metrics.append(classify_ratio("reserved_bytes", float(b["reserved_bytes"]),
                                            float(n["reserved_bytes"]), t.reserved_factor))
     base_times = parse_times(b["times_s"], file=base_label, case_id=case.case_id)
@@ -181,10 +162,6 @@ def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
     if base_times and new_times:
         case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha))
     return case
-
-
-def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
 
 
 def _plain(value: object) -> object:

@@ -12,8 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from topk_bench.compare import SEVERITY, CaseComparison, Comparison, case_name, parameter_columns, parse_times
-from topk_bench.stats import MetricResult, Verdict
+from topk_bench.report.compare import SEVERITY, CaseComparison, Comparison, case_name, parse_times
+from topk_bench.report.stats import MetricResult, Verdict
+from topk_bench.results.columns import parameter_columns
+from topk_bench.status import Status
+from topk_bench.units import format_bytes, format_seconds
 
 STYLE = {Verdict.REGRESSION: "bold red", Verdict.IMPROVEMENT: "green",
          Verdict.INCONCLUSIVE: "yellow", Verdict.UNCHANGED: "dim"}
@@ -88,7 +91,7 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
     Every ``ok`` case of NEW gives its peak memory (and its median time when
     timed); ``extra`` carries the ratio to BASE so a dashboard tooltip shows it.
     """
-    params = parameter_columns(new)
+    params = parameter_columns(new.columns)
     judged = {case.case_id: case for case in c.cases}
     names = {cid: f"{row.get('suite', '')}/{case_name(row, params)} [{row['device']}, {row['method']}]"
              for cid, row in new.iterrows()}
@@ -96,7 +99,7 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
     clashes = pd.Series(list(names.values())).value_counts()
     entries = []
     for _, row in new.iterrows():
-        if row["status"] != "ok":
+        if row["status"] != Status.OK:
             continue
         name = names[row["case_id"]]
         name += f" {row['case_id']}" if clashes[name] > 1 else ""
@@ -126,12 +129,12 @@ def _cells(case: CaseComparison) -> tuple[str, ...]:
     memory = case.metric("peak_bytes")
     reserved = case.metric("reserved_bytes")
     time = case.metric("time_s")
-    memory_text = _change(memory, _bytes)
+    memory_text = _change(memory, format_bytes)
     if reserved:
-        memory_text += f" (reserved {_change(reserved, _bytes)})"
+        memory_text += f" (reserved {_change(reserved, format_bytes)})"
     p = "" if time is None or time.p_value is None else f"{time.p_value:.2g}"
     return (f"{case.name} [{case.case_id}]", f"{case.device}/{case.method}", status,
-            memory_text, _change(time, _seconds), p, case.verdict.value)
+            memory_text, _change(time, format_seconds), p, case.verdict.value)
 
 
 def _change(m: MetricResult | None, fmt) -> str:
@@ -140,21 +143,6 @@ def _change(m: MetricResult | None, fmt) -> str:
     if m.base == m.new:
         return fmt(m.new)
     return f"{fmt(m.base)} → {fmt(m.new)} (×{m.ratio:.3f})"
-
-
-def _bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.4g} {unit}"
-    return f"{n:.0f} B"
-
-
-def _seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    return f"{s:.4g} s" if s >= 1 else f"{s * 1e3:.4g} ms"
 
 
 def _md_escape(text: str) -> str:

@@ -1,68 +1,36 @@
-"""The results CSV: its columns, appending a row, loading a file or a directory.
+"""The results file: appending a row, rewriting, and reading back only the rows that are whole.
 
 Rows are appended one ``os.write`` each (a whole line) and fsynced, so a run
 killed at any moment leaves only complete rows. The caller (the runner) holds
-the file's lock while writing; readers need none.
+the file's lock while writing; readers need none. :func:`read` is the one
+reader of the file: resume, ``show``, ``plot`` and ``compare`` all see the same
+rows, and the same list of what was left out.
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from topk_bench.case import STATUSES, Case, Measurement
-from topk_bench.errors import BadInput
-
-# Required columns, in this order, after which come one column per suite
-# parameter and the optional columns a suite asks for (DESIGN.md, "Contracts").
-REQUIRED_COLUMNS = (
-    "suite", "case_id", "workload", "impl", "label", "mode", "device", "device_name", "method",
-    "status", "error", "peak_bytes", "reserved_bytes", "baseline_bytes", "time_median_s",
-    "time_iqr_s", "time_mean_s", "time_min_s", "repeats", "times_s", "flops", "torch_version",
-    "git_sha", "timestamp",
-)
-OPTIONAL_COLUMNS = ("rel_err", "grad_cos", "fidelity_seq_len", "emb_cos", "nn_agree", "nn_spearman")
-FIDELITY_COLUMNS = ("rel_err", "grad_cos", "fidelity_seq_len")
-PRETRAINED_COLUMNS = ("emb_cos", "nn_agree", "nn_spearman")
-# String columns pandas must not turn into numbers (a case_id can be all digits).
-_TEXT = {c: str for c in ("suite", "case_id", "workload", "impl", "label", "mode", "device", "device_name",
-                          "method", "status", "error", "times_s", "torch_version", "git_sha", "timestamp")}
+from topk_bench.results.columns import REQUIRED_COLUMNS
+from topk_bench.status import STATUSES
 
 
-def columns(parameter_columns: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
-    """Header of a suite's CSV: required, then parameters, then optional columns."""
-    out = list(REQUIRED_COLUMNS)
-    for name in [*parameter_columns, *optional]:
-        if name not in out:
-            out.append(name)
-    return out
+@dataclass
+class Table:
+    """What :func:`read` found: the header, the valid rows, and one line per row left out."""
 
+    header: list[str]
+    rows: list[dict[str, str]]
+    dropped: list[str] = field(default_factory=list)
 
-def make_row(case: Case, measurement: Measurement, parameters: Mapping[str, Any],
-             defaults: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One CSV row. ``defaults`` fills torch_version/git_sha/device_name a measurement lacks (skipped rows)."""
-    m, meta, defaults = measurement, measurement.metadata or {}, defaults or {}
-    row: dict[str, Any] = {
-        "suite": case.suite, "case_id": case.case_id, "workload": case.workload, "impl": case.impl,
-        "label": case.label, "mode": case.mode, "device": case.device,
-        "device_name": m.device_name or meta.get("device_name") or defaults.get("device_name", ""),
-        "method": case.method, "status": m.status,
-        "error": " ".join(str(m.error).split())[:1000],  # one line: the CSV stays readable with grep
-        "peak_bytes": m.peak_bytes, "reserved_bytes": m.reserved_bytes, "baseline_bytes": m.baseline_bytes,
-        "time_median_s": m.time_median_s, "time_iqr_s": m.time_iqr_s, "time_mean_s": m.time_mean_s,
-        "time_min_s": m.time_min_s, "repeats": len(m.times_s),
-        "times_s": ";".join(repr(float(t)) for t in m.times_s), "flops": m.flops,
-        "torch_version": meta.get("torch_version") or defaults.get("torch_version", ""),
-        "git_sha": meta.get("git_sha") or defaults.get("git_sha", ""),
-        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    row.update(parameters)
-    row.update(m.extra or {})
-    return row
+    @property
+    def missing_required(self) -> list[str]:
+        return [c for c in REQUIRED_COLUMNS if c not in self.header]
 
 
 def _line(values: Iterable[Any]) -> str:
@@ -88,17 +56,43 @@ def read_header(path: Path) -> list[str] | None:
         return None
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """Complete rows of a results CSV (a truncated last line, if any, is left out)."""
+def _problem(record: list[str], header: list[str]) -> str | None:
+    """Why a record is not a row of this file (None: it is one)."""
+    if len(record) != len(header):
+        return f"{len(record)} fields where the header has {len(header)} (a line cut by a crash?)"
+    row = dict(zip(header, record))
+    if "status" in row and row["status"] not in STATUSES:
+        return f"unknown status {row['status']!r}"
+    if "case_id" in row and not row["case_id"]:
+        return "no case_id"
+    return None
+
+
+def read(path: Path) -> Table:
+    """The rows of a results CSV that are whole and valid; an absent file is an empty table."""
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None:
-                return []
-            return [dict(zip(header, r)) for r in reader if len(r) == len(header)]
+                return Table([], [])
+            table = Table(header, [])
+            for record in reader:
+                if not record:
+                    continue
+                problem = _problem(record, header)
+                if problem is None:
+                    table.rows.append(dict(zip(header, record)))
+                else:
+                    table.dropped.append(f"{path.name} line {reader.line_num}: {problem}")
+            return table
     except FileNotFoundError:
-        return []
+        return Table([], [])
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The valid rows of a results CSV (see :func:`read`)."""
+    return read(path).rows
 
 
 def _write_atomic(path: Path, header: list[str], rows: list[Mapping[str, Any]]) -> None:
@@ -111,11 +105,6 @@ def _write_atomic(path: Path, header: list[str], rows: list[Mapping[str, Any]]) 
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def _rewrite(path: Path, header: list[str]) -> None:
-    """Widen the header (a measurement brought a new column)."""
-    _write_atomic(path, header, read_rows(path))
 
 
 def remove_rows(path: Path, case_ids: set[str]) -> int:
@@ -132,7 +121,7 @@ def remove_rows(path: Path, case_ids: set[str]) -> int:
 def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[str]:
     """Append ``row`` to ``path`` (created with ``header`` if absent); returns the file's header.
 
-    Columns of ``row`` missing from the file's header widen it first.
+    Columns of ``row`` missing from the file's header widen it first (one atomic rewrite).
     """
     current = read_header(path)
     if current is None or not path.stat().st_size:
@@ -141,7 +130,7 @@ def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[st
     missing = [c for c in list(header) + list(row) if c not in current]
     if missing:
         current = current + list(dict.fromkeys(missing))
-        _rewrite(path, current)
+        _write_atomic(path, current, read_rows(path))
     data = _line(row.get(c) for c in current).encode()
     with open(path, "rb") as f:  # a line cut by a crash of an older writer must not swallow ours
         f.seek(0, os.SEEK_END)
@@ -151,39 +140,3 @@ def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[st
                 data = b"\n" + data
     _write_all(path, data)
     return current
-
-
-# ---------------------------------------------------------------- loading
-
-
-def _csv_files(path: Path) -> list[Path]:
-    if not path.exists():
-        raise BadInput("no such file or directory", file=path)
-    if path.is_dir():
-        files = sorted(p for p in path.glob("*.csv") if not p.name.startswith("."))
-        if not files:
-            raise BadInput("no results CSV (*.csv) in this directory", file=path)
-        return files
-    return [path]
-
-
-def load_results(path: str | Path):
-    """A results CSV, or every results CSV of a directory, as one pandas DataFrame."""
-    import pandas as pd
-
-    frames = []
-    for file in _csv_files(Path(path)):
-        try:
-            frame = pd.read_csv(file, dtype=_TEXT, keep_default_na=False, na_values=[""])
-        except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-            raise BadInput(f"unreadable CSV ({type(exc).__name__}: {exc})", file=file) from None
-        missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-        if missing:
-            raise BadInput(f"not a topk-bench results file: no column {missing[0]!r}", file=file)
-        frame = frame[frame["status"].isin(STATUSES)]  # a truncated last line has no valid status
-        for column in ("error", "label", "times_s", "device_name", "git_sha"):
-            frame[column] = frame[column].fillna("")
-        frames.append(frame)
-    frame = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0].reset_index(drop=True)
-    # Required columns first, whatever order the files had.
-    return frame[[*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS]]]

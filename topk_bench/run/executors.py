@@ -8,7 +8,7 @@ once instead, and the runner cancels what the skip-larger rule removes. The
 runner is the only writer of the results CSV: executors only return
 ``Measurement``s.
 
-Protocol (what a new executor, e.g. ``topk_bench.slurm.SlurmExecutor``, implements):
+Protocol (what a new executor, e.g. ``topk_bench.run.slurm.SlurmExecutor``, implements):
 
 - ``executor.submit(cases: list[Case], budget: Budget) -> list[Handle]`` — one
   handle per case, same order. May be called more than once.
@@ -23,7 +23,7 @@ Protocol (what a new executor, e.g. ``topk_bench.slurm.SlurmExecutor``, implemen
   called once, also after Ctrl-C.
 
 A Slurm executor is built as ``SlurmExecutor(settings)`` with the
-``ExecutorSettings`` of ``topk_bench.config`` (partition, gpus_per_node, ...).
+``ExecutorSettings`` of ``topk_bench.suite.settings`` (partition, gpus_per_node, ...).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from typing import Callable, Protocol, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
+from topk_bench.run.launcher import run_isolated
+from topk_bench.status import Status
 
 RunFn = Callable[[Case, Budget], Measurement]
 
@@ -68,7 +70,7 @@ class LocalHandle:
     def result(self) -> Measurement:
         self._finished.wait()
         if self._result is None:  # cancelled: the runner never asks, but stay total
-            return Measurement(status="skipped", error="cancelled before it ran")
+            return Measurement(status=Status.SKIPPED, error="cancelled before it ran")
         return self._result
 
     def cancel(self) -> bool:
@@ -84,7 +86,7 @@ class LocalHandle:
 class LocalExecutor:
     """Runs cases as child processes on this machine, at most ``jobs`` at once, in submission order.
 
-    Each case goes through ``run`` (by default ``topk_bench.launcher.run_isolated``,
+    Each case goes through ``run`` (by default ``topk_bench.run.launcher.run_isolated``,
     which spawns one child per case); the threads here only wait on those
     children, so they are daemon threads: Ctrl-C never waits for a case to end.
     """
@@ -100,11 +102,7 @@ class LocalExecutor:
         self._threads: list[threading.Thread] = []
 
     def _run_fn(self) -> RunFn:
-        if self._run is None:
-            from topk_bench.launcher import run_isolated  # the measurement core; imported when first needed
-
-            self._run = run_isolated
-        return self._run
+        return self._run or run_isolated
 
     def submit(self, cases: Sequence[Case], budget: Budget) -> list[LocalHandle]:
         run = self._run_fn()
@@ -138,7 +136,7 @@ class LocalExecutor:
                 handle._result = run(handle.case, handle.budget)
             except BaseException as exc:  # run_isolated never raises; a replacement might
                 handle._result = Measurement(
-                    status="error", error=f"{type(exc).__name__}: {exc}",
+                    status=Status.ERROR, error=f"{type(exc).__name__}: {exc}",
                     metadata={"traceback": traceback.format_exc(limit=5)},
                 )
             handle._finished.set()
@@ -155,12 +153,12 @@ class LocalExecutor:
 
 
 def get_executor(settings, run: RunFn | None = None) -> Executor:
-    """The executor ``settings.kind`` names (``ExecutorSettings`` from ``topk_bench.config``)."""
+    """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml)."""
     if settings.kind == "local":
         return LocalExecutor(jobs=settings.jobs, run=run)
     if settings.kind == "slurm":
         try:
-            from topk_bench import slurm  # optional: needs submitit and the Slurm executor module
+            from topk_bench.run import slurm  # optional: needs submitit
         except ImportError as exc:
             raise BadInput(f"slurm executor not available ({exc})", key="executor.kind") from None
         return slurm.SlurmExecutor(settings)

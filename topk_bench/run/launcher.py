@@ -23,8 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping
 
-from topk_bench import metadata
 from topk_bench.case import Budget, Case, Measurement
+from topk_bench.measure import metadata
+from topk_bench.status import Status
 
 # A child that has not even started its measurement after this long is hung.
 STARTUP_LIMIT_S = 300.0
@@ -69,7 +70,7 @@ def _failure(case: Case, status: str, error: str) -> Measurement:
 
 
 def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, str] | None = None) -> Measurement:
-    """Measure ``case`` in a new ``python -m topk_bench.worker`` process; ``env`` adds variables for the child.
+    """Measure ``case`` in a new ``python -m topk_bench.measure.worker`` process; ``env`` adds variables for the child.
 
     The time budget counts from the moment the child has started (imports done), so
     interpreter start-up does not eat into it. ``metadata`` gains ``child_startup_s``
@@ -84,7 +85,7 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
         try:
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "topk_bench.worker", str(case_path), str(result_path),
+                    [sys.executable, "-m", "topk_bench.measure.worker", str(case_path), str(result_path),
                      "--budget", json.dumps(asdict(budget)), "--ready-fd", str(write_fd),
                      "--parent-pid", str(os.getpid())],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -114,17 +115,17 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
         wall_s = time.monotonic() - t0
 
         if timed_out:
-            result = _failure(case, "timeout", timed_out)
+            result = _failure(case, Status.TIMEOUT, timed_out)
         elif result_path.exists():
             result = Measurement.from_json(result_path.read_text())
         elif proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
             hint = " (the kernel's OOM killer?)" if name == "SIGKILL" else ""
             tail = _log_tail(log_path)
-            result = _failure(case, "crashed", f"worker killed by {name}{hint}" + (f": {tail}" if tail else ""))
+            result = _failure(case, Status.CRASHED, f"worker killed by {name}{hint}" + (f": {tail}" if tail else ""))
         else:
             tail = _log_tail(log_path)
-            result = _failure(case, "error", f"worker exited with code {proc.returncode} and no result"
+            result = _failure(case, Status.ERROR, f"worker exited with code {proc.returncode} and no result"
                               + (f": {tail}" if tail else ""))
     result.metadata["child_startup_s"] = startup_s
     result.metadata["child_wall_s"] = wall_s

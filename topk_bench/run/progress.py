@@ -10,15 +10,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-GIB = 2**30
+from topk_bench.units import GIB, missing
 
 
-def _fmt_bytes(value: Any) -> str:
-    return "-" if value in (None, "") else f"{float(value) / GIB:.3f} GiB"
+def _gib(value: Any) -> str:
+    return "-" if missing(value) else f"{float(value) / GIB:.3f} GiB"
 
 
-def _fmt_seconds(value: Any) -> str:
-    return "-" if value in (None, "") else f"{float(value):.4g} s"
+def _seconds(value: Any) -> str:
+    return "-" if missing(value) else f"{float(value):.4g} s"
 
 
 class Reporter:
@@ -62,8 +62,8 @@ class Reporter:
             self._progress.advance(self._task)
         status = row.get("status", "")
         detail = row.get("error") or ""
-        line = (f"[{self.done}/{self.total}] {what}: {status}  peak {_fmt_bytes(row.get('peak_bytes'))}"
-                f"  time {_fmt_seconds(row.get('time_median_s'))}" + (f"  ({detail[:120]})" if detail else ""))
+        line = (f"[{self.done}/{self.total}] {what}: {status}  peak {_gib(row.get('peak_bytes'))}"
+                f"  time {_seconds(row.get('time_median_s'))}" + (f"  ({detail[:120]})" if detail else ""))
         if self._progress is not None:
             self._progress.console.print(line, highlight=False, markup=False)
         elif self.enabled:

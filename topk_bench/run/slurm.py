@@ -2,7 +2,7 @@
 
 Each ``submit`` call becomes one job array (one array task per case). A task
 runs ``run_in_job``, which measures its case through the same entry point as
-the local executor (``topk_bench.launcher.run_isolated``: a child process per
+the local executor (``topk_bench.run.launcher.run_isolated``: a child process per
 case), so a crash or a per-case timeout inside the job is a normal
 ``Measurement`` returned through submitit's result pickle, exactly as locally.
 When the job itself dies (cancelled, node failure, killed for memory or for
@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
+from topk_bench.run.launcher import run_isolated
+from topk_bench.status import Status
 
 try:  # optional dependency; get_executor turns this ImportError into one line of bad input
     import submitit
@@ -56,10 +58,7 @@ def run_in_job(case_json: str, budget_json: str, run: RunFn | None = None) -> st
     """What each array task runs on the compute node: ``run`` (default: the
     local executor's ``run_isolated``) on the case. Case and result travel as
     JSON, the format the rest of the harness already round-trips."""
-    if run is None:
-        from topk_bench.launcher import run_isolated  # imported on the node, not pickled
-
-        run = run_isolated
+    run = run or run_isolated
     case = Case.from_json(case_json)
     budget = Budget(**json.loads(budget_json))
     measurement = run(case, budget)
@@ -218,17 +217,17 @@ class SlurmHandle:
     def _collect(self) -> Measurement:
         meta = {"slurm_job_id": self.job_id}
         if self._cancelled:
-            return Measurement(status="skipped", error="cancelled before it ran", metadata=meta)
+            return Measurement(status=Status.SKIPPED, error="cancelled before it ran", metadata=meta)
         if self._has_result():
             try:
                 return Measurement.from_json(self.job.result())
             except Exception as exc:  # the job function raised (e.g. topk_bench not importable on the node)
                 # submitit's own handler of Slurm's pre-time-limit signal ends the job this way.
-                status = "timeout" if "timed-out" in str(exc) else "crashed"
+                status = Status.TIMEOUT if "timed-out" in str(exc) else Status.CRASHED
                 return Measurement(status=status, error=f"{type(exc).__name__}: {str(exc)[-LOG_TAIL_CHARS:]}",
                                    metadata=meta)
         state = self._states.get(self.job_id, refresh=True)
-        status = "timeout" if state in TIMEOUT_STATES else "crashed"
+        status = Status.TIMEOUT if state in TIMEOUT_STATES else Status.CRASHED
         return Measurement(status=status, error=f"slurm job {self.job_id} ended {state} without a result; "
                                                 f"log tail:\n{log_tail(self.job)}", metadata=meta)
 

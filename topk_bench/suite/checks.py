@@ -1,8 +1,9 @@
-"""What a suite means, checked against its workload and the implementation registry.
+"""What a suite means, checked against the workload specs and the implementation registry.
 
-The schema (types, unknown keys) is pydantic's job in ``config.py``; this is the
-rest: sizes, implementation names, options, activation and masking support —
-each failure one ``BadInput`` naming the file and the key.
+The schema (types, unknown keys) is pydantic's job in :mod:`.schema`; this is
+the rest: workload and implementation names, options, sizes, masking and
+activation support, impossible shapes, the plot's axis — each failure one
+``BadInput`` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import implementations
-from topk_bench.config import SHAPE_DEFAULTS, Suite, import_plugins
+from topk_bench import plugins, workloads
 from topk_bench.errors import BadInput
+from topk_bench.results.columns import METRICS
+from topk_bench.suite import sweep
+from topk_bench.suite.schema import Suite
+from topk_bench.workloads.support import capability_problem
 
 
 def _check_size(value: Any, path: Path, key: str) -> None:
@@ -43,10 +48,17 @@ def _check_option(default: Any, value: Any, path: Path, key: str) -> None:
         raise BadInput(f"expected a string, got {value!r}", file=path, key=key)
 
 
-def _spec(name: str, path: Path, key: str) -> implementations.Implementation:
+def _implementation(name: str, path: Path, key: str) -> implementations.Implementation:
     try:
         return implementations.spec(name)
     except implementations.UnknownImplementation as exc:
+        raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
+
+
+def _workload(name: str, path: Path, key: str) -> workloads.WorkloadSpec:
+    try:
+        return workloads.get(name)
+    except workloads.UnknownWorkload as exc:
         raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
 
 
@@ -60,42 +72,59 @@ def _check_options(impl: implementations.Implementation, options: Mapping[str, A
         _check_option(impl.options[name], value, path, f"{key}.{name}")
 
 
-def _check_capabilities(impl: implementations.Implementation, activation: str, causal: bool,
-                        path: Path, key: str) -> None:
-    if activation not in impl.activations:
-        raise BadInput(f"implementation {impl.name!r} does not support activation {activation!r} "
-                       f"(supports: {', '.join(impl.activations)})", file=path, key=key)
-    if causal and not impl.causal:
-        raise BadInput(f"implementation {impl.name!r} does not support causal masking", file=path, key=key)
+def _check_use(impl: implementations.Implementation, activation: str, causal: bool, path: Path, key: str) -> None:
+    problem = capability_problem(impl, activation, causal)
+    if problem:
+        raise BadInput(problem, file=path, key=key)
 
 
-def _params(workload: str) -> tuple[str, ...] | None:
-    """Shape parameters of a workload; None: any (the pretrained workload defines its own)."""
-    return tuple(SHAPE_DEFAULTS[workload]) if workload in SHAPE_DEFAULTS else None
+def _check_settings(spec: workloads.WorkloadSpec, causal: bool, activation: str, path: Path,
+                    key: str | None = None) -> None:
+    violation = spec.violation(causal, activation)
+    if violation:
+        setting, problem = violation
+        raise BadInput(problem, file=path, key=key or setting)
 
 
-def _check_workload(workload: str, causal: bool, activation: str, path: Path, key: str) -> None:
-    if workload == "ff":
-        if causal:
-            raise BadInput("the feed-forward workload has no mask: expected causal = false", file=path, key=key)
-        if activation != "relu":
-            raise BadInput("the feed-forward workload is ReLU(Q Kᵀ) V: expected activation = 'relu'", file=path, key=key)
-    if workload == "decoder" and not causal:
-        raise BadInput("the decoder is causal: expected causal = true", file=path, key=key)
+def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpec, implementations.Implementation]]:
+    entries = []
+    for i, entry in enumerate(suite.impl):
+        key = f"impl[{i}] ({entry.name})"
+        spec = _workload(entry.workload or suite.workload, path, f"{key}.workload")
+        _, causal, activation = sweep.entry_settings(suite, entry)
+        _check_settings(spec, causal, activation, path, key)
+        impl = _implementation(entry.name, path, f"{key}.name")
+        entries.append((spec, impl))
+        _check_use(impl, activation, causal, path, key)
+        _check_options(impl, entry.options, path, key)
+        if not spec.feedforward:
+            if entry.feedforward is not None or entry.feedforward_options:
+                with_ff = ", ".join(n for n in workloads.names() if workloads.get(n).feedforward)
+                raise BadInput(f"the {spec.name} workload has no feed-forward sublayer to replace "
+                               f"(workloads with one: {with_ff})", file=path, key=f"{key}.feedforward")
+            continue
+        if entry.feedforward_options and entry.feedforward is None:
+            raise BadInput("feedforward_options without feedforward", file=path, key=f"{key}.feedforward_options")
+        ff_name = sweep.feedforward(suite, entry)
+        if ff_name is not None:
+            ff = _implementation(ff_name, path, f"{key}.feedforward")
+            _check_use(ff, "relu", False, path, f"{key}.feedforward")
+            _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options")
+    return entries
 
 
-def _check_shape(suite: Suite, path: Path, workloads: set[str]) -> None:
-    known = [_params(w) for w in workloads]
-    allowed = None if None in known else sorted({p for ps in known for p in ps})
+def _check_shape(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) -> None:
+    open_params = any(s.open_params for s in specs)
+    allowed = sorted({p for s in specs for p in s.params})
     for name, value in suite.shape.items():
-        if allowed is not None and name not in allowed:
-            raise BadInput(f"unknown shape parameter of workload {'/'.join(sorted(workloads))} "
+        if not open_params and name not in allowed:
+            raise BadInput(f"unknown shape parameter of workload {'/'.join(sorted({s.name for s in specs}))} "
                            f"(expected one of: {', '.join(allowed)})", file=path, key=f"shape.{name}")
-        if allowed is not None or isinstance(value, int):
+        if not open_params or isinstance(value, int):
             _check_size(value, path, f"shape.{name}")
 
 
-def _check_sweep(suite: Suite, path: Path, entries: list[tuple[str, implementations.Implementation]]) -> None:
+def _check_sweep(suite: Suite, path: Path, entries) -> None:
     for name, values in suite.sweep.items():
         key = f"sweep.{name}"
         if not values:
@@ -107,13 +136,12 @@ def _check_sweep(suite: Suite, path: Path, entries: list[tuple[str, implementati
         if len(set(values)) != len(values):
             raise BadInput(f"expected distinct values, got {values}", file=path, key=key)
         # Every entry must vary with every swept key, else its cases would repeat:
-        # a shape parameter of its workload, or an option of its implementation (chunk_size in Fig. 2).
-        for i, (workload, impl) in enumerate(entries):
-            params = _params(workload)
-            if params is None or name in params:
+        # a parameter of its workload, or an option of its implementation (chunk_size in Fig. 2).
+        for i, (spec, impl) in enumerate(entries):
+            if spec.open_params or name in spec.params:
                 continue
             if name not in impl.options:
-                raise BadInput(f"neither a shape parameter of workload {workload!r} ({', '.join(params)}) "
+                raise BadInput(f"neither a shape parameter of workload {spec.name!r} ({', '.join(spec.params)}) "
                                f"nor an option of implementation {impl.name!r} (impl[{i}])", file=path, key=key)
             for value in values:
                 _check_option(impl.options[name], value, path, key)
@@ -122,56 +150,48 @@ def _check_sweep(suite: Suite, path: Path, entries: list[tuple[str, implementati
                                key=f"impl[{i}] ({impl.name}).{name}")
 
 
-def _check_heads(suite: Suite, path: Path, workloads: set[str]) -> None:
-    """BERT's head split needs d_model divisible by heads, for every combination swept."""
-    if not workloads & {"mha", "decoder"}:
-        return
-    defaults = SHAPE_DEFAULTS["mha"]
-    models = suite.sweep.get("d_model") or [suite.shape.get("d_model", defaults["d_model"])]
-    heads = suite.sweep.get("heads") or [suite.shape.get("heads", defaults["heads"])]
-    for d_model in models:
-        for h in heads:
-            if d_model % h:
-                key = "sweep.heads" if "heads" in suite.sweep else "shape.heads"
-                raise BadInput(f"expected d_model ({d_model}) divisible by heads ({h})", file=path, key=key)
+def _check_combinations(suite: Suite, path: Path) -> None:
+    """Each workload's rule on its parameters (d_model divisible by heads), at every point of the grid."""
+    for entry in suite.impl:
+        spec = workloads.get(entry.workload or suite.workload)
+        if spec.check_params is None:
+            continue
+        for point in sweep.grid(suite):
+            params, _, _ = sweep.route(suite, entry, point)
+            problem = spec.check_params({**spec.params, **params})
+            if problem:
+                param, message = problem
+                raise BadInput(message, file=path, key=f"sweep.{param}" if param in suite.sweep else f"shape.{param}")
+
+
+def _check_plot(suite: Suite, path: Path, entries) -> None:
+    columns = set(suite.sweep) | set(suite.shape)
+    for spec, impl in entries:
+        columns |= set(spec.params) | set(impl.options)
+    if suite.plot.x is not None and suite.plot.x not in columns:
+        raise BadInput(f"expected a suite parameter (one of: {', '.join(sorted(columns))})", file=path, key="plot.x")
+    for i, name in enumerate(suite.plot.metrics):
+        if name not in METRICS:
+            raise BadInput(f"expected a metric (one of: {', '.join(METRICS)}), got {name!r}", file=path,
+                           key=f"plot.metrics[{i}]")
 
 
 def check_suite(suite: Suite, path: Path) -> None:
-    suite.plugins = import_plugins(suite.plugins, path)
-    _check_workload(suite.workload, bool(suite.causal), str(suite.activation), path,
-                    "causal" if suite.workload != "ff" or suite.causal else "activation")
-
-    entries = []
-    for i, entry in enumerate(suite.impl):
-        key = f"impl[{i}] ({entry.name})"
-        workload, causal, activation = suite.entry_settings(entry)
-        _check_workload(workload, causal, activation, path, key)
-        impl = _spec(entry.name, path, f"{key}.name")
-        entries.append((workload, impl))
-        _check_capabilities(impl, activation, causal, path, key)
-        _check_options(impl, entry.options, path, key)
-        if workload not in ("decoder", "pretrained"):
-            if entry.feedforward is not None or entry.feedforward_options:
-                raise BadInput("feedforward is for the decoder and pretrained workloads only", file=path,
-                               key=f"{key}.feedforward")
-            continue
-        if entry.feedforward_options and entry.feedforward is None:
-            raise BadInput("feedforward_options without feedforward", file=path, key=f"{key}.feedforward_options")
-        ff = _spec(entry.feedforward or "vanilla", path, f"{key}.feedforward")
-        _check_capabilities(ff, "relu", False, path, f"{key}.feedforward")
-        _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options")
-
-    workloads = {w for w, _ in entries}
-    if "pretrained" in workloads:  # its model comes with an optional extra: say so before running anything
-        from topk_bench.pretrained import require_extra
-
-        require_extra(path)
-    _check_shape(suite, path, workloads)
+    """Everything a suite means; fills in its defaults (plug-ins made absolute, causal, activation)."""
+    suite.plugins = plugins.resolve(suite.plugins, path)
+    spec = _workload(suite.workload, path, "workload")
+    suite.causal, suite.activation = spec.settings(suite.causal, suite.activation)
+    if not suite.title:
+        suite.title = suite.name
+    _check_settings(spec, suite.causal, suite.activation, path)
+    entries = _check_entries(suite, path)
+    for name in sorted({s.name for s, _ in entries}):
+        unavailable = workloads.get(name).unavailable
+        problem = unavailable() if unavailable else None
+        if problem:  # say so before running anything (an optional extra not installed)
+            raise BadInput(problem, file=path, key="workload")
+    specs = list({s.name: s for s, _ in entries}.values())
+    _check_shape(suite, path, specs)
     _check_sweep(suite, path, entries)
-    _check_heads(suite, path, workloads)
-
-    columns = set(suite.sweep) | set(suite.shape)
-    for workload, impl in entries:
-        columns |= set(SHAPE_DEFAULTS.get(workload, {})) | set(impl.options)
-    if suite.plot.x is not None and suite.plot.x not in columns:
-        raise BadInput(f"expected a suite parameter (one of: {', '.join(sorted(columns))})", file=path, key="plot.x")
+    _check_combinations(suite, path)
+    _check_plot(suite, path, entries)

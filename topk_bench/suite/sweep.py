@@ -1,73 +1,98 @@
-"""A suite expanded into cases, and the notion of "a larger size of the same implementation".
+"""A suite expanded into cases: the grid ``[sweep]`` x ``[[impl]]``, with each key routed where it belongs.
 
 Cases come out size-major (every implementation at the smallest size first),
 so that an interrupted run has comparable points for all implementations, and
 so that within one implementation a smaller size always runs before a larger
-one — what the skip-larger rule needs.
+one — what the skip-larger rule (:mod:`topk_bench.run.order`) needs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Any
 
 import implementations
+from topk_bench import workloads
 from topk_bench.case import Case
-from topk_bench.config import SHAPE_DEFAULTS, Suite
+from topk_bench.suite.schema import ImplEntry, Suite
 
 
-def _options(impl: implementations.Implementation, given: dict[str, Any]) -> dict[str, Any]:
-    # Resolved (defaults included) so the CSV shows what ran; None means "not used" and is left out.
+def entry_settings(suite: Suite, entry: ImplEntry) -> tuple[str, bool, str]:
+    """(workload, causal, activation) of an ``[[impl]]``: its own, else the suite's, else its workload's."""
+    workload = entry.workload or suite.workload
+    same = workload == suite.workload
+    causal = entry.causal if entry.causal is not None else (suite.causal if same else None)
+    activation = entry.activation or (suite.activation if same else None)
+    return (workload, *workloads.get(workload).settings(causal, activation))
+
+
+def feedforward(suite: Suite, entry: ImplEntry) -> str | None:
+    """The feed-forward implementation an entry names, else its workload's default (None: none, or the model's own)."""
+    spec = workloads.get(entry_settings(suite, entry)[0])
+    return (entry.feedforward or spec.default_feedforward) if spec.feedforward else None
+
+
+def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """(parameters, attention options, feed-forward options) of one grid point of an entry.
+
+    A ``[shape]`` or ``[sweep]`` key is a parameter of the workload when it has it;
+    otherwise an option of the implementation (``chunk_size`` in Fig. 2) or, for a
+    workload whose swept options reach its feed-forward sublayer, of whichever of
+    the two has that option; a workload with open parameters takes the rest.
+    """
+    spec = workloads.get(entry_settings(suite, entry)[0])
+    impl = implementations.spec(entry.name)
+    ff_name = feedforward(suite, entry)
+    ff = implementations.spec(ff_name) if ff_name and spec.swept_options_reach_feedforward else None
+    params = dict(spec.params)
+    params.update({k: v for k, v in suite.shape.items() if spec.open_params or k in spec.params})
+    options, ff_options = dict(entry.options), dict(entry.feedforward_options)
+    for key, value in swept.items():
+        reaches = key in impl.options or (ff is not None and key in ff.options)
+        if key in spec.params or (spec.open_params and not reaches):
+            params[key] = value
+            continue
+        if key in impl.options or ff is None:
+            options[key] = value
+        if ff is not None and key in ff.options:
+            ff_options[key] = value
+    return params, options, ff_options
+
+
+def grid(suite: Suite) -> list[dict[str, Any]]:
+    """The swept values, smallest first, one dict per point."""
+    keys = list(suite.sweep)
+    return [dict(zip(keys, point)) for point in itertools.product(*(sorted(suite.sweep[k]) for k in keys))]
+
+
+def _resolved(impl: implementations.Implementation, given: dict[str, Any]) -> dict[str, Any]:
+    # Defaults included, so that the CSV shows what ran; None means "not used" and is left out.
     return {k: v for k, v in impl.resolve(given).items() if v is not None}
 
 
-def _label(suite: Suite, entry, impl, options: dict[str, Any], workload: str) -> str:
+def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: str) -> str:
     if entry.label:
         return entry.label
-    if any(key in impl.options for key in suite.sweep):  # the legend would freeze one swept value
-        legend = impl.name
-    else:
-        legend = impl.legend(options)
-    if workload == "decoder":
-        ff = implementations.spec(entry.feedforward or "vanilla")
-        legend = f"{legend} + {ff.legend(entry.feedforward_options)} FF"
+    impl = implementations.spec(entry.name)
+    # A legend would freeze one swept value of an option: the bare name then.
+    legend = impl.name if any(key in impl.options for key in suite.sweep) else impl.legend(options)
+    spec = workloads.get(workload)
+    if spec.legend is not None:
+        ff_name = feedforward(suite, entry)
+        ff_legend = implementations.spec(ff_name).legend(entry.feedforward_options) if ff_name else None
+        legend = spec.legend(legend, ff_legend)
     return legend
 
 
-def _case(suite: Suite, entry, swept: dict[str, Any], **fields: Any) -> Case:
-    workload, causal, activation = suite.entry_settings(entry)
-    impl = implementations.spec(entry.name)
-    shape_params = SHAPE_DEFAULTS.get(workload)
-    # [shape] and [sweep] keys apply where the workload has them (all of them for pretrained);
-    # a swept key that is not a shape parameter is an option of the implementation.
-    params = dict(shape_params or {})
-    params.update({k: v for k, v in suite.shape.items() if shape_params is None or k in shape_params})
-    given = dict(entry.options)
-    # pretrained: `feedforward` replaces the model's FF (none: it keeps its own); a swept key goes to
-    # the implementation(s) having that option (topk at attention or at FF), else it is a parameter.
-    ff_spec = implementations.spec(entry.feedforward) if workload == "pretrained" and entry.feedforward else None
-    ff_given = dict(entry.feedforward_options)
-    for key, value in swept.items():
-        if shape_params is None and (key in impl.options or (ff_spec and key in ff_spec.options)):
-            if key in impl.options:
-                given[key] = value
-            if ff_spec and key in ff_spec.options:
-                ff_given[key] = value
-        elif shape_params is None or key in shape_params:
-            params[key] = value
-        else:
-            given[key] = value
-    options = _options(impl, given)
-    ff_impl = ff_options = None
-    if workload == "decoder":
-        ff_impl = entry.feedforward or "vanilla"
-        ff_options = _options(implementations.spec(ff_impl), entry.feedforward_options)
-    elif ff_spec is not None:
-        ff_impl, ff_options = ff_spec.name, _options(ff_spec, ff_given)
+def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any) -> Case:
+    workload, causal, activation = entry_settings(suite, entry)
+    params, given, ff_given = route(suite, entry, swept)
+    options = _resolved(implementations.spec(entry.name), given)
+    ff_impl = feedforward(suite, entry)
+    ff_options = _resolved(implementations.spec(ff_impl), ff_given) if ff_impl else None
     return Case.make(
         suite=suite.name, workload=workload, impl=entry.name, params=params, options=options,
-        ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, impl, options, workload),
+        ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, options, workload),
         mode=suite.mode, causal=causal, activation=activation, seed=suite.seed,
         plugins=tuple(suite.plugins), fidelity=suite.fidelity, **fields,
     )
@@ -75,70 +100,7 @@ def _case(suite: Suite, entry, swept: dict[str, Any], **fields: Any) -> Case:
 
 def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int) -> list[Case]:
     """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major."""
-    keys = list(suite.sweep)
-    grid = itertools.product(*(sorted(suite.sweep[k]) for k in keys))
     return [
-        _case(suite, entry, dict(zip(keys, point)), dtype=dtype, device=device, method=method,
-              warmup=warmup, repeats=repeats)
-        for point in grid for entry in suite.impl
+        case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup, repeats=repeats)
+        for point in grid(suite) for entry in suite.impl
     ]
-
-
-# ------------------------------------------------------------ sizes and the skip-larger rule
-
-
-def _value(case: Case, key: str) -> Any:
-    params = case.param_dict
-    return params[key] if key in params else case.option_dict.get(key)
-
-
-def size(case: Case, keys: list[str]) -> tuple:
-    """The case's swept values, in the suite's sweep order."""
-    return tuple(_value(case, key) for key in keys)
-
-
-def family(case: Case, keys: list[str]) -> Case:
-    """The case with its swept values removed: cases of one family differ only in size."""
-    return dataclasses.replace(
-        case,
-        params=tuple((k, v) for k, v in case.params if k not in keys),
-        options=tuple((k, v) for k, v in case.options if k not in keys),
-        warmup=0, repeats=0,
-    )
-
-
-def larger(case: Case, than: Case, keys: list[str]) -> bool:
-    """Same implementation and options, every swept value at least as large and one larger."""
-    a, b = size(case, keys), size(than, keys)
-    if a == b or family(case, keys) != family(than, keys):
-        return False
-    return all(x is not None and y is not None and x >= y for x, y in zip(a, b))
-
-
-def describe_size(case: Case, keys: list[str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in zip(keys, size(case, keys)))
-
-
-# ---------------------------------------------------------------- CSV parameter columns
-
-
-def parameters(case: Case) -> dict[str, Any]:
-    """The case's parameter columns: shape, options, the decoder's FF implementation, masking, dtype."""
-    row: dict[str, Any] = dict(case.params)
-    row.update(case.options)
-    if case.ff_impl is not None:
-        row["ff_impl"] = case.ff_impl
-        row.update({f"ff_{k}": v for k, v in case.ff_options})
-    row.update(causal=case.causal, activation=case.activation, dtype=case.dtype)
-    return row
-
-
-def parameter_columns(cases: list[Case]) -> list[str]:
-    """Union of the cases' parameter columns, in first-seen order (shape parameters first)."""
-    columns: dict[str, None] = {}
-    for case in cases:
-        columns.update(dict.fromkeys(parameters(case)))
-    head = ("seq_len", "batch", "d_model", "heads", "d_ff", "layers")
-    tail = ("causal", "activation", "dtype")
-    middle = [c for c in columns if c not in head and c not in tail]
-    return [c for c in head if c in columns] + middle + [c for c in tail if c in columns]

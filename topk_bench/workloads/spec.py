@@ -1,27 +1,26 @@
-"""What a case runs: the model and its random inputs, built from the case's workload and parameters.
+"""What a workload is: its spec (parameters, defaults, rules, builder) and the built model with its inputs.
 
-``WORKLOADS`` maps a workload name to a builder ``(case, device, dtype) -> Workload``;
-a new workload is one more builder registered with :func:`workload`.
-The input requires grad: the layer is measured as it sits inside a network,
-where backward also produces the gradient of its input.
+A workload is one :class:`WorkloadSpec`, registered with :func:`register` by
+its own module (``mha.py``, ``ff.py``...) or by a plug-in named in a suite's
+``plugins``. Everything else in the harness — suite checks, the sweep, the
+support rule, the measurement, the CSV's columns — asks the spec; no other
+module knows a workload by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import torch
 
-from implementations import Decoder, FeedForward, MultiHeadAttention
-from topk_bench.case import Case
-
-# BERT-base, as the paper (§3): the defaults of every shape parameter.
-DEFAULT_PARAMS = {"d_model": 768, "heads": 12, "d_ff": 3072, "batch": 1, "layers": 12}
+from topk_bench.case import Budget, Case
 
 
 @dataclass
 class Workload:
+    """A built case: the model and its inputs; ``model(*inputs)`` is one forward."""
+
     model: torch.nn.Module
     inputs: tuple[torch.Tensor, ...]
 
@@ -37,81 +36,118 @@ class Workload:
 
 
 Builder = Callable[[Case, torch.device, torch.dtype], Workload]
-WORKLOADS: dict[str, Builder] = {}
 
 
-def workload(name: str) -> Callable[[Builder], Builder]:
-    def register(builder: Builder) -> Builder:
-        WORKLOADS[name] = builder
-        return builder
-    return register
+@dataclass(frozen=True)
+class Fixed:
+    """A setting the workload imposes (the feed-forward layer has no mask): its value and the message when violated."""
+
+    value: Any
+    problem: str
 
 
-def shape(case: Case, allowed: tuple[str, ...], required: tuple[str, ...] = ("seq_len",)) -> dict[str, Any]:
-    """The case's shape parameters over the defaults; unknown or missing ones raise ``ValueError``."""
-    params = case.param_dict
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise ValueError(f"workload {case.workload!r} has no parameter {unknown[0]!r} (parameters: {', '.join(allowed)})")
-    missing = [name for name in required if name not in params]
-    if missing:
-        raise ValueError(f"workload {case.workload!r} needs parameter {missing[0]!r}")
-    return {**{k: v for k, v in DEFAULT_PARAMS.items() if k in allowed}, **params}
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Everything the harness needs to know about a workload.
+
+    ``params`` are its shape parameters with their defaults (a suite's ``[shape]``
+    and ``[sweep]`` keys); with ``open_params`` any other key a suite gives that
+    is not an implementation option is a parameter too (the pretrained model's
+    switches). ``fixed`` maps ``"causal"`` / ``"activation"`` to what the workload
+    imposes. ``feedforward`` says whether an ``[[impl]]`` may choose a
+    feed-forward implementation (``default_feedforward`` when it does not; None:
+    the model keeps its own). ``check_params`` returns ``(parameter, problem)``
+    for an impossible combination. ``columns`` are the result columns its cases
+    fill, computed in the child by ``extra_columns(case, budget)`` after the
+    measurement. ``legend(attention, feedforward)`` composes an entry's label.
+    """
+
+    name: str
+    description: str
+    build: Builder
+    params: Mapping[str, Any]
+    open_params: bool = False
+    causal: bool = False
+    activation: str = "softmax"
+    fixed: Mapping[str, Fixed] = field(default_factory=dict)
+    feedforward: bool = False
+    default_feedforward: str | None = None
+    swept_options_reach_feedforward: bool = False
+    check_params: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
+    columns: tuple[str, ...] = ()
+    extra_columns: Callable[[Case, Budget], dict[str, Any]] | None = None
+    legend: Callable[[str, str | None], str] | None = None
+    # A problem that keeps its cases from running here at all (an optional extra not installed), or None.
+    unavailable: Callable[[], str | None] | None = None
+    # Can ``--predict`` size it (FakeTensorMode)? False: its cases are recorded unsupported there.
+    predictable: bool = True
+
+    def settings(self, causal: bool | None, activation: str | None) -> tuple[bool, str]:
+        """(causal, activation): what is given, else what the workload imposes, else its defaults."""
+        causal = causal if causal is not None else self.fixed.get("causal", Fixed(self.causal, "")).value
+        activation = activation or self.fixed.get("activation", Fixed(self.activation, "")).value
+        return bool(causal), str(activation)
+
+    def violation(self, causal: bool, activation: str) -> tuple[str, str] | None:
+        """(setting, problem) when ``causal`` / ``activation`` contradict what the workload imposes."""
+        for name, value in (("causal", causal), ("activation", activation)):
+            rule = self.fixed.get(name)
+            if rule is not None and value != rule.value:
+                return name, rule.problem
+        return None
+
+    def shape(self, case: Case) -> dict[str, Any]:
+        """The case's parameters over the defaults; an unknown parameter raises ``ValueError``."""
+        given = case.param_dict
+        if not self.open_params:
+            unknown = sorted(set(given) - set(self.params))
+            if unknown:
+                raise ValueError(f"workload {self.name!r} has no parameter {unknown[0]!r} "
+                                 f"(parameters: {', '.join(self.params)})")
+        return {**self.params, **given}
 
 
-def hidden_states(p: dict[str, Any], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return torch.randn(p["batch"], p["seq_len"], p["d_model"], device=device, dtype=dtype, requires_grad=True)
+class UnknownWorkload(KeyError):
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return self.args[0]
 
 
-@workload("mha")
-def build_mha(case: Case, device: torch.device, dtype: torch.dtype) -> Workload:
-    p = shape(case, ("seq_len", "d_model", "heads", "batch"))
-    model = MultiHeadAttention(
-        p["d_model"], p["heads"], case.impl, causal=case.causal, activation=case.activation, **case.option_dict,
-    )
-    return Workload(model, (hidden_states(p, device, dtype),))
+_REGISTRY: dict[str, WorkloadSpec] = {}
 
 
-@workload("ff")
-def build_ff(case: Case, device: torch.device, dtype: torch.dtype) -> Workload:
-    """The feed-forward layer as attention (ReLU, no mask): ``batch x seq_len`` tokens are its queries."""
-    p = shape(case, ("seq_len", "d_model", "d_ff", "batch"))
-    model = FeedForward(p["d_model"], p["d_ff"], case.impl, **case.option_dict)
-    return Workload(model, (hidden_states(p, device, dtype),))
+def register(spec: WorkloadSpec) -> WorkloadSpec:
+    if spec.name in _REGISTRY:
+        raise ValueError(f"workload {spec.name!r} is already registered")
+    _REGISTRY[spec.name] = spec
+    return spec
 
 
-@workload("decoder")
-def build_decoder(case: Case, device: torch.device, dtype: torch.dtype) -> Workload:
-    """Causal post-LN decoder; ``case.impl`` at attention, ``case.ff_impl`` (default vanilla) at feed-forward."""
-    p = shape(case, ("seq_len", "d_model", "heads", "d_ff", "batch", "layers"))
-    model = Decoder(
-        p["layers"], p["d_model"], p["heads"], p["d_ff"],
-        attention=case.impl, feedforward=case.ff_impl or "vanilla",
-        attention_options=case.option_dict, feedforward_options=case.ff_option_dict,
-    )
-    return Workload(model, (hidden_states(p, device, dtype),))
-
-
-@workload("pretrained")
-def build_pretrained(case: Case, device: torch.device, dtype: torch.dtype) -> Workload:
-    """all-MiniLM-L6-v2 encoding the shipped corpus, sublayers replaced (needs the 'pretrained' extra)."""
-    from topk_bench import pretrained_workload  # imports transformers: only when asked for
-
-    return pretrained_workload.build(case, device, dtype)
-
-
-def build(case: Case, device: torch.device | str, dtype: torch.dtype) -> Workload:
-    """Seeded from ``case.seed``: the same case always gets the same weights and inputs."""
+def get(name: str) -> WorkloadSpec:
     try:
-        builder = WORKLOADS[case.workload]
+        return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown workload {case.workload!r} (known: {', '.join(sorted(WORKLOADS))})") from None
+        raise UnknownWorkload(f"unknown workload {name!r} (known: {', '.join(names())})") from None
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def build(case: Case, device, dtype) -> Workload:
+    """The case's model and inputs, seeded from ``case.seed`` (the same case always gets the same weights)."""
+    spec = get(case.workload)
     torch.manual_seed(case.seed)
     # Built directly on the device in the dtype (no ``.to()`` copy, which FakeTensorMode refuses).
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            return builder(case, torch.device(device), dtype)
+            return spec.build(case, torch.device(device), dtype)
     finally:
         torch.set_default_dtype(previous)
+
+
+def hidden_states(batch: int, seq_len: int, d_model: int, device, dtype) -> torch.Tensor:
+    """Random hidden states ``[batch, seq_len, d_model]`` that require grad: a layer measured as it sits
+    inside a network, where backward also produces the gradient of its input."""
+    return torch.randn(batch, seq_len, d_model, device=device, dtype=dtype, requires_grad=True)

@@ -1,7 +1,7 @@
 """The pretrained suite's figure: fidelity against k for top-k at attention and at FF, others as reference lines.
 
-A plug-in renderer of :mod:`topk_bench.plots` (``renderer =
-"topk_bench.plot_fidelity:render"`` in the suite's ``[plot]``). One panel per
+A plug-in renderer of :mod:`topk_bench.report.plots.figure` (``renderer =
+"topk_bench.report.plots.fidelity:render"`` in the suite's ``[plot]``). One panel per
 fidelity metric. A curve's k is ``ff_topk`` when its FF is top-k, else
 ``topk``; an implementation without k (Performer) is a horizontal line at its
 mean, as in the paper's comparison with a fixed 256-feature Performer.
@@ -16,7 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from topk_bench.plot_spec import PlotSpec, metric  # noqa: E402
+from topk_bench.report.plots.spec import PlotSpec  # noqa: E402
+from topk_bench.results.columns import metric  # noqa: E402
+from topk_bench.status import Status  # noqa: E402
 
 FIDELITY_METRICS = ("emb_cos", "nn_agree", "nn_spearman", "rel_err", "grad_cos")
 
@@ -34,7 +36,7 @@ def k_column(group: pd.DataFrame) -> str | None:
 
 
 def _with_option_flag(rows: pd.DataFrame) -> pd.DataFrame:
-    import implementations
+    import implementations  # the registry (torch) only for this renderer: `topk-bench plot` stays light
 
     def has_topk(name) -> bool:
         try:
@@ -48,7 +50,7 @@ def _with_option_flag(rows: pd.DataFrame) -> pd.DataFrame:
 def render(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
     metrics = [m for m in spec.metrics if m in FIDELITY_METRICS and m in rows and rows[m].notna().any()]
     metrics = metrics or [m for m in FIDELITY_METRICS if m in rows and rows[m].notna().any()]
-    ok = _with_option_flag(rows[rows["status"] == "ok"])
+    ok = _with_option_flag(rows[rows["status"] == Status.OK])
     labels = ok["label"].where(ok["label"].notna() & (ok["label"] != ""), ok["impl"])
     fig, axes = plt.subplots(1, max(len(metrics), 1), figsize=(4.2 * max(len(metrics), 1), 3.6),
                              squeeze=False, layout="constrained")

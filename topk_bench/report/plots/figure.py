@@ -31,11 +31,13 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from topk_bench.errors import BadInput  # noqa: E402
-from topk_bench.plot_inputs import FigureInput, figure_inputs  # noqa: E402
-from topk_bench.plot_spec import PlotSpec, metric, parameter_columns  # noqa: E402
-from topk_bench.plot_style import (  # noqa: E402
+from topk_bench.report.plots.inputs import FigureInput, figure_inputs  # noqa: E402
+from topk_bench.report.plots.spec import PlotSpec  # noqa: E402
+from topk_bench.report.plots.style import (  # noqa: E402
     FAILURE_MARKER, FAILURE_TEXT, format_power_of_two, format_size, impl_rank, series_style,
 )
+from topk_bench.results.columns import metric, parameter_columns  # noqa: E402
+from topk_bench.status import Status  # noqa: E402
 
 Renderer = Callable[[pd.DataFrame, PlotSpec, str, str], Figure]
 # Suite name or workload -> renderer; the suite name wins.
@@ -67,10 +69,12 @@ def _resolve_renderer(spec: PlotSpec) -> Renderer:
 _STOPPED = tuple(FAILURE_TEXT)  # statuses drawn as a cross
 
 
-def _series(rows: pd.DataFrame, x: str) -> list[tuple[str, str, pd.DataFrame]]:
+def _series(rows: pd.DataFrame, spec: PlotSpec) -> list[tuple[str, str, pd.DataFrame]]:
     """(legend, impl, rows) per curve: by label, split further by any other parameter that varies inside it."""
+    x = spec.x
     rows = rows.assign(label=rows["label"].where(rows["label"].notna() & (rows["label"] != ""), rows["impl"]))
-    others = [c for c in parameter_columns(rows) if c != x]
+    parameters = spec.parameters if spec.parameters is not None else parameter_columns(rows.columns)
+    others = [c for c in parameters if c != x and c in rows.columns]
     out = []
     for label, group in rows.groupby("label", sort=False):
         varying = [c for c in others if group[c].nunique(dropna=True) > 1]
@@ -177,7 +181,7 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
         # Columns are added before filtering: assigning to an empty frame would add rows.
         rows = rows.assign(_x=pd.to_numeric(rows[spec.x], errors="coerce"),
                            _y=pd.to_numeric(rows[m.column], errors="coerce") * m.scale)
-        series_ok = rows[(rows["status"] == "ok") & rows["_y"].notna() & rows["_x"].notna()].sort_values("_x")
+        series_ok = rows[(rows["status"] == Status.OK) & rows["_y"].notna() & rows["_x"].notna()].sort_values("_x")
         rows = rows[_in_panel(rows["_x"], panel)]
         ok = series_ok[_in_panel(series_ok["_x"], panel)]
         if len(ok):
@@ -210,13 +214,13 @@ def _footnote(rows: pd.DataFrame) -> str:
     """What the curves cannot show: implementations that did not run at all, and skipped cases."""
     labels = rows["label"].where(rows["label"].notna() & (rows["label"] != ""), rows["impl"]).astype(str)
     notes = []
-    unsupported = sorted(set(labels[rows["status"] == "unsupported"]))
+    unsupported = sorted(set(labels[rows["status"] == Status.UNSUPPORTED]))
     if unsupported:
         notes.append("unsupported: " + ", ".join(unsupported))
-    never_ok = sorted(set(labels[rows["status"].isin(_STOPPED)]) - set(labels[rows["status"] == "ok"]))
+    never_ok = sorted(set(labels[rows["status"].isin(_STOPPED)]) - set(labels[rows["status"] == Status.OK]))
     if never_ok:
         notes.append("failed at every size: " + ", ".join(never_ok))
-    skipped = int((rows["status"] == "skipped").sum())
+    skipped = int((rows["status"] == Status.SKIPPED).sum())
     if skipped:
         notes.append(f"{skipped} larger case(s) not run after a failure")
     return "; ".join(notes)
@@ -240,7 +244,7 @@ def _legend_columns(labels: list[str], width_in: float) -> int:
 
 def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
     """The spec's panels that hold a measured value: a run at reduced scale (CPU) leaves the long-length panel empty."""
-    ok = rows[rows["status"] == "ok"]
+    ok = rows[rows["status"] == Status.OK]
     xs = pd.to_numeric(ok[spec.x], errors="coerce")
     has_value = pd.concat([pd.to_numeric(ok[metric(m).column], errors="coerce").notna() for m in metrics], axis=1)
     xs = xs[has_value.any(axis=1)]
@@ -252,7 +256,7 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     """The default renderer: rows = metrics that have values, columns = spec.panels."""
     predicted = method == "predicted"
     metrics = [m for m in spec.metrics if _has_values(rows, m)] or [spec.metrics[0]]
-    curves = _styled(_series(rows, spec.x), predicted)
+    curves = _styled(_series(rows, spec), predicted)
     panels = _panels_with_data(rows, spec, metrics)
     ncols = len(panels)
     width = max(4.3 * ncols + 0.6, 6.4)  # a single panel still needs room for title and legend

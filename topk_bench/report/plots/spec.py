@@ -16,8 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
-from topk_bench.results import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
-from topk_bench.plot_style import GIB
+from topk_bench.results.columns import metric, parameter_columns
 
 # Preferred x when several parameters vary (the paper's x axes first).
 _X_PREFERENCE = ("seq_len", "d_ff", "chunk_size", "topk", "nb_features", "layers", "batch", "d_model", "heads")
@@ -33,34 +32,6 @@ X_LABELS = {
 
 
 @dataclass(frozen=True)
-class Metric:
-    """One row of the figure: a CSV column, the factor to its unit, the axis label."""
-
-    name: str
-    column: str
-    scale: float
-    label: str
-    unit: str = ""
-
-
-METRICS = {
-    "memory": Metric("memory", "peak_bytes", 1 / GIB, "peak memory (GiB)", "GiB"),
-    "time": Metric("time", "time_median_s", 1.0, "time (s)", "s"),
-    "flops": Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
-    "rel_err": Metric("rel_err", "rel_err", 1.0, "relative error vs vanilla"),
-    "grad_cos": Metric("grad_cos", "grad_cos", 1.0, "gradient cosine vs vanilla"),
-    "emb_cos": Metric("emb_cos", "emb_cos", 1.0, "embedding cosine vs vanilla"),
-    "nn_agree": Metric("nn_agree", "nn_agree", 1.0, "top-1 neighbour agreement"),
-    "nn_spearman": Metric("nn_spearman", "nn_spearman", 1.0, "neighbour rank correlation"),
-}
-
-
-def metric(name: str) -> Metric:
-    """A named metric, or any CSV column plotted as is (rel_err, emb_cos... for plug-in suites)."""
-    return METRICS.get(name) or Metric(name, name, 1.0, name)
-
-
-@dataclass(frozen=True)
 class PlotSpec:
     suite: str
     title: str
@@ -72,18 +43,14 @@ class PlotSpec:
     panels: tuple[tuple[float | None, float | None], ...] = ((None, None),)
     metrics: tuple[str, ...] = ("memory", "time")
     renderer: str | None = None  # "module:function" of a plug-in renderer
+    # The CSV's parameter columns, as the run recorded them (None: told apart by the column vocabulary).
+    parameters: tuple[str, ...] | None = None
     extra: dict = field(default_factory=dict, compare=False)  # the rest of meta["plot"], for plug-ins
-
-
-def parameter_columns(frame: pd.DataFrame) -> list[str]:
-    """Columns that are suite parameters: neither required nor optional result columns."""
-    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
-    return [c for c in frame.columns if c not in known]
 
 
 def infer_x(frame: pd.DataFrame, file: Path) -> str:
     """The swept parameter: the one with the most distinct values (ties: the paper's order)."""
-    params = [c for c in parameter_columns(frame) if pd.to_numeric(frame[c], errors="coerce").notna().any()]
+    params = [c for c in parameter_columns(frame.columns) if pd.to_numeric(frame[c], errors="coerce").notna().any()]
     if not params:
         raise BadInput("no numeric parameter column to plot against (expected e.g. seq_len or d_ff)", file=file)
     rank = {name: i for i, name in enumerate(_X_PREFERENCE)}
@@ -158,5 +125,6 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
                      for lo, hi in panels),
         metrics=tuple(metrics),
         renderer=plot.pop("renderer", None),
+        parameters=tuple(meta["parameters"]) if isinstance(meta.get("parameters"), list) else None,
         extra=plot,
     )

@@ -11,7 +11,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-GIB = 2**30
+from topk_bench.status import Status
 
 # Fixed for the paper's implementations; the paper draws top-k in orange.
 # Their order is the legend's: baselines, then the paper's method and its variants.
@@ -39,11 +39,11 @@ _VARIANT_DASHES = (None, (5, 2), (2, 1.5), (6, 2, 1, 2), (1, 1))
 # How a failed point is drawn and annotated.
 FAILURE_MARKER = "X"
 FAILURE_TEXT = {
-    "oom": "OOM",
-    "over_budget": "over budget",
-    "timeout": "timeout",
-    "crashed": "crashed",
-    "error": "error",
+    Status.OOM: "OOM",
+    Status.OVER_BUDGET: "over budget",
+    Status.TIMEOUT: "timeout",
+    Status.CRASHED: "crashed",
+    Status.ERROR: "error",
 }
 
 

@@ -11,7 +11,7 @@ Parameters (``[shape]``/``[sweep]`` of a suite; all optional):
 - ``sentences_per_text`` (default 2): consecutive corpus sentences per input
   text (longer texts: more tokens than small k, so top-k really drops keys);
 - ``max_tokens`` (default 512, the model's limit): truncation;
-- ``ff_activation`` (``"gelu"``, default, or ``"relu"``): see :mod:`topk_bench.pretrained_ff`;
+- ``ff_activation`` (``"gelu"``, default, or ``"relu"``): see :mod:`.feedforward`;
 - ``max_texts`` (default 0: all): the first texts of the corpus only (quick runs, tests);
 - any option name of the implementations (``topk``, ``nb_features``,
   ``chunk_size``...): given to whichever of the attention and FF
@@ -31,10 +31,12 @@ import torch
 from torch import nn
 
 import implementations
-from topk_bench import pretrained
 from topk_bench.case import Case
-from topk_bench.corpus import load_corpus
-from topk_bench.pretrained_ff import UnsupportedAtFeedForward
+from topk_bench.errors import Unsupported
+from topk_bench.workloads.pretrained import model as pretrained
+from topk_bench.workloads.pretrained.corpus import load_corpus
+from topk_bench.workloads.pretrained.feedforward import UnsupportedAtFeedForward
+from topk_bench.workloads.spec import Workload
 
 PARAMS = {"sentences_per_text": 2, "max_tokens": pretrained.MAX_TOKENS, "ff_activation": "gelu", "max_texts": 0}
 
@@ -80,8 +82,6 @@ class CorpusEncoder(nn.Module):
 
 def plugged(case: Case) -> CorpusEncoder:
     """The case's model: the pretrained weights with its implementations plugged in (seeded: Performer's features)."""
-    from topk_bench.measure import Unsupported  # measure imports workloads, which imports this module
-
     if case.method == "predicted":
         raise Unsupported("the pretrained workload is measured only (real weights cannot be faked)")
     if case.mode != "fwd":
@@ -97,12 +97,8 @@ def plugged(case: Case) -> CorpusEncoder:
     return CorpusEncoder(model)
 
 
-def build(case: Case, device: torch.device, dtype: torch.dtype):
-    from topk_bench.workloads import Workload
-
+def build(case: Case, device: torch.device, dtype: torch.dtype) -> Workload:
     if dtype != torch.float32 or device.type != "cpu":
-        from topk_bench.measure import Unsupported
-
         raise Unsupported("the pretrained workload runs in float32 on the CPU (the model's weights)")
     params, _, _ = settings(case)
     return Workload(plugged(case), corpus_ids(*corpus_key(params)))

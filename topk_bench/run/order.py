@@ -1,0 +1,55 @@
+"""Sizes of cases and the skip-larger rule: after an ``oom``, ``over_budget`` or ``timeout``, larger sizes
+of the same implementation (same options) would fail too, so they are recorded ``skipped`` without running.
+
+"Larger" is a partial order: same family (the case with its swept values
+removed), every swept value at least as large and one larger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from topk_bench.case import Case
+
+
+def _value(case: Case, key: str) -> Any:
+    params = case.param_dict
+    return params[key] if key in params else case.option_dict.get(key)
+
+
+def size(case: Case, keys: list[str]) -> tuple:
+    """The case's swept values, in the suite's sweep order."""
+    return tuple(_value(case, key) for key in keys)
+
+
+def family(case: Case, keys: list[str]) -> Case:
+    """The case with its swept values removed: cases of one family differ only in size."""
+    return dataclasses.replace(
+        case,
+        params=tuple((k, v) for k, v in case.params if k not in keys),
+        options=tuple((k, v) for k, v in case.options if k not in keys),
+        warmup=0, repeats=0,
+    )
+
+
+def _larger(a: tuple, b: tuple) -> bool:
+    return a != b and all(x is not None and y is not None and x >= y for x, y in zip(a, b))
+
+
+def describe_size(case: Case, keys: list[str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in zip(keys, size(case, keys)))
+
+
+class Order:
+    """"Larger size of the same implementation" between the cases of a run, each case's size and family computed once."""
+
+    def __init__(self, cases: list[Case], keys: list[str]):
+        self.keys = keys
+        self._family = {c.case_id: family(c, keys) for c in cases}
+        self._size = {c.case_id: size(c, keys) for c in cases}
+
+    def larger(self, case: Case, than: Case) -> bool:
+        """Same family, every swept value at least as large and one larger."""
+        return (self._family[case.case_id] == self._family[than.case_id]
+                and _larger(self._size[case.case_id], self._size[than.case_id]))

@@ -1,0 +1,159 @@
+"""A suite planned for running: settings and overrides applied, cases expanded, budgets, output paths, header.
+
+Everything that can be wrong with the input is checked here, before any file
+is touched. Precedence of values: bench.toml, then the suite, then the
+command line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from topk_bench import workloads
+from topk_bench.case import Budget, Case
+from topk_bench.errors import BadInput
+from topk_bench.results.columns import FIDELITY_COLUMNS, header as results_header, order_parameters
+from topk_bench.results.row import parameters
+from topk_bench.suite import sweep
+from topk_bench.suite.load import load_suite
+from topk_bench.suite.schema import Suite
+from topk_bench.suite.settings import ExecutorSettings, Settings, load_settings
+from topk_bench.units import GIB
+
+
+@dataclass
+class Plan:
+    suite: Suite
+    settings: Settings
+    cases: list[Case]
+    budget: Budget
+    csv_path: Path
+    meta_path: Path
+    header: list[str]
+    executor: ExecutorSettings
+    notes: list[str] = field(default_factory=list)
+
+
+def available_memory_bytes() -> int | None:
+    """What the machine can still give (MemAvailable), the CPU's memory budget cap."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_override(flag: str, value: Any, minimum: float, strict: bool = False) -> None:
+    if value is None:
+        return
+    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (strict and value <= minimum)
+    if bad:
+        bound = f"> {minimum}" if strict else f">= {minimum}"
+        raise BadInput(f"expected a number {bound}, got {value!r}", key=flag)
+
+
+def _device(requested: str) -> str:
+    if requested not in ("auto", "cpu", "cuda"):
+        raise BadInput(f"expected auto, cpu or cuda, got {requested!r}", key="--device")
+    if requested == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if requested == "cuda":
+        raise BadInput("no CUDA device is available (torch.cuda.is_available() is False)", key="--device")
+    return "cpu"
+
+
+def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str | Path | None = None,
+         device: str | None = None, predict: bool = False, repeats: int | None = None, warmup: int | None = None,
+         max_memory_gib: float | None = None, max_case_seconds: float | None = None,
+         executor: str | None = None, jobs: int | None = None) -> Plan:
+    """Settings (bench.toml < suite < arguments), the cases and their budget. Raises BadInput; writes nothing."""
+    _check_override("--repeats", repeats, 1)
+    _check_override("--warmup", warmup, 0)
+    _check_override("--max-memory", max_memory_gib, 0, strict=True)
+    _check_override("--max-case-seconds", max_case_seconds, 0, strict=True)
+    _check_override("--jobs", jobs, 1)
+    if executor is not None and executor not in ("local", "slurm"):
+        raise BadInput(f"expected local or slurm, got {executor!r}", key="--executor")
+    settings = load_settings(config)
+    suite = load_suite(suite_path)
+    notes: list[str] = []
+
+    method = "predicted" if predict else "measured"
+    dev = "cpu" if predict else _device(device or settings.device)
+    pick = lambda arg, suite_value, default: next(v for v in (arg, suite_value, default) if v is not None)  # noqa: E731
+    memory_gib = pick(max_memory_gib, suite.max_memory_gib, settings.max_memory_gib)
+    seconds = pick(max_case_seconds, suite.max_case_seconds, settings.max_case_seconds)
+    memory = int(memory_gib * GIB)
+    if dev == "cpu" and not predict:  # a measured CPU case must not push the machine into swap or the OOM killer
+        available = available_memory_bytes()
+        if available is not None and available < memory:
+            notes.append(f"memory budget capped to the available {available / GIB:.1f} GiB (asked {memory_gib:g} GiB)")
+            memory = available
+    cases = sweep.expand(
+        suite, device=dev, method=method, dtype=pick(None, suite.dtype, settings.dtype),
+        warmup=pick(warmup, suite.warmup, settings.warmup), repeats=pick(repeats, suite.repeats, settings.repeats),
+    )
+
+    updates: dict[str, Any] = {}
+    if executor is not None:
+        updates["kind"] = executor
+    if jobs is not None:
+        updates["jobs"] = jobs
+    elif predict and settings.executor.kind == "local":
+        # Predicting uses no memory and measures no time: use every core.
+        updates["jobs"] = max(settings.executor.jobs, os.cpu_count() or 1)
+    # Relative paths of bench.toml are relative to that file, the Slurm log folder too.
+    updates["log_dir"] = str(settings.path(settings.executor.log_dir))
+    executor_settings = settings.executor.model_copy(update=updates)
+    if executor_settings.jobs > 1 and dev == "cpu" and not predict:
+        notes.append(f"warning: {executor_settings.jobs} jobs on a measured CPU run compete for cores: "
+                     "times are not comparable with a --jobs 1 run")
+
+    out_dir = Path(out) if out is not None else settings.path(settings.results_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput("expected a directory", file=out_dir, key="--out")
+    return Plan(
+        suite=suite, settings=settings, cases=cases, budget=Budget(memory, seconds),
+        csv_path=out_dir / f"{suite.name}.csv", meta_path=out_dir / f"{suite.name}.meta.json",
+        header=results_header(parameters_of(cases), optional_columns(suite, cases)),
+        executor=executor_settings, notes=notes,
+    )
+
+
+def parameters_of(cases: list[Case]) -> list[str]:
+    """The parameter columns of a run's cases, in the header's order."""
+    return order_parameters(name for case in cases for name in parameters(case))
+
+
+def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
+    """The result columns this run fills: fidelity when the suite asks, and its workloads' own."""
+    own = [c for name in dict.fromkeys(case.workload for case in cases) for c in workloads.get(name).columns]
+    return (FIDELITY_COLUMNS if suite.fidelity else ()) + tuple(dict.fromkeys(own))
+
+
+def meta(the_plan: Plan) -> dict[str, Any]:
+    """``<suite>.meta.json``: what ``topk-bench plot`` needs beyond the CSV (docs/CONTRACTS.md)."""
+    suite = the_plan.suite
+    plot = suite.plot.model_dump()
+    plot["x"] = plot["x"] or next(iter(suite.sweep))
+    plot["panels"] = [list(p) for p in plot["panels"]]
+    return {
+        "suite": suite.name, "title": suite.title, "workload": suite.workload, "mode": suite.mode,
+        "causal": suite.causal, "activation": suite.activation, "sweep": list(suite.sweep), "plot": plot,
+        # Which columns of the CSV are parameters (a plug-in workload's result columns are not known to readers).
+        "parameters": parameters_of(the_plan.cases),
+    }
+
+

@@ -1,0 +1,28 @@
+"""The status of a case: the vocabulary of the CSV's ``status`` column, and what each status implies.
+
+A ``str`` enum, so a status is written to and read from the CSV as its plain
+value (``"ok"``, ``"oom"``...) and compares equal to it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    OK = "ok"
+    OOM = "oom"                   # the device (or the machine) ran out of memory
+    OVER_BUDGET = "over_budget"   # the peak exceeded the case's memory budget
+    TIMEOUT = "timeout"           # killed after the case's time budget
+    CRASHED = "crashed"           # the child process died (signal, lost Slurm job)
+    ERROR = "error"               # the case raised
+    SKIPPED = "skipped"           # not run: a smaller size of the same implementation failed
+    UNSUPPORTED = "unsupported"   # the implementation cannot run this case (activation, masking, prediction...)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
+# After these, the larger sizes of the same implementation are skipped: they would fail too.
+STOPPING: frozenset[Status] = frozenset({Status.OOM, Status.OVER_BUDGET, Status.TIMEOUT})

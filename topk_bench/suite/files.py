@@ -1,0 +1,98 @@
+"""Reading a TOML file into a validated pydantic model; every problem is one ``BadInput`` naming file and key."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from topk_bench.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    # strict: no "512" -> 512 or true -> 1 coercion; a file says exactly what it means.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise BadInput("file not found", file=path)
+    if path.is_dir():
+        raise BadInput("expected a TOML file, got a directory", file=path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"unreadable ({exc.__class__.__name__}: {exc})", file=path) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"invalid TOML ({exc})", file=path) from None
+
+
+def validate(model: type[Model], data: dict[str, Any], path: Path) -> Model:
+    """``model`` from ``data``, or the first schema error as ``BadInput``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _bad_input(exc, model, data, path) from None
+
+
+def _key(loc: tuple, data: dict[str, Any]) -> str:
+    """``('impl', 2, 'topk')`` -> ``impl[2] (topk).topk``: the key as a user finds it in the file."""
+    parts: list[str] = []
+    node: Any = data
+    for item in loc:
+        if isinstance(item, int):
+            name = ""
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                name = f" ({node[item].get('name')})" if "name" in node[item] else ""
+            parts[-1:] = [f"{parts[-1] if parts else ''}[{item}]{name}"]
+        elif item in ("function-after", "function-before", "tagged-union", "literal"):  # pydantic internals
+            continue
+        else:
+            parts.append(str(item))
+        try:
+            node = node[item]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return ".".join(parts)
+
+
+def _problem(error: dict[str, Any], fields: list[str] | None = None) -> str:
+    kind, msg, value = error["type"], error["msg"], error.get("input")
+    if kind == "extra_forbidden":
+        known = f" (expected one of: {', '.join(fields)})" if fields else ""
+        return f"unknown key{known}"
+    if kind == "missing":
+        return "missing required key"
+    if kind == "too_short":
+        return f"expected at least {error.get('ctx', {}).get('min_length', 1)} entry, got none"
+    if kind == "value_error":  # our validators say what they expected and what they got
+        return "expected " + re.sub(r"^Value error, ", "", msg)
+    msg = re.sub(r"^(Input|Value) should (be |have )?", "", msg)
+    return f"expected {msg}, got {value!r}"
+
+
+def _bad_input(exc: ValidationError, model: type[BaseModel], data: dict[str, Any], path: Path) -> BadInput:
+    error = exc.errors()[0]
+    loc = tuple(error["loc"])
+    # The keys the enclosing table accepts, for "unknown key" errors.
+    fields = None
+    if error["type"] == "extra_forbidden":
+        owner: Any = model
+        for item in loc[:-1]:
+            info = getattr(owner, "model_fields", {}).get(item) if isinstance(item, str) else None
+            owner = info.annotation if info is not None else owner
+        if hasattr(owner, "model_fields"):
+            fields = list(owner.model_fields)
+    return BadInput(_problem(error, fields), file=path, key=_key(loc, data) or None)

@@ -1,0 +1,78 @@
+"""``bench.toml``: the project's defaults of every run (device, dtype, repeats, budgets, folders, executor).
+
+Precedence of values: bench.toml, then the suite, then the command line
+(applied by :mod:`topk_bench.run.plan`). Relative paths in the file are
+relative to the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr
+
+from topk_bench.suite.files import Strict, read_toml, validate
+
+CONFIG_NAME = "bench.toml"
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+class ExecutorSettings(Strict):
+    """The ``[executor]`` table of bench.toml: where cases run."""
+
+    kind: Literal["local", "slurm"] = "local"
+    jobs: int = Field(1, ge=1)
+    # Slurm (topk_bench.run.slurm through submitit)
+    partition: str | None = None
+    gpus_per_node: int = Field(1, ge=0)
+    cpus_per_task: int = Field(4, ge=1)
+    mem_gb: float = Field(64, gt=0)
+    timeout_min: int = Field(60, ge=1)
+    array_parallelism: int = Field(16, ge=1)
+    extra_sbatch: dict[str, Any] = Field(default_factory=dict)
+    log_dir: str = "results/slurm-logs"
+
+
+class Settings(Strict):
+    """bench.toml: defaults of every run."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+    warmup: int = Field(1, ge=0)
+    repeats: int = Field(3, ge=1)
+    max_memory_gib: float = Field(30.0, gt=0)
+    # Chosen so that suites/mha.toml measured on a 2-core CPU ends in about 15 minutes.
+    max_case_seconds: float = Field(60.0, gt=0)
+    results_dir: str = "results"
+    plots_dir: str = "plots"
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    # Directory relative paths are resolved against (bench.toml's own directory); not a key of the file.
+    _root: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def path(self, value: str | Path) -> Path:
+        value = Path(value)
+        return value if value.is_absolute() else self._root / value
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """``bench.toml`` in the current directory (the one the runner uses), or None."""
+    candidate = (start or Path.cwd()) / CONFIG_NAME
+    return candidate if candidate.is_file() else None
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """bench.toml at ``path``, else in the current directory, else the built-in defaults."""
+    if path is None:
+        found = find_config()
+        if found is None:
+            return Settings()
+        path = found
+    path = Path(path)
+    settings = validate(Settings, read_toml(path), path)
+    settings._root = path.resolve().parent
+    return settings

@@ -1,0 +1,16 @@
+"""Workloads: what a case runs (a layer or a model, and its inputs), one module each, in a registry plug-ins extend.
+
+>>> from topk_bench import workloads
+>>> workloads.get("mha").params
+{'seq_len': 512, 'batch': 1, 'd_model': 768, 'heads': 12}
+
+A plug-in module named in a suite's ``plugins`` registers its own with
+:func:`register` (see README, "Adding a workload").
+"""
+
+from topk_bench.workloads.spec import (  # noqa: F401
+    Fixed, UnknownWorkload, Workload, WorkloadSpec, build, get, hidden_states, names, register,
+)
+
+# Importing a module registers its workload.
+from topk_bench.workloads import mha, ff, decoder, pretrained  # noqa: E402,F401

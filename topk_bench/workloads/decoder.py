@@ -1,0 +1,36 @@
+"""``decoder``: a causal post-LN Transformer decoder (paper Fig. 3a), BERT-base with 12 layers by default.
+
+The attention implementation (``impl``) and the feed-forward one (``feedforward``
+of an ``[[impl]]``, default vanilla) are chosen independently: the paper uses
+top-64 attention with query-chunked feed-forward layers.
+"""
+
+from __future__ import annotations
+
+from implementations import Decoder
+from topk_bench.workloads.mha import heads_divide_d_model
+from topk_bench.workloads.spec import Fixed, Workload, WorkloadSpec, hidden_states, register
+
+
+def build(case, device, dtype) -> Workload:
+    p = DECODER.shape(case)
+    model = Decoder(
+        p["layers"], p["d_model"], p["heads"], p["d_ff"],
+        attention=case.impl, feedforward=case.ff_impl or DECODER.default_feedforward,
+        attention_options=case.option_dict, feedforward_options=case.ff_option_dict,
+    )
+    return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),))
+
+
+DECODER = register(WorkloadSpec(
+    name="decoder",
+    description="causal post-LN decoder: N blocks of attention and feed-forward, chosen independently",
+    build=build,
+    params={"seq_len": 512, "batch": 1, "d_model": 768, "heads": 12, "d_ff": 3072, "layers": 12},
+    causal=True,
+    fixed={"causal": Fixed(True, "the decoder is causal: expected causal = true")},
+    feedforward=True,
+    default_feedforward="vanilla",
+    check_params=heads_divide_d_model,
+    legend=lambda attention, feedforward: f"{attention} + {feedforward} FF",
+))
