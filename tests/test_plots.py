@@ -188,3 +188,41 @@ def test_layout_follows_panels_and_drops_the_time_row_of_predictions(results):
 
 def _args(item):
     return item.rows, item.spec, item.device, item.method
+
+
+def test_failures_sit_on_the_top_edge_each_labelled_and_times_carry_their_iqr(tmp_path):
+    """A case that stopped is drawn above the curves (on the panel's top edge), never at the height of
+    the last good point, and every cross has its status written; measured times get IQR bars."""
+    import matplotlib.pyplot as plt
+
+    from topk_bench.report.plots.figure import draw_figure
+    from topk_bench.report.plots.inputs import figure_inputs
+
+    out = tmp_path / "r"
+    out.mkdir()
+    points = [_row("mha", "vanilla", "measured", "ok", 512, 0.5, 0.01),
+              _row("mha", "vanilla", "measured", "timeout", 1024),
+              _row("mha", "qchunk", "measured", "over_budget", 1024, 36.5),
+              _row("mha", "qchunk", "measured", "ok", 512, 0.2, 0.02)]
+    for case, measurement in points:
+        if measurement.times_s:
+            measurement.times_s = [0.8 * measurement.times_s[0], measurement.times_s[0], 1.5 * measurement.times_s[0]]
+    _write(out / "mha.csv", points)
+    (item,) = figure_inputs(out)
+    fig = draw_figure(*_args(item))
+    try:
+        memory, time = fig.axes[0], fig.axes[1]
+        for ax in (memory, time):
+            crosses = [line for line in ax.get_lines() if line.get_marker() == "X"]
+            assert len(crosses) == 2
+            # In axes coordinates (x in data, y a fraction of the panel): the top edge, whatever the data.
+            assert all(line.get_transform() == ax.get_xaxis_transform() and line.get_ydata()[0] > 0.9
+                       for line in crosses)
+            texts = [t.get_text() for t in ax.texts]
+            assert "timeout" in texts and any(t.startswith("over budget") for t in texts)
+        assert "over budget (36.5 GiB)" in [t.get_text() for t in memory.texts]
+        assert time.collections, "no IQR error bars on measured times"
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert "stopped: above the frame (reason written)" in labels
+    finally:
+        plt.close(fig)

@@ -2,8 +2,11 @@
 
 One figure per suite CSV and (device, method), saved as
 ``<suite>-<device>-<method>.<fmt>``. Failed points (OOM, over budget, timeout,
-crash) are drawn as a cross where the curve stops, with the status written
-next to it: a curve that simply ends would read as "not measured".
+crash) are drawn as a cross on the panel's top edge at their size, the curve
+leaving its last measured point towards it, with the status (and the predicted
+value when known) written next to it: a curve that simply ends would read as
+"not measured". Measured times carry their interquartile range; curves of equal
+value are shifted apart a little (dodged) so that none hides another.
 
 Plug-in renderers (e.g. fidelity against k) take over a suite's figure: either
 ``register_renderer("suite or workload", fn)`` in code, or
@@ -129,78 +132,107 @@ def _set_x_ticks(ax, xs: np.ndarray, spec: PlotSpec) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _draw_failures(ax, ok_x, ok_y, failed: pd.DataFrame, style, unit: str, panel) -> list[tuple]:
-    """A cross at each failed size, level with the last value measured before it (the curve "stops" there).
+def _dodge(xs: np.ndarray, index: int, count: int, spec: PlotSpec, span: tuple[float, float]) -> np.ndarray:
+    """``xs`` shifted a little per curve, so that curves with equal values (top-k on Performer's memory
+    at long inputs, the paper's point) stay visible side by side: 3% of a log step apart, or 1% of the panel."""
+    offset = index - (count - 1) / 2
+    if spec.log_x:
+        return xs * float(spec.log_x) ** (0.03 * offset)
+    return xs + 0.01 * offset * (span[1] - span[0])
 
-    Returns the annotations (x, y, text, colour) for the caller to merge: several
-    curves often stop at the same size. A known value (e.g. a predicted peak over
-    the budget) goes into the text rather than the plot, so it does not squash the scale.
-    """
+
+def _failure_text(status: str, value: float, unit: str) -> str:
+    text = FAILURE_TEXT.get(status, str(status))
+    return f"{text} ({value:.3g} {unit})".replace(" )", ")") if np.isfinite(value) else text
+
+
+def _draw_failures(ax, failed: pd.DataFrame, last_ok, style, unit: str) -> list[tuple]:
+    """A cross on the panel's top edge at each failed size: the case went past what could be measured
+    (memory, time), so its point lies above the frame, not on it. A dotted line leaves the last measured
+    point towards it. Returns (x, text, colour) of each cross for :func:`_annotate`."""
+    top = ax.get_xaxis_transform()  # x in data, y in axes fractions: 1.0 is the top edge
     notes = []
-    for fx, fy, status in zip(failed["_x"], failed["_y"], failed["status"]):
-        before = [(x, y) for x, y in zip(ok_x, ok_y) if x < fx]
-        level = before[-1][1] if before else (ok_y[0] if len(ok_y) else fy)
-        if not np.isfinite(level):
-            continue  # nothing to stand on: listed in the legend title instead
-        ax.plot([fx], [level], marker=FAILURE_MARKER, color=style.colour, markersize=9,
-                markeredgecolor="black", markeredgewidth=0.6, linestyle="none", zorder=5)
-        if before and _in_panel(pd.Series([before[-1][0]]), panel).all():
-            ax.plot([before[-1][0], fx], [level, level], color=style.colour, linestyle=":", linewidth=1)
-        if not notes:  # the first failure of a curve is the one that matters (larger ones follow from it)
-            text = FAILURE_TEXT.get(status, status)
-            if np.isfinite(fy):
-                text += f" ({fy:.3g} {unit})".replace(" )", ")")
-            notes.append((fx, level, text, style.colour))
+    for fx, fy, status in zip(failed["_dodged"], failed["_y"], failed["status"]):
+        ax.plot([fx], [0.97], marker=FAILURE_MARKER, color=style.colour, markersize=8, markeredgecolor="black",
+                markeredgewidth=0.6, linestyle="none", zorder=5, transform=top, clip_on=False)
+        notes.append((fx, _failure_text(status, fy, unit), style.colour))
+    if last_ok is not None and len(failed):
+        ax.annotate("", xy=(failed["_dodged"].iloc[0], 0.97), xycoords=top, xytext=last_ok, textcoords="data",
+                    arrowprops=dict(arrowstyle="-", linestyle=":", color=style.colour, linewidth=1, shrinkA=0,
+                                    shrinkB=4), zorder=4)
     return notes
 
 
 def _annotate(ax, notes: list[tuple], middle: float) -> None:
-    """One annotation per failed size, above its highest cross; coloured as the curve when it is the only one."""
-    for fx in sorted({n[0] for n in notes}):
-        here = [n for n in notes if n[0] == fx]
-        texts = list(dict.fromkeys(n[2] for n in here))
-        colour = here[0][3] if len({n[3] for n in here}) == 1 else "0.25"
-        left = fx < middle  # text grows towards the inside of the panel, never past its frame
-        ax.annotate(" / ".join(texts), (fx, max(n[1] for n in here)), textcoords="offset points",
-                    xytext=(4 if left else -4, 6), ha="left" if left else "right", va="bottom",
-                    fontsize=7, color=colour, zorder=6,
-                    # a light backing keeps the text legible where it crosses another curve
-                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+    """Each cross labelled with its status (and value when known), stacked downwards from the top edge
+    where several curves fail at the same size."""
+    top = ax.get_xaxis_transform()
+    by_x: dict[float, list[tuple]] = {}
+    for note in sorted(notes, key=lambda n: n[0]):
+        by_x.setdefault(round(float(np.log2(note[0])) if note[0] > 0 else note[0], 1), []).append(note)
+    for group in by_x.values():
+        for row, (fx, text, colour) in enumerate(group):
+            left = fx < middle  # text grows towards the inside of the panel, never past its frame
+            ax.annotate(text, (fx, 0.97), xycoords=top, textcoords="offset points",
+                        xytext=(6 if left else -6, -4 - 10 * row), ha="left" if left else "right", va="top",
+                        fontsize=7, color=colour, zorder=6,
+                        # a light backing keeps the text legible where it crosses another curve
+                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+
+
+def _quartiles(times: str) -> tuple[float, float]:
+    """(q1, q3) of a ``times_s`` cell; NaN when it holds fewer than two samples."""
+    samples = [float(t) for t in str(times).split(";") if t.strip()] if isinstance(times, str) else []
+    if len(samples) < 2:
+        return np.nan, np.nan
+    q1, q3 = np.percentile(samples, [25, 75])
+    return float(q1), float(q3)
 
 
 def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
-    """Draw one metric in one panel."""
+    """Draw one metric in one panel: a line per curve, IQR bars on measured times, crosses where curves stop."""
     m = metric(metric_name)
     all_x = []
     notes = []
     in_panel = [pd.to_numeric(r[spec.x], errors="coerce") for _, _, r in curves]
     xs = np.concatenate([x[_in_panel(x, panel)].to_numpy(float) for x in in_panel]) if curves else np.array([])
+    span = (float(xs.min()), float(xs.max())) if len(xs) else (0.0, 1.0)
     middle = np.nan if not len(xs) else (
         np.sqrt(xs.min() * xs.max()) if spec.log_x and xs.min() > 0 else (xs.min() + xs.max()) / 2)
-    for legend, style, rows in curves:
+    for index, (legend, style, rows) in enumerate(curves):
         # Columns are added before filtering: assigning to an empty frame would add rows.
-        rows = rows.assign(_x=pd.to_numeric(rows[spec.x], errors="coerce"),
+        x = pd.to_numeric(rows[spec.x], errors="coerce")
+        rows = rows.assign(_x=x, _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span),
                            _y=pd.to_numeric(rows[m.column], errors="coerce") * m.scale)
-        series_ok = rows[(rows["status"] == Status.OK) & rows["_y"].notna() & rows["_x"].notna()].sort_values("_x")
-        rows = rows[_in_panel(rows["_x"], panel)]
-        ok = series_ok[_in_panel(series_ok["_x"], panel)]
+        rows = rows[_in_panel(rows["_x"], panel)].sort_values("_x")
+        ok = rows[(rows["status"] == Status.OK) & rows["_y"].notna()]
         if len(ok):
-            line, = ax.plot(ok["_x"], ok["_y"], color=style.colour, marker=style.marker, markersize=6,
+            line, = ax.plot(ok["_dodged"], ok["_y"], color=style.colour, marker=style.marker, markersize=6,
                             linewidth=1.6, label=legend, fillstyle="full" if style.filled else "none",
                             markeredgewidth=1.2)
             if style.dashes:
                 line.set_dashes(style.dashes)
-        failed = rows[rows["status"].isin(_STOPPED)].sort_values("_x")
+            if m.column == "time_median_s" and "times_s" in ok:
+                q1, q3 = zip(*(_quartiles(t) for t in ok["times_s"]))
+                low = (ok["_y"] - np.asarray(q1) * m.scale).clip(lower=0)
+                high = (np.asarray(q3) * m.scale - ok["_y"]).clip(lower=0)
+                ax.errorbar(ok["_dodged"], ok["_y"], yerr=[low.fillna(0), high.fillna(0)], fmt="none",
+                            ecolor=style.colour, elinewidth=1, capsize=2, alpha=0.8)
+        failed = rows[rows["status"].isin(_STOPPED)]
         if len(failed):
-            notes += _draw_failures(ax, series_ok["_x"].to_numpy(float), series_ok["_y"].to_numpy(float),
-                                    failed, style, m.unit, panel)
+            before = ok[ok["_x"] < failed["_x"].iloc[0]]
+            last_ok = (before["_dodged"].iloc[-1], before["_y"].iloc[-1]) if len(before) else None
+            notes += _draw_failures(ax, failed, last_ok, style, m.unit)
         all_x.extend(rows["_x"].tolist())
     _annotate(ax, notes, middle)
     if spec.log_x:
         ax.set_xscale("log", base=spec.log_x)
     if spec.log_y:
         ax.set_yscale("log")
-    ax.margins(x=0.06, y=0.14)  # room for the failure annotations inside the frame
+    ax.margins(x=0.06, y=0.08)
+    if notes:  # the crosses sit on the top edge: keep the curves below them
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high + 0.12 * (high - low)) if not spec.log_y else ax.set_ylim(low, high * 2)
     _set_x_ticks(ax, np.asarray(all_x, float), spec)
     ax.grid(True, which="major", alpha=0.3)
 
@@ -210,7 +242,7 @@ def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
     return column in rows and pd.to_numeric(rows[column], errors="coerce").notna().any()
 
 
-def _footnote(rows: pd.DataFrame) -> str:
+def _not_shown(rows: pd.DataFrame) -> list[str]:
     """What the curves cannot show: implementations that did not run at all, and skipped cases."""
     labels = rows["label"].where(rows["label"].notna() & (rows["label"] != ""), rows["impl"]).astype(str)
     notes = []
@@ -222,8 +254,8 @@ def _footnote(rows: pd.DataFrame) -> str:
         notes.append("failed at every size: " + ", ".join(never_ok))
     skipped = int((rows["status"] == Status.SKIPPED).sum())
     if skipped:
-        notes.append(f"{skipped} larger case(s) not run after a failure")
-    return "; ".join(notes)
+        notes.append(f"{skipped} larger case(s) not run after a smaller one failed")
+    return notes
 
 
 def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
@@ -271,22 +303,24 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
             if r == len(metrics) - 1:
                 ax.set_xlabel(spec.x_label)
     handles, labels = _legend_entries(axes, rows)
-    # The legend's title carries what no curve shows, so it never overlaps a plot.
     fig.legend(handles, labels, loc="outside lower center", ncol=_legend_columns(labels, width), fontsize=8,
-               frameon=False, title=_footnote(rows) or None, title_fontsize=7)
+               frameon=False)
     fig.suptitle(_title(spec, rows, device, method, width), fontsize=10)
     return fig
 
 
 def _legend_entries(axes, rows: pd.DataFrame):
-    """One entry per curve (first occurrence across panels), plus the failure cross when there is one."""
+    """One entry per curve (first occurrence across panels), the failure cross when there is one, and what
+    no curve shows."""
     seen: dict[str, object] = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
     if rows["status"].isin(_STOPPED).any():
-        seen["stopped (reason written)"] = Line2D(
+        seen["stopped: above the frame (reason written)"] = Line2D(
             [], [], marker=FAILURE_MARKER, color="0.4", markeredgecolor="black", linestyle="none", markersize=8)
+    for note in _not_shown(rows):  # entries of their own (no marker), not a heading over the legend
+        seen[f"not shown: {note}"] = Line2D([], [], linestyle="none")
     return list(seen.values()), list(seen.keys())
 
 
