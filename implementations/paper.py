@@ -42,10 +42,10 @@ Common to the three (the authors' protocol):
   broadcastable to ``[B, H, Lq, Lk]``, True = masked; when given it is the whole mask
   (with ``causal=True`` it must already hold the causal pattern).
 
-Checked against their code, run on the CPU under the same live-bytes tracker (a causal
-BERT-base attention layer, forward + backward, chunk 1024, top-128, dropout 0 and 0.1,
-L = 1K, 2K, 4K; a 3072-wide feed-forward layer): the same peaks, byte for byte where
-compared so (L = 1K, 2K; pinned in tests/test_paper_variants.py), else to 0.1 MiB.
+Checked against their code, run on the CPU under the same live-bytes tracker: the same
+peaks, byte for byte, for a causal BERT-base attention layer (forward + backward, chunk
+1024, top-128, dropout 0 and 0.1, L = 1K, 2K, 4K; pinned in tests/test_paper_variants.py),
+and to the 0.1 MiB compared for a 3072-wide feed-forward layer.
 
 One defect of theirs is deliberately *not* reproduced: their dropout recorded one RNG
 state per layer, overwritten by every chunk's forward, and every chunk's backward
