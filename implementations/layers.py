@@ -22,8 +22,12 @@ class MultiHeadAttention(nn.Module):
         *,
         causal: bool = False,
         activation: str = "softmax",
+        scale_in_attention: bool = False,
         **options: Any,
     ):
+        """``scale_in_attention``: pass ``q`` unscaled and have the attention multiply its scores
+        by ``head_dim ** -0.5`` (its ``scale`` option), as the authors' benchmark code did; only
+        for implementations with a ``scale`` option. Default: ``q`` is scaled here."""
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
@@ -31,10 +35,17 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = d_model // heads
         self.causal = causal
         self.activation = activation
+        self.scale_in_attention = scale_in_attention
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
         self.o_proj = nn.Linear(d_model, d_model)
+        if scale_in_attention:
+            if "scale" not in spec(attention).options:
+                raise ValueError(f"scale_in_attention needs an attention with a 'scale' option; {attention!r} has none")
+            if "scale" in options:
+                raise ValueError("scale_in_attention sets the attention's 'scale' itself: do not pass one")
+            options = {**options, "scale": self.head_dim ** -0.5}
         self.attention = spec(attention).module(self.head_dim, **options)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
@@ -43,7 +54,10 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, length, d_model = x.shape
-        q = self._split(self.q_proj(x) * (1.0 / math.sqrt(self.head_dim)))
+        q = self.q_proj(x)
+        if not self.scale_in_attention:
+            q = q * (1.0 / math.sqrt(self.head_dim))
+        q = self._split(q)
         k = self._split(self.k_proj(x))
         v = self._split(self.v_proj(x))
         out = self.attention(q, k, v, causal=self.causal, activation=self.activation)

@@ -11,9 +11,10 @@ every exponent ``w_r.y - |y|^2/2``, so ``exp`` cannot overflow) and no ``eps``,
 and the product is :func:`~implementations.causal_product.causal_product`.
 Each output then depends on keys/values ``j <= i`` only.
 
-Random features: a Gaussian orthogonal matrix from the package, drawn with torch's
-RNG (reproducible under ``torch.manual_seed``), once per layer by
-:class:`PerformerAttention` (held as a buffer); the bare function draws per call.
+Random features: the package's Gaussian orthogonal matrix, drawn here on the CPU with
+torch's RNG (reproducible under ``torch.manual_seed``) and placed on the model's device,
+once per layer by :class:`PerformerAttention` (held as a buffer); the bare function
+draws per call, on the inputs' device.
 """
 
 from __future__ import annotations
@@ -37,9 +38,26 @@ def _package():
     return pp
 
 
-def draw_projection(nb_features: int, head_dim: int) -> torch.Tensor:
-    """The package's Gaussian orthogonal random features ``[nb_features, head_dim]`` (torch RNG)."""
-    return _package().gaussian_orthogonal_random_matrix(nb_features, head_dim, scaling=0)
+def draw_projection(nb_features: int, head_dim: int, device=None) -> torch.Tensor:
+    """The package's Gaussian orthogonal random features ``[nb_features, head_dim]``, on ``device``.
+
+    The same draws as the package's ``gaussian_orthogonal_random_matrix(scaling=0)`` (QR
+    blocks, then row norms of a Gaussian matrix), always made on the CPU with torch's
+    global RNG: reproducible under ``torch.manual_seed`` and the same values whatever the
+    device (QR runs on the CPU anyway; a meta tensor has no values to draw). Then moved
+    to ``device``, by default the current default device (the ``with torch.device(...)``
+    a model is built under). The package's own function takes its QR blocks back to the
+    CPU but draws the norms on the default device, and fails there.
+    """
+    cpu = torch.device("cpu")
+    blocks = []
+    for _ in range(-(-nb_features // head_dim)):
+        q, _ = torch.linalg.qr(torch.randn(head_dim, head_dim, device=cpu), mode="reduced")
+        blocks.append(q.t())
+    matrix = torch.cat(blocks)[:nb_features]
+    multiplier = torch.randn(nb_features, head_dim, device=cpu).norm(dim=1)
+    projection = torch.diag(multiplier) @ matrix
+    return projection.to(torch.get_default_device() if device is None else device)
 
 
 def causal_key_features(k: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
@@ -68,7 +86,7 @@ def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_featu
     check_qkv(q, k, v)
     d = q.shape[-1]
     if projection is None:
-        projection = draw_projection(nb_features, d).to(device=q.device, dtype=q.dtype)
+        projection = draw_projection(nb_features, d, device=q.device).to(q.dtype)
     pp = _package()
     # The package scales q and k by d^-1/4 each, expecting unscaled q: undo the caller's 1/sqrt(d).
     q_features = pp.softmax_kernel(q * math.sqrt(d), projection_matrix=projection, is_query=True)

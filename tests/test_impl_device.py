@@ -1,0 +1,135 @@
+"""Every implementation and every layer keeps all its tensors on the device it is built on.
+
+The harness builds models under ``with torch.device(device)``; a helper that silently
+draws or computes on another device (Performer's random features once came back on the
+CPU) fails every case on CUDA. No GPU is needed to catch that: under
+``torch.device("meta")`` a CPU round trip raises (a meta tensor has no data) and a tensor
+left on the CPU cannot meet a meta one, so building and running every implementation and
+layer there, and checking that every parameter, buffer, output and gradient is on meta,
+catches the whole class.
+
+(``FakeTensorMode`` with a fake CUDA device would be closer to the real thing, but on a
+CPU-only build autograd aborts the process, uncatchably, when a custom
+``autograd.Function`` gets a fake CUDA input: "PyTorch is not linked with support for cuda
+devices".)
+"""
+
+import pytest
+import torch
+
+import implementations
+from implementations import Decoder, FeedForward, MultiHeadAttention
+
+# Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+# Small values for the options that exist, so that chunking and top-k really happen.
+SMALL = {"chunk_size": 3, "topk": 2, "nb_features": 8}
+# The project's own implementations (plug-ins that tests register are not its business).
+SPECS = [s for s in implementations.all_specs() if s.fn.__module__.split(".")[0] == "implementations"]
+NAMES = [s.name for s in SPECS]
+
+META = "meta"
+
+
+def small_options(spec):
+    return {key: value for key, value in SMALL.items() if key in spec.options}
+
+
+def assert_on(device_type, **tensors):
+    wrong = {name: str(t.device) for name, t in tensors.items() if t is not None and t.device.type != device_type}
+    assert not wrong, f"not on {device_type}: {wrong}"
+
+
+def assert_module_on(device_type, module):
+    assert_on(device_type, **dict(module.named_parameters()), **dict(module.named_buffers()))
+
+
+def meta_kernels_missing(error: NotImplementedError) -> bool:
+    """PyTorch itself has no meta kernel for the op (torch.sparse products): no placement bug to see."""
+    return "'SparseMeta' backend" in str(error)
+
+
+def attention_cases():
+    for spec in SPECS:
+        for activation in spec.activations:
+            for causal in (False, True) if spec.causal else (False,):
+                yield spec.name, activation, causal
+
+
+@pytest.mark.parametrize("name,activation,causal", list(attention_cases()))
+def test_implementation_stays_on_its_device(name, activation, causal):
+    spec = implementations.spec(name)
+    with torch.device(META):
+        module = spec.module(4, **small_options(spec))
+        q = torch.randn(2, 3, 7, 4, requires_grad=True)
+        k = torch.randn(2, 3, 8, 4, requires_grad=True)
+        v = torch.randn(2, 3, 8, 4, requires_grad=True)
+        try:
+            out = module(q, k, v, causal=causal, activation=activation)
+            out.mean().backward()
+        except NotImplementedError as error:
+            if meta_kernels_missing(error):
+                pytest.skip(f"{name}: PyTorch has no meta kernel for one of its ops")
+            raise
+    assert out.shape == (2, 3, 7, 4)
+    assert_module_on(META, module)
+    assert_on(META, out=out, dq=q.grad, dk=k.grad, dv=v.grad)
+
+
+def layers(spec):
+    """(name, layer) for each layer the harness builds around ``spec``."""
+    options = small_options(spec)
+    # A softmax-only implementation (SDPA, Performer) cannot be a feed-forward layer: vanilla there.
+    ff_name = spec.name if "relu" in spec.activations else "vanilla"
+    ff_options = options if ff_name == spec.name else {}
+    yield "mha", MultiHeadAttention(8, 2, spec.name, causal=spec.causal, **options)
+    yield "ff", FeedForward(8, 12, ff_name, **ff_options)
+    if spec.causal:
+        yield "decoder", Decoder(layers=2, d_model=8, heads=2, d_ff=12, attention=spec.name, feedforward=ff_name,
+                                 attention_options=options, feedforward_options=ff_options)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_layers_stay_on_their_device(name):
+    spec = implementations.spec(name)
+    with torch.device(META):
+        built = list(layers(spec))
+        for _, layer in built:
+            x = torch.randn(2, 5, 8, requires_grad=True)
+            try:
+                out = layer(x)
+                out.mean().backward()
+            except NotImplementedError as error:
+                if meta_kernels_missing(error):
+                    pytest.skip(f"{name}: PyTorch has no meta kernel for one of its ops")
+                raise
+            assert_on(META, out=out, dx=x.grad)
+    for kind, layer in built:
+        assert_module_on(META, layer)
+        grads = {f"{kind}.{n}.grad": p.grad for n, p in layer.named_parameters()}
+        assert all(g is not None for g in grads.values()), kind
+        assert_on(META, **grads)
+
+
+def test_every_registered_implementation_is_covered():
+    # A new module in implementations/ is picked up by the loop above without editing this file.
+    assert {"vanilla", "qchunk", "topk", "performer"} <= set(NAMES)
+
+
+def test_performer_features_are_the_packages_draws_placed_on_the_device():
+    import warnings
+
+    from implementations.performer import draw_projection
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import performer_pytorch.performer_pytorch as pp
+    for rows, cols in ((8, 4), (10, 4)):  # whole QR blocks, and a partial last block
+        torch.manual_seed(0)
+        ours = draw_projection(rows, cols)
+        torch.manual_seed(0)
+        assert torch.equal(ours, pp.gaussian_orthogonal_random_matrix(rows, cols, scaling=0))
+    with torch.device(META):
+        assert draw_projection(8, 4).device.type == META
+        assert implementations.spec("performer").module(4, nb_features=8).projection.device.type == META
