@@ -18,7 +18,7 @@ from implementations.registry import (
 
 # Importing a module registers its implementations.
 from implementations import vanilla, sdpa, qchunk, topk, topk_sparse, performer, topk_fast  # noqa: E402,F401
-from implementations import page_topk, sink_window, block_topk  # noqa: E402,F401
+from implementations import page_topk, sink_window, block_topk, flex  # noqa: E402,F401
 
 from implementations.layers import Decoder, FeedForward, MultiHeadAttention  # noqa: E402
 
