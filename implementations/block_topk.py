@@ -18,9 +18,9 @@ Memory: the block table (``Lq x (topk_blocks + 1)`` indices per head) is all tha
 kept besides q, k, v; forward and backward walk ``chunk_size`` query rows at a time,
 with ``B*Hq*chunk_size*(topk_blocks + 1)*block_size`` score entries alive and no
 ``Lq x Lk`` tensor. Scores of the chosen keys come from the sampled product
-(``embedding_bag``'s per-sample-weights gradient) and outputs from ``embedding_bag``,
-so no key or value row is gathered in forward. Shape-static: runs under
-``FakeTensorMode``.
+(``embedding_bag``'s per-sample-weights gradient), outputs and ``dQ`` from
+``embedding_bag``, ``dK``/``dV`` from bags of the entries sorted by key: no key or
+value row is gathered. Shape-static: runs under ``FakeTensorMode``.
 
 Dtypes: block means and gate scores are float32 for half inputs (a rounded gate
 could change which block wins), the softmax and the K/V gradient accumulators too;

@@ -56,7 +56,10 @@ def _tile(q, k, v, r0, r1, lq, causal, sinks, window):
     band_ok = (band_cols <= pos) & (band_cols > pos - window)
     valid = torch.cat((sink_ok, band_ok), dim=-1)                                 # [C, s + band]
     # Two products (sinks, band) rather than one over concatenated keys: no copy of the band.
-    scores = torch.cat((qg @ k[:, :, :s].transpose(-2, -1), qg @ k[:, :, lo:hi].transpose(-2, -1)), dim=-1)
+    # Keys on the left ([n, d] @ [d, G*C]): a key slice is not contiguous across heads, and
+    # this orientation measured ~3x faster than q @ kᵀ on it at decode (bf16, CPU).
+    qt = qg.transpose(-2, -1)
+    scores = torch.cat(((k[:, :, :s] @ qt).transpose(-2, -1), (k[:, :, lo:hi] @ qt).transpose(-2, -1)), dim=-1)
     g = hq // hkv
     scores = scores.view(b, hkv, g, c, -1).to(stat_dtype(q.dtype))
     w = safe_softmax(scores, valid).to(v.dtype).view(b, hkv, g * c, -1)
