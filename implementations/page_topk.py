@@ -50,7 +50,7 @@ def page_summaries(k: torch.Tensor, page_size: int) -> torch.Tensor:
     keeps the conversion out of every decode step), else the key dtype. No rounding
     either way: each entry is one of the keys' values.
     """
-    k = k.detach().to(stat_dtype(k.dtype))
+    k = k.detach()
     b, h, lk, d = k.shape
     full = lk // page_size
     parts = []
@@ -60,7 +60,8 @@ def page_summaries(k: torch.Tensor, page_size: int) -> torch.Tensor:
     if lk % page_size:
         tail = k[:, :, full * page_size:]
         parts.append(torch.stack((tail.amin(dim=2), tail.amax(dim=2)), dim=2).unsqueeze(2))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+    # min/max are exact in the key dtype: convert the summaries, not the cache.
+    return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)).to(stat_dtype(k.dtype))
 
 
 def page_bounds(qg: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
