@@ -27,7 +27,8 @@ METHODS = {
     "topk_fast": {"topk": 4, "chunk_size": 3},
 }
 # (B, Hq, Hkv, Lq, Lk): square, GQA, decode (Lq = 1..4 at the end of the cache), partial last page, tall.
-SHAPES = [(2, 2, 2, 7, 7), (1, 4, 2, 9, 9), (2, 4, 1, 1, 13), (1, 6, 3, 2, 14), (1, 4, 2, 4, 17), (1, 2, 1, 8, 5)]
+SHAPES = [(2, 2, 2, 7, 7), (1, 4, 2, 9, 9), (2, 4, 1, 1, 13), (1, 6, 3, 2, 14), (1, 4, 2, 3, 16), (1, 4, 2, 4, 17),
+          (1, 2, 1, 8, 5)]
 shape_ids = [f"B{b}Hq{hq}Hkv{hkv}Lq{lq}Lk{lk}" for b, hq, hkv, lq, lk in SHAPES]
 
 
