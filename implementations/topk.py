@@ -23,6 +23,7 @@ from implementations.masking import (
     batched_addmm_t_, check_activation, check_qkv, check_topk_args, chunk_mask, safe_softmax, safe_softmax_,
 )
 from implementations.registry import Implementation, register
+from implementations.selection import topk_selection
 
 
 def activate(top_dots, activation):
@@ -165,5 +166,6 @@ TOPK = register(
         label="Top-k (size={chunk_size}, topk={topk})",
         exact=False,
         key_padding_mask=True,
+        selection=topk_selection,
     )
 )

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from implementations.masking import check_activation, check_qkv, check_topk_args, safe_softmax
 from implementations.registry import Implementation, register
+from implementations.selection import topk_selection
 from implementations.topk import TOPK_OPTIONS
 
 # Query rows per score tile (all heads at once: few, large ops, which matters
@@ -274,5 +275,6 @@ TOPK_FAST = register(
         # Same results as ``topk`` (which is not vanilla attention).
         exact=False,
         key_padding_mask=True,
+        selection=topk_selection,
     )
 )

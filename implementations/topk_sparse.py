@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from implementations.registry import Implementation, register
+from implementations.selection import topk_selection
 from implementations.topk import TOPK_OPTIONS, make_topk
 
 
@@ -70,5 +71,6 @@ TOPK_SPARSE = register(
         label="Top-k sparse (size={chunk_size}, topk={topk})",
         exact=False,
         key_padding_mask=True,
+        selection=topk_selection,
     )
 )

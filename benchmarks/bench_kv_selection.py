@@ -1,0 +1,150 @@
+"""Decode over a long KV cache: selection methods against dense attention, time per step.
+
+Llama-3-8B attention shapes by default (32 query heads, 8 KV heads, head_dim 128,
+batch 1, bf16), one new token at the end of a ``--kv-len`` cache, no grad. Token
+budget ``--budget`` of the cache (1/16 by default):
+
+* ``page_topk``: Quest, ``page_size`` 16, ``token_budget`` = budget, its page
+  summaries built with the cache (outside the timed step, as a server keeps them);
+* ``sink_window``: StreamingLLM, 4 sinks + a window of budget - 4 tokens;
+* ``topk_fast``: exact top-k attention with k = budget (K/V repeated per query
+  head before timing when the entry has no native grouped-query path);
+* dense references: ``einsum`` (two einsums and a float32 softmax, written here),
+  ``sdpa`` (``scaled_dot_product_attention(enable_gqa=True)``) and ``vanilla``
+  (K/V repeated per query head before timing unless it handles GQA natively).
+  The dense references and topk_fast run non-causal: one new token at the end sees every key.
+  The reference is the fastest of them.
+
+Implementations are interleaved within each round (the machine is shared, load
+drifts); the table gives medians over rounds, ratios of medians to the reference,
+and ``uptime``'s load average before and after.
+
+    python benchmarks/bench_kv_selection.py --kv-len 131072 --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import implementations  # noqa: E402
+from implementations.page_topk import page_summaries  # noqa: E402
+
+DENSE = ("einsum", "sdpa", "vanilla")
+
+
+def einsum_decode(q, k, v):
+    """Dense GQA decode: ``[B, Hkv, G, d]`` queries against their kv head, float32 softmax."""
+    b, hq, lq, d = q.shape
+    hkv = k.shape[1]
+    qg = q.reshape(b, hkv, (hq // hkv) * lq, d)
+    scores = torch.einsum("bhqd,bhkd->bhqk", qg, k)
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v).reshape(b, hq, lq, v.shape[-1])
+
+
+def repeated(spec_name, k, v, groups):
+    """K/V as the entry needs them: as they are with native GQA, else repeated per query head."""
+    if implementations.spec(spec_name).gqa == "native" or groups == 1:
+        return k, v
+    return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
+def build(args):
+    torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    b, hq, hkv, d, lk = args.batch, args.heads, args.kv_heads, args.head_dim, args.kv_len
+    q = (torch.randn(b, hq, args.new_tokens, d) / math.sqrt(d)).to(dtype)
+    k = torch.randn(b, hkv, lk, d, dtype=dtype)
+    v = torch.randn(b, hkv, lk, d, dtype=dtype)
+    budget = lk // args.budget
+    groups = hq // hkv
+    summaries = page_summaries(k, args.page_size)
+    steps = {
+        "einsum": lambda: einsum_decode(q, k, v),
+        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, scale=1.0, is_causal=False, enable_gqa=True),
+        "page_topk": lambda: implementations.get("page_topk")(
+            q, k, v, causal=True, page_size=args.page_size, token_budget=budget, summaries=summaries),
+        "sink_window": lambda: implementations.get("sink_window")(q, k, v, causal=True, sinks=4, window=budget - 4),
+    }
+    notes = []
+    for name, options in (("vanilla", {}), ("topk_fast", {"topk": budget})):
+        if name not in args.impls:
+            continue
+        kr, vr = repeated(name, k, v, groups)  # outside the timed step
+        steps[name] = (lambda fn, kr, vr, options: lambda: fn(q, kr, vr, causal=False, **options))(
+            implementations.get(name), kr, vr, options)
+        if kr is not k:
+            notes.append(f"{name}: no native GQA, K/V repeated x{groups} before timing")
+    cache = 2 * k.numel() * k.element_size()
+    summary_bytes = summaries.numel() * summaries.element_size()
+    # Each query head picks its own pages: a kv head's G query heads read up to G budgets.
+    picked = 2 * b * hq * args.new_tokens * (budget + args.page_size) * d * k.element_size()
+    notes = [f"token budget {budget} (1/{args.budget} of {lk}); K+V cache {cache / 2**20:.0f} MiB; page_topk reads "
+             f"its summaries {summary_bytes / 2**20:.0f} MiB ({summaries.dtype}) + at most "
+             f"{picked / 2**20:.0f} MiB of K/V rows ({groups} query heads per kv head, each its own pages): "
+             f"{(summary_bytes + picked) / cache:.2f} of the cache"] + notes
+    return {n: steps[n] for n in args.impls}, notes
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kv-len", type=int, default=131072)
+    parser.add_argument("--new-tokens", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--budget", type=int, default=16, help="token budget = kv_len // BUDGET")
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--impls", nargs="+", default=list(DENSE) + ["page_topk", "sink_window", "topk_fast"])
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    steps, notes = build(args)
+    names = list(steps)
+    print(f"torch {torch.__version__}, {args.threads} threads, B={args.batch} Hq={args.heads} Hkv={args.kv_heads} "
+          f"d={args.head_dim} kv_len={args.kv_len} new_tokens={args.new_tokens} {args.dtype}, no grad, "
+          f"{args.rounds} interleaved rounds")
+    for note in notes:
+        print("  " + note)
+    print("  before: " + uptime(), flush=True)
+    times = {n: [] for n in names}
+    with torch.no_grad():
+        for name in names:  # warm-up: allocator, thread pool, first-call paths
+            steps[name]()
+        for r in range(args.rounds):
+            # Rotate the order so no implementation always runs after the same neighbour.
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                start = time.perf_counter()
+                steps[name]()
+                times[name].append(time.perf_counter() - start)
+            print(f"  round {r + 1}: " + ", ".join(f"{n} {times[n][-1] * 1e3:.1f}" for n in names), flush=True)
+    print("  after:  " + uptime())
+    med = {n: statistics.median(ts) for n, ts in times.items()}
+    dense = [n for n in names if n in DENSE]
+    ref = min(dense, key=med.get) if dense else None
+    print(f"\n{'impl':<12} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'/ ' + (ref or '-'):>12}")
+    for name in names:
+        ratio = f"{med[name] / med[ref]:12.3f}" if ref else f"{'':>12}"
+        print(f"{name:<12} {med[name] * 1e3:10.2f} {min(times[name]) * 1e3:8.2f} {max(times[name]) * 1e3:8.2f} {ratio}")
+
+
+if __name__ == "__main__":
+    main()
