@@ -17,13 +17,16 @@ def list_registry() -> None:
 
     console = Console(width=200)
     table = Table(title="attention implementations")
-    for column in ("name", "options (defaults)", "legend", "activations", "causal", "exact", "description"):
+    for column in ("name", "options (defaults)", "legend", "activations", "causal", "grouped K/V", "exact",
+                   "description"):
         table.add_column(column)
     for impl in implementations.all_specs():
         options = ", ".join(f"{k}={v}" for k, v in impl.options.items()) or "-"
+        # How Hkv < Hq is handled: without copies, by repeating K/V per group (memory), or not at all.
+        gqa = {"native": "native", "repeats": "repeats K/V"}.get(impl.gqa or "", "unsupported")
         table.add_row(
             impl.name, options, impl.legend(), ", ".join(impl.activations),
-            "yes" if impl.causal else "no", "exact" if impl.exact else "approximate", impl.description,
+            "yes" if impl.causal else "no", gqa, "exact" if impl.exact else "approximate", impl.description,
         )
     console.print(table)
     table = Table(title="workloads")
