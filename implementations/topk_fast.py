@@ -24,6 +24,22 @@ bools for backward (as ``topk``; the defaults leave the code path unchanged).
 
 Everything is shape-static (no ``.item()``, ``nonzero`` or value-dependent
 branches), so it runs under ``FakeTensorMode`` for the predict backend.
+
+- Causal: bottom-right aligned (query ``i`` sees keys ``j <= Lk - Lq + i``); a
+  tile of rows meets only the keys up to its last row's position; a row with no
+  allowed key (``Lq > Lk``) gives zeros (NaN-free softmax, as with padding).
+- Grouped-query heads (native): a score tile holds its query positions of all G
+  heads of a group as rows of their K/V head, and the selected indices are rows of
+  K/V as they are (``h_kv·Lk + j``), so every bag reads K/V in place; backward
+  runs per group of K/V heads, each with all its query heads.
+- Half precision: the scores that select keys are computed in float32 (float32
+  copies of the queries and of K: whole for training, one key tile at a time when
+  decoding), so the same keys win as with float32 inputs; top values, softmax and
+  its backward are float32; the bags take weights rounded to the input dtype.
+- Decoding (no gradient needed, at most ``DECODE_ROWS`` query positions, no
+  dropout): the keys are visited in tiles of ``DECODE_KEY_TILE``; each tile's
+  top-k is kept and the top-k of those candidates is the exact row top-k, so no
+  ``Lq x Lk`` score matrix (or float32 copy of K) is ever alive.
 """
 
 from __future__ import annotations
@@ -33,7 +49,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations.masking import check_activation, check_qkv, check_topk_args, safe_softmax
+from implementations.masking import (
+    causal_offset, check_activation, check_qkv, check_topk_args, rows_may_be_empty, safe_softmax, stat_dtype, upcast,
+)
 from implementations.registry import Implementation, register
 from implementations.topk import TOPK_OPTIONS
 
@@ -45,6 +63,11 @@ ROW_TILE = 512
 # Selected entries per backward group of heads: bounds the backward's O(nnz)
 # temporaries (about 30 bytes per entry) while keeping the op count low.
 BACKWARD_ENTRIES = 1 << 22
+# Decode path: query positions up to which a call without gradients visits the keys in
+# tiles (scores of one tile alive, not Lq x Lk), and the keys per tile (float32 scores
+# of a tile for all heads stay about cache-sized at a few query rows per head).
+DECODE_ROWS = 64
+DECODE_KEY_TILE = 4096
 
 
 def _segments(n: int, k: int) -> int:
@@ -54,6 +77,14 @@ def _segments(n: int, k: int) -> int:
     """
     s = int(math.sqrt(n / k))
     return s if s >= 3 else 1
+
+
+def _divisor_segments(n: int, k: int) -> int:
+    """:func:`_segments` lowered to a divisor of ``n`` (for tiles that cannot be padded)."""
+    s = _segments(n, k)
+    while n % s:
+        s -= 1
+    return s
 
 
 def _row_topk(scores: torch.Tensor, k: int, s: int):
@@ -83,59 +114,133 @@ def _activate(top: torch.Tensor, relu: bool, safe: bool = False) -> torch.Tensor
     return safe_softmax(top) if safe else torch.softmax(top, dim=-1)
 
 
-def _tiles(lq, lk, kk, causal, chunk_size):
-    """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, width padded to ``s``."""
+def _tiles(lq, lk, kk, causal, chunk_size, offset=0):
+    """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, width padded to ``s``.
+
+    ``offset``: position of query 0 (bottom-right causal alignment, ``Lk - Lq``).
+    """
     rows = max(1, min(chunk_size, ROW_TILE))
     for r0 in range(0, lq, rows):
         r1 = min(r0 + rows, lq)
         # At least kk columns so that each row has kk entries (extra ones masked).
-        n = min(r1, lk) if causal else lk
+        n = min(max(offset + r1, 0), lk) if causal else lk
         s = _segments(max(n, kk), kk)
         yield r0, r1, n, s, -(-max(n, kk) // s) * s
 
 
-def _select(q3, k3, causal, kk, chunk_size, pad=None):
+def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1):
     """Top-``kk`` scores of every query row and their global key indices (``h·Lk + j``).
 
-    ``pad``: bool ``[bh, 1, Lk]``, True = padding key (masked like a future key).
+    ``q3 [bh, Lq, d]`` (query heads), ``k3 [bh / groups, Lk, d]`` (K/V heads, ``h`` above);
+    ``pad``: bool ``[bh / groups, 1, Lk]``, True = padding key (masked like a future key).
+    Scores (and the returned top values) are float32 for half inputs.
     """
-    bh, lq, _ = q3.shape
-    lk = k3.shape[1]
+    bh, lq, d = q3.shape
+    bkv, lk = k3.shape[:2]
     device = q3.device
-    index_dtype = torch.int32 if bh * lk < 2**31 else torch.int64
-    top = q3.new_empty(bh, lq, kk)
+    offset = causal_offset(lq, lk)
+    index_dtype = torch.int32 if bkv * lk < 2**31 else torch.int64
+    top = q3.new_empty(bh, lq, kk, dtype=stat_dtype(q3.dtype))
     idx = torch.empty(bh, lq, kk, dtype=index_dtype, device=device)
-    base = (torch.arange(bh, device=device) * lk).view(bh, 1, 1)
-    tiles = list(_tiles(lq, lk, kk, causal, chunk_size))
+    # Per query position views ([bkv, G, Lq, *]); G == 1 keeps the plain [bh, Lq, *] ones.
+    q4, top4, idx4 = (t.view(bkv, groups, lq, t.shape[-1]) if groups > 1 else t for t in (q3, top, idx))
+    base = (torch.arange(bkv, device=device) * lk).view(bkv, *(1,) * (top4.dim() - 1))
+    tiles = list(_tiles(lq, lk, kk, causal, chunk_size, offset))
     widest = max((t[4] for t in tiles), default=0)
-    keys = k3
+    keys = upcast(k3)  # a float32 copy for half inputs: scores that select keys are not rounded
     if widest > lk:  # zero key rows as padding; their scores are masked below
-        keys = torch.cat([k3, k3.new_zeros(bh, widest - lk, k3.shape[2])], dim=1)
+        keys = torch.cat([keys, keys.new_zeros(bkv, widest - lk, d)], dim=1)
+    if pad is not None and groups > 1:
+        pad = pad.unsqueeze(1)  # broadcast over the G heads of a group
     # One score buffer for all tiles: no fresh pages (and page faults) per tile.
-    buffer = q3.new_empty(bh * max(((r1 - r0) * w for r0, r1, _, _, w in tiles), default=0))
+    buffer = keys.new_empty(bkv * max((groups * (r1 - r0) * w for r0, r1, _, _, w in tiles), default=0))
     masks = {}  # the causal/padding mask of a tile depends only on its offsets relative to ``lo``
     for r0, r1, n, s, width in tiles:
-        scores = buffer[: bh * (r1 - r0) * width].view(bh, r1 - r0, width)
-        torch.matmul(q3[:, r0:r1], keys[:, :width].transpose(1, 2), out=scores)
-        # Columns some row of the tile must not see: future keys and padding.
-        lo = min(r0, n) if causal else n
+        rows = groups * (r1 - r0)
+        scores = buffer[: bkv * rows * width].view(bkv, rows, width)
+        tile_q = q3[:, r0:r1] if groups == 1 else q4[:, :, r0:r1].reshape(bkv, rows, d)
+        torch.matmul(upcast(tile_q), keys[:, :width].transpose(1, 2), out=scores)
+        grouped = scores if groups == 1 else scores.view(bkv, groups, r1 - r0, width)
+        # Columns some row of the tile must not see: future keys and padding. Row r sits at
+        # position p = offset + r and sees keys j <= p.
+        p0, p1 = offset + r0, offset + r1
+        lo = min(max(p0, 0), n) if causal else n
         if lo < width:
-            key = (r0 - lo, r1 - lo, n - lo, width - lo)
+            key = (p0 - lo, p1 - lo, n - lo, width - lo)
             if key not in masks:
                 cols = torch.arange(width - lo, device=device)
                 masked = cols >= n - lo
                 if causal:
-                    masked = masked | (cols > torch.arange(r0 - lo, r1 - lo, device=device).unsqueeze(1))
+                    masked = masked | (cols > torch.arange(p0 - lo, p1 - lo, device=device).unsqueeze(1))
                 masks[key] = masked
-            scores[..., lo:].masked_fill_(masks[key], float("-inf"))
+            grouped[..., lo:].masked_fill_(masks[key], float("-inf"))
         if pad is not None:  # columns >= n are masked above already
-            scores[..., :n].masked_fill_(pad[..., :n], float("-inf"))
+            grouped[..., :n].masked_fill_(pad[..., :n], float("-inf"))
         values, where = _row_topk(scores, kk, s)
-        top[:, r0:r1] = values
         if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
             where.clamp_(max=lk - 1)
-        torch.add(where, base, out=idx[:, r0:r1])
+        if groups == 1:
+            top[:, r0:r1] = values
+            torch.add(where, base, out=idx[:, r0:r1])
+        else:
+            top4[:, :, r0:r1] = values.view(bkv, groups, r1 - r0, kk)
+            torch.add(where.view(bkv, groups, r1 - r0, kk), base, out=idx4[:, :, r0:r1])
     return top, idx
+
+
+def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups):
+    """Forward only, few query rows: keys in tiles, the exact top-k from the tiles' top-k candidates.
+
+    The union of every tile's top-k holds the row's top-k (a key beaten by k keys of its
+    own tile is beaten by them in the row too). Same selection as :func:`_select`.
+    """
+    lead, lq, d = q.shape[:-2], q.shape[-2], q.shape[-1]
+    lk, dv = k.shape[-2], v.shape[-1]
+    k3 = k.reshape(-1, lk, d)
+    bkv = k3.shape[0]
+    rows = groups * lq  # rows of a K/V head: its G query heads (head h*G + g), lq positions each
+    device = q.device
+    offset = causal_offset(lq, lk)
+    qf = upcast(q.reshape(bkv, rows, d))
+    tile = min(DECODE_KEY_TILE, lk)
+    bounds = [(t0, min(t0 + tile, lk)) for t0 in range(0, lk, tile)]
+    counts = [min(kk, t1 - t0) for t0, t1 in bounds]
+    index_dtype = torch.int32 if bkv * lk < 2**31 else torch.int64
+    cand_vals = qf.new_empty(bkv, rows, sum(counts))
+    cand_idx = torch.empty(bkv, rows, sum(counts), dtype=index_dtype, device=device)
+    scores_buffer = qf.new_empty(bkv * rows * tile)
+    # Half inputs: each key tile is copied into one float32 buffer (never all of K at once).
+    key_buffer = qf.new_empty(bkv, tile, d) if qf.dtype != k.dtype else None
+    pad = None
+    if key_padding_mask is not None:  # [B, Lk] -> [bkv, 1, 1, Lk], broadcast over the G heads and the positions
+        shape = (k.shape[0],) + (1,) * (k.dim() - 3) + (lk,)
+        pad = key_padding_mask.view(shape).expand(*k.shape[:-2], lk).reshape(bkv, 1, 1, lk)
+    positions = torch.arange(offset, offset + lq, device=device).unsqueeze(1) if causal else None
+    c = 0
+    for (t0, t1), count in zip(bounds, counts):
+        width = t1 - t0
+        keys = k3[:, t0:t1]
+        if key_buffer is not None:
+            keys = key_buffer[:, :width].copy_(keys)
+        scores = scores_buffer[: bkv * rows * width].view(bkv, rows, width)
+        torch.matmul(qf, keys.transpose(1, 2), out=scores)
+        grouped = scores.view(bkv, groups, lq, width)
+        if causal and t1 - 1 > offset:  # some key of the tile comes after the first query
+            grouped.masked_fill_(torch.arange(t0, t1, device=device) > positions, float("-inf"))
+        if pad is not None:
+            grouped.masked_fill_(pad[..., t0:t1], float("-inf"))
+        values, where = _row_topk(scores, count, _divisor_segments(width, count))
+        cand_vals[..., c:c + count] = values
+        torch.add(where, t0, out=cand_idx[..., c:c + count])
+        c += count
+    del scores_buffer, key_buffer
+    top, pos = cand_vals.topk(kk, dim=-1, sorted=False)
+    idx = cand_idx.gather(-1, pos)
+    idx += (torch.arange(bkv, device=device) * lk).to(index_dtype).view(bkv, 1, 1)
+    weights = _activate(top, relu, rows_may_be_empty(lq, lk, causal=causal, key_padding_mask=key_padding_mask))
+    out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.to(v.dtype).view(-1, kk),
+                          mode="sum")
+    return out.view(*lead, lq, dv)
 
 
 def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False, keep=None, dropout=0.0):
@@ -157,9 +262,9 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     offsets = torch.arange(0, rows * kk, kk, dtype=index_dtype, device=device)
     bag_of = torch.arange(rows, dtype=index_dtype, device=device).repeat_interleave(kk)
     # dW[r, t] = dout[r] · V[idx[r, t]]: the per-sample-weights gradient of out = bag(W, V).
-    ds = torch.ops.aten._embedding_bag_per_sample_weights_backward(
+    ds = upcast(torch.ops.aten._embedding_bag_per_sample_weights_backward(
         dout_g, v2, flat, offsets, bag_of, 0, -1
-    ).view(rows, kk)
+    )).view(rows, kk)
     del bag_of, offsets
     if dropout:  # ds was the gradient w.r.t. the dropped weights
         ds = ds * keep / (1.0 - dropout)
@@ -167,6 +272,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
         ds.masked_fill_(top.view(rows, kk) <= 0, 0.0)
     else:
         ds.sub_((ds * weights).sum(-1, keepdim=True)).mul_(weights)
+    ds = ds.to(k2.dtype)  # the bags' weights in the input dtype (no copy in float32)
     if dq is not None:
         dq.copy_(F.embedding_bag(flat.view(rows, kk), k2, per_sample_weights=ds, mode="sum"))
     if dk is None and dv is None:
@@ -180,7 +286,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     query_of = order // kk
     # index_select: ~4x faster than advanced indexing for these permutations.
     if dv is not None:
-        w_sorted = dropped.reshape(-1).index_select(0, order)
+        w_sorted = dropped.reshape(-1).index_select(0, order).to(dout_g.dtype)
         dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum"))
     if dk is not None:
         ds_sorted = ds.view(-1).index_select(0, order)
@@ -189,18 +295,20 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
 
 class _TopkFast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout):
+    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout, groups):
         lead, lq, lk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
         kk = min(topk, lk)
         q3, k3 = q.reshape(-1, lq, q.shape[-1]), k.reshape(-1, lk, k.shape[-1])
         bh = q3.shape[0]
         pad = None
-        if key_padding_mask is not None:  # [B, Lk] -> one row per (batch, head, ...): [bh, 1, Lk]
-            shape = (lead[0],) + (1,) * (len(lead) - 1) + (lk,)
-            pad = key_padding_mask.view(shape).expand(*lead, lk).reshape(bh, 1, lk)
-        top, idx = _select(q3, k3, causal, kk, chunk_size, pad)
+        if key_padding_mask is not None:  # [B, Lk] -> one row per K/V (batch, head, ...): [bkv, 1, Lk]
+            kv_lead = k.shape[:-2]
+            shape = (kv_lead[0],) + (1,) * (len(kv_lead) - 1) + (lk,)
+            pad = key_padding_mask.view(shape).expand(*kv_lead, lk).reshape(k3.shape[0], 1, lk)
+        top, idx = _select(q3, k3, causal, kk, chunk_size, pad, groups)
         del pad
-        weights = _activate(top, relu, key_padding_mask is not None)
+        safe = rows_may_be_empty(lq, lk, causal=causal, key_padding_mask=key_padding_mask)
+        weights = _activate(top, relu, safe)
         keep = None
         if dropout:
             # Drawn per chunk of ``chunk_size`` query rows, one [bh, C, k] draw each: the same
@@ -210,11 +318,13 @@ class _TopkFast(torch.autograd.Function):
                 e = min(s + chunk_size, lq)
                 torch.ge(torch.rand(bh, e - s, kk, dtype=weights.dtype, device=q.device), dropout, out=keep[:, s:e])
             weights = weights * keep / (1.0 - dropout)
-        out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.view(-1, kk), mode="sum")
+        out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.to(v.dtype).view(-1, kk),
+                              mode="sum")
         ctx.save_for_backward(q, k, v, top, idx, keep)
         ctx.relu = relu
-        ctx.safe = key_padding_mask is not None
+        ctx.safe = safe
         ctx.dropout = dropout
+        ctx.groups = groups
         return out.view(*lead, lq, dv)
 
     @staticmethod
@@ -222,29 +332,34 @@ class _TopkFast(torch.autograd.Function):
         q, k, v, top, idx, keep = ctx.saved_tensors
         bh, lq, kk = top.shape
         lk = k.shape[-2]
+        groups = ctx.groups
+        bkv = bh // groups
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         dout2 = dout.reshape(bh * lq, dout.shape[-1]).contiguous()
         q2 = q.reshape(bh * lq, q.shape[-1]).contiguous()
-        k2 = k.reshape(bh * lk, k.shape[-1]).contiguous()
-        v2 = v.reshape(bh * lk, v.shape[-1]).contiguous()
+        k2 = k.reshape(bkv * lk, k.shape[-1]).contiguous()
+        v2 = v.reshape(bkv * lk, v.shape[-1]).contiguous()
         dq = torch.empty_like(q2) if need_q else None
         dk = torch.empty_like(k2) if need_k else None
         dv = torch.empty_like(v2) if need_v else None
-        heads = max(1, min(bh, BACKWARD_ENTRIES // max(1, lq * kk)))
-        key_ids = torch.arange(bh * lk, dtype=idx.dtype, device=idx.device)
-        for h0 in range(0, bh, heads):
-            h1 = min(h0 + heads, bh)
-            qs, ks = slice(h0 * lq, h1 * lq), slice(h0 * lk, h1 * lk)
+        # Groups of whole K/V heads, each with its G query heads (rows h*G .. h*G + G - 1),
+        # so that every key's gradient comes from one group.
+        heads = max(1, min(bkv, BACKWARD_ENTRIES // max(1, groups * lq * kk)))
+        key_ids = torch.arange(bkv * lk, dtype=idx.dtype, device=idx.device)
+        for h0 in range(0, bkv, heads):
+            h1 = min(h0 + heads, bkv)
+            g0, g1 = h0 * groups, h1 * groups
+            qs, ks = slice(g0 * lq, g1 * lq), slice(h0 * lk, h1 * lk)
             _backward_group(
-                dout2[qs], q2[qs], k2, v2, top[h0:h1], idx[h0:h1], ctx.relu, key_ids[ks],
+                dout2[qs], q2[qs], k2, v2, top[g0:g1], idx[g0:g1], ctx.relu, key_ids[ks],
                 tuple(None if g is None else g[r] for g, r in ((dq, qs), (dk, ks), (dv, ks))),
-                ctx.safe, None if keep is None else keep[h0:h1], ctx.dropout,
+                ctx.safe, None if keep is None else keep[g0:g1], ctx.dropout,
             )
         return (
             dq.view(q.shape) if need_q else None,
             dk.view(k.shape) if need_k else None,
             dv.view(v.shape) if need_v else None,
-            None, None, None, None, None, None,
+            None, None, None, None, None, None, None,
         )
 
 
@@ -258,10 +373,14 @@ def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128
     drawn per chunk in forward and reused by backward (as ``topk``).
     """
     check_activation(activation)
-    check_qkv(q, k, v)
+    groups = check_qkv(q, k, v)
     check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if not needs_grad and not dropout and q.shape[-2] <= DECODE_ROWS:
+        return _decode(q, k, v, bool(causal), activation == "relu", min(int(topk), k.shape[-2]),
+                       key_padding_mask, groups)
     return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size),
-                           key_padding_mask, float(dropout))
+                           key_padding_mask, float(dropout), groups)
 
 
 TOPK_FAST = register(
@@ -274,5 +393,6 @@ TOPK_FAST = register(
         # Same results as ``topk`` (which is not vanilla attention).
         exact=False,
         key_padding_mask=True,
+        gqa="native",
     )
 )

@@ -6,6 +6,11 @@ only the products with the ``C x Lk`` matrices of top-k activations / gradients
 ``torch.sparse_coo_tensor`` with ``C * k`` entries, block-diagonal over the
 ``B * H`` heads so that one 2-D sparse product serves all heads. The sampled
 product of line 15 gathers the ``k`` selected rows of V per query (``C x k x d``).
+
+Causal alignment, grouped-query heads and half precision as ``topk`` (same
+function): with grouped heads a chunk's matrix has ``G*C`` rows per K/V head
+(block-diagonal over ``B * Hkv`` heads), so its columns index K/V as they are;
+half inputs give sparse values in the input dtype (selection and softmax in float32).
 """
 
 from __future__ import annotations
@@ -70,5 +75,6 @@ TOPK_SPARSE = register(
         label="Top-k sparse (size={chunk_size}, topk={topk})",
         exact=False,
         key_padding_mask=True,
+        gqa="native",
     )
 )

@@ -6,13 +6,14 @@ import torch
 def reference_attention(q, k, v, *, causal=False, activation="softmax", topk=None, key_padding_mask=None):
     """``activation`` over the allowed scores of each row, optionally only its ``topk`` largest.
 
-    Allowed: ``j <= i`` when causal, non-padding keys. A row with no allowed key gives 0.
+    Allowed: ``j <= Lk - Lq + i`` when causal (bottom-right alignment: query ``i`` sits at
+    position ``Lk - Lq + i``), non-padding keys. A row with no allowed key gives 0.
     """
     scores = q @ k.transpose(-2, -1)
     lq, lk = scores.shape[-2:]
     allowed = torch.ones(lq, lk, dtype=torch.bool)
     if causal:
-        allowed = torch.tril(allowed)  # top-left aligned: key j for query i iff j <= i
+        allowed = torch.tril(allowed, diagonal=lk - lq)  # bottom-right: key j for query i iff j <= Lk - Lq + i
     allowed = allowed.expand(scores.shape)
     if key_padding_mask is not None:
         allowed = allowed & ~key_padding_mask[:, None, None, :]
