@@ -21,6 +21,11 @@ code replays one RNG state for every chunk, which gives wrong gradients).
   chunk's queries and of K (one per call), so the same keys win as with float32
   inputs; the top values (cached) and the softmax are float32; the scattered weights
   and their gradients are rounded to the input dtype for the products with V and K.
+- Decoding (``topk`` only; no gradient, no dropout, at most ``min(64, chunk_size)``
+  query positions): :mod:`implementations.decode` computes the step's scores (half
+  inputs: float32 from one cache-sized key tile at a time, not a float32 copy of K),
+  takes the same row-wise top-k and activation, and sums the ``k`` selected V rows
+  instead of scattering into ``C x Lk`` and multiplying with all of V.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from types import MappingProxyType
 
 import torch
 
+from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.masking import (
     batched_addmm_t_, by_query, causal_offset, check_activation, check_qkv, check_topk_args, chunk_mask,
     group_rows, put_group_rows, safe_softmax, stat_dtype, upcast,
@@ -154,14 +160,28 @@ class TopkFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
-def make_topk(ops):
-    """The public attention function around :class:`TopkFunction` with the products of ``ops``."""
+def decode_topk(q, k, v, causal, activation, kk, key_padding_mask, groups):
+    """Forward only, few query rows (:mod:`implementations.decode`): the same selection and
+    weights as :class:`TopkFunction`, without its ``C x Lk`` scatter and dense product with V."""
+    scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask)
+    top, where = scores.topk(kk, dim=-1, sorted=False)
+    del scores
+    return decode_output(activate(top, activation), where, q, v)
+
+
+def make_topk(ops, decode=False):
+    """The public attention function around :class:`TopkFunction` with the products of ``ops``.
+
+    ``decode``: calls without gradients and with few query rows take :func:`decode_topk`.
+    """
 
     def attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024,
                   key_padding_mask=None, dropout=0.0):
         check_activation(activation)
         groups = check_qkv(q, k, v)
         check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
+        if decode and use_decode_path(q, k, v, chunk_size, dropout):
+            return decode_topk(q, k, v, causal, activation, min(int(topk), k.shape[-2]), key_padding_mask, groups)
         return TopkFunction.apply(q, k, v, ops, causal, activation, int(topk), int(chunk_size),
                                   key_padding_mask, float(dropout), groups)
 
@@ -171,7 +191,7 @@ def make_topk(ops):
 # The options of every top-k variant (topk_sparse and topk_fast take exactly these).
 TOPK_OPTIONS = MappingProxyType({"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0})
 
-topk_attention = make_topk(DenseOps)
+topk_attention = make_topk(DenseOps, decode=True)
 topk_attention.__doc__ = "Top-k attention: each query keeps its ``topk`` largest scores (paper §2.2)."
 
 TOPK = register(
