@@ -36,7 +36,7 @@ import torch
 
 from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.masking import (
-    batched_addmm_t_, by_query, causal_offset, check_activation, check_qkv, check_topk_args, chunk_mask,
+    HALF, batched_addmm_t_, by_query, causal_offset, check_activation, check_qkv, check_topk_args, chunk_mask,
     group_rows, put_group_rows, safe_softmax, stat_dtype, upcast,
 )
 from implementations.registry import Implementation, register
@@ -173,6 +173,7 @@ def make_topk(ops, decode=False):
     """The public attention function around :class:`TopkFunction` with the products of ``ops``.
 
     ``decode``: calls without gradients and with few query rows take :func:`decode_topk`.
+    ``ops.half_in_float32``: half inputs are computed in float32 (output in their dtype).
     """
 
     def attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024,
@@ -180,6 +181,10 @@ def make_topk(ops, decode=False):
         check_activation(activation)
         groups = check_qkv(q, k, v)
         check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
+        if getattr(ops, "half_in_float32", False) and q.dtype in HALF:
+            out = attention(upcast(q), upcast(k), upcast(v), causal=causal, activation=activation, topk=topk,
+                            chunk_size=chunk_size, key_padding_mask=key_padding_mask, dropout=dropout)
+            return out.to(q.dtype)
         if decode and use_decode_path(q, k, v, chunk_size, dropout):
             return decode_topk(q, k, v, causal, activation, min(int(topk), k.shape[-2]), key_padding_mask, groups)
         return TopkFunction.apply(q, k, v, ops, causal, activation, int(topk), int(chunk_size),
