@@ -68,6 +68,18 @@ def test_gqa_equals_repeated_kv(name, options, repeated, activation, causal, hq,
         torch.testing.assert_close(decoded, want[0], rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("lq,lk", [(24, 24), (24, 30), (30, 24)])
+def test_sdpa_one_call_per_group_member(lq, lk):
+    # Causal prefill: folding the groups would need a G*Lq x Lk mask, so sdpa calls SDPA
+    # once per member of the groups instead (the shapes above are too small for that).
+    from implementations.sdpa import _fold_is_cheap
+
+    q, k, v = qkv_gqa(lq, lk, 4, 1, d=D)
+    assert not _fold_is_cheap(q, k, 4, causal=True)
+    got = out_and_grads(implementations.get("sdpa"), q, k, v, causal=True)
+    assert_all_close(got, out_and_grads(with_repeated_kv(implementations.get("vanilla")), q, k, v, causal=True))
+
+
 def test_grouped_heads_really_differ_from_equal_heads():
     # Guards the test above: query head h must read K/V head h // G (repeat_interleave
     # order), which differs from the tiled order h % Hkv (repeat).
