@@ -181,22 +181,24 @@ def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups):
 
     Pruned as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
     top-k lies in the k runs with the largest maxima): a run's members are adjacent, so
-    gathering them is cheaper than gathering strided groups (measured 76 vs 82 ms for
-    512 rows of 131072 scores; a plain top-k takes 110 ms).
+    the candidates are ``k`` rows of a ``[runs, s]`` view, copied by one ``index_select``
+    (measured 1.8 ms for 512 rows x 128 runs of 8, where ``gather`` of the same entries
+    takes 7.5 ms and strided groups need it).
     """
     lk = k.shape[-2]
     s = _segments(max(lk, kk), kk)
     scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask, multiple=s)
-    width = scores.shape[-1]
+    rows, width = scores.shape[-2:]
     if s == 1:
         top, where = scores.topk(kk, dim=-1, sorted=False)
     else:
-        runs = scores.unflatten(-1, (-1, s))                                                 # [.., width/s, s]
-        best = runs.amax(dim=-1).topk(kk, dim=-1, sorted=False).indices                     # [.., k] runs
-        members = runs.gather(-2, best.unsqueeze(-1).expand(*best.shape, s)).flatten(-2)     # [.., k*s]
-        top, pos = members.topk(kk, dim=-1, sorted=False)
+        runs = scores.view(-1, s)                                                            # [rows * width/s, s]
+        best = runs.amax(dim=-1).view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices  # [.., k]
+        first = torch.arange(0, best.shape[0] * rows * (width // s), width // s, device=best.device)
+        members = runs.index_select(0, (best + first.view(best.shape[0], rows, 1)).view(-1))  # [.. * k, s]
+        top, pos = members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False)
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
-        del runs, best, members, pos
+        del runs, best, first, members, pos
     del scores
     if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
         where.clamp_(max=lk - 1)
