@@ -8,6 +8,11 @@ order: the machine is shared and load drifts); the table gives medians over roun
 and ratios to the dense reference, the faster (by median) of ``vanilla`` and
 ``sdpa`` in the same run. ``uptime`` is printed before and after.
 
+Two clocks, both from the same calls: wall time, and the process's CPU time. On a
+shared machine the wall time of one call includes whatever the scheduler gave other
+processes meanwhile; with one thread (``--threads 1``) the CPU time is the work itself.
+With more threads CPU time also counts threads spinning at the end of parallel regions.
+
     python benchmarks/bench_decode.py --kv-lens 8192 32768 131072 --new-tokens 1 16 --rounds 7
 """
 
@@ -55,13 +60,29 @@ def options(name, args):
 
 
 def time_step(name, q, k, v, args):
+    """(wall seconds, CPU seconds) of one decode step."""
     fn = implementations.get(name)
     with torch.no_grad():
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         out = fn(q, k, v, causal=not args.non_causal, **options(name, args))
-        elapsed = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     del out
-    return elapsed
+    return wall, cpu
+
+
+def table(rows, impls, clock):
+    print(f"\n{clock} time, median ms")
+    header = f"{'kv_len':>7} {'new':>4} " + "".join(f"{n:>12}" for n in impls)
+    header += f" {'dense ref':>9}" + "".join(f"{n + '/ref':>14}" for n in impls if n not in DENSE)
+    print(header)
+    for kv_len, new_tokens, times in rows:
+        med = {name: statistics.median(t[clock]) for name, t in times.items()}
+        dense = [n for n in impls if n in DENSE]
+        line = f"{kv_len:>7} {new_tokens:>4} " + "".join(f"{med[n] * 1e3:>12.1f}" for n in impls)
+        if dense:
+            ref = min(dense, key=lambda n: med[n])
+            line += f" {ref:>9}" + "".join(f"{med[n] / med[ref]:>14.2f}" for n in impls if n not in DENSE)
+        print(line)
 
 
 def main(argv=None):
@@ -87,34 +108,25 @@ def main(argv=None):
           f"d={args.head_dim} {args.dtype}, causal={not args.non_causal}, forward only (no_grad), "
           f"topk={args.topk} chunk_size={args.chunk_size}, {args.rounds} interleaved rounds (+{args.warmup} warm-up), "
           "medians", flush=True)
-    dense = [n for n in args.impls if n in DENSE]
     rows = []
     for kv_len in args.kv_lens:
         for new_tokens in args.new_tokens:
             q, k, v = inputs(args, kv_len, new_tokens)
             names = list(args.impls)
-            times = {name: [] for name in names}
+            times = {name: {"wall": [], "cpu": []} for name in names}
             for r in range(args.warmup + args.rounds):
                 # Rotate the order so no implementation always runs after the same neighbour.
                 for name in names[r % len(names):] + names[: r % len(names)]:
-                    t = time_step(name, q, k, v, args)
+                    wall, cpu = time_step(name, q, k, v, args)
                     if r >= args.warmup:
-                        times[name].append(t)
-            med = {name: statistics.median(ts) for name, ts in times.items()}
-            ref = min(dense, key=lambda n: med[n]) if dense else None
-            rows.append((kv_len, new_tokens, med, ref))
-            print(f"  kv_len={kv_len} new_tokens={new_tokens}: "
-                  + ", ".join(f"{n} {med[n] * 1e3:.1f} ms" for n in names), flush=True)
+                        times[name]["wall"].append(wall)
+                        times[name]["cpu"].append(cpu)
+            rows.append((kv_len, new_tokens, times))
+            print(f"  kv_len={kv_len} new_tokens={new_tokens}: " + ", ".join(
+                f"{n} {statistics.median(times[n]['wall']) * 1e3:.1f} ms" for n in names), flush=True)
             del q, k, v
-    print()
-    header = f"{'kv_len':>7} {'new':>4} " + "".join(f"{n + ' ms':>13}" for n in args.impls)
-    header += f" {'dense ref':>9}" + "".join(f"{n + '/ref':>14}" for n in args.impls if n not in DENSE)
-    print(header)
-    for kv_len, new_tokens, med, ref in rows:
-        line = f"{kv_len:>7} {new_tokens:>4} " + "".join(f"{med[n] * 1e3:>13.1f}" for n in args.impls)
-        if ref is not None:
-            line += f" {ref:>9}" + "".join(f"{med[n] / med[ref]:>14.2f}" for n in args.impls if n not in DENSE)
-        print(line)
+    table(rows, args.impls, "wall")
+    table(rows, args.impls, "cpu")
     print(uptime())
 
 
