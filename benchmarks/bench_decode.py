@@ -10,8 +10,13 @@ and ratios to the dense reference, the faster (by median) of ``vanilla`` and
 
 Two clocks, both from the same calls: wall time, and the process's CPU time. On a
 shared machine the wall time of one call includes whatever the scheduler gave other
-processes meanwhile; with one thread (``--threads 1``) the CPU time is the work itself.
-With more threads CPU time also counts threads spinning at the end of parallel regions.
+processes meanwhile; with one thread the CPU time is the work itself. With more
+threads CPU time also counts threads spinning at the end of parallel regions.
+
+One thread by default: on this project's shared 2-core machines, with other processes
+running, every parallel region of a 2-thread run can wait a scheduler slice for its
+second thread (100 ``fill_`` of 1M floats: 10-20 ms with one thread, 0.3-1.6 s with
+two), which measures the op count rather than the work: ``--threads 2`` shows it.
 
     python benchmarks/bench_decode.py --kv-lens 8192 32768 131072 --new-tokens 1 16 --rounds 7
 """
@@ -100,7 +105,7 @@ def main(argv=None):
     parser.add_argument("--non-causal", action="store_true")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=1, help="untimed interleaved rounds per case")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(uptime())
