@@ -29,11 +29,12 @@ from implementations.masking import causal_offset, upcast
 # Query positions up to which a call without gradients takes this path (all scores of
 # the step alive: ``Hq x Lq x Lk`` float32), besides the ``chunk_size`` option's bound.
 DECODE_ROWS = 64
-# CPU: bytes of the (float32) keys of one tile, all heads. Measured (bf16, 32/8 heads,
-# d=128, 131072 keys, 1 thread, topk_fast): 2 MiB tiles (512 keys) 73 ms per step at
-# Lq=1 and 531 ms at Lq=16; 32 MiB tiles 167 ms and 701 ms: a converted tile must stay
-# in cache for its GEMM. The price is two ops per tile (512 at 131072 keys), which
-# costs on a loaded machine with several threads (each parallel region can wait a
+# CPU: bytes of the (float32) keys of one tile, all heads. Measured (topk_fast, bf16,
+# 32/8 heads, d=128, 131072 keys, 1 thread, CPU time per step at Lq=1 / Lq=16): 2 MiB
+# tiles (512 keys) 83 / 612 ms, 8 MiB 97 / 645 ms, 32 MiB 173 / 741 ms, all keys at
+# once 418 / 955 ms: a converted tile must stay in cache for its GEMM. The price is
+# two ops per tile (512 at 131072 keys), which costs on a machine whose cores are
+# oversubscribed and a run with several threads (each parallel region can wait a
 # scheduler slice): there no multi-op implementation keeps up with one fused kernel.
 DECODE_TILE_BYTES = 2 << 20
 

@@ -12,8 +12,9 @@ offset (never ``Lq x Lk``).
   a copy of the chunk's queries), so every product meets K/V as they are and the
   chunk matrices have the size they have without grouping (``Hq x C x Lk``).
 - Half precision: products in the input dtype (float32 accumulation in the GEMM),
-  the softmax and its backward (``rowsum(dW * W)``) in float32, the weights
-  rounded to the input dtype for the products with V, ``dout`` and K.
+  the softmax and its backward (``rowsum(dW * W)``) in float32; the weights and the
+  score gradients are rounded to the input dtype for the products with V, ``dout``,
+  K and Q.
 """
 
 from __future__ import annotations
