@@ -7,6 +7,10 @@ are masked; across chunks a running state ``sum_j b_jᵀ v_j`` (``m x e``) carri
 the prefix. Only ``a, b, v`` are cached: backward redoes the prefix sums (a forward
 scan for ``da``, a reverse scan for ``db`` and ``dv``). Memory: the inputs plus
 ``O(C^2 + m e)`` per head, never ``L x m x e``.
+
+``a, b, v`` share their length (query ``i`` with key ``i``): callers align queries to
+keys (Performer adds a cache prefix's state itself) and run grouped heads per group
+member; it computes in the inputs' dtype (Performer passes float32).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The layers the paper benchmarks, each built around a registry implementation."""
+"""The layers the paper benchmarks, each built around a registry implementation.
+
+The layers project to as many K/V heads as query heads (no grouped-query variant here:
+the implementations take ``k, v`` with fewer heads directly). Their causal attention
+has ``Lq == Lk``, where bottom-right alignment is the usual ``j <= i``. Half precision:
+cast a layer (``.to(torch.bfloat16)``); the implementations keep the input dtype.
+"""
 
 from __future__ import annotations
 

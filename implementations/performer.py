@@ -15,6 +15,18 @@ Random features: the package's Gaussian orthogonal matrix, drawn here on the CPU
 torch's RNG (reproducible under ``torch.manual_seed``) and placed on the model's device,
 once per layer by :class:`PerformerAttention` (held as a buffer); the bare function
 draws per call, on the inputs' device.
+
+- Causal: bottom-right aligned. With ``Lq < Lk`` the first ``Lk - Lq`` keys are a
+  prefix every query sees: their ``sum_j phi(k_j)ᵀ [v_j, 1]`` starts the prefix sums of
+  the last ``Lq`` keys. With ``Lq > Lk`` the first ``Lq - Lk`` rows (no key) are zeros
+  and the rest is the square problem.
+- Grouped-query heads (native): key features are computed once per K/V head.
+  Non-causal: the G query heads of a group are folded into the rows of their K/V
+  head (``[*, Hkv, G*Lq, m]``) for the package's ``linear_attention``. Causal: one
+  prefix-sum scan per group member, each on the K/V heads' features as they are.
+- Half precision: computed in float32 (inputs, features, prefix-sum states and the
+  normaliser), output in the input dtype: exponentials of features and sums over
+  the whole sequence are where half precision would change the result.
 """
 
 from __future__ import annotations
@@ -23,10 +35,11 @@ import math
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from implementations.causal_product import causal_product
-from implementations.masking import check_activation, check_qkv
+from implementations.masking import check_activation, check_qkv, fold_groups, stat_dtype, unfold_groups, upcast
 from implementations.registry import Implementation, register
 
 
@@ -83,23 +96,44 @@ def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_featu
     check_activation(activation)
     if activation != "softmax":
         raise ValueError("performer approximates softmax attention only (activation='softmax')")
-    check_qkv(q, k, v)
-    d = q.shape[-1]
+    groups = check_qkv(q, k, v)
+    dtype = q.dtype
+    q, k, v = upcast(q), upcast(k), upcast(v)  # half inputs: everything in float32 (see module doc)
+    lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     if projection is None:
         projection = draw_projection(nb_features, d, device=q.device).to(q.dtype)
+    if causal and lq > lk:
+        # The first lq - lk rows sit before every key: zeros (and zero gradients), not 0/0.
+        out = performer_attention(q[..., lq - lk:, :], k, v, causal=True, chunk_size=chunk_size,
+                                  projection=projection)
+        return F.pad(out, (0, 0, lq - lk, 0)).to(dtype)
     pp = _package()
     # The package scales q and k by d^-1/4 each, expecting unscaled q: undo the caller's 1/sqrt(d).
     q_features = pp.softmax_kernel(q * math.sqrt(d), projection_matrix=projection, is_query=True)
     if not causal:
         k_features = pp.softmax_kernel(k, projection_matrix=projection, is_query=False)
-        return pp.linear_attention(q_features, k_features, v)
+        out = pp.linear_attention(fold_groups(q_features, groups), k_features, v)
+        return unfold_groups(out, groups).to(dtype)
     k_features = causal_key_features(k, projection.to(k.dtype))
     # A column of ones in the values gives the normaliser sum_{j<=i} phi(q_i).phi(k_j) in the same scan.
     ones = v.new_ones(*v.shape[:-1], 1)
-    both = causal_product(q_features, k_features, torch.cat([v, ones], dim=-1), chunk_size)
+    values = torch.cat([v, ones], dim=-1)
+    prefix = lk - lq  # keys every query sees (bottom-right alignment)
+    if prefix:
+        state = k_features[..., :prefix, :].transpose(-2, -1) @ values[..., :prefix, :]   # [*, Hkv, m, dv + 1]
+        k_features, values = k_features[..., prefix:, :], values[..., prefix:, :]
+    if groups == 1:
+        both = causal_product(q_features, k_features, values, chunk_size)
+    else:
+        members = q_features.unflatten(-3, (-1, groups))  # [*, Hkv, G, Lq, m]
+        both = torch.stack(
+            [causal_product(members[..., j, :, :], k_features, values, chunk_size) for j in range(groups)], dim=-3
+        ).flatten(-4, -3)
     del ones
+    if prefix:
+        both = both + unfold_groups(fold_groups(q_features, groups) @ state, groups)
     num, den = both[..., :-1], both[..., -1:]
-    return num / den.clamp_min(torch.finfo(den.dtype).tiny)
+    return (num / den.clamp_min(torch.finfo(den.dtype).tiny)).to(dtype)
 
 
 class PerformerAttention(nn.Module):
@@ -114,7 +148,7 @@ class PerformerAttention(nn.Module):
     def forward(self, q, k, v, *, causal=False, activation="softmax"):
         return performer_attention(
             q, k, v, causal=causal, activation=activation, nb_features=self.nb_features,
-            chunk_size=self.chunk_size, projection=self.projection.to(q.dtype),
+            chunk_size=self.chunk_size, projection=self.projection.to(stat_dtype(q.dtype)),
         )
 
 
@@ -128,5 +162,6 @@ PERFORMER = register(
         activations=("softmax",),
         exact=False,
         module_factory=PerformerAttention,
+        gqa="native",
     )
 )

@@ -11,6 +11,21 @@ than ``k`` allowed keys selects some masked ones, which then get zero weight.
 Dropout on the attention weights draws a fresh mask per chunk and caches it
 (``Lq x k`` bools), so backward uses exactly the forward's masks (the paper's
 code replays one RNG state for every chunk, which gives wrong gradients).
+
+- Causal: bottom-right aligned (query ``i`` sees keys ``j <= Lk - Lq + i``); a row
+  with no allowed key selects only masked keys and gives zeros.
+- Grouped-query heads (native): a chunk holds ``chunk_size`` query positions of all
+  heads, the G heads of a group as rows of their K/V head (``[*, Hkv, G*C, d]``), so
+  the products meet K/V as they are; selections are stored per query head.
+- Half precision: the dots that select keys are computed from float32 copies of the
+  chunk's queries and of K (one per call), so the same keys win as with float32
+  inputs; the top values (cached) and the softmax are float32; the scattered weights
+  and their gradients are rounded to the input dtype for the products with V and K.
+- Decoding (``topk`` only; no gradient, no dropout, at most ``min(64, chunk_size)``
+  query positions): :mod:`implementations.decode` computes the step's scores (half
+  inputs: float32 from one cache-sized key tile at a time, not a float32 copy of K),
+  takes the same row-wise top-k and activation, and sums the ``k`` selected V rows
+  instead of scattering into ``C x Lk`` and multiplying with all of V.
 """
 
 from __future__ import annotations
@@ -19,8 +34,10 @@ from types import MappingProxyType
 
 import torch
 
+from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.masking import (
-    batched_addmm_t_, check_activation, check_qkv, check_topk_args, chunk_mask, safe_softmax, safe_softmax_,
+    HALF, batched_addmm_t_, by_query, causal_offset, check_activation, check_qkv, check_topk_args, chunk_mask,
+    group_rows, put_group_rows, safe_softmax, stat_dtype, upcast,
 )
 from implementations.registry import Implementation, register
 from implementations.selection import topk_selection
@@ -71,82 +88,108 @@ class TopkFunction(torch.autograd.Function):
     """``ops`` does the big products: :class:`DenseOps` here, torch.sparse in ``topk_sparse``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ops, causal, activation, topk, chunk_size, key_padding_mask, dropout):
+    def forward(ctx, q, k, v, ops, causal, activation, topk, chunk_size, key_padding_mask, dropout, groups):
         lq, lk = q.shape[-2], k.shape[-2]
+        offset = causal_offset(lq, lk)
         # Every chunk multiplies with all of k and v: a strided view (heads split by the
         # layer) would be copied by each matmul, so copy once; the copy is what backward keeps.
         k, v = k.contiguous(), v.contiguous()
+        # Selection dots in float32 for half inputs: rounding them would change which keys win.
+        k_dots = upcast(k)
         kk = min(topk, lk)
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
-        top_vals = q.new_empty(*q.shape[:-1], kk)
+        top_vals = q.new_empty(*q.shape[:-1], kk, dtype=stat_dtype(q.dtype))
         top_idx = torch.empty(*q.shape[:-1], kk, dtype=torch.long, device=q.device)
         keep = torch.empty(*q.shape[:-1], kk, dtype=torch.bool, device=q.device) if dropout else None
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
-            dots = q[..., s:e, :] @ k.transpose(-2, -1)                       # [C, Lk]
-            mask = chunk_mask(s, e - s, lk, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+            dots = upcast(group_rows(q, groups, s, e)) @ k_dots.transpose(-2, -1)   # [C, Lk] (G*C rows)
+            grouped = by_query(dots, groups)
+            mask = chunk_mask(s, e - s, lk, causal=causal, key_padding_mask=key_padding_mask, device=q.device,
+                              offset=offset, ndim=grouped.dim())
             if mask is not None:
-                dots.masked_fill_(mask, float("-inf"))
-            del mask
+                grouped.masked_fill_(mask, float("-inf"))
+            del mask, grouped
             top_dots, top_indices = dots.topk(kk, dim=-1, sorted=False)        # [C, k]
             top_actv = activate(top_dots, activation)
             if dropout:
                 chunk_keep = torch.rand_like(top_actv) >= dropout
-                keep[..., s:e, :] = chunk_keep
+                put_group_rows(keep, groups, s, e, chunk_keep)
                 top_actv = top_actv * chunk_keep / (1.0 - dropout)
-            # The dots are dead: reuse their storage for the scattered activations.
-            actv = ops.matrix(top_actv, top_indices, lk, buffer=dots)
+            # The dots are dead: reuse their storage for the scattered activations
+            # (not for half inputs, whose activations are scattered in the input dtype).
+            actv = ops.matrix(top_actv.to(v.dtype), top_indices, lk, buffer=dots if dots.dtype == v.dtype else None)
             del dots
-            out[..., s:e, :] = ops.mm(actv, v)                                 # [C, d]
+            put_group_rows(out, groups, s, e, ops.mm(actv, v))                  # [C, d]
             del actv
-            top_vals[..., s:e, :] = top_dots
-            top_idx[..., s:e, :] = top_indices
+            put_group_rows(top_vals, groups, s, e, top_dots)
+            put_group_rows(top_idx, groups, s, e, top_indices)
+        del k_dots
         ctx.save_for_backward(q, k, v, top_vals, top_idx, keep)
-        ctx.options = (ops, activation, chunk_size, dropout)
+        ctx.options = (ops, activation, chunk_size, dropout, groups)
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, top_vals, top_idx, keep = ctx.saved_tensors
-        ops, activation, chunk_size, dropout = ctx.options
+        ops, activation, chunk_size, dropout, groups = ctx.options
         lq, lk = q.shape[-2], k.shape[-2]
         dq = q.new_empty(q.shape)
         dk = k.new_zeros(k.shape)
         dv = v.new_zeros(v.shape)
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
-            qc, doc = q[..., s:e, :], d_out[..., s:e, :]
-            top_dots, top_indices = top_vals[..., s:e, :], top_idx[..., s:e, :]
-            d_top_actv = ops.sampled_mm(doc, v, top_indices)                   # [C, k]
+            qc, doc = group_rows(q, groups, s, e), group_rows(d_out, groups, s, e)
+            top_dots, top_indices = group_rows(top_vals, groups, s, e), group_rows(top_idx, groups, s, e)
+            d_top_actv = upcast(ops.sampled_mm(doc, v, top_indices))           # [C, k]
             top_actv = activate(top_dots, activation)                          # recomputed, not cached
             if dropout:  # the forward's masks, applied with the same rounding
-                chunk_keep = keep[..., s:e, :]
+                chunk_keep = group_rows(keep, groups, s, e)
                 dropped = top_actv * chunk_keep / (1.0 - dropout)
                 d_top_actv = d_top_actv * chunk_keep / (1.0 - dropout)
             else:
                 dropped = top_actv
             d_top_dots = activation_backward(top_dots, top_actv, d_top_actv, activation)
-            actv = ops.matrix(dropped, top_indices, lk)
+            actv = ops.matrix(dropped.to(v.dtype), top_indices, lk)
             ops.addmm_t_(dv, actv, doc)                                        # d_V += actvᵀ d_out
             # One C x Lk matrix at a time: actv's buffer becomes d_dots.
-            d_dots = ops.matrix(d_top_dots, top_indices, lk, buffer=actv)
+            d_dots = ops.matrix(d_top_dots.to(k.dtype), top_indices, lk, buffer=actv)
             del actv
-            dq[..., s:e, :] = ops.mm(d_dots, k)                                # d_Q = d_dots K
+            put_group_rows(dq, groups, s, e, ops.mm(d_dots, k))                 # d_Q = d_dots K
             ops.addmm_t_(dk, d_dots, qc)                                       # d_K += d_dotsᵀ Q
             del d_dots
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
-def make_topk(ops):
-    """The public attention function around :class:`TopkFunction` with the products of ``ops``."""
+def decode_topk(q, k, v, causal, activation, kk, key_padding_mask, groups):
+    """Forward only, few query rows (:mod:`implementations.decode`): the same selection and
+    weights as :class:`TopkFunction`, without its ``C x Lk`` scatter and dense product with V."""
+    scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask)
+    top, where = scores.topk(kk, dim=-1, sorted=False)
+    del scores
+    return decode_output(activate(top, activation), where, q, v)
+
+
+def make_topk(ops, decode=False):
+    """The public attention function around :class:`TopkFunction` with the products of ``ops``.
+
+    ``decode``: calls without gradients and with few query rows take :func:`decode_topk`.
+    ``ops.half_in_float32``: half inputs are computed in float32 (output in their dtype).
+    """
 
     def attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024,
                   key_padding_mask=None, dropout=0.0):
         check_activation(activation)
-        check_qkv(q, k, v)
+        groups = check_qkv(q, k, v)
         check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
+        if getattr(ops, "half_in_float32", False) and q.dtype in HALF:
+            out = attention(upcast(q), upcast(k), upcast(v), causal=causal, activation=activation, topk=topk,
+                            chunk_size=chunk_size, key_padding_mask=key_padding_mask, dropout=dropout)
+            return out.to(q.dtype)
+        if decode and use_decode_path(q, k, v, chunk_size, dropout):
+            return decode_topk(q, k, v, causal, activation, min(int(topk), k.shape[-2]), key_padding_mask, groups)
         return TopkFunction.apply(q, k, v, ops, causal, activation, int(topk), int(chunk_size),
-                                  key_padding_mask, float(dropout))
+                                  key_padding_mask, float(dropout), groups)
 
     return attention
 
@@ -154,7 +197,7 @@ def make_topk(ops):
 # The options of every top-k variant (topk_sparse and topk_fast take exactly these).
 TOPK_OPTIONS = MappingProxyType({"topk": 128, "chunk_size": 1024, "key_padding_mask": None, "dropout": 0.0})
 
-topk_attention = make_topk(DenseOps)
+topk_attention = make_topk(DenseOps, decode=True)
 topk_attention.__doc__ = "Top-k attention: each query keeps its ``topk`` largest scores (paper §2.2)."
 
 TOPK = register(
@@ -166,6 +209,7 @@ TOPK = register(
         label="Top-k (size={chunk_size}, topk={topk})",
         exact=False,
         key_padding_mask=True,
+        gqa="native",
         selection=topk_selection,
     )
 )

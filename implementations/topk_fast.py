@@ -24,6 +24,22 @@ bools for backward (as ``topk``; the defaults leave the code path unchanged).
 
 Everything is shape-static (no ``.item()``, ``nonzero`` or value-dependent
 branches), so it runs under ``FakeTensorMode`` for the predict backend.
+
+- Causal: bottom-right aligned (query ``i`` sees keys ``j <= Lk - Lq + i``); a
+  tile of rows meets only the keys up to its last row's position; a row with no
+  allowed key (``Lq > Lk``) gives zeros (NaN-free softmax, as with padding).
+- Grouped-query heads (native): a score tile holds its query positions of all G
+  heads of a group as rows of their K/V head, and the selected indices are rows of
+  K/V as they are (``h_kv·Lk + j``), so every bag reads K/V in place; backward
+  runs per group of K/V heads, each with all its query heads.
+- Half precision: the scores that select keys are computed in float32 (float32
+  copies of the queries and of K: whole for training, one key tile at a time when
+  decoding), so the same keys win as with float32 inputs; top values, softmax and
+  its backward are float32; the bags take weights rounded to the input dtype.
+- Decoding (no gradient, no dropout, at most ``min(64, chunk_size)`` query
+  positions): :mod:`implementations.decode` computes all scores of the step (half
+  inputs: float32, one cache-sized key tile converted at a time), then one pruned
+  top-k and a bag of the selected V rows; a few large ops, no causal row tiles.
 """
 
 from __future__ import annotations
@@ -33,7 +49,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations.masking import check_activation, check_qkv, check_topk_args, safe_softmax
+from implementations.decode import decode_output, decode_scores, use_decode_path
+from implementations.masking import (
+    causal_offset, check_activation, check_qkv, check_topk_args, rows_may_be_empty, safe_softmax, stat_dtype, upcast,
+)
 from implementations.registry import Implementation, register
 from implementations.selection import topk_selection
 from implementations.topk import TOPK_OPTIONS
@@ -84,59 +103,109 @@ def _activate(top: torch.Tensor, relu: bool, safe: bool = False) -> torch.Tensor
     return safe_softmax(top) if safe else torch.softmax(top, dim=-1)
 
 
-def _tiles(lq, lk, kk, causal, chunk_size):
-    """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, width padded to ``s``."""
+def _tiles(lq, lk, kk, causal, chunk_size, offset=0):
+    """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, width padded to ``s``.
+
+    ``offset``: position of query 0 (bottom-right causal alignment, ``Lk - Lq``).
+    """
     rows = max(1, min(chunk_size, ROW_TILE))
     for r0 in range(0, lq, rows):
         r1 = min(r0 + rows, lq)
         # At least kk columns so that each row has kk entries (extra ones masked).
-        n = min(r1, lk) if causal else lk
+        n = min(max(offset + r1, 0), lk) if causal else lk
         s = _segments(max(n, kk), kk)
         yield r0, r1, n, s, -(-max(n, kk) // s) * s
 
 
-def _select(q3, k3, causal, kk, chunk_size, pad=None):
+def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1):
     """Top-``kk`` scores of every query row and their global key indices (``h·Lk + j``).
 
-    ``pad``: bool ``[bh, 1, Lk]``, True = padding key (masked like a future key).
+    ``q3 [bh, Lq, d]`` (query heads), ``k3 [bh / groups, Lk, d]`` (K/V heads, ``h`` above);
+    ``pad``: bool ``[bh / groups, 1, Lk]``, True = padding key (masked like a future key).
+    Scores (and the returned top values) are float32 for half inputs.
     """
-    bh, lq, _ = q3.shape
-    lk = k3.shape[1]
+    bh, lq, d = q3.shape
+    bkv, lk = k3.shape[:2]
     device = q3.device
-    index_dtype = torch.int32 if bh * lk < 2**31 else torch.int64
-    top = q3.new_empty(bh, lq, kk)
+    offset = causal_offset(lq, lk)
+    index_dtype = torch.int32 if bkv * lk < 2**31 else torch.int64
+    top = q3.new_empty(bh, lq, kk, dtype=stat_dtype(q3.dtype))
     idx = torch.empty(bh, lq, kk, dtype=index_dtype, device=device)
-    base = (torch.arange(bh, device=device) * lk).view(bh, 1, 1)
-    tiles = list(_tiles(lq, lk, kk, causal, chunk_size))
+    # Per query position views ([bkv, G, Lq, *]); G == 1 keeps the plain [bh, Lq, *] ones.
+    q4, top4, idx4 = (t.view(bkv, groups, lq, t.shape[-1]) if groups > 1 else t for t in (q3, top, idx))
+    base = (torch.arange(bkv, device=device) * lk).view(bkv, *(1,) * (top4.dim() - 1))
+    tiles = list(_tiles(lq, lk, kk, causal, chunk_size, offset))
     widest = max((t[4] for t in tiles), default=0)
-    keys = k3
+    keys = upcast(k3)  # a float32 copy for half inputs: scores that select keys are not rounded
     if widest > lk:  # zero key rows as padding; their scores are masked below
-        keys = torch.cat([k3, k3.new_zeros(bh, widest - lk, k3.shape[2])], dim=1)
+        keys = torch.cat([keys, keys.new_zeros(bkv, widest - lk, d)], dim=1)
+    if pad is not None and groups > 1:
+        pad = pad.unsqueeze(1)  # broadcast over the G heads of a group
     # One score buffer for all tiles: no fresh pages (and page faults) per tile.
-    buffer = q3.new_empty(bh * max(((r1 - r0) * w for r0, r1, _, _, w in tiles), default=0))
+    buffer = keys.new_empty(bkv * max((groups * (r1 - r0) * w for r0, r1, _, _, w in tiles), default=0))
     masks = {}  # the causal/padding mask of a tile depends only on its offsets relative to ``lo``
     for r0, r1, n, s, width in tiles:
-        scores = buffer[: bh * (r1 - r0) * width].view(bh, r1 - r0, width)
-        torch.matmul(q3[:, r0:r1], keys[:, :width].transpose(1, 2), out=scores)
-        # Columns some row of the tile must not see: future keys and padding.
-        lo = min(r0, n) if causal else n
+        rows = groups * (r1 - r0)
+        scores = buffer[: bkv * rows * width].view(bkv, rows, width)
+        tile_q = q3[:, r0:r1] if groups == 1 else q4[:, :, r0:r1].reshape(bkv, rows, d)
+        torch.matmul(upcast(tile_q), keys[:, :width].transpose(1, 2), out=scores)
+        grouped = scores if groups == 1 else scores.view(bkv, groups, r1 - r0, width)
+        # Columns some row of the tile must not see: future keys and padding. Row r sits at
+        # position p = offset + r and sees keys j <= p.
+        p0, p1 = offset + r0, offset + r1
+        lo = min(max(p0, 0), n) if causal else n
         if lo < width:
-            key = (r0 - lo, r1 - lo, n - lo, width - lo)
+            key = (p0 - lo, p1 - lo, n - lo, width - lo)
             if key not in masks:
                 cols = torch.arange(width - lo, device=device)
                 masked = cols >= n - lo
                 if causal:
-                    masked = masked | (cols > torch.arange(r0 - lo, r1 - lo, device=device).unsqueeze(1))
+                    masked = masked | (cols > torch.arange(p0 - lo, p1 - lo, device=device).unsqueeze(1))
                 masks[key] = masked
-            scores[..., lo:].masked_fill_(masks[key], float("-inf"))
+            grouped[..., lo:].masked_fill_(masks[key], float("-inf"))
         if pad is not None:  # columns >= n are masked above already
-            scores[..., :n].masked_fill_(pad[..., :n], float("-inf"))
+            grouped[..., :n].masked_fill_(pad[..., :n], float("-inf"))
         values, where = _row_topk(scores, kk, s)
-        top[:, r0:r1] = values
         if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
             where.clamp_(max=lk - 1)
-        torch.add(where, base, out=idx[:, r0:r1])
+        if groups == 1:
+            top[:, r0:r1] = values
+            torch.add(where, base, out=idx[:, r0:r1])
+        else:
+            top4[:, :, r0:r1] = values.view(bkv, groups, r1 - r0, kk)
+            torch.add(where.view(bkv, groups, r1 - r0, kk), base, out=idx4[:, :, r0:r1])
     return top, idx
+
+
+def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups):
+    """Forward only, few query rows (:mod:`implementations.decode`): all scores, then the pruned top-k.
+
+    Pruned as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
+    top-k lies in the k runs with the largest maxima): a run's members are adjacent, so
+    the candidates are ``k`` rows of a ``[runs, s]`` view, copied by one ``index_select``
+    (measured 1.8 ms for 512 rows x 128 runs of 8; the element-wise ``gather`` that
+    strided groups need takes 7.5 ms for the same entries).
+    """
+    lk = k.shape[-2]
+    s = _segments(max(lk, kk), kk)
+    scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask, multiple=s)
+    rows, width = scores.shape[-2:]
+    if s == 1:
+        top, where = scores.topk(kk, dim=-1, sorted=False)
+    else:
+        runs = scores.view(-1, s)                                                            # [rows * width/s, s]
+        best = runs.amax(dim=-1).view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices  # [.., k]
+        first = torch.arange(0, best.shape[0] * rows * (width // s), width // s, device=best.device)
+        members = runs.index_select(0, (best + first.view(best.shape[0], rows, 1)).view(-1))  # [.. * k, s]
+        top, pos = members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False)
+        where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
+        del runs, best, first, members, pos
+    del scores
+    if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
+        where.clamp_(max=lk - 1)
+    weights = _activate(top, relu, rows_may_be_empty(q.shape[-2], lk, causal=causal,
+                                                       key_padding_mask=key_padding_mask))
+    return decode_output(weights, where, q, v)
 
 
 def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False, keep=None, dropout=0.0):
@@ -158,9 +227,9 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     offsets = torch.arange(0, rows * kk, kk, dtype=index_dtype, device=device)
     bag_of = torch.arange(rows, dtype=index_dtype, device=device).repeat_interleave(kk)
     # dW[r, t] = dout[r] · V[idx[r, t]]: the per-sample-weights gradient of out = bag(W, V).
-    ds = torch.ops.aten._embedding_bag_per_sample_weights_backward(
+    ds = upcast(torch.ops.aten._embedding_bag_per_sample_weights_backward(
         dout_g, v2, flat, offsets, bag_of, 0, -1
-    ).view(rows, kk)
+    )).view(rows, kk)
     del bag_of, offsets
     if dropout:  # ds was the gradient w.r.t. the dropped weights
         ds = ds * keep / (1.0 - dropout)
@@ -168,6 +237,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
         ds.masked_fill_(top.view(rows, kk) <= 0, 0.0)
     else:
         ds.sub_((ds * weights).sum(-1, keepdim=True)).mul_(weights)
+    ds = ds.to(k2.dtype)  # the bags' weights in the input dtype (no copy in float32)
     if dq is not None:
         dq.copy_(F.embedding_bag(flat.view(rows, kk), k2, per_sample_weights=ds, mode="sum"))
     if dk is None and dv is None:
@@ -181,7 +251,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     query_of = order // kk
     # index_select: ~4x faster than advanced indexing for these permutations.
     if dv is not None:
-        w_sorted = dropped.reshape(-1).index_select(0, order)
+        w_sorted = dropped.reshape(-1).index_select(0, order).to(dout_g.dtype)
         dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum"))
     if dk is not None:
         ds_sorted = ds.view(-1).index_select(0, order)
@@ -190,18 +260,20 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
 
 class _TopkFast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout):
+    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout, groups):
         lead, lq, lk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
         kk = min(topk, lk)
         q3, k3 = q.reshape(-1, lq, q.shape[-1]), k.reshape(-1, lk, k.shape[-1])
         bh = q3.shape[0]
         pad = None
-        if key_padding_mask is not None:  # [B, Lk] -> one row per (batch, head, ...): [bh, 1, Lk]
-            shape = (lead[0],) + (1,) * (len(lead) - 1) + (lk,)
-            pad = key_padding_mask.view(shape).expand(*lead, lk).reshape(bh, 1, lk)
-        top, idx = _select(q3, k3, causal, kk, chunk_size, pad)
+        if key_padding_mask is not None:  # [B, Lk] -> one row per K/V (batch, head, ...): [bkv, 1, Lk]
+            kv_lead = k.shape[:-2]
+            shape = (kv_lead[0],) + (1,) * (len(kv_lead) - 1) + (lk,)
+            pad = key_padding_mask.view(shape).expand(*kv_lead, lk).reshape(k3.shape[0], 1, lk)
+        top, idx = _select(q3, k3, causal, kk, chunk_size, pad, groups)
         del pad
-        weights = _activate(top, relu, key_padding_mask is not None)
+        safe = rows_may_be_empty(lq, lk, causal=causal, key_padding_mask=key_padding_mask)
+        weights = _activate(top, relu, safe)
         keep = None
         if dropout:
             # Drawn per chunk of ``chunk_size`` query rows, one [bh, C, k] draw each: the same
@@ -211,11 +283,13 @@ class _TopkFast(torch.autograd.Function):
                 e = min(s + chunk_size, lq)
                 torch.ge(torch.rand(bh, e - s, kk, dtype=weights.dtype, device=q.device), dropout, out=keep[:, s:e])
             weights = weights * keep / (1.0 - dropout)
-        out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.view(-1, kk), mode="sum")
+        out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.to(v.dtype).view(-1, kk),
+                              mode="sum")
         ctx.save_for_backward(q, k, v, top, idx, keep)
         ctx.relu = relu
-        ctx.safe = key_padding_mask is not None
+        ctx.safe = safe
         ctx.dropout = dropout
+        ctx.groups = groups
         return out.view(*lead, lq, dv)
 
     @staticmethod
@@ -223,29 +297,34 @@ class _TopkFast(torch.autograd.Function):
         q, k, v, top, idx, keep = ctx.saved_tensors
         bh, lq, kk = top.shape
         lk = k.shape[-2]
+        groups = ctx.groups
+        bkv = bh // groups
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         dout2 = dout.reshape(bh * lq, dout.shape[-1]).contiguous()
         q2 = q.reshape(bh * lq, q.shape[-1]).contiguous()
-        k2 = k.reshape(bh * lk, k.shape[-1]).contiguous()
-        v2 = v.reshape(bh * lk, v.shape[-1]).contiguous()
+        k2 = k.reshape(bkv * lk, k.shape[-1]).contiguous()
+        v2 = v.reshape(bkv * lk, v.shape[-1]).contiguous()
         dq = torch.empty_like(q2) if need_q else None
         dk = torch.empty_like(k2) if need_k else None
         dv = torch.empty_like(v2) if need_v else None
-        heads = max(1, min(bh, BACKWARD_ENTRIES // max(1, lq * kk)))
-        key_ids = torch.arange(bh * lk, dtype=idx.dtype, device=idx.device)
-        for h0 in range(0, bh, heads):
-            h1 = min(h0 + heads, bh)
-            qs, ks = slice(h0 * lq, h1 * lq), slice(h0 * lk, h1 * lk)
+        # Groups of whole K/V heads, each with its G query heads (rows h*G .. h*G + G - 1),
+        # so that every key's gradient comes from one group.
+        heads = max(1, min(bkv, BACKWARD_ENTRIES // max(1, groups * lq * kk)))
+        key_ids = torch.arange(bkv * lk, dtype=idx.dtype, device=idx.device)
+        for h0 in range(0, bkv, heads):
+            h1 = min(h0 + heads, bkv)
+            g0, g1 = h0 * groups, h1 * groups
+            qs, ks = slice(g0 * lq, g1 * lq), slice(h0 * lk, h1 * lk)
             _backward_group(
-                dout2[qs], q2[qs], k2, v2, top[h0:h1], idx[h0:h1], ctx.relu, key_ids[ks],
+                dout2[qs], q2[qs], k2, v2, top[g0:g1], idx[g0:g1], ctx.relu, key_ids[ks],
                 tuple(None if g is None else g[r] for g, r in ((dq, qs), (dk, ks), (dv, ks))),
-                ctx.safe, None if keep is None else keep[h0:h1], ctx.dropout,
+                ctx.safe, None if keep is None else keep[g0:g1], ctx.dropout,
             )
         return (
             dq.view(q.shape) if need_q else None,
             dk.view(k.shape) if need_k else None,
             dv.view(v.shape) if need_v else None,
-            None, None, None, None, None, None,
+            None, None, None, None, None, None, None,
         )
 
 
@@ -259,10 +338,13 @@ def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128
     drawn per chunk in forward and reused by backward (as ``topk``).
     """
     check_activation(activation)
-    check_qkv(q, k, v)
+    groups = check_qkv(q, k, v)
     check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
+    if use_decode_path(q, k, v, chunk_size, dropout):
+        return _decode(q, k, v, bool(causal), activation == "relu", min(int(topk), k.shape[-2]),
+                       key_padding_mask, groups)
     return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size),
-                           key_padding_mask, float(dropout))
+                           key_padding_mask, float(dropout), groups)
 
 
 TOPK_FAST = register(
@@ -275,6 +357,7 @@ TOPK_FAST = register(
         # Same results as ``topk`` (which is not vanilla attention).
         exact=False,
         key_padding_mask=True,
+        gqa="native",
         selection=topk_selection,
     )
 )

@@ -6,6 +6,13 @@ only the products with the ``C x Lk`` matrices of top-k activations / gradients
 ``torch.sparse_coo_tensor`` with ``C * k`` entries, block-diagonal over the
 ``B * H`` heads so that one 2-D sparse product serves all heads. The sampled
 product of line 15 gathers the ``k`` selected rows of V per query (``C x k x d``).
+
+Causal alignment and grouped-query heads as ``topk`` (same function): with grouped
+heads a chunk's matrix has ``G*C`` rows per K/V head (block-diagonal over ``B * Hkv``
+heads), so its columns index K/V as they are. Half precision: computed in float32
+(float32 copies of q, k, v; output and gradients in the input dtype), because
+``torch.sparse.mm`` on the CPU accumulates half products in half precision (measured:
+a row of 2048 equal bf16 weights gave outputs off by 70%); no decode path.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from implementations.topk import TOPK_OPTIONS, make_topk
 
 class SparseOps:
     """The products of :class:`~implementations.topk.TopkFunction` with sparse COO matrices."""
+
+    half_in_float32 = True  # torch.sparse.mm accumulates half products in half precision
 
     @staticmethod
     def matrix(values, indices, n_keys, buffer=None):
@@ -71,6 +80,7 @@ TOPK_SPARSE = register(
         label="Top-k sparse (size={chunk_size}, topk={topk})",
         exact=False,
         key_padding_mask=True,
+        gqa="native",
         selection=topk_selection,
     )
 )

@@ -6,13 +6,14 @@ import torch
 def reference_attention(q, k, v, *, causal=False, activation="softmax", topk=None, key_padding_mask=None):
     """``activation`` over the allowed scores of each row, optionally only its ``topk`` largest.
 
-    Allowed: ``j <= i`` when causal, non-padding keys. A row with no allowed key gives 0.
+    Allowed: ``j <= Lk - Lq + i`` when causal (bottom-right alignment: query ``i`` sits at
+    position ``Lk - Lq + i``), non-padding keys. A row with no allowed key gives 0.
     """
     scores = q @ k.transpose(-2, -1)
     lq, lk = scores.shape[-2:]
     allowed = torch.ones(lq, lk, dtype=torch.bool)
     if causal:
-        allowed = torch.tril(allowed)  # top-left aligned: key j for query i iff j <= i
+        allowed = torch.tril(allowed, diagonal=lk - lq)  # bottom-right: key j for query i iff j <= Lk - Lq + i
     allowed = allowed.expand(scores.shape)
     if key_padding_mask is not None:
         allowed = allowed & ~key_padding_mask[:, None, None, :]
@@ -53,3 +54,25 @@ def assert_all_close(got, want):
         assert torch.isfinite(a).all(), name
         torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"{name}: {m}")
 
+
+
+def qkv_gqa(lq, lk, hq, hkv, d=5, dv=4, b=2, seed=0, dtype=torch.float64):
+    """Float64 ``q [b, hq, lq, d]``, ``k [b, hkv, lk, d]``, ``v [b, hkv, lk, dv]`` requiring grad."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, hq, lq, d, generator=g, dtype=dtype, requires_grad=True)
+    k = torch.randn(b, hkv, lk, d, generator=g, dtype=dtype, requires_grad=True)
+    v = torch.randn(b, hkv, lk, dv, generator=g, dtype=dtype, requires_grad=True)
+    return q, k, v
+
+
+def with_repeated_kv(fn):
+    """``fn`` on K/V repeated to the query heads (``repeat_interleave`` order: head h reads h // G).
+
+    Gradients reach the un-repeated ``k, v`` through the repeat (summed over each group).
+    """
+
+    def repeated(q, k, v, **kw):
+        groups = q.shape[-3] // k.shape[-3]
+        return fn(q, k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3), **kw)
+
+    return repeated

@@ -108,3 +108,20 @@ def test_performer_layers_hold_their_own_random_features():
     copied = copy.deepcopy(decoder)
     x = torch.randn(1, 5, 8)
     assert torch.equal(copied(x), decoder(x))
+
+
+@pytest.mark.parametrize("name", ["vanilla", "sdpa", "qchunk", "topk", "topk_sparse", "topk_fast", "performer"])
+def test_decoder_runs_in_bfloat16(name):
+    # The layers hold no dtype of their own: cast to bf16, every implementation keeps it.
+    spec = implementations.spec(name)
+    options = {k: v for k, v in {"chunk_size": 3, "topk": 2, "nb_features": 8}.items() if k in spec.options}
+    ff = name if "relu" in spec.activations else "vanilla"
+    torch.manual_seed(0)
+    decoder = Decoder(layers=1, d_model=8, heads=2, d_ff=12, attention=name, feedforward=ff,
+                      attention_options=options, feedforward_options=options if ff == name else {})
+    decoder = decoder.to(torch.bfloat16)
+    x = torch.randn(2, 5, 8, dtype=torch.bfloat16, requires_grad=True)
+    out = decoder(x)
+    out.float().pow(2).mean().backward()
+    assert out.dtype == x.grad.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    assert all(p.grad is not None and p.grad.dtype == torch.bfloat16 for p in decoder.parameters())

@@ -1,0 +1,100 @@
+"""Forward-only decode path of the top-k implementations: a few new query rows against a long KV cache.
+
+Training-shaped top-k attention tiles the *queries* (``chunk_size`` rows, all keys) and
+keeps what backward needs. A decode step has a handful of queries and no backward, so
+``topk`` and ``topk_fast`` (without gradients, dropout, or more than
+``min(DECODE_ROWS, chunk_size)`` query positions) instead:
+
+1. compute every score of the step at once, ``[B*Hkv, G*Lq, Lk]``: the rows of a K/V
+   head are the positions of its G query heads (row ``g*Lq + i`` is query head
+   ``h*G + g`` at position ``i``), so one GEMM serves a whole group and K is read in
+   place (grouped-query heads need no repeated K/V);
+2. on the CPU by cache-sized tiles of keys (``DECODE_TILE_BYTES``), half inputs in
+   float32 from one reused float32 copy of the tile, never of all of K;
+3. mask (bottom-right causal, padding) once, on all scores; the caller selects its top-k
+   (``topk``: plain, ``topk_fast``: pruned);
+4. take the output as a weighted bag of the ``k`` selected V rows (``embedding_bag``),
+   instead of a dense ``Lq x Lk`` product with all of V.
+
+Everything is shape-static, so it runs under ``FakeTensorMode`` as well.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from implementations.masking import causal_offset, upcast
+
+# Query positions up to which a call without gradients takes this path (all scores of
+# the step alive: ``Hq x Lq x Lk`` float32), besides the ``chunk_size`` option's bound.
+DECODE_ROWS = 64
+# CPU: bytes of the (float32) keys of one tile, all heads. Measured (topk_fast, bf16,
+# 32/8 heads, d=128, 131072 keys, 1 thread, CPU time per step at Lq=1 / Lq=16): 2 MiB
+# tiles (512 keys) 83 / 612 ms, 8 MiB 97 / 645 ms, 32 MiB 173 / 741 ms, all keys at
+# once 418 / 955 ms: a converted tile must stay in cache for its GEMM. The price is
+# two ops per tile (512 at 131072 keys), which costs on a machine whose cores are
+# oversubscribed and a run with several threads (each parallel region can wait a
+# scheduler slice): there no multi-op implementation keeps up with one fused kernel.
+DECODE_TILE_BYTES = 2 << 20
+
+
+def use_decode_path(q, k, v, chunk_size: int, dropout: float) -> bool:
+    """Whether a call takes the decode path: no gradient to record, no dropout, few query positions."""
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return not needs_grad and not dropout and q.shape[-2] <= min(DECODE_ROWS, chunk_size)
+
+
+def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, multiple: int = 1):
+    """Masked scores ``[B*Hkv, G*Lq, width]`` (float32 for half inputs); masked entries are ``-inf``.
+
+    ``width``: ``Lk`` rounded up to a ``multiple`` (the extra columns are ``-inf``).
+    """
+    lq, d = q.shape[-2], q.shape[-1]
+    lk = k.shape[-2]
+    width = -(-lk // multiple) * multiple
+    k3 = k.reshape(-1, lk, d)
+    bkv = k3.shape[0]
+    rows = groups * lq
+    device = q.device
+    qf = upcast(q.reshape(bkv, rows, d))
+    scores = qf.new_empty(bkv, rows, width)
+    convert = qf.dtype != k.dtype
+    tile = max(lk, 1)
+    if device.type == "cpu":  # cache-sized tiles (an accelerator would rather have one large op)
+        tile = max(1, DECODE_TILE_BYTES // max(1, bkv * d * qf.element_size()))
+    key_buffer = qf.new_empty(bkv, min(tile, lk), d) if convert else None
+    for t0 in range(0, lk, tile):
+        t1 = min(t0 + tile, lk)
+        keys = k3[:, t0:t1]
+        if convert:
+            keys = key_buffer[:, : t1 - t0].copy_(keys)
+        torch.matmul(qf, keys.transpose(1, 2), out=scores[:, :, t0:t1])
+    del key_buffer
+    if width > lk:
+        scores[..., lk:].fill_(float("-inf"))
+    grouped = scores.view(bkv, groups, lq, width)  # per-position masks broadcast over the G heads
+    offset = causal_offset(lq, lk)
+    lo = min(max(offset + 1, 0), lk)  # keys before lo are visible to every row
+    if causal and lo < lk:
+        future = torch.arange(lo, lk, device=device) > torch.arange(offset, offset + lq, device=device).unsqueeze(1)
+        grouped[..., lo:lk].masked_fill_(future, float("-inf"))
+    if key_padding_mask is not None:  # [B, Lk] -> [B*Hkv, 1, 1, Lk]
+        shape = (k.shape[0],) + (1,) * (k.dim() - 3) + (lk,)
+        pad = key_padding_mask.view(shape).expand(*k.shape[:-2], lk).reshape(bkv, 1, 1, lk)
+        grouped[..., :lk].masked_fill_(pad, float("-inf"))
+    return scores
+
+
+def decode_output(weights, where, q, v):
+    """``sum_t weights[.., t] * V[where[.., t]]`` per row, as ``[*, Hq, Lq, dv]``.
+
+    ``weights, where [B*Hkv, G*Lq, k]``: the rows of :func:`decode_scores`, ``where`` the
+    selected keys (``< Lk``) of the row's K/V head.
+    """
+    bkv, _, kk = where.shape
+    lk, dv = v.shape[-2], v.shape[-1]
+    where = where + (torch.arange(bkv, device=where.device) * lk).view(bkv, 1, 1)
+    out = F.embedding_bag(where.view(-1, kk), v.reshape(-1, dv),
+                          per_sample_weights=weights.to(v.dtype).view(-1, kk), mode="sum")
+    return out.view(*q.shape[:-1], dv)
