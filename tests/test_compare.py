@@ -150,11 +150,15 @@ def test_status_changes_between_failures_are_not_regressions_and_fixes_are_impro
     assert [c.verdict for c in result.cases] == [Verdict.UNCHANGED, Verdict.IMPROVEMENT]
 
 
-def test_new_and_missing_cases_are_listed_not_judged():
-    result = compare_frames(frame(make_row("a"), make_row("gone")), frame(make_row("a"), make_row("added")))
+def test_new_cases_are_listed_and_missing_ones_fail_unless_allowed():
+    base, new = frame(make_row("a"), make_row("gone")), frame(make_row("a"), make_row("added"))
+    result = compare_frames(base, new)
     assert [cid for cid, _ in result.only_new] == ["added"]
     assert [cid for cid, _ in result.only_base] == ["gone"]
-    assert result.exit_code == 0
+    assert result.exit_code == 1 and result.failures == [
+        "1 case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"]
+    assert compare_frames(base, new, allow_missing=True).exit_code == 0
+    assert compare_frames(frame(make_row("a")), new).exit_code == 0  # a new case alone passes
 
 
 def test_few_samples_beyond_the_factor_are_inconclusive_not_regressions():
@@ -200,7 +204,6 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
     cases = [
         ((tmp_path / "missing.csv", good), "missing.csv: no such file"),
         ((no_columns, good), "no_columns.csv: not a topk-bench results file: no column 'suite'"),
-        ((good, bad_times), "times_s of a"),
         ((good, other), "no case_id in common"),
         ((good, good, "--alpha", "0"), "--alpha"),
     ]
@@ -209,6 +212,9 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         lines = err.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], err
+    # A row whose samples are not numbers is left out by the reader: the gate fails (1) and says which line.
+    assert run_compare(good, bad_times) == 1
+    assert "NEW left out bad_times.csv line 2: times_s: expected a number, got 'fast'" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from topk_bench.errors import BadInput
 from topk_bench.results.columns import REQUIRED_COLUMNS, header as columns
 from topk_bench.results.frame import load_results
 from topk_bench.results.row import make_row
-from topk_bench.results.store import append_row, read, read_rows
+from topk_bench.results.store import append_row, read, read_rows, remove_rows
 
 
 def row(n: int, **extra):
@@ -119,3 +119,65 @@ def test_a_row_with_an_unknown_status_is_left_out(tmp_path):
     append_row(path, {**row(16), "status": "OK"}, columns(["seq_len"]))
     table = read(path)
     assert [r["seq_len"] for r in table.rows] == ["8"] and "unknown status 'OK'" in table.dropped[0]
+
+
+def test_a_rewrite_keeps_every_line_it_does_not_understand(tmp_path):
+    """Widening the header and --no-resume rewrite the file: a line readers leave out stays as it was."""
+    path = tmp_path / "s.csv"
+    header = columns(["seq_len"])
+    append_row(path, row(8), header)
+    with open(path, "a") as f:
+        f.write("s,deadbeef,mha,vani\n")  # a line cut by a crash
+    append_row(path, row(16), header)
+    cut = path.read_text().splitlines()[2]
+    append_row(path, row(32, rel_err=0.1), header)  # a new column: one rewrite
+    assert cut in path.read_text().splitlines()
+    assert [r["seq_len"] for r in read_rows(path)] == ["8", "16", "32"]
+    assert remove_rows(path, {row(8)["case_id"]}) == 1
+    assert cut in path.read_text().splitlines() and [r["seq_len"] for r in read_rows(path)] == ["16", "32"]
+
+
+def test_a_value_with_a_line_break_stays_on_its_row_s_line(tmp_path):
+    path = tmp_path / "s.csv"
+    append_row(path, {**row(8), "label": "two\nlines", "error": "a\r\nb"}, columns(["seq_len"]))
+    assert len(path.read_bytes().splitlines()) == 2
+    (only,) = read_rows(path)
+    assert only["label"] == "two lines" and only["error"] == "a b"
+
+
+def test_a_damaged_line_cannot_swallow_the_next_one(tmp_path):
+    """A quote opened by a cut line would make a whole-file CSV parser read the next row as part of it."""
+    path = tmp_path / "s.csv"
+    header = columns(["seq_len"])
+    append_row(path, row(8), header)
+    with open(path, "a") as f:
+        f.write('s,deadbeef,mha,vanilla,"Vanilla, cut')  # cut inside a quoted label
+    append_row(path, row(16), header)
+    table = read(path)
+    assert [r["seq_len"] for r in table.rows] == ["8", "16"] and "line 3" in table.dropped[0]
+
+
+def test_the_first_row_s_own_columns_widen_the_header_it_creates(tmp_path):
+    path = tmp_path / "s.csv"
+    header = append_row(path, row(8, rel_err=0.25), columns(["seq_len"]))
+    assert header[-1] == "rel_err" and read_rows(path)[0]["rel_err"] == "0.25"
+
+
+def test_the_header_fits_its_rows_unless_a_line_is_longer_or_most_are_shorter(tmp_path):
+    """What ``run`` refuses to append to: a crash cuts at most one line; a damaged header misfits many."""
+    path = tmp_path / "s.csv"
+    header = columns(["seq_len"])
+    for n in (8, 16, 32):
+        append_row(path, row(n), header)
+    text = path.read_text().splitlines()
+    cases = {
+        "one line cut": (text[:3] + [text[3][:40]], None),
+        "rows with an unknown status still fit": ([text[0]] + [t.replace(",ok,", ",OK,") for t in text[1:3]]
+                                                  + [text[3][:40]], None),
+        "a line longer than the header": (text + [text[1] + ",x"], "line 5 has"),
+        "a header one column longer": ([text[0] + ",extra"] + text[1:], "3 line(s) have fewer"),
+    }
+    for what, (lines, words) in cases.items():
+        path.write_text("\n".join(lines) + "\n")
+        problem = read(path).header_problem()
+        assert (problem is None) if words is None else (words in problem), (what, problem)

@@ -81,3 +81,66 @@ def test_ratio_rule_for_exact_memory():
     assert classify_ratio("peak_bytes", 1000, 900, 1.001).verdict is Verdict.IMPROVEMENT
     assert ratio(0, 0) == 1.0 and ratio(0, 5) == math.inf
     assert classify_ratio("peak_bytes", 0, 5, 1.001).verdict is Verdict.REGRESSION
+
+
+def _enumerated_p(base, new):
+    """The permutation test by brute force: every split of the pooled samples, midranks for ties."""
+    import itertools
+
+    from scipy.stats import rankdata
+
+    ranks = rankdata([*base, *new])
+    observed = sum(ranks[: len(base)])
+    sums = [sum(ranks[i] for i in pick) for pick in itertools.combinations(range(len(ranks)), len(base))]
+    low = sum(s <= observed + 1e-9 for s in sums) / len(sums)
+    high = sum(s >= observed - 1e-9 for s in sums) / len(sums)
+    return min(1.0, 2 * min(low, high))
+
+
+def test_exact_p_with_ties_matches_enumerating_every_split():
+    rng = random.Random(7)
+    for _ in range(150):
+        base = [rng.choice([1, 2, 3, 4]) / 1000 for _ in range(rng.randint(1, 6))]
+        new = [rng.choice([2, 3, 4, 5]) / 1000 for _ in range(rng.randint(1, 6))]
+        assert mann_whitney_p(base, new) == pytest.approx(_enumerated_p(base, new), abs=1e-12), (base, new)
+
+
+def test_exact_p_without_ties_is_scipys_exact_p():
+    from scipy.stats import mannwhitneyu
+
+    rng = random.Random(8)
+    for _ in range(50):
+        base = [rng.random() for _ in range(rng.randint(1, 10))]
+        new = [rng.random() + 0.2 for _ in range(rng.randint(1, 10))]
+        assert mann_whitney_p(base, new) == pytest.approx(mannwhitneyu(base, new, method="exact").pvalue, abs=1e-12)
+
+
+def test_exact_up_to_the_limit_then_the_normal_approximation_with_its_tie_correction():
+    from scipy.stats import mannwhitneyu
+
+    from topk_bench.report.stats import EXACT_MAX_SAMPLES
+
+    half = EXACT_MAX_SAMPLES // 2
+    base, new = noisy(0.010, half, seed=9), noisy(0.0103, half, seed=10)
+    assert mann_whitney_p(base, new) == pytest.approx(mannwhitneyu(base, new, method="exact").pvalue, rel=1e-9)
+    base = [round(t, 4) for t in noisy(0.010, half + 1, seed=9)]  # ties, one sample past the limit
+    new = [round(t, 4) for t in noisy(0.0103, half + 1, seed=10)]
+    assert len(set(base + new)) < len(base + new)
+    assert mann_whitney_p(base, new) == pytest.approx(mannwhitneyu(base, new, method="asymptotic").pvalue, rel=1e-12)
+
+
+def test_the_smallest_p_of_tied_values_matches_every_arrangement():
+    """min_p_value of classify_samples: the most separated split of the pooled values, found by enumeration."""
+    import itertools
+
+    from topk_bench.report.stats import mann_whitney
+
+    rng = random.Random(11)
+    for _ in range(60):
+        values = [rng.choice([1, 2, 3, 4, 5]) for _ in range(rng.randint(3, 9))]
+        n = rng.randint(1, len(values) - 1)
+        if len(set(values)) == 1:
+            continue
+        best = min(mann_whitney_p([values[i] for i in pick], [values[i] for i in range(len(values)) if i not in pick])
+                   for pick in itertools.combinations(range(len(values)), n))
+        assert mann_whitney(values[:n], values[n:])[1] == pytest.approx(best, abs=1e-12), (values, n)

@@ -22,8 +22,12 @@ def compare(
     alpha: float = typer.Option(DEFAULTS.alpha, help="Mann-Whitney U significance level for time changes."),
     markdown: Path = typer.Option(None, "--markdown", help="Also write a Markdown summary (pull-request comment) here."),
     json_file: Path = typer.Option(None, "--json", help="Also write github-action-benchmark customSmallerIsBetter JSON here."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="Pass even when cases of BASE are missing from NEW (a suite that lost cases on purpose)."),
 ) -> None:
-    """Compare two runs case by case: memory, time (median ratio + Mann-Whitney U) and status."""
+    """Compare two runs case by case: memory, time (median ratio + Mann-Whitney U) and status.
+
+    Exit 1 on a regression, and when the gate cannot vouch for NEW: nothing compared, a case of BASE
+    missing from NEW, a line of either side left out as invalid, a value that is not a finite number >= 0."""
     from rich.console import Console
 
     from topk_bench.report import compare as cmp  # pandas and scipy: only when the command runs
@@ -31,10 +35,10 @@ def compare(
 
     thresholds = Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
     base_frame, new_frame = cmp.load(base), cmp.load(new)
-    result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new))
+    result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new), allow_missing)
     report.print_rich(result, Console(width=160))
     if markdown is not None:
-        markdown.write_text(report.markdown(result))
+        report.write_markdown(markdown, result)
     if json_file is not None:
         report.write_json(json_file, new_frame, result)
     raise typer.Exit(result.exit_code)

@@ -19,6 +19,7 @@ def plot(
     # Imported here so that `topk-bench --help` and other commands do not pay for matplotlib.
     from topk_bench.report.plots.figure import parse_formats, plot_results
 
-    written = plot_results(results_dir, out, parse_formats(format))
+    written = plot_results(results_dir, out, parse_formats(format),
+                           warn=lambda line: typer.echo(f"warning: {line}", err=True))
     for path in written:
         typer.echo(str(path))

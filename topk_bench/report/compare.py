@@ -9,13 +9,16 @@ Rules (docs/CONTRACTS.md, "topk-bench compare"):
   fragmentation make it move a little, hence its own looser ``reserved_factor``;
 - time: median ratio beyond ``time_factor`` and Mann-Whitney p < ``alpha`` on ``times_s``.
 
-Cases only in NEW or only in BASE are listed, not judged: a suite that gained or
-lost cases is an edit to the suite, not a regression of the code.
+A gate must not pass on nothing: beyond a regression, the comparison fails when
+it compared no case, when a case of BASE is missing from NEW (unless
+``allow_missing``: a suite that lost cases on purpose), when a line of either
+side was left out by the reader (cut, an unknown status, a number that is not a
+finite number >= 0, a repeated case_id), or when a value is ``invalid``. Cases
+only in NEW are listed, not judged.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,13 +27,15 @@ import pandas as pd
 from topk_bench.errors import BadInput
 from topk_bench.report.thresholds import Thresholds
 from topk_bench.results.columns import parameter_columns
-from topk_bench.results.frame import load_results
+from topk_bench.results.frame import left_out, load_results
 from topk_bench.status import Status
 from topk_bench.units import missing
 from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
 
 # Worst first: a case's verdict is the worst of its metrics.
-SEVERITY = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
+SEVERITY = (Verdict.REGRESSION, Verdict.INVALID, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
+# Verdicts that fail the gate.
+FAILING = (Verdict.REGRESSION, Verdict.INVALID)
 
 
 @dataclass
@@ -69,6 +74,7 @@ class Comparison:
     only_new: list[tuple[str, str]]       # (case_id, name)
     only_base: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # why the gate fails beyond the cases' verdicts
 
     def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict is verdict]
@@ -78,15 +84,21 @@ class Comparison:
         return bool(self.with_verdict(Verdict.REGRESSION))
 
     @property
+    def passed(self) -> bool:
+        return not self.failures and not any(self.with_verdict(v) for v in FAILING)
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.has_regression else 0
+        return 0 if self.passed else 1
 
 
 def load(path: str | Path) -> pd.DataFrame:
-    """A results CSV or directory (``load_results`` checks the columns), one row per ``case_id``."""
+    """A results CSV or directory, one row per ``case_id`` (``load_results``: the last one, the others left out)."""
     data = load_results(path)
-    # A directory holding the same suite twice, or a hand-merged file: the last row written wins.
-    return data.drop_duplicates("case_id", keep="last").set_index("case_id", drop=False)
+    attrs = data.attrs
+    data = data.set_index("case_id", drop=False)
+    data.attrs = attrs
+    return data
 
 
 def parse_times(value: object, *, file: str, case_id: str) -> list[float]:
@@ -117,7 +129,8 @@ def case_name(row: pd.Series, params: list[str]) -> str:
 
 
 def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds = Thresholds(),
-                   base_label: str = "BASE", new_label: str = "NEW") -> Comparison:
+                   base_label: str = "BASE", new_label: str = "NEW", allow_missing: bool = False) -> Comparison:
+    """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail."""
     thresholds = thresholds.validate()
     params = varying_parameters(base, new)
     common = [cid for cid in new.index if cid in base.index]
@@ -131,8 +144,15 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
     warnings = [_differs(base.loc[common], new.loc[common], column, why)
                 for column, why in (("device_name", "times (and CUDA memory) are not comparable"),
                                     ("torch_version", "kernels and allocator may differ"))]
+    failures = [f"{side} {line}" for side, frame in (("BASE", base), ("NEW", new)) for line in left_out(frame)]
+    if not cases:  # one side is empty (both non-empty without a common case_id is bad input, above)
+        empty = [side for side, frame in (("BASE", base), ("NEW", new)) if not len(frame)]
+        failures.append(f"nothing compared: {' and '.join(empty)} {'has' if len(empty) == 1 else 'have'} no valid row")
+    if only_base and not allow_missing:
+        failures.append(f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost "
+                        "them on purpose)")
     return Comparison(base_label, new_label, thresholds, cases, only_new, only_base,
-                      [w for w in warnings if w])
+                      [w for w in warnings if w], failures)
 
 
 def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> str:

@@ -12,13 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from topk_bench import fileio
 from topk_bench.report.compare import SEVERITY, CaseComparison, Comparison, case_name, parse_times
 from topk_bench.report.stats import MetricResult, Verdict
 from topk_bench.results.columns import parameter_columns
 from topk_bench.status import Status
 from topk_bench.units import format_bytes, format_seconds
 
-STYLE = {Verdict.REGRESSION: "bold red", Verdict.IMPROVEMENT: "green",
+STYLE = {Verdict.REGRESSION: "bold red", Verdict.INVALID: "bold red", Verdict.IMPROVEMENT: "green",
          Verdict.INCONCLUSIVE: "yellow", Verdict.UNCHANGED: "dim"}
 COLUMNS = ("case", "device", "status", "peak memory", "time (median)", "p", "verdict")
 
@@ -28,6 +29,11 @@ def summary(c: Comparison) -> str:
     parts = [f"{counts[v]} {v.value}" for v in SEVERITY]
     return (f"{len(c.cases)} case(s) compared: " + ", ".join(parts)
             + f"; {len(c.only_new)} new, {len(c.only_base)} missing")
+
+
+def outcome(c: Comparison) -> str:
+    """The gate's word: REGRESSION, FAILED (nothing or not everything could be judged), or no regression."""
+    return "REGRESSION" if c.has_regression else "FAILED" if not c.passed else "no regression"
 
 
 def rows(c: Comparison) -> list[tuple[CaseComparison, tuple[str, ...]]]:
@@ -57,14 +63,16 @@ def print_rich(c: Comparison, console: Console | None = None) -> None:
     for title, listed in (("new", c.only_new), ("missing", c.only_base)):
         for case_id, name in listed:
             console.print(f"{title}: {name} [{case_id}]", highlight=False, markup=False)
-    verdict = "[bold red]REGRESSION[/]" if c.has_regression else "[green]no regression[/]"
-    console.print(f"{verdict}: {summary(c)}", highlight=False)
+    for line in c.failures:
+        console.print(f"[bold red]fail[/]: {escape(line)}", highlight=False, soft_wrap=True)
+    style = "green" if c.passed else "bold red"
+    console.print(f"[{style}]{outcome(c)}[/]: {summary(c)}", highlight=False)
 
 
 def markdown(c: Comparison) -> str:
     """A pull-request comment: summary, the cases that moved, then every case folded away."""
     t = c.thresholds
-    head = "❌ **Regression**" if c.has_regression else "✅ **No regression**"
+    head = {"REGRESSION": "❌ **Regression**", "FAILED": "❌ **Failed**"}.get(outcome(c), "✅ **No regression**")
     lines = [
         "## topk-bench compare", "",
         f"{head}: {summary(c)}.", "",
@@ -72,6 +80,7 @@ def markdown(c: Comparison) -> str:
         f"time median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.", "",
     ]
     lines += [f"> ⚠️ {_md_escape(w)}" for w in c.warnings] + ([""] if c.warnings else [])
+    lines += [f"- ❌ {_md_escape(f)}" for f in c.failures] + ([""] if c.failures else [])
     moved = [(case, cells) for case, cells in rows(c) if case.verdict is not Verdict.UNCHANGED]
     if moved:
         lines += _md_table(cells for _, cells in moved) + [""]
@@ -114,14 +123,18 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
                 if len(times) > 1:
                     entry["range"] = f"± {(max(times) - min(times)) / 2:.3g}"
             result = case.metric(metric) if case else None
-            entry["extra"] = (f"case_id={row['case_id']}; " + (
-                f"{result.verdict.value}, ×{result.ratio:.3f} vs base" if result else "not in base"))
+            ratio = "" if result is None or result.ratio is None else f", ×{result.ratio:.3f} vs base"
+            entry["extra"] = f"case_id={row['case_id']}; " + (f"{result.verdict.value}{ratio}" if result else "not in base")
             entries.append(entry)
     return entries
 
 
 def write_json(path: str | Path, new: pd.DataFrame, c: Comparison) -> None:
-    Path(path).write_text(json.dumps(benchmark_json(new, c), indent=2, ensure_ascii=False) + "\n")
+    fileio.write_atomic(Path(path), (json.dumps(benchmark_json(new, c), indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def write_markdown(path: str | Path, c: Comparison) -> None:
+    fileio.write_atomic(Path(path), markdown(c).encode())
 
 
 def _cells(case: CaseComparison) -> tuple[str, ...]:
@@ -140,6 +153,8 @@ def _cells(case: CaseComparison) -> tuple[str, ...]:
 def _change(m: MetricResult | None, fmt) -> str:
     if m is None:
         return "-"
+    if m.ratio is None:
+        return f"{fmt(m.base)} → {fmt(m.new)} ({m.verdict.value})"
     if m.base == m.new:
         return fmt(m.new)
     return f"{fmt(m.base)} → {fmt(m.new)} (×{m.ratio:.3f})"

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from topk_bench.results.columns import optional_columns, parameter_columns
-from topk_bench.results.frame import load_results
+from topk_bench.results.frame import left_out, load_results
 from topk_bench.units import GIB, missing
 
 _LEFT = ("label", "status", "method", "device")
@@ -24,7 +24,10 @@ def _cell(value) -> str:
 
 
 def tables(path: str | Path, errors: bool = True) -> list[Table]:
-    frame = load_results(path)
+    return _tables(load_results(path), errors)
+
+
+def _tables(frame, errors: bool) -> list[Table]:
     out = []
     for suite, rows in frame.groupby("suite", sort=False):
         params = [c for c in parameter_columns(rows.columns) if rows[c].nunique(dropna=True) > 1]
@@ -47,7 +50,13 @@ def tables(path: str | Path, errors: bool = True) -> list[Table]:
     return out
 
 
-def show(path: str | Path, errors: bool = True, console: Console | None = None) -> None:
+def show(path: str | Path, errors: bool = True, console: Console | None = None,
+         warnings: Console | None = None) -> None:
+    """The tables on ``console``; on ``warnings`` (stderr), the lines of the files that are not in them."""
     console = console or Console(width=220)
-    for table in tables(path, errors):
+    warnings = warnings or Console(stderr=True)
+    frame = load_results(path)
+    for table in _tables(frame, errors):
         console.print(table)
+    for line in left_out(frame):
+        warnings.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)

@@ -6,6 +6,17 @@ samples rejects "same distribution" at ``alpha``. The test is two-sided because
 the direction is read from the data (the ratio): a one-sided test in the
 direction the data point to would double the false-positive rate.
 
+Its p-value is exact for the sample sizes a benchmark has, ties included (timers
+have a resolution, and fast kernels tie): the rank sum's distribution over every
+split of the pooled samples, counted by dynamic programming rather than
+enumerated (what ``scipy.stats.mannwhitneyu(method=PermutationMethod())`` would
+enumerate; scipy's own "exact" method ignores ties, and its normal approximation
+misses alpha near the smallest p). When those values cannot give a p below
+alpha in any arrangement, the verdict is ``inconclusive``, never ``unchanged``.
+
+A sample or a value that is not a finite number >= 0 is judged ``invalid``
+(a NaN compares false with everything and would pass any threshold).
+
 Memory is compared by ratio alone: peaks from the ``cpu`` and ``predict``
 backends are exact (no noise), so any growth beyond the factor is real.
 
@@ -21,16 +32,24 @@ from enum import Enum
 from functools import lru_cache
 from typing import Sequence
 
-from scipy.stats import mannwhitneyu
+import numpy as np
+from scipy.stats import mannwhitneyu, rankdata
+
+# Pooled samples up to which p is exact (50 a side: under 0.1 s on a loaded core). Beyond, scipy's
+# normal approximation with its tie correction, a little conservative near alpha (p 10-40% too large at
+# 30 a side, less with more samples).
+EXACT_MAX_SAMPLES = 100
 
 
 class Verdict(str, Enum):
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
     UNCHANGED = "unchanged"
-    # The ratio moved beyond the factor but the samples are too few for the
-    # test to ever reach alpha: neither flagged nor silently passed.
+    # The ratio moved beyond the factor but the samples are too few (or too tied) for
+    # the test to ever reach alpha: neither flagged nor silently passed.
     INCONCLUSIVE = "inconclusive"
+    # A value is not a finite number >= 0 (NaN, inf, negative): nothing can be judged, and the gate fails.
+    INVALID = "invalid"
 
 
 @dataclass(frozen=True)
@@ -58,23 +77,96 @@ def median_ratio(base: Sequence[float], new: Sequence[float]) -> float:
     return ratio(statistics.median(base), statistics.median(new))
 
 
-def mann_whitney_p(base: Sequence[float], new: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (scipy picks exact for small samples without ties).
+def _valid(values: Sequence[float]) -> bool:
+    return all(math.isfinite(v) and v >= 0 for v in values)
 
-    All samples identical is "no evidence of a difference" (p = 1); scipy
-    would return NaN there.
+
+def _exact(base: Sequence[float], new: Sequence[float]) -> tuple[float, float]:
+    """(p, smallest p any arrangement of these values gives): the exact two-sided test, ties included.
+
+    The rank sum S of ``base`` (midranks, doubled to be integers) over all
+    C(N, n) ways to pick n of the N pooled samples. ``ways[k, s]`` counts the
+    picks of k samples summing to s, built up one group of tied values at a
+    time; only sums up to the observed one are needed (ranks are positive), so
+    the count runs from the end of the distribution nearer to it.
+    """
+    if len(base) > len(new):  # the same test from the smaller side: a smaller table
+        return _exact(new, base)
+    n, pooled = len(base), len(base) + len(new)
+    ranks = (2 * rankdata([*base, *new])).astype(np.int64)
+    total = math.comb(pooled, n)
+    observed = int(ranks[:n].sum())
+    if observed > n * (pooled + 1):  # above the mean: reflect, and count the upper tail as a lower one
+        ranks, observed = 2 * (pooled + 1) - ranks, 2 * n * (pooled + 1) - observed
+    lowest = int(ranks.min())
+    target = observed - n * lowest  # with every rank shifted down by the lowest, so sums start at 0
+    ways = np.zeros((n + 1, target + 1))
+    ways[0, 0] = 1.0
+    values, counts = np.unique(ranks - lowest, return_counts=True)
+    for r, m in zip(values.tolist(), counts.tolist()):
+        if r > target:  # ranks only grow from here: no pick within the target takes these
+            break
+        if m == 1:  # numpy reads the right-hand side as it was before the add, overlapping or not
+            ways[1:, r:] += ways[:n, : target + 1 - r]
+            continue
+        grown = ways.copy()
+        for j in range(1, min(m, n) + 1):  # take j of the m tied samples
+            if j * r > target:
+                break
+            grown[j:, j * r:] += math.comb(m, j) * ways[: n + 1 - j, : target + 1 - j * r]
+        ways = grown
+    at_most = ways[n].sum()
+    below = at_most - ways[n, target]
+    p = 2 * min(at_most / total, 1 - below / total)
+    return min(1.0, float(p)), _floor(ranks, n, total)
+
+
+def _floor(ranks: np.ndarray, n: int, total: int) -> float:
+    """The smallest two-sided p of any split: the n smallest (or largest) ranks on one side.
+
+    Only the tied group at the boundary can be split several ways: C(m, j) picks of j among its m.
+    """
+    ordered = np.sort(ranks)
+
+    def picks(chosen: np.ndarray, edge: int) -> int:
+        return math.comb(int((ordered == edge).sum()), int((chosen == edge).sum()))
+
+    smallest, largest = ordered[:n], ordered[-n:]
+    return min(1.0, 2 * min(picks(smallest, smallest[-1]), picks(largest, largest[0])) / total)
+
+
+def _asymptotic(base: Sequence[float], new: Sequence[float]) -> tuple[float, float]:
+    def p(x, y) -> float:
+        return float(mannwhitneyu(x, y, alternative="two-sided", method="asymptotic").pvalue)
+
+    pooled, n = sorted([*base, *new]), len(base)
+    return p(base, new), min(p(pooled[:n], pooled[n:]), p(pooled[-n:], pooled[:-n]))
+
+
+def mann_whitney(base: Sequence[float], new: Sequence[float]) -> tuple[float, float]:
+    """(two-sided p of the Mann-Whitney U test, the smallest p these pooled values could give).
+
+    All samples identical is "no evidence of a difference" (p = 1).
     """
     if len(set(base) | set(new)) == 1:
-        return 1.0
-    return float(mannwhitneyu(base, new, alternative="two-sided").pvalue)
+        return 1.0, 1.0
+    if len(base) + len(new) <= EXACT_MAX_SAMPLES:
+        return _exact(base, new)
+    return _asymptotic(base, new)
+
+
+def mann_whitney_p(base: Sequence[float], new: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (:func:`mann_whitney`)."""
+    return mann_whitney(base, new)[0]
 
 
 @lru_cache(maxsize=None)
 def min_p_value(n_base: int, n_new: int) -> float:
-    """The smallest p the test can return for these sample sizes: that of two completely separated samples.
+    """The smallest p the test can return for these sample sizes: that of two completely separated samples
+    without ties.
 
-    For equal sizes n and the exact test this is ``2 / C(2n, n)``: n = 6 gives
-    0.00216 and n = 7 gives 0.00058, so alpha = 0.002 needs at least 7 samples a side.
+    For equal sizes n this is ``2 / C(2n, n)``: n = 6 gives 0.00216 and n = 7
+    gives 0.00058, so alpha = 0.002 needs at least 7 samples a side.
     """
     if n_base < 1 or n_new < 1:
         return 1.0
@@ -91,6 +183,8 @@ def min_samples_for(alpha: float, limit: int = 1000) -> int:
 
 def classify_ratio(metric: str, base: float, new: float, factor: float) -> MetricResult:
     """Noise-free metric (exact memory): beyond ``factor`` either way is a change."""
+    if not _valid([base, new]):
+        return MetricResult(metric, base, new, None, Verdict.INVALID, note=f"not a finite number >= 0: {base} → {new}")
     r = ratio(base, new)
     if r > factor:
         verdict = Verdict.REGRESSION
@@ -104,16 +198,23 @@ def classify_ratio(metric: str, base: float, new: float, factor: float) -> Metri
 def classify_samples(metric: str, base: Sequence[float], new: Sequence[float],
                      factor: float, alpha: float) -> MetricResult:
     """Noisy metric (time): a change needs both the median ratio beyond ``factor`` and p < ``alpha``."""
+    if not (base and new and _valid(base) and _valid(new)):
+        return MetricResult(metric, None, None, None, Verdict.INVALID,
+                            note="samples that are not finite numbers >= 0 (or none)")
     base_median, new_median = statistics.median(base), statistics.median(new)
     r = ratio(base_median, new_median)
     if 1 / factor <= r <= factor:
         return MetricResult(metric, base_median, new_median, r, Verdict.UNCHANGED)
-    floor = min_p_value(len(base), len(new))
+    p, floor = mann_whitney(base, new)
     if floor >= alpha:
-        note = (f"too few samples to reach alpha={alpha:g}: n={len(base)}/{len(new)}, "
-                f"smallest possible p={floor:.3g} (need {min_samples_for(alpha)} a side)")
+        untied = min_p_value(len(base), len(new))
+        if untied >= alpha:
+            note = (f"too few samples to reach alpha={alpha:g}: n={len(base)}/{len(new)}, "
+                    f"smallest possible p={untied:.3g} (need {min_samples_for(alpha)} a side)")
+        else:
+            note = (f"too many ties to reach alpha={alpha:g}: n={len(base)}/{len(new)} with "
+                    f"{len(base) + len(new) - len(set(base) | set(new))} tied sample(s) allow p >= {floor:.3g}")
         return MetricResult(metric, base_median, new_median, r, Verdict.INCONCLUSIVE, None, floor, note)
-    p = mann_whitney_p(base, new)
     if p >= alpha:
         return MetricResult(metric, base_median, new_median, r, Verdict.UNCHANGED, p, floor,
                             f"not significant (p={p:.3g} >= {alpha:g})")

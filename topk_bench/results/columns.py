@@ -7,6 +7,7 @@ column per suite parameter, then the optional result columns a suite asks for.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -34,11 +35,59 @@ _OPTIONAL: dict[str, str] = {
 }
 
 
-def register_column(name: str, description: str) -> None:
-    """Declare a result column (a workload's own, e.g. the pretrained model's ``emb_cos``)."""
+# What a reader accepts in a cell (an empty cell is always "not measured"): measurements are
+# finite numbers >= 0, result columns finite numbers; times_s holds ';'-separated measurements.
+MEASUREMENT_COLUMNS = ("peak_bytes", "reserved_bytes", "baseline_bytes", "time_median_s", "time_iqr_s",
+                       "time_mean_s", "time_min_s", "repeats", "flops")
+_FINITE = set(_OPTIONAL)  # every known result column is a number; a plug-in's own column need not be
+
+
+def register_column(name: str, description: str, *, number: bool = False) -> None:
+    """Declare a result column (a workload's own, e.g. the pretrained model's ``emb_cos``); ``number``: readers
+    leave out a row whose value is not a finite number."""
     if name in REQUIRED_COLUMNS:
         raise ValueError(f"{name!r} is a required column")
     _OPTIONAL.setdefault(name, description)
+    if number:
+        _FINITE.add(name)
+
+
+def _numbers_problem(values: list[str], non_negative: bool) -> str | None:
+    low = 0.0 if non_negative else -math.inf
+    try:  # the common case first, fast (every row is checked): all fine; NaN fails every comparison
+        if len(values) == 1:
+            if low <= float(values[0]) < math.inf:
+                return None
+        elif all(low <= float(v) < math.inf for v in values):
+            return None
+    except ValueError:
+        pass
+    for value in values:  # say which, and why
+        try:
+            number = float(value)
+        except ValueError:
+            return f"expected a number, got {value!r}"
+        if not math.isfinite(number):
+            return f"not finite: {value!r}"
+        if number < low:
+            return f"negative: {value!r}"
+    return None
+
+
+def holds_numbers(column: str) -> bool:
+    """Whether :func:`cell_problem` checks the column's cells (the others hold any text)."""
+    return column == "times_s" or column in MEASUREMENT_COLUMNS or column in _FINITE
+
+
+def cell_problem(column: str, value: str) -> str | None:
+    """Why ``value`` cannot be a cell of ``column`` (None: it can). Parameter and text columns hold anything."""
+    if value == "" or not holds_numbers(column):
+        return None
+    if column == "times_s":
+        problem = _numbers_problem(value.split(";"), non_negative=True)
+    else:
+        problem = _numbers_problem([value], non_negative=column in MEASUREMENT_COLUMNS)
+    return f"{column}: {problem}" if problem else None
 
 
 def optional_columns() -> tuple[str, ...]:
@@ -104,7 +153,7 @@ def register_metric(metric: Metric, description: str = "") -> None:
     """A metric of a workload's own column (registers the column as a result column too)."""
     METRICS[metric.name] = metric
     if metric.column not in REQUIRED_COLUMNS:
-        register_column(metric.column, description or metric.label)
+        register_column(metric.column, description or metric.label, number=True)
 
 
 def metric(name: str) -> Metric:

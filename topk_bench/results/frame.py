@@ -1,4 +1,9 @@
-"""Results as a pandas DataFrame: one CSV, or every results CSV of a directory, read through :func:`store.read`."""
+"""Results as a pandas DataFrame: one CSV, or every results CSV of a directory, read through :func:`store.read`.
+
+``frame.attrs["dropped"]`` lists every line left out, so that each report can say
+so: the lines :func:`store.read` rejects, and the earlier rows of a ``case_id``
+that appears more than once (the last row wins, in file order).
+"""
 
 from __future__ import annotations
 
@@ -12,12 +17,16 @@ from topk_bench.errors import BadInput
 from topk_bench.results import store
 from topk_bench.results.columns import REQUIRED_COLUMNS, TEXT_COLUMNS
 
+# How many left-out lines a report lists before it only counts the rest.
+LISTED = 10
+
 
 def csv_files(path: Path) -> list[Path]:
     """The results CSVs a path names: the file itself, or a directory's ``*.csv`` (hidden files excluded)."""
     if not path.exists():
         raise BadInput("no such file or directory", file=path)
     if path.is_dir():
+        # Regular files only: opening a FIFO named *.csv would wait for a writer forever.
         files = sorted(p for p in path.glob("*.csv") if not p.name.startswith(".") and p.is_file())
         if not files:
             raise BadInput("no results CSV (*.csv) in this directory (run `topk-bench run SUITE.toml --out DIR` first)",
@@ -38,29 +47,52 @@ def _frame(table: store.Table, file: Path) -> pd.DataFrame:
         frame[column] = frame[column].fillna("")
     frame.attrs["dropped"] = list(table.dropped)
     frame.attrs["files"] = [str(file)]
+    frame.attrs["lines"] = [f"{file.name} line {n}" for n in table.line_numbers]
+    return frame
+
+
+def _last_of_each_case(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per ``case_id``, the last; each earlier one is listed in ``attrs["dropped"]``."""
+    where = frame.attrs["lines"]
+    last = {cid: i for i, cid in enumerate(frame["case_id"])}
+    dropped = [f"{where[i]}: case_id {cid} again at {where[last[cid]]}, which is used"
+               for i, cid in enumerate(frame["case_id"]) if last[cid] != i]
+    if not dropped:
+        return frame
+    attrs = {**frame.attrs, "dropped": frame.attrs["dropped"] + dropped}
+    kept = sorted(last.values())
+    frame = frame.iloc[kept].reset_index(drop=True)
+    frame.attrs = {**attrs, "lines": [where[i] for i in kept]}
     return frame
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
     """A results CSV, or every results CSV of a directory, as one DataFrame (required columns first).
 
-    ``frame.attrs["dropped"]`` lists the lines left out (cut, or with an unknown status).
+    ``frame.attrs["dropped"]`` lists the lines left out (cut, an unknown status, a
+    number that is not one, an earlier row of a repeated ``case_id``).
     """
     frames = []
     for file in csv_files(Path(path)):
-        try:
-            table = store.read(file)
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise BadInput(f"unreadable CSV ({type(exc).__name__}: {exc})", file=file) from None
+        table = store.read(file)
         if not table.header:
             raise BadInput("empty file, expected a header with the results columns", file=file)
-        if table.missing_required:
-            raise BadInput(f"not a topk-bench results file: no column {table.missing_required[0]!r}", file=file)
         frames.append(_frame(table, file))
     if len(frames) == 1:
         frame = frames[0]
     else:
         frame = pd.concat(frames, ignore_index=True, sort=False)
-        frame.attrs["dropped"] = [line for f in frames for line in f.attrs["dropped"]]
-        frame.attrs["files"] = [name for f in frames for name in f.attrs["files"]]
-    return frame[[*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS]]]
+        frame.attrs = {key: [item for f in frames for item in f.attrs[key]] for key in ("dropped", "files", "lines")}
+    attrs = frame.attrs
+    frame = frame[[*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS]]]
+    frame.attrs = attrs
+    return _last_of_each_case(frame)
+
+
+def left_out(frame: pd.DataFrame, listed: int = LISTED) -> list[str]:
+    """What a report says about the lines it could not use: the first ``listed`` of them, then how many more."""
+    dropped = frame.attrs.get("dropped", [])
+    lines = [f"left out {line}" for line in dropped[:listed]]
+    if len(dropped) > listed:
+        lines.append(f"left out {len(dropped) - listed} more line(s)")
+    return lines

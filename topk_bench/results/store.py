@@ -1,10 +1,18 @@
-"""The results file: appending a row, rewriting, and reading back only the rows that are whole.
+"""The results file: appending a row, rewriting, and reading back only the rows that are whole and valid.
 
-Rows are appended one ``os.write`` each (a whole line) and fsynced, so a run
-killed at any moment leaves only complete rows. The caller (the runner) holds
-the file's lock while writing; readers need none. :func:`read` is the one
-reader of the file: resume, ``show``, ``plot`` and ``compare`` all see the same
-rows, and the same list of what was left out.
+Writing: every row is one physical line (a line break inside a value becomes a
+space), appended whole or not at all and fsynced (:func:`topk_bench.fileio.append`):
+a run killed at any moment, or a disk that fills, leaves only complete rows. A
+new file gets its header and first row in one atomic write, and a rewrite (a
+widened header, ``--no-resume``) keeps every line it does not understand as it
+was. The caller (the runner) holds the file's lock while writing; readers need none.
+
+Reading: :func:`read` is the one reader of the file: resume, ``show``, ``plot``
+and ``compare`` all see the same rows, and the same list of what was left out.
+Each line is read on its own (a damaged line cannot swallow the next), and a row
+is kept only when it has as many fields as the header, a known status, a
+``case_id``, and numbers where the vocabulary has numbers
+(:func:`topk_bench.results.columns.cell_problem`).
 """
 
 from __future__ import annotations
@@ -12,82 +20,178 @@ from __future__ import annotations
 import csv
 import io
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
-from topk_bench.results.columns import REQUIRED_COLUMNS
+from topk_bench import fileio
+from topk_bench.errors import BadInput, file_error
+from topk_bench.results.columns import REQUIRED_COLUMNS, cell_problem, holds_numbers
 from topk_bench.status import STATUSES
 
 
 @dataclass
 class Table:
-    """What :func:`read` found: the header, the valid rows, and one line per row left out."""
+    """What :func:`read` found: the header, the valid rows (and their line numbers), one line per line left out."""
 
     header: list[str]
     rows: list[dict[str, str]]
     dropped: list[str] = field(default_factory=list)
+    line_numbers: list[int] = field(default_factory=list)
+    # (line number, fields) of the lines whose field count is not the header's; how many lines have the header's
+    misfits: list[tuple[int, int]] = field(default_factory=list)
+    whole: int = 0
 
-    @property
-    def missing_required(self) -> list[str]:
-        return [c for c in REQUIRED_COLUMNS if c not in self.header]
+    def header_problem(self) -> str | None:
+        """Why rows appended under this header would not line up with the file's rows (None: they would).
+
+        A crash cuts at most the line being written: a line longer than the
+        header, or more short lines than whole ones, means the header is damaged.
+        """
+        width = len(self.header)
+        longer = [(n, f) for n, f in self.misfits if f > width]
+        if longer:
+            n, fields = longer[0]
+            return (f"the header has {width} columns but line {n} has {fields} fields ({len(longer)} line(s) longer "
+                    "than the header): the header is damaged; repair it (or use another --out) before running")
+        if len(self.misfits) > self.whole:
+            n, fields = self.misfits[0]
+            return (f"the header has {width} columns but {len(self.misfits)} line(s) have fewer (line {n}: {fields}) "
+                    f"and only {self.whole} as many: the header is damaged; repair it (or use another --out) "
+                    "before running")
+        return None
 
 
-def _line(values: Iterable[Any]) -> str:
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    return " ".join(value.splitlines()) if isinstance(value, str) else value
+
+
+def _line(values: Iterable[Any]) -> bytes:
+    """One CSV line: a value's own line breaks become spaces, so that a row is always one physical line."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(["" if v is None else v for v in values])
-    return buffer.getvalue()
+    csv.writer(buffer, lineterminator="\n").writerow([_cell(v) for v in values])
+    return buffer.getvalue().encode("utf-8")
 
 
-def _write_all(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes; None when there is no file. A FIFO, a device or a directory is bad input (never blocks)."""
     try:
-        os.write(fd, data)
-        os.fsync(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise file_error(exc, "cannot read", file=path) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise BadInput("expected a results CSV file, got a directory", file=path)
+        if not stat.S_ISREG(mode):
+            raise BadInput("not a regular file (a FIFO, a socket or a device?)", file=path)
+        with open(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError as exc:
+        raise file_error(exc, "cannot read", file=path) from None
     finally:
         os.close(fd)
 
 
-def read_header(path: Path) -> list[str] | None:
+def _fields(line: bytes) -> list[str]:
+    """One line's fields; ValueError when it is not UTF-8 text or not one CSV record."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return next(csv.reader(f), None)
-    except FileNotFoundError:
-        return None
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    if '"' not in text and "\r" not in text:  # nothing quoted: the csv module would split at every comma too
+        return text.split(",")
+    try:
+        return next(csv.reader([text], strict=True))
+    except csv.Error as exc:
+        raise ValueError(f"not a CSV record ({exc})") from None
 
 
-def _problem(record: list[str], header: list[str]) -> str | None:
-    """Why a record is not a row of this file (None: it is one)."""
+def _header(first: bytes, path: Path) -> list[str]:
+    try:
+        header = _fields(first.removeprefix(b"\xef\xbb\xbf"))  # a byte-order mark from a spreadsheet
+    except ValueError as exc:
+        raise BadInput(f"not a topk-bench results file: its header (line 1) is {exc}", file=path) from None
+    duplicates = sorted({c for c in header if header.count(c) > 1})
+    if duplicates:
+        raise BadInput(f"not a topk-bench results file: column {duplicates[0]!r} appears twice in the header",
+                       file=path)
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise BadInput(f"not a topk-bench results file: no column {missing[0]!r}", file=path)
+    return header
+
+
+def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | None:
+    """Why a record is not a row of this file (None: it is one); ``numbers``: the columns that hold numbers."""
     if len(record) != len(header):
         return f"{len(record)} fields where the header has {len(header)} (a line cut by a crash?)"
     row = dict(zip(header, record))
-    if "status" in row and row["status"] not in STATUSES:
+    if row["status"] not in STATUSES:
         return f"unknown status {row['status']!r}"
-    if "case_id" in row and not row["case_id"]:
+    if not row["case_id"]:
         return "no case_id"
+    for i in numbers:
+        problem = cell_problem(header[i], record[i])
+        if problem:
+            return problem
     return None
 
 
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of every non-blank line, a trailing carriage return removed."""
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        line = line.removesuffix(b"\r")
+        if line.strip():
+            yield number, line
+
+
+def _records(data: bytes, path: Path) -> tuple[list[str], Iterator[tuple[int, bytes, list[str] | None, str | None]]]:
+    """The header, then (line number, line, fields or None, problem or None) of every line after it."""
+    lines = _lines(data)
+    first = next(lines, None)
+    if first is None:
+        return [], iter(())
+    header = _header(first[1], path)
+    numbers = [i for i, column in enumerate(header) if holds_numbers(column)]
+
+    def records():
+        for number, line in lines:
+            try:
+                fields = _fields(line)
+            except ValueError as exc:
+                yield number, line, None, str(exc)
+                continue
+            yield number, line, fields, _problem(fields, header, numbers)
+    return header, records()
+
+
 def read(path: Path) -> Table:
-    """The rows of a results CSV that are whole and valid; an absent file is an empty table."""
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                return Table([], [])
-            table = Table(header, [])
-            for record in reader:
-                if not record:
-                    continue
-                problem = _problem(record, header)
-                if problem is None:
-                    table.rows.append(dict(zip(header, record)))
-                else:
-                    table.dropped.append(f"{path.name} line {reader.line_num}: {problem}")
-            return table
-    except FileNotFoundError:
-        return Table([], [])
+    """The rows of a results CSV that are whole and valid; an absent or empty file is an empty table.
+
+    Raises BadInput when the file cannot be a results CSV at all (not a regular
+    file, unreadable, a header without the required columns).
+    """
+    path = Path(path)
+    data = _read_bytes(path)
+    header, records = _records(data or b"", path)
+    table = Table(header, [])
+    for number, _, fields, problem in records:
+        if fields is not None and len(fields) != len(header):
+            table.misfits.append((number, len(fields)))
+        elif fields is not None:
+            table.whole += 1
+        if problem is None:
+            table.rows.append(dict(zip(header, fields)))
+            table.line_numbers.append(number)
+        else:
+            table.dropped.append(f"{path.name} line {number}: {problem}")
+    return table
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -95,48 +199,74 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return read(path).rows
 
 
-def _write_atomic(path: Path, header: list[str], rows: list[Mapping[str, Any]]) -> None:
-    """Write ``rows`` under ``header`` to a copy, then atomically replace ``path`` (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        f.write(_line(header))
-        for r in rows:
-            f.write(_line(r.get(c, "") for c in header))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def read_header(path: Path) -> list[str] | None:
+    """The header of a results CSV; None when there is no file or it is empty."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise file_error(exc, "cannot read", file=path) from None
+    first = first.removesuffix(b"\n").removesuffix(b"\r")
+    return _header(first, path) if first.strip() else None
+
+
+def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset()) -> int:
+    """Rewrite the file under ``header`` (one atomic write); returns how many rows of ``drop`` (case_ids) went.
+
+    Valid rows are written again under the new header; every line a reader
+    leaves out stays as it was: a rewrite never loses a line it does not understand.
+    """
+    old, records = _records(_read_bytes(path) or b"", path)
+    lines = [_line(header)]
+    removed = 0
+    for _, line, fields, problem in records:
+        if problem is not None:
+            lines.append(line + b"\n")
+            continue
+        row = dict(zip(old, fields))
+        if row["case_id"] in drop:
+            removed += 1
+        else:
+            lines.append(_line(row.get(c, "") for c in header))
+    fileio.write_atomic(path, b"".join(lines))
+    return removed
 
 
 def remove_rows(path: Path, case_ids: set[str]) -> int:
-    """Drop the rows of ``case_ids`` (``--no-resume``), keeping every other row; returns how many went."""
+    """Drop the rows of ``case_ids`` (``--no-resume``), keeping every other line; returns how many went."""
     header = read_header(path)
-    if header is None:
-        return 0
-    rows = read_rows(path)
-    kept = [r for r in rows if r.get("case_id") not in case_ids]
-    _write_atomic(path, header, kept)
-    return len(rows) - len(kept)
+    return 0 if header is None else _rewrite(path, header, set(case_ids))
 
 
 def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[str]:
     """Append ``row`` to ``path`` (created with ``header`` if absent); returns the file's header.
 
-    Columns of ``row`` missing from the file's header widen it first (one atomic rewrite).
+    Columns of ``row`` missing from the file's header widen it first (one atomic
+    rewrite). A row that cannot be written whole (a full disk) is not written at
+    all, and raises BadInput naming the file.
     """
     current = read_header(path)
-    if current is None or not path.stat().st_size:
-        current = list(header)
-        _write_all(path, _line(current).encode())
-    missing = [c for c in list(header) + list(row) if c not in current]
-    if missing:
-        current = current + list(dict.fromkeys(missing))
-        _write_atomic(path, current, read_rows(path))
-    data = _line(row.get(c) for c in current).encode()
-    with open(path, "rb") as f:  # a line cut by a crash of an older writer must not swallow ours
-        f.seek(0, os.SEEK_END)
-        if f.tell():
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                data = b"\n" + data
-    _write_all(path, data)
+    try:
+        if current is None:
+            current = list(dict.fromkeys([*header, *row]))
+            fileio.write_atomic(path, _line(current) + _line(row.get(c) for c in current))
+            return current
+        missing = [c for c in list(header) + list(row) if c not in current]
+        if missing:
+            current = current + list(dict.fromkeys(missing))
+            _rewrite(path, current)
+        data = _line(row.get(c) for c in current)
+        with open(path, "rb") as f:  # a line cut by an older writer's crash must not swallow ours
+            f.seek(0, os.SEEK_END)
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    data = b"\n" + data
+        fileio.append(path, data)
+    except OSError as exc:
+        raise file_error(exc, "cannot write a row", file=path,
+                         hint="that row is not in the file and the rows before it are whole: "
+                              "run again to resume once this is fixed") from None
     return current

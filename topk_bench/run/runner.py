@@ -1,15 +1,15 @@
 """Running a suite: the file lock, resume, scheduling with the skip-larger rule, one row per case as it ends.
 
 :func:`run` plans (:mod:`.plan`: every input checked before any file is
-touched), takes the suite's lock, writes ``<suite>.meta.json``, and appends one
-row per case to ``<suite>.csv`` as each ends. It is the only writer of the CSV.
+touched), refuses an existing CSV whose header does not fit its rows, takes the suite's
+lock, writes ``<suite>.meta.json``, and appends one row per case to
+``<suite>.csv`` as each ends. It is the only writer of the CSV.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +17,9 @@ from typing import Any
 
 import filelock
 
+from topk_bench import fileio
 from topk_bench.case import Case, Measurement
-from topk_bench.errors import BadInput
+from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
 from topk_bench.results import store
 from topk_bench.results.row import make_row
@@ -42,12 +43,6 @@ class RunResult:
     @property
     def csv_path(self) -> Path:
         return self.plan.csv_path
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _defaults(device: str) -> dict[str, str]:
@@ -124,6 +119,28 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
             time.sleep(POLL_S)
 
 
+def _existing(csv_path: Path) -> store.Table:
+    """The file's valid rows, once it is clear that rows appended under its header will line up with them."""
+    table = store.read(csv_path)
+    problem = table.header_problem() if table.header else None
+    if problem:
+        raise BadInput(problem, file=csv_path)
+    return table
+
+
+def _todo(the_plan: Plan, table: store.Table) -> tuple[list[Case], list[tuple[Case, str]]]:
+    """The cases without a row, and those whose row stops larger sizes (with its status)."""
+    existing = {r["case_id"]: r["status"] for r in table.rows}
+    statuses = [(case, existing.get(case.case_id)) for case in the_plan.cases]
+    return ([case for case, status in statuses if status is None],
+            [(case, status) for case, status in statuses if status in STOPPING])
+
+
+def _left_out_note(table: store.Table) -> str:
+    more = f" (and {len(table.dropped) - 1} more)" if len(table.dropped) > 1 else ""
+    return f"left out {table.dropped[0]}{more}; a case without a valid row runs again"
+
+
 def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         executor_obj: Executor | None = None, **overrides: Any) -> RunResult:
     """Run (or resume) a suite; ``overrides`` are :func:`~.plan.plan`'s keyword arguments.
@@ -133,28 +150,30 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
     started = time.monotonic()
     the_plan = plan(suite_path, **overrides)
     csv_path = the_plan.csv_path
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    _existing(csv_path)  # a damaged file is refused before any file is touched
+    try:
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise file_error(exc, "cannot create the results directory", key="--out") from None
     lock = filelock.FileLock(csv_path.with_name(f".{csv_path.name}.lock"))
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
         raise BadInput("another topk-bench run is writing this file; wait for it or use --out", file=csv_path) from None
+    except OSError as exc:
+        raise file_error(exc, "cannot create the lock file") from None
     try:
         if not resume and csv_path.exists():  # start this run's cases over; rows of other devices/methods stay
             store.remove_rows(csv_path, {c.case_id for c in the_plan.cases})
-        _write_json(the_plan.meta_path, meta(the_plan))
-        existing = {r["case_id"]: r["status"] for r in store.read_rows(csv_path)}
-        todo: list[Case] = []
-        stoppers: list[tuple[Case, str]] = []
-        for case in the_plan.cases:
-            status = existing.get(case.case_id)
-            if status is None:
-                todo.append(case)
-            elif status in STOPPING:
-                stoppers.append((case, status))
+        try:
+            fileio.write_atomic(the_plan.meta_path, (json.dumps(meta(the_plan), indent=2) + "\n").encode())
+        except OSError as exc:
+            raise file_error(exc, "cannot write") from None
+        table = _existing(csv_path)  # again, under the lock
+        todo, stoppers = _todo(the_plan, table)
         reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
         with reporter:
-            for note in the_plan.notes:
+            for note in [*the_plan.notes, *([_left_out_note(table)] if table.dropped else [])]:
                 reporter.note(note)
             writer = _Writer(the_plan, reporter)
             if the_plan.cases and the_plan.cases[0].method == "predicted":

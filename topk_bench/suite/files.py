@@ -77,6 +77,8 @@ def _problem(error: dict[str, Any], fields: list[str] | None = None) -> str:
         return "missing required key"
     if kind == "too_short":
         return f"expected at least {error.get('ctx', {}).get('min_length', 1)} entry, got none"
+    if kind == "string_too_long":
+        return f"expected at most {error['ctx']['max_length']} characters, got {len(value)}"
     if kind == "value_error":  # our validators say what they expected and what they got
         return "expected " + re.sub(r"^Value error, ", "", msg)
     msg = re.sub(r"^(Input|Value) should (be |have )?", "", msg)

@@ -64,7 +64,8 @@ class ImplEntry(BaseModel):
 
 
 class Suite(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it names the CSV file
+    # It names the files OUT/.<name>.meta.json.tmp and OUT/.<name>.csv.lock: they must fit a file name (255 bytes).
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
     title: str = ""
     workload: str                       # a registered workload (topk_bench.workloads)
     mode: Literal["fwd", "fwd_bwd"] = "fwd_bwd"

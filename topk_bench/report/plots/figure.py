@@ -18,6 +18,7 @@ Plug-in renderers (e.g. fidelity against k) take over a suite's figure: either
 from __future__ import annotations
 
 import importlib
+import io
 import math
 import textwrap
 from pathlib import Path
@@ -33,6 +34,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from topk_bench import fileio  # noqa: E402
 from topk_bench.errors import BadInput  # noqa: E402
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs  # noqa: E402
 from topk_bench.report.plots.spec import PlotSpec  # noqa: E402
@@ -340,16 +342,24 @@ def render(item: FigureInput, out_dir: Path, formats: tuple[str, ...]) -> list[P
         paths = []
         for fmt in formats:
             path = out_dir / f"{item.stem}.{fmt}"
-            fig.savefig(path, dpi=DPI)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, dpi=DPI)
+            fileio.write_atomic(path, buffer.getvalue())  # a full disk leaves no half figure
             paths.append(path)
         return paths
     finally:
         plt.close(fig)
 
 
-def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tuple[str, ...] = ("png",)) -> list[Path]:
-    """Render every suite CSV of ``results`` into ``out_dir``; returns the files written."""
-    inputs = figure_inputs(Path(results))  # validates everything before writing anything
+def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tuple[str, ...] = ("png",),
+                 warn: Callable[[str], None] | None = None) -> list[Path]:
+    """Render every suite CSV of ``results`` into ``out_dir``; returns the files written.
+
+    ``warn`` hears of every line of the CSVs left out.
+    """
+    inputs = figure_inputs(Path(results), warn)  # validates everything before writing anything
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise BadInput("expected a directory, got a file", file=out, key="--out")
     out.mkdir(parents=True, exist_ok=True)
     return [path for item in inputs for path in render(item, out, formats)]

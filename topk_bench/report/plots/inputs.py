@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from topk_bench.errors import BadInput
 from topk_bench.report.plots.spec import PlotSpec, infer_spec, spec_from_meta
-from topk_bench.results.frame import csv_files, load_results
+from topk_bench.results.frame import csv_files, left_out, load_results
 
 
 @dataclass
@@ -31,11 +32,13 @@ class FigureInput:
         return f"{self.spec.suite}-{self.device}-{self.method}"
 
 
-def figure_inputs(path: Path) -> list[FigureInput]:
-    """One FigureInput per (suite CSV, device, method), in a stable order."""
+def figure_inputs(path: Path, warn: Callable[[str], None] | None = None) -> list[FigureInput]:
+    """One FigureInput per (suite CSV, device, method), in a stable order; ``warn`` hears of every line left out."""
     inputs = []
     for csv in csv_files(path):
         frame = load_results(csv)
+        for line in left_out(frame) if warn else ():
+            warn(line)
         if frame.empty:
             raise BadInput("results CSV has no rows", file=csv)
         meta = csv.with_name(f"{csv.stem}.meta.json")
