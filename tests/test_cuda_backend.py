@@ -73,9 +73,9 @@ def fake_cuda(monkeypatch):
         assert str(device) == "cuda:0"
         return real_build(case, "cpu")
 
-    def counted(wl, case, clock=None):
+    def counted(wl, case, clock=None, losses=None):
         fake.iterations += 1
-        return real_iteration(wl, case, clock)
+        return real_iteration(wl, case, clock, losses)
 
     monkeypatch.setattr(measure, "build", build_on_cpu)
     monkeypatch.setattr(measure, "iteration", counted)

@@ -361,3 +361,47 @@ def test_duplicate_case_ids_are_shown_once_and_said(measured, cli, tmp_path):
     write_lines(base, text)
     compared = cli("compare", base, csv_path)
     assert compared.code == 1 and "tiny.csv line 5" in compared.out
+
+
+# --- also: a NaN output is a status of its own ---------------------------------------------------------
+
+def _nan_case(tmp_path, mode="fwd_bwd", fidelity=False, which="nan_output") -> Case:
+    return Case.make(suite="t", workload="mha", impl=which, params={"seq_len": 8, "d_model": 8, "heads": 2},
+                     mode=mode, warmup=0, repeats=2, fidelity=fidelity, plugins=(str(PLUGINS / "nonfinite_impls.py"),))
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+def test_a_nan_output_is_status_nonfinite_with_its_measurement(tmp_path, mode, single_thread):
+    result = worker.execute(_nan_case(tmp_path, mode))
+    assert result.status == Status.NONFINITE == "nonfinite" and "nonfinite" in STATUSES
+    assert "NaN" in result.error and result.peak_bytes > 0 and len(result.times_s) == 2
+
+
+def test_a_nan_gradient_is_nonfinite_and_fidelity_is_not_computed(tmp_path, single_thread):
+    result = worker.execute(_nan_case(tmp_path, which="nan_gradient", fidelity=True))
+    assert result.status == Status.NONFINITE and "gradient" in result.error
+    assert "rel_err" not in result.extra
+
+
+def test_a_nan_error_metric_is_nonfinite(monkeypatch, single_thread):
+    from topk_bench.measure import extras
+
+    monkeypatch.setattr(extras, "layer_columns", lambda case, budget: {"rel_err": float("nan"), "grad_cos": 1.0})
+    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
+                     warmup=0, repeats=1, fidelity=True)
+    result = worker.execute(case)
+    assert result.status == Status.NONFINITE and "rel_err = nan" in result.error
+
+
+def test_a_finite_output_stays_ok(single_thread):
+    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
+                     warmup=0, repeats=1)
+    assert measure(case).status == Status.OK
+
+
+def test_nonfinite_in_new_is_a_regression(measured, cli, tmp_path):
+    suite, out, csv_path = measured
+    new = tmp_path / "new.csv"
+    write_lines(new, [lines(csv_path)[0]] + [line.replace(",ok,", ",nonfinite,") for line in lines(csv_path)[1:]])
+    result = cli("compare", csv_path, new)
+    assert result.code == 1 and "ok → nonfinite" in result.out

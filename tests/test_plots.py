@@ -43,7 +43,7 @@ def _write(path, points):
 
 
 def _mha_rows(method):
-    """Vanilla stops by OOM, qchunk by a time-out, performer is unsupported, topk crashes once then errors."""
+    """Vanilla stops by OOM, qchunk by a time-out, performer is unsupported then NaN, topk crashes once then errors."""
     timed = method == "measured"
     t = (lambda s: s) if timed else (lambda s: None)
     rows = []
@@ -58,6 +58,7 @@ def _mha_rows(method):
         _row("mha", "qchunk", method, "over_budget", 1024, 40.0),
         _row("mha", "qchunk", method, "timeout", 2048),
         _row("mha", "performer", method, "unsupported", 512),
+        _row("mha", "performer", method, "nonfinite", 1024, 0.3, t(0.02)),
         _row("mha", "topk", method, "crashed", 8192),
         _row("mha", "topk", method, "error", 16384),
     ]

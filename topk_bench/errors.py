@@ -38,3 +38,6 @@ def file_error(exc: OSError, doing: str = "", file: str | Path | None = None, hi
 class Unsupported(Exception):
     """The case asks something its implementation or workload does not do (status ``unsupported``)."""
 
+
+class NonFinite(Exception):
+    """The case's numbers are not finite (a NaN or inf output, gradient or error metric: status ``nonfinite``)."""

@@ -16,6 +16,7 @@ class Status(str, Enum):
     TIMEOUT = "timeout"           # killed after the case's time budget
     CRASHED = "crashed"           # the child process died (signal, lost Slurm job)
     ERROR = "error"               # the case raised
+    NONFINITE = "nonfinite"       # it ran, but its output (or a gradient, or an error metric) holds NaN or inf
     SKIPPED = "skipped"           # not run: a smaller size of the same implementation failed
     UNSUPPORTED = "unsupported"   # the implementation cannot run this case (activation, masking, prediction...)
 

@@ -15,6 +15,8 @@ is forward only: no activations are kept for backward). Gradients of the
 previous iteration are dropped before each one, so each starts from the same
 live set: parameters and inputs, reported as ``baseline_bytes``.
 Failures raise; :func:`topk_bench.measure.worker.execute` turns them into statuses.
+A measured case whose last iteration left a NaN or inf (in the output, or a
+gradient) keeps its numbers with status ``nonfinite``: fast garbage is no result.
 """
 
 from __future__ import annotations
@@ -69,10 +71,12 @@ def grad_context(case: Case):
     return contextlib.nullcontext() if case.mode == "fwd_bwd" else torch.no_grad()
 
 
-def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None) -> tuple[float, float]:
+def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None,
+              losses: list[torch.Tensor] | None = None) -> tuple[float, float]:
     """One forward (+ backward); returns (forward, backward) seconds when given a clock.
 
     ``out`` stays alive through backward, as in a benchmark script that keeps it.
+    ``losses`` receives the detached loss (one scalar), to be checked after the timed region.
     """
     wl.clear_grads()
     with grad_context(case):
@@ -83,8 +87,30 @@ def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None
         if case.mode == "fwd_bwd":
             loss.backward()
         t2 = clock() if clock else 0.0
+    if losses is not None:
+        losses.append(loss.detach())
     del out, loss
     return t1 - t0, t2 - t1
+
+
+def nonfinite(wl: Workload, loss: torch.Tensor) -> str:
+    """Why the last iteration's numbers are not finite ("" when they are): its output, seen through
+    ``loss = out.mean()`` (NaN or inf as soon as one element is), or a gradient it left behind."""
+    if not bool(torch.isfinite(loss)):
+        return f"the output holds NaN or inf (its mean is {float(loss)})"
+    grads = [(f"input {i}", x.grad) for i, x in enumerate(wl.inputs)]
+    grads += [(f"parameter {name}", p.grad) for name, p in wl.model.named_parameters()]
+    for what, grad in grads:
+        if grad is not None and not bool(torch.isfinite(grad).all()):
+            return f"the gradient of {what} holds NaN or inf"
+    return ""
+
+
+def _checked(measurement: Measurement, wl: Workload, losses: list[torch.Tensor]) -> Measurement:
+    problem = nonfinite(wl, losses[-1])
+    if problem:
+        measurement.status, measurement.error = Status.NONFINITE, problem
+    return measurement
 
 
 def _result(case: Case, **fields) -> Measurement:
@@ -108,11 +134,12 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
     tracker.register(wl.model, wl.inputs)
     with FlopCounterMode(display=False) as flops, tracker:
         iteration(wl, case)
-    samples = [iteration(wl, case, time.perf_counter) for _ in range(case.repeats)]
-    return _result(
+    losses: list[torch.Tensor] = []
+    samples = [iteration(wl, case, time.perf_counter, losses) for _ in range(case.repeats)]
+    return _checked(_result(
         case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
         flops=flops.get_total_flops(), **_timings(samples, case),
-    )
+    ), wl, losses)
 
 
 def predict(case: Case, budget: Budget) -> Measurement:
@@ -156,16 +183,17 @@ def measure_cuda(case: Case, budget: Budget) -> Measurement:
             start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             marks = iter((start, mid, end))
             # The "clock" records the next event; durations are read from the events after synchronising.
-            iteration(wl, case, clock=lambda: next(marks).record() or 0.0)
+            iteration(wl, case, clock=lambda: next(marks).record() or 0.0, losses=losses)
             torch.cuda.synchronize(device)
             return start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3  # elapsed_time is in ms
 
+        losses: list[torch.Tensor] = []
         samples = [one() for _ in range(case.repeats)]
-        return _result(
+        return _checked(_result(
             case, peak_bytes=torch.cuda.max_memory_allocated(device),
             reserved_bytes=torch.cuda.max_memory_reserved(device), baseline_bytes=baseline,
             flops=flops.get_total_flops(), **_timings(samples, case),
-        )
+        ), wl, losses)
 
 
 BACKENDS: dict[str, Callable[[Case, Budget], Measurement]] = {

@@ -19,12 +19,14 @@ time budget.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
 
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
+from topk_bench.errors import NonFinite
 from topk_bench.measure import fidelity
 from topk_bench.measure.backends import dtype_of, predict
 from topk_bench.units import GIB
@@ -110,11 +112,17 @@ def layer_columns(case: Case, budget: Budget) -> dict[str, Any]:
 
 
 def extra_columns(case: Case, budget: Budget) -> dict[str, Any]:
-    """The optional columns of a case: its workload's own, and layer fidelity when the suite asks (``fidelity = true``)."""
+    """The optional columns of a case: its workload's own, and layer fidelity when the suite asks (``fidelity = true``).
+
+    Raises NonFinite when one of them is NaN or inf."""
     columns: dict[str, Any] = {}
     own = workloads.get(case.workload).extra_columns
     if own is not None:
         columns.update(own(case, budget))
     if case.fidelity:
         columns.update(layer_columns(case, budget))
+    bad = [f"{name} = {value}" for name, value in columns.items()
+           if isinstance(value, float) and not math.isfinite(value)]
+    if bad:  # readers leave out a row with such a number: the case is nonfinite instead
+        raise NonFinite(f"not finite: {', '.join(bad)}")
     return columns

@@ -26,7 +26,7 @@ import torch
 
 from topk_bench import plugins
 from topk_bench.case import Budget, Case, Measurement
-from topk_bench.errors import Unsupported
+from topk_bench.errors import NonFinite, Unsupported
 from topk_bench.measure import metadata
 from topk_bench.measure.backends import measure
 from topk_bench.measure.extras import extra_columns
@@ -60,6 +60,8 @@ def classify(exc: BaseException, budget: Budget) -> tuple[str, str]:
         return Status.OVER_BUDGET, first_line
     if isinstance(exc, Unsupported):
         return Status.UNSUPPORTED, first_line
+    if isinstance(exc, NonFinite):  # issue 18: a NaN in an optional column (extras)
+        return Status.NONFINITE, first_line
     if _is_allocation_failure(exc):
         # With a memory budget (never above the machine's memory) a failed allocation means
         # the case needed more than the budget; the child's address-space limit makes it fail early.
@@ -78,7 +80,8 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
         plugins.load(case.plugins)
         result = measure(case, budget)
         # Outside the measured region: fidelity against vanilla, a workload's own columns.
-        result.extra.update(extra_columns(case, budget))
+        if result.status == Status.OK:  # issue 18: not for a nonfinite case (its error metrics are NaN)
+            result.extra.update(extra_columns(case, budget))
     except Exception as exc:  # noqa: BLE001 -- every failure becomes a status
         status, message = classify(exc, budget)
         meta = metadata.collect(case.device)

@@ -44,6 +44,7 @@ FAILURE_TEXT = {
     Status.TIMEOUT: "timeout",
     Status.CRASHED: "crashed",
     Status.ERROR: "error",
+    Status.NONFINITE: "NaN/inf",
 }
 
 
