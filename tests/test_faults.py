@@ -234,6 +234,33 @@ def test_6_ties_that_keep_the_test_from_reaching_alpha_are_inconclusive_not_unch
     assert result.min_p_value == pytest.approx(2 * 120 / 3432) and "ties" in result.note
 
 
+# --- 7. a plug-in that exits at import ---------------------------------------------------------------
+
+def test_7_a_plugin_calling_sys_exit_at_import_is_bad_input(tmp_path, cli):
+    (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
+    suite = tiny_suite(tmp_path, extra='plugins = ["quits.py"]')
+    result = cli("run", suite, "--out", tmp_path / "out")
+    line = result.error_line
+    assert result.code == 2 and "plugins" in line and "SystemExit" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_7_a_plugin_exiting_in_the_child_is_an_error_row(tmp_path):
+    (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
+    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
+                     plugins=(str(tmp_path / "quits.py"),))
+    result = worker.execute(case)
+    assert result.status == Status.ERROR and "SystemExit" in result.error
+
+
+def test_7_prints_at_plugin_import_stay_off_stdout(tmp_path, cli):
+    (tmp_path / "chatty.py").write_text("print('hello from a plug-in')\n")
+    suite = tiny_suite(tmp_path, extra='plugins = ["chatty.py"]')
+    result = cli("run", suite, "--out", tmp_path / "out")
+    assert result.code == 0, result.err
+    assert "hello from a plug-in" not in result.out and "hello from a plug-in" in result.err
+
+
 # --- 8. filesystem errors: one line, exit 2 ----------------------------------------------------------
 
 def _rename_case_id(path: Path) -> None:

@@ -8,6 +8,7 @@ the child (:func:`load`) imports them again before measuring.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -23,25 +24,33 @@ def _is_file(plugin: str) -> bool:
 
 
 def load(plugins: Iterable[str]) -> None:
-    """Import each plug-in, each only once per process."""
+    """Import each plug-in, each only once per process. A plug-in that exits (``sys.exit``) raises ImportError:
+    it must not end the run (parent) or the case (child) without a word."""
     for plugin in plugins:
-        if not _is_file(plugin):
-            importlib.import_module(plugin)
-            continue
-        path = Path(plugin).resolve()
-        name = f"topk_bench_plugin_{path.stem}_{abs(hash(str(path))):x}"
-        if name in sys.modules:
-            continue
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load plugin file {plugin}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
+            _load(plugin)
+        except SystemExit as exc:
+            raise ImportError(f"SystemExit({exc.code!r}) raised while importing {plugin}") from None
+
+
+def _load(plugin: str) -> None:
+    if not _is_file(plugin):
+        importlib.import_module(plugin)
+        return
+    path = Path(plugin).resolve()
+    name = f"topk_bench_plugin_{path.stem}_{abs(hash(str(path))):x}"
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load plugin file {plugin}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
 
 
 def resolve(plugins: Iterable[str], suite_path: Path | None = None, key: str = "plugins") -> list[str]:
@@ -63,7 +72,8 @@ def resolve(plugins: Iterable[str], suite_path: Path | None = None, key: str = "
                 raise BadInput(f"plug-in file not found: {file}", file=suite_path, key=key)
             plugin = str(file.resolve())
         try:
-            load([plugin])
+            with contextlib.redirect_stdout(sys.stderr):  # a plug-in's prints must not mix into run's output
+                load([plugin])
         except Exception as exc:  # any failure of user code is bad input, reported in one line
             raise BadInput(f"cannot import plug-in {plugin!r} ({type(exc).__name__}: {exc})",
                            file=suite_path, key=key) from None
