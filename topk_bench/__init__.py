@@ -18,7 +18,8 @@ def run_suite(path: str | Path, **overrides: Any):
 
     ``overrides``: ``out``, ``device``, ``predict``, ``repeats``, ``warmup``, ``max_memory_gib``,
     ``max_case_seconds``, ``executor``, ``jobs``, ``config``, ``resume`` (default True), ``progress``
-    (default False). Invalid input raises ``topk_bench.errors.BadInput``.
+    (default False), ``yes`` (a suite of more cases than ``max_cases``). Invalid input, and a results
+    file that cannot be written, raise ``topk_bench.errors.BadInput``.
     """
     from topk_bench.run import runner  # lazy: `import topk_bench` must not import torch
 

@@ -31,3 +31,11 @@ def format_seconds(value: Any) -> str:
         return "-"
     s = float(value)
     return f"{s:.4g} s" if abs(s) >= 1 else f"{s * 1e3:.4g} ms"
+
+
+def format_duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``, ``11.6 d``: an estimate, so three digits at most."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.0f} s"

@@ -33,6 +33,7 @@ def run(
     jobs: Optional[int] = typer.Option(None, "--jobs", help="Cases at once (local executor; default 1, all cores with --predict)."),
     config: Optional[Path] = typer.Option(None, "--config", help="bench.toml to use (default: ./bench.toml if present)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."),
 ) -> None:
     """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
     from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
@@ -42,7 +43,7 @@ def run(
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
             repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-            executor=executor, jobs=jobs,
+            executor=executor, jobs=jobs, yes=yes,
         )
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)

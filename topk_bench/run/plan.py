@@ -7,6 +7,7 @@ command line.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +21,14 @@ from topk_bench.errors import BadInput
 from topk_bench.results.columns import FIDELITY_COLUMNS, header as results_header, order_parameters
 from topk_bench.results.row import parameters
 from topk_bench.suite import sweep
-from topk_bench.suite.load import load_suite
+from topk_bench.suite.checks import check_suite
+from topk_bench.suite.load import read_suite
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings, load_settings
-from topk_bench.units import GIB
+from topk_bench.units import GIB, format_duration
+
+# A child's interpreter and imports (torch) before it measures: 2 to 5 s on 2 loaded cores.
+STARTUP_S = 3.0
 
 
 @dataclass
@@ -77,8 +82,11 @@ def _device(requested: str) -> str:
 def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str | Path | None = None,
          device: str | None = None, predict: bool = False, repeats: int | None = None, warmup: int | None = None,
          max_memory_gib: float | None = None, max_case_seconds: float | None = None,
-         executor: str | None = None, jobs: int | None = None) -> Plan:
-    """Settings (bench.toml < suite < arguments), the cases and their budget. Raises BadInput; writes nothing."""
+         executor: str | None = None, jobs: int | None = None, yes: bool = False) -> Plan:
+    """Settings (bench.toml < suite < arguments), the cases and their budget. Raises BadInput; writes nothing.
+
+    A suite of more cases than ``max_cases`` is bad input unless ``yes``, said before its cases are even built.
+    """
     _check_override("--repeats", repeats, 1)
     _check_override("--warmup", warmup, 0)
     _check_override("--max-memory", max_memory_gib, 0, strict=True)
@@ -87,7 +95,7 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     if executor is not None and executor not in ("local", "slurm"):
         raise BadInput(f"expected local or slurm, got {executor!r}", key="--executor")
     settings = load_settings(config)
-    suite = load_suite(suite_path)
+    suite = read_suite(suite_path)
     notes: list[str] = []
 
     method = "predicted" if predict else "measured"
@@ -101,10 +109,6 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         if available is not None and available < memory:
             notes.append(f"memory budget capped to the available {available / GIB:.1f} GiB (asked {memory_gib:g} GiB)")
             memory = available
-    cases = sweep.expand(
-        suite, device=dev, method=method, dtype=pick(None, suite.dtype, settings.dtype),
-        warmup=pick(warmup, suite.warmup, settings.warmup), repeats=pick(repeats, suite.repeats, settings.repeats),
-    )
 
     updates: dict[str, Any] = {}
     if executor is not None:
@@ -121,6 +125,18 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         notes.append(f"warning: {executor_settings.jobs} jobs on a measured CPU run compete for cores: "
                      "times are not comparable with a --jobs 1 run")
 
+    max_cases = pick(None, suite.max_cases, settings.max_cases)
+    count = sweep.count(suite)
+    if count > max_cases and not yes:
+        raise BadInput(f"{count} cases, {estimate(count, seconds, executor_settings)}: more than max_cases = "
+                       f"{max_cases}; pass --yes to run them, or raise max_cases in the suite or bench.toml",
+                       file=suite.path, key="max_cases")
+    check_suite(suite, suite.path)
+    cases = sweep.expand(
+        suite, device=dev, method=method, dtype=pick(None, suite.dtype, settings.dtype),
+        warmup=pick(warmup, suite.warmup, settings.warmup), repeats=pick(repeats, suite.repeats, settings.repeats),
+    )
+
     out_dir = Path(out) if out is not None else settings.path(settings.results_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput("expected a directory", file=out_dir, key="--out")
@@ -130,6 +146,22 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         header=results_header(parameters_of(cases), optional_columns(suite, cases)),
         executor=executor_settings, notes=notes,
     )
+
+
+def estimate(n: int, seconds: float | None, executor: ExecutorSettings) -> str:
+    """How long ``n`` cases take: from the children's start-up alone to every case using its whole time budget."""
+    at_once = executor.jobs if executor.kind == "local" else executor.array_parallelism
+    waves = math.ceil(n / at_once)
+    budget = seconds or 0.0
+    return (f"{format_duration(waves * STARTUP_S)} to {format_duration(waves * (STARTUP_S + budget))} "
+            f"({at_once} at a time, each from ~{STARTUP_S:g} s of start-up to its {budget:g} s time budget)")
+
+
+def size_note(the_plan: Plan, todo: int) -> str:
+    """The line a run starts with: how many cases, how long."""
+    done = len(the_plan.cases) - todo
+    return (f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {the_plan.csv_path.name}), "
+            f"estimate {estimate(todo, the_plan.budget.max_seconds, the_plan.executor)}")
 
 
 def parameters_of(cases: list[Case]) -> list[str]:

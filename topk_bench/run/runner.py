@@ -1,7 +1,8 @@
 """Running a suite: the file lock, resume, scheduling with the skip-larger rule, one row per case as it ends.
 
-:func:`run` plans (:mod:`.plan`: every input checked before any file is
-touched), refuses an existing CSV whose header does not fit its rows, takes the suite's
+:func:`run` plans (:mod:`.plan`: every input checked, and a suite of more
+cases than ``max_cases`` refused unless told yes, before any file is touched),
+refuses an existing CSV whose header does not fit its rows, takes the suite's
 lock, writes ``<suite>.meta.json``, and appends one row per case to
 ``<suite>.csv`` as each ends. It is the only writer of the CSV.
 """
@@ -25,7 +26,7 @@ from topk_bench.results import store
 from topk_bench.results.row import make_row
 from topk_bench.run.executors import Executor, get_executor
 from topk_bench.run.order import Order, describe_size
-from topk_bench.run.plan import Plan, meta, plan
+from topk_bench.run.plan import Plan, meta, plan, size_note
 from topk_bench.run.progress import Reporter, summary
 from topk_bench.status import STOPPING, Status
 from topk_bench.workloads.support import unsupported
@@ -142,13 +143,14 @@ def _left_out_note(table: store.Table) -> str:
 
 
 def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
-        executor_obj: Executor | None = None, **overrides: Any) -> RunResult:
+        executor_obj: Executor | None = None, yes: bool = False, **overrides: Any) -> RunResult:
     """Run (or resume) a suite; ``overrides`` are :func:`~.plan.plan`'s keyword arguments.
 
+    A suite of more cases than ``max_cases`` is bad input unless ``yes``.
     Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
     """
     started = time.monotonic()
-    the_plan = plan(suite_path, **overrides)
+    the_plan = plan(suite_path, yes=yes, **overrides)
     csv_path = the_plan.csv_path
     _existing(csv_path)  # a damaged file is refused before any file is touched
     try:
@@ -171,9 +173,10 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
             raise file_error(exc, "cannot write") from None
         table = _existing(csv_path)  # again, under the lock
         todo, stoppers = _todo(the_plan, table)
+        size = size_note(the_plan, len(todo))
         reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
         with reporter:
-            for note in [*the_plan.notes, *([_left_out_note(table)] if table.dropped else [])]:
+            for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else [])]:
                 reporter.note(note)
             writer = _Writer(the_plan, reporter)
             if the_plan.cases and the_plan.cases[0].method == "predicted":

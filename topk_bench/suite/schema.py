@@ -77,6 +77,7 @@ class Suite(Strict):
     warmup: int | None = Field(None, ge=0)
     max_memory_gib: float | None = Field(None, gt=0)
     max_case_seconds: float | None = Field(None, gt=0)
+    max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes
     plugins: list[str] = Field(default_factory=list)
     fidelity: bool = False
     shape: dict[str, int | float | str] = Field(default_factory=dict)

@@ -44,6 +44,9 @@ class Settings(Strict):
     max_memory_gib: float = Field(30.0, gt=0)
     # Chosen so that suites/mha.toml measured on a 2-core CPU ends in about 15 minutes.
     max_case_seconds: float = Field(60.0, gt=0)
+    # A run with more cases to run than this is refused unless --yes: 1000 cases take
+    # from about an hour (start-up alone) to 17 hours (every case using the 60 s budget).
+    max_cases: int = Field(1000, ge=1)
     results_dir: str = "results"
     plots_dir: str = "plots"
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)

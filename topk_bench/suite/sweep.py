@@ -9,6 +9,7 @@ one — what the skip-larger rule (:mod:`topk_bench.run.order`) needs.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import implementations
@@ -63,6 +64,11 @@ def grid(suite: Suite) -> list[dict[str, Any]]:
     """The swept values, smallest first, one dict per point."""
     keys = list(suite.sweep)
     return [dict(zip(keys, point)) for point in itertools.product(*(sorted(suite.sweep[k]) for k in keys))]
+
+
+def count(suite: Suite) -> int:
+    """How many cases :func:`expand` gives, without building them."""
+    return math.prod(len(values) for values in suite.sweep.values()) * len(suite.impl)
 
 
 def _resolved(impl: implementations.Implementation, given: dict[str, Any]) -> dict[str, Any]:
