@@ -130,7 +130,8 @@ def _header(first: bytes, path: Path) -> list[str]:
 def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | None:
     """Why a record is not a row of this file (None: it is one); ``numbers``: the columns that hold numbers."""
     if len(record) != len(header):
-        return f"{len(record)} fields where the header has {len(header)} (a line cut by a crash?)"
+        why = "a line cut by a crash?" if len(record) < len(header) else "a damaged header?"
+        return f"{len(record)} fields where the header has {len(header)} ({why})"
     row = dict(zip(header, record))
     if row["status"] not in STATUSES:
         return f"unknown status {row['status']!r}"

@@ -138,8 +138,12 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     )
 
     out_dir = Path(out) if out is not None else settings.path(settings.results_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BadInput("expected a directory", file=out_dir, key="--out")
+    for place in (out_dir, *out_dir.parents):  # the nearest that exists must be a directory
+        if place.exists():
+            if not place.is_dir():
+                raise BadInput("expected a directory" + (f", but {place} is a file" if place != out_dir else ""),
+                               file=out_dir, key="--out")
+            break
     return Plan(
         suite=suite, settings=settings, cases=cases, budget=Budget(memory, seconds),
         csv_path=out_dir / f"{suite.name}.csv", meta_path=out_dir / f"{suite.name}.meta.json",
