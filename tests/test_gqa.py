@@ -52,7 +52,7 @@ def _fn(name):
 @pytest.mark.parametrize("hq,hkv", HEADS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
-@pytest.mark.parametrize("name,options,repeated", CASES, ids=lambda x: x if isinstance(x, str) else str(x))
+@pytest.mark.parametrize("name,options,repeated", CASES, ids=lambda x: x if isinstance(x, str) else getattr(x, "__name__", str(x)))
 def test_gqa_equals_repeated_kv(name, options, repeated, activation, causal, hq, hkv, lq, lk):
     if activation not in implementations.spec(name).activations:
         pytest.skip(f"{name} does not support {activation}")
