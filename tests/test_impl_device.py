@@ -6,7 +6,11 @@ CPU) fails every case on CUDA. No GPU is needed to catch that: under
 ``torch.device("meta")`` a CPU round trip raises (a meta tensor has no data) and a tensor
 left on the CPU cannot meet a meta one, so building and running every implementation and
 layer there, and checking that every parameter, buffer, output and gradient is on meta,
-catches the whole class.
+catches the whole class. A :class:`~topk_bench.measure.placement.DevicePlacement` mode
+around the forward and backward also names every op that mixes devices or runs off meta.
+The second half does the same through the harness's own path (``workloads.build`` under
+``torch.device``, then the measured ``iteration``) for every workload and implementation:
+what ``measure_cuda`` does on a GPU.
 
 (``FakeTensorMode`` with a fake CUDA device would be closer to the real thing, but on a
 CPU-only build autograd aborts the process, uncatchably, when a custom
@@ -14,11 +18,18 @@ CPU-only build autograd aborts the process, uncatchably, when a custom
 devices".)
 """
 
+import contextlib
+
 import pytest
 import torch
 
 import implementations
 from implementations import Decoder, FeedForward, MultiHeadAttention
+from topk_bench import workloads
+from topk_bench.case import Case
+from topk_bench.measure.backends import build, iteration
+from topk_bench.measure.placement import DevicePlacement
+from topk_bench.workloads.support import unsupported
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -53,6 +64,22 @@ def meta_kernels_missing(error: NotImplementedError) -> bool:
     return "'SparseMeta' backend" in str(error)
 
 
+@contextlib.contextmanager
+def placed(name, expected=None):
+    """Run the block under a placement check; an op that raised reports the placement problem it made."""
+    placement = DevicePlacement(expected)
+    try:
+        with placement:
+            yield placement
+    except NotImplementedError as error:
+        if meta_kernels_missing(error) and not placement.problems:
+            pytest.skip(f"{name}: PyTorch has no meta kernel for one of its ops")
+        raise AssertionError(f"{name}: {error}; {placement.problems}") from error
+    except RuntimeError as error:
+        raise AssertionError(f"{name}: {error}; {placement.problems}") from error
+    placement.check()
+
+
 def attention_cases():
     for spec in SPECS:
         for activation in spec.activations:
@@ -68,13 +95,9 @@ def test_implementation_stays_on_its_device(name, activation, causal):
         q = torch.randn(2, 3, 7, 4, requires_grad=True)
         k = torch.randn(2, 3, 8, 4, requires_grad=True)
         v = torch.randn(2, 3, 8, 4, requires_grad=True)
-        try:
+        with placed(name, META):
             out = module(q, k, v, causal=causal, activation=activation)
             out.mean().backward()
-        except NotImplementedError as error:
-            if meta_kernels_missing(error):
-                pytest.skip(f"{name}: PyTorch has no meta kernel for one of its ops")
-            raise
     assert out.shape == (2, 3, 7, 4)
     assert_module_on(META, module)
     assert_on(META, out=out, dq=q.grad, dk=k.grad, dv=v.grad)
@@ -100,13 +123,9 @@ def test_layers_stay_on_their_device(name):
         built = list(layers(spec))
         for _, layer in built:
             x = torch.randn(2, 5, 8, requires_grad=True)
-            try:
+            with placed(name, META):
                 out = layer(x)
                 out.mean().backward()
-            except NotImplementedError as error:
-                if meta_kernels_missing(error):
-                    pytest.skip(f"{name}: PyTorch has no meta kernel for one of its ops")
-                raise
             assert_on(META, out=out, dx=x.grad)
     for kind, layer in built:
         assert_module_on(META, layer)
@@ -136,3 +155,66 @@ def test_performer_features_are_the_packages_draws_placed_on_the_device():
     with torch.device(META):
         assert draw_projection(8, 4).device.type == META
         assert implementations.spec("performer").module(4, nb_features=8).projection.device.type == META
+
+
+# -- the harness's path: workloads.build under torch.device, then the measured iteration ---------------
+
+# The pretrained workload loads real weights from a file: nothing to build on meta (it is measured only).
+WORKLOADS = [name for name in workloads.names() if name != "pretrained"]
+TINY = {"mha": {"seq_len": 7, "batch": 2, "d_model": 8, "heads": 2},
+        "ff": {"seq_len": 7, "batch": 2, "d_model": 8, "d_ff": 12},
+        "decoder": {"seq_len": 7, "batch": 2, "d_model": 8, "heads": 2, "d_ff": 12, "layers": 2}}
+
+
+def workload_cases():
+    for workload in WORKLOADS:
+        spec = workloads.get(workload)
+        for name in NAMES:
+            causal, activation = spec.settings(None, None)
+            case = Case.make(suite="device", workload=workload, impl=name, params=TINY[workload],
+                             options=small_options(implementations.spec(name)), causal=causal,
+                             activation=activation, ff_impl=spec.default_feedforward if spec.feedforward else None,
+                             device=META)
+            if not unsupported(case, predict=False):
+                yield pytest.param(case, id=f"{workload}-{name}")
+
+
+def test_tiny_shapes_cover_every_workload():
+    assert set(WORKLOADS) <= set(TINY), "a new workload needs a tiny shape here"
+    assert {"mha", "ff", "decoder"} <= set(WORKLOADS)
+
+
+@pytest.mark.parametrize("case", list(workload_cases()))
+def test_workload_builds_and_iterates_on_its_device(case):
+    """What measure_cuda does, on meta: build under ``torch.device``, one forward + backward, nothing elsewhere.
+
+    Building may compute on the CPU and move the result (Performer's random features): only
+    mixing is an error there. In the iteration every op must run on the device.
+    """
+    with placed(case.impl):
+        wl = build(case, META)
+    with placed(case.impl, META):
+        iteration(wl, case)
+    assert_module_on(META, wl.model)
+    assert_on(META, **{f"input{i}": x for i, x in enumerate(wl.inputs)},
+              **{f"d_input{i}": x.grad for i, x in enumerate(wl.inputs)})
+    grads = {f"{n}.grad": p.grad for n, p in wl.model.named_parameters()}
+    assert grads and all(g is not None for g in grads.values())
+    assert_on(META, **grads)
+
+
+def test_placement_names_an_op_that_mixes_devices():
+    placement = DevicePlacement()
+    with pytest.raises(RuntimeError), placement:
+        torch.ones(3, device=META) + torch.ones(3)  # what the old Performer did: a CPU block meets the device
+    assert placement.problems and "aten.add" in placement.problems[0] and "cpu, meta" in placement.problems[0]
+
+
+def test_placement_expected_device_names_work_done_elsewhere_but_allows_transfers_and_scalars():
+    placement = DevicePlacement(META)
+    with placement:
+        moved = torch.ones(3).to(META)  # factory on the CPU: noted; the transfer itself is not
+        moved * torch.tensor(2.0)       # a 0-dim CPU tensor beside the device: a scalar, as CUDA allows
+    assert len(placement.problems) == 1 and "runs on cpu, not on meta" in placement.problems[0]
+    with pytest.raises(AssertionError, match="runs on cpu"):
+        placement.check()
