@@ -3,5 +3,6 @@
 from topk_bench.cli import list_cmd  # noqa: F401
 from topk_bench.cli import plot_cmd  # noqa: F401
 from topk_bench.cli import compare_cmd  # noqa: F401
+from topk_bench.cli import doctor_cmd  # noqa: F401
 from topk_bench.cli import run_cmd  # noqa: F401
 from topk_bench.cli import show_cmd  # noqa: F401

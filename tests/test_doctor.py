@@ -1,0 +1,91 @@
+"""``topk-bench doctor``: every check listed and passing on this machine; a wrong implementation fails it, by name."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import implementations
+from topk_bench.doctor import agreement, oom, tiny
+from topk_bench.doctor.check import Result
+from topk_bench.plugins import load
+
+PLUGINS = Path(__file__).parent / "plugins"
+WRONG = str(PLUGINS / "wrong_attention.py")
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def doctor(*args):
+    return subprocess.run([sys.executable, "-m", "topk_bench", "doctor", *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "250"})
+
+
+def test_agreement_fails_a_wrong_implementation_and_says_by_how_much():
+    load([WRONG])
+    check = agreement.check("test_wrong", "cpu")
+    assert check.result == Result.FAIL and check.name == "agreement: test_wrong"
+    assert "vs vanilla" in check.detail and "float64: max rel err" in check.detail
+
+
+def test_agreement_makes_selection_methods_exact_and_compares_them_with_vanilla():
+    # Covering every key makes top-k exact: compared with vanilla, at float64 roundoff.
+    topk = agreement.check("topk", "cpu")
+    assert topk.result == Result.PASS and "vs vanilla" in topk.detail
+    # Performer has no exact configuration (random features): compared with itself in float64.
+    assert agreement.reference_of(implementations.spec("performer")) == "performer"
+
+
+def test_relative_error_sees_a_missing_gradient_and_a_wrong_shape():
+    a = torch.ones(3)
+    assert agreement.relative_error(a, a) == 0.0
+    assert agreement.relative_error(None, a) == float("inf")
+    assert agreement.relative_error(torch.ones(2), a) == float("inf")
+    assert agreement.relative_error(a * 1.5, a) == pytest.approx(0.5)
+
+
+def test_the_doctors_cases_are_small_and_chunked():
+    case = tiny.case("qchunk")
+    assert case.param_dict["seq_len"] % case.option_dict["chunk_size"]  # a partial last chunk runs too
+    assert case.option_dict["chunk_size"] < case.param_dict["seq_len"]
+
+
+@pytest.mark.slow
+def test_allocation_failures_in_a_child_get_the_statuses_run_records():
+    checks = oom.checks("cpu")
+    assert [c.result for c in checks] == [Result.PASS, Result.PASS], [c.detail for c in checks]
+    assert "status oom" in checks[0].detail and "status over_budget" in checks[1].detail
+
+
+@pytest.mark.slow
+def test_doctor_on_this_machine_lists_every_check_and_exits_0():
+    # Without CUDA, --device cuda runs the CPU checks and says so (not a failure).
+    args = ("--device", "cuda") if not torch.cuda.is_available() else ()
+    result = doctor(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for name in ("agreement: vanilla", "agreement: topk", "agreement: performer", "peak = predicted: qchunk",
+                 "oom: past the device", "oom: past the budget", "TF32 off while measuring", "timer"):
+        assert name in out
+    assert "all " in out and " checks passed" in out
+    if args:
+        assert "CUDA is not available on this machine" in out
+
+
+@pytest.mark.slow
+def test_doctor_exits_1_naming_a_wrong_plugin_implementation():
+    result = doctor("--plugins", WRONG)
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed_line = [line for line in result.stdout.splitlines() if "checks failed" in line]
+    assert failed_line and "agreement: test_wrong" in failed_line[0]
+    assert "agreement: vanilla" in result.stdout  # the others still ran
+
+
+def test_doctor_bad_device_or_plugin_is_one_line_exit_2(tmp_path):
+    for args in (("--device", "tpu"), ("--plugins", str(tmp_path / "none.py"))):
+        result = doctor(*args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert result.stderr.count("\n") == 1 and "topk-bench: error:" in result.stderr

@@ -1,0 +1,50 @@
+"""``topk-bench doctor``: checks on this machine that the harness measures what it claims (see topk_bench.doctor)."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from topk_bench.cli import app
+
+
+@app.command("doctor")
+def doctor(
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda (without CUDA here: the CPU checks, and a note)."),
+    plugins: Optional[List[str]] = typer.Option(
+        None, "--plugins", help="A module or .py file registering implementations to judge too (repeatable)."),
+) -> None:
+    """Check each implementation against an exact reference (float64, float32), measured against predicted
+    peak memory, OOM statuses, TF32 off on CUDA and the timer. Exit 0 when all pass, 1 when any fails."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from topk_bench.errors import BadInput
+
+    if device.split(":")[0] not in ("cpu", "cuda"):
+        raise BadInput(f"unknown device {device!r} (known: cpu, cuda)", key="--device")
+    # torch only once the command runs: --help stays fast.
+    from topk_bench import plugins as plugin_loader
+    from topk_bench.doctor.check import Result, failed
+    from topk_bench.doctor.diagnose import diagnose
+
+    resolved = tuple(plugin_loader.resolve(plugins or [], key="--plugins"))
+    err = Console(stderr=True)
+    with err.status("topk-bench doctor: checking ...") as status:
+        checks = diagnose(device, plugins=resolved,
+                          progress=lambda c: status.update(f"topk-bench doctor: {c.name}: {c.result}"))
+    table = Table(title=f"topk-bench doctor ({device})")
+    for column in ("check", "result", "detail"):
+        table.add_column(column, overflow="fold")
+    styles = {Result.PASS: "green", Result.FAIL: "bold red", Result.SKIPPED: "yellow"}
+    for c in checks:
+        table.add_row(escape(c.name), f"[{styles[c.result]}]{c.result}[/]", escape(c.detail))
+    console = Console(width=200)
+    console.print(table)
+    bad = failed(checks)
+    if bad:
+        console.print(f"{len(bad)} of {len(checks)} checks failed: {', '.join(c.name for c in bad)}")
+        raise typer.Exit(1)
+    console.print(f"all {len(checks)} checks passed ({sum(c.result == Result.SKIPPED for c in checks)} skipped)")

@@ -1,0 +1,30 @@
+"""One row of the doctor's report: what was checked, its result and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Result(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIPPED = "skipped"  # cannot be checked here (no CUDA, an op this torch lacks): not a failure
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    result: Result
+    detail: str
+
+    @classmethod
+    def judged(cls, name: str, passed: bool, detail: str) -> "Check":
+        return cls(name, Result.PASS if passed else Result.FAIL, detail)
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.result == Result.FAIL]

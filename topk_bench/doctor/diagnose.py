@@ -1,0 +1,56 @@
+"""Runs the doctor's checks for a device, CPU checks first; CUDA's when asked for and available."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+from topk_bench.doctor.check import Check, Result
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Tiny tensors: on a loaded machine a second OpenMP thread costs far more than it saves."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (),
+             progress: Callable[[Check], None] | None = None) -> list[Check]:
+    """Every check for ``device`` ("cpu" or "cuda"); on a machine without CUDA, ``cuda`` is one skipped row.
+
+    ``plugins``: modules or files (already imported here, :func:`topk_bench.plugins.resolve`) whose
+    implementations are judged with the rest; ``progress`` sees each check as it ends.
+    """
+    import torch
+
+    from topk_bench.doctor import agreement, cuda, oom, peaks, probes, timer  # noqa: F401 (probes: registers)
+
+    found: list[Check] = []
+
+    def note(checks: list[Check]) -> None:
+        for c in checks:
+            found.append(c)
+            if progress:
+                progress(c)
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        note([Check("cuda", Result.SKIPPED, "CUDA is not available on this machine: ran the CPU checks")])
+        device = "cpu"
+    oom_checks = oom.start(device)  # children in the background while this process checks the rest
+    with _one_thread():
+        note(agreement.checks(device))
+        note(peaks.checks(device, plugins))
+        note(oom_checks())
+        if device.startswith("cuda"):
+            note([cuda.check(device)])
+        else:
+            note([Check("TF32 off while measuring", Result.SKIPPED, "CUDA only (no TF32 on the CPU)")])
+        note([timer.check(device)])
+    return found

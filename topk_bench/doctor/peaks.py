@@ -1,0 +1,70 @@
+"""Measured peak bytes against the prediction (``--predict``), per predictable implementation.
+
+- CPU: the live-bytes tracker of a measured iteration and the same tracker under
+  FakeTensorMode must agree exactly, peak and baseline (measured in this process: the
+  tracker counts only the case's tensors).
+- CUDA: each case is measured in its own child process (a fresh caching allocator), as
+  ``run`` does. Allocated bytes must equal the prediction exactly above the baseline;
+  the baseline itself exceeds the predicted one (parameters and inputs) by the cuBLAS
+  workspace allocated in the warm-up, shown as ``workspace``. Reserved bytes are compared
+  when the prediction has them (the caching allocator's model), within
+  :data:`RESERVED_TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+from topk_bench.case import Budget
+from topk_bench.doctor import tiny
+from topk_bench.doctor.check import Check, Result
+from topk_bench.measure.backends import measure
+from topk_bench.status import Status
+from topk_bench.units import MIB
+
+# Reserved memory comes in segments (2 MiB for small blocks, 20 MiB and up for large ones):
+# a prediction within one large segment of the measurement is as close as block reuse allows.
+RESERVED_TOLERANCE = 20 * MIB
+
+
+def _pair(name: str, device: str, plugins: tuple[str, ...]):
+    measured_case = tiny.case(name, device=device, repeats=1, plugins=plugins)
+    predicted = measure(tiny.case(name, device=device, method="predicted", plugins=plugins), Budget())
+    if device == "cpu":
+        measured = measure(measured_case, Budget())
+    else:
+        from topk_bench.run.launcher import run_isolated  # a fresh allocator per case, as run does
+
+        measured = run_isolated(measured_case, Budget())
+    return measured, predicted
+
+
+def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
+    label = f"peak = predicted: {name}"
+    try:
+        measured, predicted = _pair(name, device, plugins)
+    except Exception as exc:  # noqa: BLE001
+        return Check(label, Result.FAIL, f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+    if measured.status != Status.OK:
+        return Check(label, Result.FAIL, f"measured: {measured.status}: {measured.error}")
+    above_measured = measured.peak_bytes - measured.baseline_bytes
+    above_predicted = predicted.peak_bytes - predicted.baseline_bytes
+    if device == "cpu":
+        passed = (measured.peak_bytes, measured.baseline_bytes) == (predicted.peak_bytes, predicted.baseline_bytes)
+        return Check.judged(label, passed, f"measured {measured.peak_bytes:,} B (baseline {measured.baseline_bytes:,}), "
+                                           f"predicted {predicted.peak_bytes:,} B (baseline {predicted.baseline_bytes:,})")
+    workspace = measured.baseline_bytes - predicted.baseline_bytes
+    passed = above_measured == above_predicted and workspace >= 0
+    detail = (f"allocated above baseline: measured {above_measured:,} B, predicted {above_predicted:,} B; "
+              f"workspace {workspace:,} B")
+    if predicted.reserved_bytes is not None and measured.reserved_bytes is not None:
+        off = measured.reserved_bytes - predicted.reserved_bytes
+        passed &= abs(off) <= RESERVED_TOLERANCE
+        detail += (f"; reserved measured {measured.reserved_bytes:,} B, predicted {predicted.reserved_bytes:,} B "
+                   f"(tolerance {RESERVED_TOLERANCE // MIB} MiB)")
+    else:
+        detail += f"; reserved {measured.reserved_bytes:,} B (no reserved prediction to compare)"
+    return Check.judged(label, passed, detail)
+
+
+def checks(device: str, plugins: tuple[str, ...] = ()) -> list[Check]:
+    """``plugins``: the modules that register plug-in implementations (a CUDA child imports them again)."""
+    return [check(impl.name, device, plugins) for impl in tiny.measured() if impl.predictable]
