@@ -1,0 +1,283 @@
+"""A simulation of PyTorch's CUDA caching allocator: allocated and reserved bytes of a sequence of allocations.
+
+Pure Python, no torch: what ``torch.cuda.memory_allocated`` / ``memory_reserved``
+(and their peaks) would read after a given sequence of ``malloc`` and ``free``
+on one device and one stream, with the allocator's default settings
+(``expandable_segments`` off, no ``max_split_size_mb``, no
+``roundup_power2_divisions``, no garbage-collection threshold, no memory
+limit). Written from the allocator's documented behaviour (the "CUDA semantics
+/ memory management" notes and the allocator's stated constants):
+
+- a request is rounded up to a multiple of 512 bytes (at least 512); a request
+  of 0 bytes allocates nothing;
+- requests up to 1 MiB are served from the *small* pool, whose segments
+  (one ``cudaMalloc`` each) are 2 MiB; larger ones from the *large* pool, whose
+  segments are 20 MiB for requests under 10 MiB, and the request rounded up to
+  a multiple of 2 MiB from 10 MiB on;
+- a request takes the smallest free cached block of its pool that fits (the
+  lowest address among equal sizes); only when none fits is a segment allocated;
+- a block larger than the request is split, the request taking its front, when
+  the remainder is at least 512 bytes (small pool) or more than 1 MiB (large
+  pool); otherwise the request gets the whole block, and the whole block counts
+  in allocated bytes;
+- a freed block merges with the free blocks next to it in its segment;
+- ``empty_cache`` returns every segment that holds no allocated block;
+- allocated bytes = the sizes of the blocks handed out; reserved bytes = the
+  sizes of the segments; each has a peak, reset by :meth:`reset_peak` to the
+  current value (``torch.cuda.reset_peak_memory_stats``).
+
+Not modelled: other streams (a block freed after use on another stream waits
+for an event), ``expandable_segments`` (one growing segment per pool),
+out-of-memory handling (freeing cached segments and retrying), CUDA graphs'
+private pools, and the address ``cudaMalloc`` returns (segments here take
+increasing addresses; that only decides ties between equal free blocks).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+MIB = 1 << 20
+GRANULE = 512                 # every block is a multiple of this, at least this
+SMALL_REQUEST = 1 * MIB       # requests up to this go to the small pool
+SMALL_SEGMENT = 2 * MIB       # the small pool's segment size
+LARGE_SEGMENT = 20 * MIB      # the large pool's segment for requests under LARGE_REQUEST
+LARGE_REQUEST = 10 * MIB      # from here on a large request gets its own segment, rounded to LARGE_ROUND
+LARGE_ROUND = 2 * MIB
+
+
+def rounded(nbytes: int) -> int:
+    """The block size of a request of ``nbytes`` (> 0)."""
+    return max(GRANULE, -(-nbytes // GRANULE) * GRANULE)
+
+
+def is_small(size: int) -> bool:
+    return size <= SMALL_REQUEST
+
+
+def segment_size(size: int) -> int:
+    """The ``cudaMalloc`` size of a new segment for a block of ``size`` bytes (already rounded)."""
+    if is_small(size):
+        return SMALL_SEGMENT
+    if size < LARGE_REQUEST:
+        return LARGE_SEGMENT
+    return -(-size // LARGE_ROUND) * LARGE_ROUND
+
+
+def splits(block_size: int, size: int) -> bool:
+    """Whether a free block of ``block_size`` serving ``size`` is split (the rest stays free) or handed out whole."""
+    remainder = block_size - size
+    return remainder >= GRANULE if is_small(size) else remainder > SMALL_REQUEST
+
+
+@dataclass(eq=False)
+class Block:
+    address: int
+    size: int
+    segment: "Segment"
+    allocated: bool = False
+    prev: "Block | None" = None
+    next: "Block | None" = None
+
+
+@dataclass(eq=False)
+class Segment:
+    address: int
+    size: int
+    small: bool
+    first: Block | None = field(default=None, repr=False)
+
+    def blocks(self) -> list[Block]:
+        out, block = [], self.first
+        while block is not None:
+            out.append(block)
+            block = block.next
+        return out
+
+
+class CachingAllocator:
+    """One device, one stream, default settings. ``malloc`` returns a handle for ``free``."""
+
+    def __init__(self) -> None:
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+        self.segments: list[Segment] = []
+        # Free blocks of each pool, ordered by (size, address): best fit is the first that is large enough.
+        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
+        self._blocks: dict[int, Block] = {}  # id(block) -> block, for the free lists
+
+    # -- free lists ----------------------------------------------------------
+
+    def _cache(self, block: Block) -> None:
+        bisect.insort(self._free[block.segment.small], (block.size, block.address, id(block)))
+        self._blocks[id(block)] = block
+
+    def _uncache(self, block: Block) -> None:
+        pool = self._free[block.segment.small]
+        pool.pop(bisect.bisect_left(pool, (block.size, block.address, id(block))))
+        del self._blocks[id(block)]
+
+    def _best_fit(self, size: int) -> Block | None:
+        pool = self._free[is_small(size)]
+        i = bisect.bisect_left(pool, (size, -1, -1))
+        return self._blocks[pool[i][2]] if i < len(pool) else None
+
+    # -- the allocator -------------------------------------------------------
+
+    def _address(self, size: int) -> int:
+        """Where a new segment of ``size`` goes: the lowest gap between live segments that fits."""
+        end = 0
+        for seg in sorted(self.segments, key=lambda s: s.address):
+            if seg.address - end >= size:
+                return end
+            end = seg.address + seg.size
+        return end
+
+    def _new_segment(self, size: int) -> Block:
+        seg = Segment(0, segment_size(size), is_small(size))
+        seg.address = self._address(seg.size)
+        seg.first = Block(seg.address, seg.size, seg)
+        self.segments.append(seg)
+        self.reserved += seg.size
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        return seg.first
+
+    def malloc(self, nbytes: int) -> Block | None:
+        """Allocate ``nbytes``; None for 0 bytes (nothing is allocated, as for an empty tensor)."""
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        if nbytes == 0:
+            return None
+        size = rounded(nbytes)
+        block = self._best_fit(size)
+        if block is not None:
+            self._uncache(block)
+        else:
+            block = self._new_segment(size)
+        if splits(block.size, size):
+            rest = Block(block.address + size, block.size - size, block.segment, prev=block, next=block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next, block.size = rest, size
+            self._cache(rest)
+        block.allocated = True
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return block
+
+    def free(self, block: Block | None) -> None:
+        if block is None:
+            return
+        if not block.allocated:
+            raise ValueError(f"block at {block.address} freed twice")
+        block.allocated = False
+        self.allocated -= block.size
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated:
+                self._uncache(neighbour)
+                self._merge(block, neighbour)
+        self._cache(block)
+
+    @staticmethod
+    def _merge(block: Block, neighbour: Block) -> None:
+        """Absorb the free ``neighbour`` (just before or just after ``block``) into ``block``."""
+        if neighbour is block.prev:
+            block.address = neighbour.address
+            block.prev = neighbour.prev
+            if block.prev is None:
+                block.segment.first = block
+            else:
+                block.prev.next = block
+        else:
+            block.next = neighbour.next
+            if block.next is not None:
+                block.next.prev = block
+        block.size += neighbour.size
+
+    def empty_cache(self) -> None:
+        """Return every segment that holds no allocated block (``torch.cuda.empty_cache``)."""
+        kept = []
+        for seg in self.segments:
+            whole = seg.first
+            if whole is not None and whole.next is None and not whole.allocated:
+                self._uncache(whole)
+                self.reserved -= seg.size
+            else:
+                kept.append(seg)
+        self.segments = kept
+
+    def reset_peak(self) -> None:
+        """Both peaks restart from the current values (``torch.cuda.reset_peak_memory_stats``)."""
+        self.peak_allocated = self.allocated
+        self.peak_reserved = self.reserved
+
+
+# -- a measurement, replayed ---------------------------------------------------------------------
+
+FREE = -1  # an event (serial, FREE) frees what event (serial, nbytes) allocated
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What ``measure_cuda`` would read: ``memory_allocated`` at the reset, and the peaks after it."""
+
+    baseline_bytes: int
+    peak_bytes: int
+    reserved_bytes: int
+
+
+def _replay(alloc: CachingAllocator, events, handles: dict, tag) -> None:
+    for serial, nbytes in events:
+        key = (tag, serial)
+        if nbytes == FREE:
+            alloc.free(handles.pop(key if key in handles else (None, serial)))
+        else:
+            handles[key] = alloc.malloc(nbytes)
+
+
+def simulate_measurement(setup, iteration, *, loss: int | None = None, warmup: int = 1, repeats: int = 1,
+                         empty_cache: bool = True, workspace: tuple[int, ...] = ()) -> Simulated:
+    """Replay ``measure_cuda``'s sequence on a fresh allocator.
+
+    ``setup``: the events of building the workload (what stays live is the baseline);
+    ``iteration``: the events of one iteration from that state (serials distinct from
+    the setup's; an iteration's free of a serial it did not allocate frees a setup
+    one). ``loss``: the serial of the iteration's scalar loss, which a timed
+    iteration keeps (``measure_cuda`` keeps each detached loss) and a warm-up frees.
+    What an iteration leaves live besides (the gradients) is freed when the next one
+    starts, or before the reset (``clear_grads``). ``workspace``: sizes allocated
+    once, before the first warm-up, and never freed (the cuBLAS workspaces,
+    which the trace cannot see).
+
+    The sequence: setup; the workspaces; ``warmup`` iterations; gradients cleared;
+    ``empty_cache`` when asked (the timed region then starts from the segments that
+    hold live blocks); peaks reset; ``repeats`` timed iterations.
+    """
+    alloc = CachingAllocator()
+    handles: dict = {}
+    _replay(alloc, setup, handles, None)
+    for size in workspace:
+        alloc.malloc(size)
+    setup_keys = set(handles)
+
+    def run(i: int, keep_loss: bool) -> None:
+        for key in [k for k in handles if k not in setup_keys and k[1] != loss]:
+            alloc.free(handles.pop(key))  # the previous iteration's gradients
+        _replay(alloc, iteration, handles, i)
+        if loss is not None and not keep_loss:
+            alloc.free(handles.pop((i, loss)))
+
+    for i in range(max(warmup, 1)):
+        run(i, keep_loss=False)
+    for key in [k for k in handles if k not in setup_keys]:
+        alloc.free(handles.pop(key))
+    if empty_cache:
+        alloc.empty_cache()
+    baseline = alloc.allocated
+    alloc.reset_peak()
+    for i in range(repeats):
+        run(max(warmup, 1) + i, keep_loss=True)
+    return Simulated(baseline, alloc.peak_allocated, alloc.peak_reserved)
