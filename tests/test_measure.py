@@ -91,11 +91,14 @@ def test_float64_doubles_every_byte():
     assert f64.peak_bytes - mask == 2 * (f32.peak_bytes - mask)
 
 
-def test_predicting_a_cuda_case_rounds_allocations_to_512_bytes():
+def test_predicting_a_cuda_case_goes_through_the_caching_allocator():
     cpu = execute(tiny_case("mha", "vanilla", method="predicted"))
     cuda = execute(tiny_case("mha", "vanilla", method="predicted", device="cuda"))
     assert cuda.status == "ok"
+    # Every tiny storage is a 512-byte block of one 2 MiB small-pool segment.
     assert cuda.peak_bytes > cpu.peak_bytes and cuda.peak_bytes % 512 == 0
+    assert cuda.reserved_bytes == 2 << 20 and cpu.reserved_bytes is None
+    assert cuda.baseline_bytes % 512 == 0 and cuda.flops == cpu.flops
 
 
 def test_same_seed_same_workload():

@@ -232,6 +232,16 @@ def test_cpu_memory_budget_never_exceeds_available_memory(tmp_path, monkeypatch)
     assert predicted.budget.max_memory_bytes == 30 * 2**30  # predicting allocates nothing
 
 
+def test_predict_targets_cuda_only_when_asked_and_needs_no_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(planning.torch.cuda, "is_available", lambda: False)
+    cuda = planning.plan(write_suite(tmp_path), predict=True, device="cuda")
+    assert {(c.device, c.method) for c in cuda.cases} == {("cuda", "predicted")}
+    for device in (None, "auto", "cpu"):
+        assert {c.device for c in planning.plan(write_suite(tmp_path), predict=True, device=device).cases} == {"cpu"}
+    with pytest.raises(BadInput, match="--device"):
+        planning.plan(write_suite(tmp_path), predict=True, device="tpu")
+
+
 def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):
     (tmp_path / "bench.toml").write_text('repeats = 7\nwarmup = 2\nmax_case_seconds = 11\nresults_dir = "res"\n'
                                          '[executor]\njobs = 3\n')

@@ -21,7 +21,7 @@ def run(
     suite: Path = typer.Argument(..., help="Suite file, e.g. suites/mha.toml."),
     out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default: results_dir of bench.toml)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda (default: bench.toml's, auto)."),
-    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode on the CPU: any size, no time."),
+    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: through a model of the CUDA caching allocator, with reserved bytes)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed iterations per case."),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed iterations before them."),
     max_memory: Optional[float] = typer.Option(None, "--max-memory", help="Memory budget per case in GiB (over it: over_budget)."),

@@ -7,7 +7,9 @@
   ``max_memory_reserved``, CUDA events around forward and backward, TF32 off.
 - ``predict``: the tracker under ``FakeTensorMode`` on the CPU device (``meta``
   would send SDPA down another path): exact allocated bytes at any size, nothing
-  allocated, FLOPs from ``FlopCounterMode``.
+  allocated, FLOPs from ``FlopCounterMode``. For a CUDA case the same run's
+  allocations go through a simulation of the caching allocator
+  (:mod:`~topk_bench.measure.cuda_allocator`), replayed as ``measure_cuda`` runs them.
 
 An iteration is the paper's: forward, ``loss = out.mean()``, backward. Mode
 ``fwd`` runs the forward under ``torch.no_grad()`` (the paper's chunk-size figure
@@ -33,7 +35,8 @@ from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
 from topk_bench.measure import metadata
-from topk_bench.measure.memory import CUDA_ALLOCATION_GRANULE, LiveBytes
+from topk_bench.measure import cuda_allocator
+from topk_bench.measure.memory import AllocationTrace, LiveBytes
 from topk_bench.status import Status
 from topk_bench.workloads import Workload
 from topk_bench.workloads.support import unsupported
@@ -143,18 +146,43 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
 
 
 def predict(case: Case, budget: Budget) -> Measurement:
-    """Peak bytes of ``case`` without allocating: rounded as the CUDA allocator when the case's device is CUDA."""
+    """Peak bytes of ``case`` without allocating; on CUDA, through the caching allocator (:func:`predict_cuda`)."""
     check_supported(case, predict=True)
+    if case.device.startswith("cuda"):
+        return predict_cuda(case)
     fake = FakeTensorMode()
     with fake:
         wl = build(case, "cpu")
-    granule = CUDA_ALLOCATION_GRANULE if case.device.startswith("cuda") else 1
-    tracker = LiveBytes(round_to=granule)
+    tracker = LiveBytes()
     tracker.register(wl.model, wl.inputs)
     with fake, FlopCounterMode(display=False) as flops, tracker:
         iteration(wl, case)
     return _result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
                    flops=flops.get_total_flops())
+
+
+def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, ...] = ()) -> Measurement:
+    """``measure_cuda``'s three numbers from the fake run's allocations replayed on the simulated allocator.
+
+    The build's and one iteration's storages, in order (the CPU kernels' storages: see
+    the README, "Predicting CUDA"), replayed as :func:`measure_cuda` runs them: warm-up,
+    gradients cleared, ``empty_cache`` (``empty_cache=False``: main before issue 14's
+    change), peaks reset, the timed iterations. ``workspace``: the cuBLAS workspaces
+    (not seen by the trace, left out by default).
+    """
+    fake = FakeTensorMode()
+    trace = AllocationTrace()
+    with fake, trace:
+        wl = build(case, "cpu")
+    setup = trace.take()
+    losses: list[torch.Tensor] = []
+    with fake, FlopCounterMode(display=False) as flops, trace:
+        iteration(wl, case, losses=losses)
+    body, loss = trace.take(), trace.serial(losses[0])
+    sim = cuda_allocator.simulate_measurement(setup, body, loss=loss, warmup=case.warmup, repeats=case.repeats,
+                                              empty_cache=empty_cache, workspace=workspace)
+    return _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
+                   baseline_bytes=sim.baseline_bytes, flops=flops.get_total_flops())
 
 
 def measure_cuda(case: Case, budget: Budget) -> Measurement:

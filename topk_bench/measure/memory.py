@@ -22,8 +22,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-# The CUDA caching allocator rounds every block up to a multiple of 512 bytes.
-CUDA_ALLOCATION_GRANULE = 512
+from topk_bench.measure import cuda_allocator
+from topk_bench.measure.cuda_allocator import GRANULE as CUDA_ALLOCATION_GRANULE  # noqa: F401 (re-exported)
 
 
 class OverBudget(RuntimeError):
@@ -80,16 +80,26 @@ class LiveBytes(TorchDispatchMode):
                 weakref.finalize(storage, self._free, key)
             elif known == nbytes:
                 continue  # a view or an in-place result: already counted
-            # New storage, or one resized in place (``out=`` ops): count the difference.
+            else:
+                self._released(key)  # resized in place (``out=`` ops): a new allocation replaces the old
             self._live[key] = nbytes
             self.current_bytes += nbytes - (known or 0)
+            self._allocated(key, storage.nbytes())
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
         if self.limit is not None and self.current_bytes > self.limit:
             raise OverBudget(self.current_bytes, self.limit)
 
     def _free(self, key: int) -> None:
+        if key in self._live:
+            self._released(key)
         self.current_bytes -= self._live.pop(key, 0)
+
+    def _allocated(self, key: int, nbytes: int) -> None:
+        """Hook: a storage of ``nbytes`` (unrounded) was counted under ``key``."""
+
+    def _released(self, key: int) -> None:
+        """Hook: the storage counted under ``key`` is gone."""
 
     # -- public ------------------------------------------------------------
 
@@ -116,3 +126,41 @@ class LiveBytes(TorchDispatchMode):
             if isinstance(leaf, torch.Tensor):
                 self._track(leaf)
         return out
+
+
+Event = tuple[int, int]  # (serial, nbytes): an allocation of nbytes; (serial, FREE): its free
+
+
+class AllocationTrace(LiveBytes):
+    """:class:`LiveBytes` that also records, in order, every storage allocated and freed.
+
+    Each storage gets a serial number (``StorageImpl`` addresses are reused after a
+    free); :meth:`take` hands over the events so far, for
+    :mod:`topk_bench.measure.cuda_allocator`. Frees keep being recorded after the
+    mode exits (a storage freed later is still freed), so take the events where
+    the region of interest ends.
+    """
+
+    FREE = cuda_allocator.FREE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[Event] = []
+        self._serials: dict[int, int] = {}
+        self._count = 0
+
+    def _allocated(self, key: int, nbytes: int) -> None:
+        self._count += 1
+        self._serials[key] = self._count
+        self.events.append((self._count, nbytes))
+
+    def _released(self, key: int) -> None:
+        self.events.append((self._serials.pop(key), self.FREE))
+
+    def serial(self, tensor: torch.Tensor) -> int:
+        """The serial number of a live tensor's storage."""
+        return self._serials[tensor.untyped_storage()._cdata]
+
+    def take(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events

@@ -67,9 +67,12 @@ def _check_override(flag: str, value: Any, minimum: float, strict: bool = False)
         raise BadInput(f"expected a number {bound}, got {value!r}", key=flag)
 
 
-def _device(requested: str) -> str:
+def _device(requested: str, predict: bool = False) -> str:
+    """The device cases run on, or (``predict``) are predicted for: ``cuda`` only when asked for, no GPU needed."""
     if requested not in ("auto", "cpu", "cuda"):
         raise BadInput(f"expected auto, cpu or cuda, got {requested!r}", key="--device")
+    if predict:
+        return "cuda" if requested == "cuda" else "cpu"
     if requested == "cpu":
         return "cpu"
     if torch.cuda.is_available():
@@ -99,7 +102,7 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     notes: list[str] = []
 
     method = "predicted" if predict else "measured"
-    dev = "cpu" if predict else _device(device or settings.device)
+    dev = _device(device or settings.device, predict)
     pick = lambda arg, suite_value, default: next(v for v in (arg, suite_value, default) if v is not None)  # noqa: E731
     memory_gib = pick(max_memory_gib, suite.max_memory_gib, settings.max_memory_gib)
     seconds = pick(max_case_seconds, suite.max_case_seconds, settings.max_case_seconds)
