@@ -242,6 +242,20 @@ def test_predict_targets_cuda_only_when_asked_and_needs_no_gpu(tmp_path, monkeyp
         planning.plan(write_suite(tmp_path), predict=True, device="tpu")
 
 
+def test_memory_budget_is_capped_to_what_the_device_or_machine_has(monkeypatch):
+    gib = 2**30
+    # A 24 GiB GPU cannot reach the default 30 GiB: past 24 GiB a case is oom, so the budget says 24.
+    budget, note = planning.capped_budget(30 * gib, 24 * gib, "the device's memory")
+    assert budget == 24 * gib and note == "memory budget capped to the device's memory, 24.0 GiB (asked 30 GiB)"
+    assert planning.capped_budget(30 * gib, 80 * gib, "the device's memory") == (30 * gib, None)
+    assert planning.capped_budget(30 * gib, None, "") == (30 * gib, None)  # unknown: as asked
+    monkeypatch.setattr(planning, "device_memory_bytes", lambda device: 80 * gib if device == "cuda" else None)
+    monkeypatch.setattr(planning, "available_memory_bytes", lambda: 3 * gib)
+    assert planning.memory_cap("cuda", predict=False) == (80 * gib, "the device's memory")
+    assert planning.memory_cap("cpu", predict=False) == (3 * gib, "the available memory")
+    assert planning.memory_cap("cuda", predict=True) == (None, "")  # predicting allocates nothing
+
+
 def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):
     (tmp_path / "bench.toml").write_text('repeats = 7\nwarmup = 2\nmax_case_seconds = 11\nresults_dir = "res"\n'
                                          '[executor]\njobs = 3\n')

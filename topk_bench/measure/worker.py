@@ -46,14 +46,34 @@ def _where(exc: BaseException) -> str:
     return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
+# Allocation failures raised as a plain RuntimeError: the CPU allocator, and CUDA libraries whose own
+# allocation failed (cuBLAS/cuBLASLt workspaces and handles, cuDNN, cuSOLVER, cuFFT, a raw cudaMalloc).
+_ALLOCATION_FAILURE_TEXT = ("can't allocate memory", "CUDA out of memory", "CUDA error: out of memory",
+                            "_STATUS_ALLOC_FAILED", "CUFFT_ALLOC_FAILED")
+
+
 def _is_allocation_failure(exc: BaseException) -> bool:
     candidates = (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None), MemoryError)
     oom_types = tuple(t for t in candidates if t)
-    return isinstance(exc, oom_types) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+    return isinstance(exc, oom_types) or (
+        isinstance(exc, RuntimeError) and any(text in str(exc) for text in _ALLOCATION_FAILURE_TEXT))
 
 
-def classify(exc: BaseException, budget: Budget) -> tuple[str, str]:
-    """(status, one-line message) of a failed case."""
+def budget_limits_allocations(case: Case | None, budget: Budget) -> bool:
+    """Whether the child's allocations are capped by the memory budget itself, so that a failed allocation
+    means the case needed more than its budget: a measured CPU case (an address-space limit derived from the
+    budget, :func:`limit_address_space`). On CUDA the budget is checked against the measured peaks instead
+    (:func:`over_budget`), and a failed allocation means the device ran out."""
+    return (case is not None and budget.max_memory_bytes is not None and case.method == "measured"
+            and case.device.startswith("cpu"))
+
+
+def classify(exc: BaseException, budget: Budget, case: Case | None = None) -> tuple[str, str]:
+    """(status, one-line message) of a failed ``case``.
+
+    A failed allocation is ``over_budget`` only where the budget itself made it fail
+    (:func:`budget_limits_allocations`); anywhere else (a CUDA device, the machine) it is ``oom``.
+    """
     first_line = (str(exc).strip().splitlines() or [""])[0][:400]
     message = f"{type(exc).__name__}: {first_line}{_where(exc)}"
     if isinstance(exc, OverBudget):
@@ -63,10 +83,23 @@ def classify(exc: BaseException, budget: Budget) -> tuple[str, str]:
     if isinstance(exc, NonFinite):  # issue 18: a NaN in an optional column (extras)
         return Status.NONFINITE, first_line
     if _is_allocation_failure(exc):
-        # With a memory budget (never above the machine's memory) a failed allocation means
-        # the case needed more than the budget; the child's address-space limit makes it fail early.
-        return (Status.OVER_BUDGET if budget.max_memory_bytes is not None else Status.OOM), message
+        return (Status.OVER_BUDGET if budget_limits_allocations(case, budget) else Status.OOM), message
     return Status.ERROR, message
+
+
+def over_budget(result: Measurement, budget: Budget) -> str:
+    """Why a measured ``result`` is over its memory budget ("" when it is not): the largest of its peaks,
+    allocated and, where there is one (CUDA), reserved (what the process took from the device; the paper's
+    figures drop points whose reserved peak passes 30 GiB)."""
+    limit = budget.max_memory_bytes
+    if limit is None:
+        return ""
+    peaks = [(name, value) for name, value in (("peak", result.peak_bytes), ("reserved peak", result.reserved_bytes))
+             if value is not None and value > limit]
+    if not peaks:
+        return ""
+    name, value = max(peaks, key=lambda item: item[1])
+    return f"{name} {value} bytes exceeds the memory budget of {limit} bytes"
 
 
 def execute(case: Case, budget: Budget | None = None) -> Measurement:
@@ -83,16 +116,15 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
         if result.status == Status.OK:  # issue 18: not for a nonfinite case (its error metrics are NaN)
             result.extra.update(extra_columns(case, budget))
     except Exception as exc:  # noqa: BLE001 -- every failure becomes a status
-        status, message = classify(exc, budget)
+        status, message = classify(exc, budget, case)
         meta = metadata.collect(case.device)
         result = Measurement(
             status=status, error=message, peak_bytes=getattr(exc, "live_bytes", None),
             device_name=meta["device_name"], metadata=meta,
         )
-    limit = budget.max_memory_bytes
-    if result.status == Status.OK and limit is not None and (result.peak_bytes or 0) > limit:
-        result.status = Status.OVER_BUDGET
-        result.error = f"peak {result.peak_bytes} bytes exceeds the memory budget of {limit} bytes"
+    problem = over_budget(result, budget) if result.status == Status.OK else ""
+    if problem:
+        result.status, result.error = Status.OVER_BUDGET, problem
     return result
 
 
@@ -110,7 +142,7 @@ def die_with_parent(parent_pid: int | None) -> None:
 
 def limit_address_space(case: Case, budget: Budget) -> None:
     """Make a CPU allocation far past the budget fail at once instead of swapping the machine."""
-    if budget.max_memory_bytes is None or case.method != "measured" or not case.device.startswith("cpu"):
+    if not budget_limits_allocations(case, budget):
         return
     vm_size = 0
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -58,6 +58,35 @@ def available_memory_bytes() -> int | None:
         return None
 
 
+def device_memory_bytes(device: str) -> int | None:
+    """The CUDA device's total memory, the CUDA memory budget's cap (the same query as its name in the
+    rows' provenance, so the parent initialises nothing more)."""
+    try:
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    except (RuntimeError, AssertionError, ValueError):
+        return None
+
+
+def memory_cap(device: str, predict: bool) -> tuple[int | None, str]:
+    """(bytes, what they are) that a case's memory budget may not exceed; None when nothing caps it.
+
+    A measured CPU case must not push the machine into swap or the OOM killer (the memory available); a
+    measured CUDA case cannot use more than its device has, so a budget above it could never be reached:
+    past it the case is ``oom``, the device ran out. Predicting allocates nothing."""
+    if predict:
+        return None, ""
+    if device.startswith("cuda"):
+        return device_memory_bytes(device), "the device's memory"
+    return available_memory_bytes(), "the available memory"
+
+
+def capped_budget(asked: int, cap: int | None, what: str) -> tuple[int, str | None]:
+    """The memory budget in bytes, at most ``cap``, with the note that says so when it was capped."""
+    if cap is None or cap >= asked:
+        return asked, None
+    return cap, f"memory budget capped to {what}, {cap / GIB:.1f} GiB (asked {asked / GIB:g} GiB)"
+
+
 def _check_override(flag: str, value: Any, minimum: float, strict: bool = False) -> None:
     if value is None:
         return
@@ -106,12 +135,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     pick = lambda arg, suite_value, default: next(v for v in (arg, suite_value, default) if v is not None)  # noqa: E731
     memory_gib = pick(max_memory_gib, suite.max_memory_gib, settings.max_memory_gib)
     seconds = pick(max_case_seconds, suite.max_case_seconds, settings.max_case_seconds)
-    memory = int(memory_gib * GIB)
-    if dev == "cpu" and not predict:  # a measured CPU case must not push the machine into swap or the OOM killer
-        available = available_memory_bytes()
-        if available is not None and available < memory:
-            notes.append(f"memory budget capped to the available {available / GIB:.1f} GiB (asked {memory_gib:g} GiB)")
-            memory = available
+    memory, capped = capped_budget(int(memory_gib * GIB), *memory_cap(dev, predict))
+    notes += [capped] if capped else []
 
     updates: dict[str, Any] = {}
     if executor is not None:
