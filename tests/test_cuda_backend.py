@@ -101,9 +101,13 @@ def test_cuda_protocol(fake_cuda):
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert fake_cuda.calls[0] == ("device", "cuda:0")
     assert ("reset_peak", 2) in fake_cuda.calls  # after both warm-up runs, before any timed one
+    # The warm-up's cached segments are given back first: the reserved peak is the timed region's.
     reset = fake_cuda.calls.index(("reset_peak", 2))
+    assert fake_cuda.calls[reset - 1] == ("empty_cache", 2)
     assert fake_cuda.iterations == 2 + 3
-    assert (m.peak_bytes, m.reserved_bytes, m.baseline_bytes) == (5000, 8192, 5096)
+    assert (m.peak_bytes, m.reserved_bytes) == (5000, 8192)
+    # Baseline before the first iteration (parameters and inputs, as on the CPU); what the warm-up left is its own.
+    assert m.baseline_bytes == 1000 and m.extra["workspace_bytes"] == 4096
     assert len(m.times_s) == len(m.fwd_times_s) == len(m.bwd_times_s) == 3
     # Events recorded back to back: 1 call apart = 1 "ms" x 1000 in the stand-in = 1 s.
     assert m.fwd_times_s == [1.0] * 3 and m.bwd_times_s == [1.0] * 3 and m.times_s == [2.0] * 3

@@ -24,7 +24,11 @@ TEXT_COLUMNS = ("suite", "case_id", "workload", "impl", "label", "mode", "device
                 "method", "status", "error", "times_s", "torch_version", "git_sha", "timestamp")
 # Result columns beyond the required ones, filled when a suite or a workload asks for them.
 FIDELITY_COLUMNS = ("rel_err", "grad_cos", "fidelity_seq_len")
+# Measured on CUDA: what the warm-up left allocated besides parameters and inputs (cuBLAS workspaces),
+# live through the timed iterations; peak_bytes - workspace_bytes compares with the CPU and predict.
+WORKSPACE_COLUMN = "workspace_bytes"
 _OPTIONAL: dict[str, str] = {
+    WORKSPACE_COLUMN: "what the first iterations left allocated besides parameters and inputs (CUDA: cuBLAS workspaces)",
     "rel_err": "relative Frobenius error of the output against vanilla",
     "grad_cos": "cosine of the input gradients against vanilla's",
     "fidelity_seq_len": "the seq_len at which rel_err and grad_cos were measured",
@@ -38,7 +42,7 @@ _OPTIONAL: dict[str, str] = {
 # What a reader accepts in a cell (an empty cell is always "not measured"): measurements are
 # finite numbers >= 0, result columns finite numbers; times_s holds ';'-separated measurements.
 MEASUREMENT_COLUMNS = ("peak_bytes", "reserved_bytes", "baseline_bytes", "time_median_s", "time_iqr_s",
-                       "time_mean_s", "time_min_s", "repeats", "flops")
+                       "time_mean_s", "time_min_s", "repeats", "flops", WORKSPACE_COLUMN)
 _FINITE = set(_OPTIONAL)  # every known result column is a number; a plug-in's own column need not be
 
 

@@ -18,7 +18,7 @@ import torch
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
-from topk_bench.results.columns import FIDELITY_COLUMNS, header as results_header, order_parameters
+from topk_bench.results.columns import FIDELITY_COLUMNS, WORKSPACE_COLUMN, header as results_header, order_parameters
 from topk_bench.results.row import parameters
 from topk_bench.suite import sweep
 from topk_bench.suite.checks import check_suite
@@ -202,9 +202,12 @@ def parameters_of(cases: list[Case]) -> list[str]:
 
 
 def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
-    """The result columns this run fills: fidelity when the suite asks, and its workloads' own."""
+    """The result columns this run fills: the workspace when measured on CUDA, fidelity when the suite asks,
+    and its workloads' own."""
+    cuda = any(c.method == "measured" and c.device.startswith("cuda") for c in cases)
     own = [c for name in dict.fromkeys(case.workload for case in cases) for c in workloads.get(name).columns]
-    return (FIDELITY_COLUMNS if suite.fidelity else ()) + tuple(dict.fromkeys(own))
+    return (((WORKSPACE_COLUMN,) if cuda else ()) + (FIDELITY_COLUMNS if suite.fidelity else ())
+            + tuple(dict.fromkeys(own)))
 
 
 def meta(the_plan: Plan) -> dict[str, Any]:
