@@ -227,3 +227,69 @@ def test_failures_sit_on_the_top_edge_each_labelled_and_times_carry_their_iqr(tm
         assert "stopped: above the frame (reason written)" in labels
     finally:
         plt.close(fig)
+
+
+def _cuda_and_cpu_results(out, memory):
+    """mha.csv measured on cuda (allocated and reserved peaks) and on cpu (allocated only), [plot] memory."""
+    out.mkdir()
+    points = []
+    for device in ("cuda", "cpu"):
+        for i, L in enumerate([512, 1024]):
+            case, m = _row("mha", "vanilla", "measured", "ok", L, 0.5 * (i + 1), 0.01, device=device)
+            m.reserved_bytes = m.peak_bytes * 2 if device == "cuda" else None
+            points.append((case, m))
+    _write(out / "mha.csv", points)
+    (out / "mha.meta.json").write_text(json.dumps({
+        "suite": "mha", "title": "MHA", "workload": "mha",
+        "plot": {"x": "seq_len", "metrics": ["memory", "time"], "memory": memory}}))
+    return out
+
+
+@pytest.mark.parametrize("memory", ["allocated", "reserved"])
+def test_memory_row_draws_the_chosen_peak_where_the_rows_have_it(tmp_path, memory):
+    import matplotlib.pyplot as plt
+
+    from topk_bench.report.plots.figure import draw_figure
+    from topk_bench.report.plots.inputs import figure_inputs
+
+    figures = {i.device: i for i in figure_inputs(_cuda_and_cpu_results(tmp_path / "r", memory))}
+    cuda, cpu = draw_figure(*_args(figures["cuda"])), draw_figure(*_args(figures["cpu"]))
+    try:
+        drawn = list(cuda.axes[0].get_lines()[0].get_ydata())
+        if memory == "reserved":
+            assert cuda.axes[0].get_ylabel() == "peak reserved memory (GiB)" and drawn == [1.0, 2.0]
+        else:
+            assert cuda.axes[0].get_ylabel() == "peak allocated memory (GiB)" and drawn == [0.5, 1.0]
+        # The CPU has no reserved peak: its figure draws the allocated one, and says so.
+        assert cpu.axes[0].get_ylabel() == "peak allocated memory (GiB)"
+        assert list(cpu.axes[0].get_lines()[0].get_ydata()) == [0.5, 1.0]
+    finally:
+        plt.close(cuda)
+        plt.close(cpu)
+
+
+def test_plot_memory_flag_overrides_the_suite_and_warns_where_it_cannot(tmp_path):
+    from topk_bench.report.plots.spec import memory_metric
+    from topk_bench.report.plots.inputs import figure_inputs
+
+    results = _cuda_and_cpu_results(tmp_path / "r", "allocated")
+    warnings = []
+    written = plot_results(results, tmp_path / "p", warn=warnings.append, memory="reserved")
+    assert sorted(p.name for p in written) == ["mha-cpu-measured.png", "mha-cuda-measured.png"]
+    assert len(warnings) == 1 and warnings[0].startswith("mha-cpu-measured: not every measured point")
+    assert {i.device: memory_metric(i.spec, i.rows) for i in figure_inputs(results)} == {"cuda": "memory", "cpu": "memory"}
+    with pytest.raises(BadInput, match="--memory"):
+        plot_results(results, tmp_path / "p", memory="free")
+    (results / "mha.meta.json").write_text(json.dumps({"plot": {"memory": "peak"}}))
+    with pytest.raises(BadInput, match="plot.memory"):
+        plot_results(results, tmp_path / "p")
+
+
+def test_paper_reproduction_suites_plot_reserved_on_cuda():
+    from pathlib import Path
+
+    from topk_bench.suite.load import read_suite
+
+    root = Path(__file__).resolve().parents[1] / "suites"
+    for name in ("mha", "ff", "decoder", *(f"paper/{p.stem}" for p in sorted((root / "paper").glob("*.toml")))):
+        assert read_suite(root / f"{name}.toml").plot.memory == "reserved", name

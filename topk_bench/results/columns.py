@@ -141,8 +141,8 @@ class Metric:
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("memory", "peak_bytes", 1 / GIB, "peak memory (GiB)", "GiB"),
-    Metric("reserved", "reserved_bytes", 1 / GIB, "reserved memory (GiB)", "GiB"),
+    Metric("memory", "peak_bytes", 1 / GIB, "peak allocated memory (GiB)", "GiB"),
+    Metric("reserved", "reserved_bytes", 1 / GIB, "peak reserved memory (GiB)", "GiB"),
     Metric("time", "time_median_s", 1.0, "time (s)", "s"),
     Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
     Metric("rel_err", "rel_err", 1.0, "relative error vs vanilla"),

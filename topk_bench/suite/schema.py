@@ -25,6 +25,9 @@ class PlotSection(Strict):
     log_y: bool = False
     panels: list[list[float]] = Field(default_factory=list)  # [xmin, xmax] ranges, side by side
     metrics: list[str] = Field(default_factory=lambda: ["memory", "time"], min_length=1)  # topk_bench.results.columns.METRICS
+    # Which peak the "memory" row draws: allocated (peak_bytes), or reserved (reserved_bytes, the paper's
+    # metric) for the figures whose rows have it (CUDA); topk-bench plot --memory overrides.
+    memory: Literal["allocated", "reserved"] = "allocated"
     renderer: str | None = None   # "module:function" of a plug-in renderer
 
     @field_validator("log_x")

@@ -17,6 +17,7 @@ Plug-in renderers (e.g. fidelity against k) take over a suite's figure: either
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import io
 import math
@@ -37,7 +38,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 from topk_bench import fileio  # noqa: E402
 from topk_bench.errors import BadInput  # noqa: E402
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs  # noqa: E402
-from topk_bench.report.plots.spec import PlotSpec  # noqa: E402
+from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric  # noqa: E402
 from topk_bench.report.plots.style import (  # noqa: E402
     FAILURE_MARKER, FAILURE_TEXT, format_power_of_two, format_size, impl_rank, series_style,
 )
@@ -289,7 +290,9 @@ def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
 def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
     """The default renderer: rows = metrics that have values, columns = spec.panels."""
     predicted = method == "predicted"
-    metrics = [m for m in spec.metrics if _has_values(rows, m)] or [spec.metrics[0]]
+    memory = memory_metric(spec, rows)  # allocated or reserved peaks
+    metrics = [memory if m == "memory" else m for m in spec.metrics]
+    metrics = [m for m in metrics if _has_values(rows, m)] or [metrics[0]]
     curves = _styled(_series(rows, spec), predicted)
     panels = _panels_with_data(rows, spec, metrics)
     ncols = len(panels)
@@ -352,12 +355,21 @@ def render(item: FigureInput, out_dir: Path, formats: tuple[str, ...]) -> list[P
 
 
 def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tuple[str, ...] = ("png",),
-                 warn: Callable[[str], None] | None = None) -> list[Path]:
+                 warn: Callable[[str], None] | None = None, memory: str | None = None) -> list[Path]:
     """Render every suite CSV of ``results`` into ``out_dir``; returns the files written.
 
-    ``warn`` hears of every line of the CSVs left out.
+    ``warn`` hears of every line of the CSVs left out, and of each figure that cannot draw the ``memory``
+    asked for (``allocated`` or ``reserved``, instead of each suite's ``[plot] memory``).
     """
+    if memory is not None and memory not in MEMORY_CHOICES:
+        raise BadInput(f"expected one of {', '.join(MEMORY_CHOICES)}, got {memory!r}", key="--memory")
     inputs = figure_inputs(Path(results), warn)  # validates everything before writing anything
+    if memory is not None:
+        inputs = [dataclasses.replace(i, spec=dataclasses.replace(i.spec, memory=memory)) for i in inputs]
+        for item in inputs:
+            if warn and memory == "reserved" and memory_metric(item.spec, item.rows) != "reserved":
+                warn(f"{item.stem}: not every measured point has reserved_bytes (only CUDA has them): "
+                     "its memory row draws the allocated peak")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput("expected a directory, got a file", file=out, key="--out")

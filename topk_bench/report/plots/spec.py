@@ -31,6 +31,9 @@ X_LABELS = {
 }
 
 
+MEMORY_CHOICES = ("allocated", "reserved")
+
+
 @dataclass(frozen=True)
 class PlotSpec:
     suite: str
@@ -43,6 +46,8 @@ class PlotSpec:
     panels: tuple[tuple[float | None, float | None], ...] = ((None, None),)
     metrics: tuple[str, ...] = ("memory", "time")
     renderer: str | None = None  # "module:function" of a plug-in renderer
+    # Which peak the "memory" row draws: "allocated" or "reserved" (where the rows have it): memory_metric().
+    memory: str = "allocated"
     # The CSV's parameter columns, as the run recorded them (None: told apart by the column vocabulary).
     parameters: tuple[str, ...] | None = None
     extra: dict = field(default_factory=dict, compare=False)  # the rest of meta["plot"], for plug-ins
@@ -113,6 +118,9 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     if not isinstance(log_x, (int, float)) or (log_x and log_x <= 1):
         raise BadInput(f"expected 0 (linear) or a log base > 1, got {log_x!r}", file=meta_path, key="plot.log_x")
     log_y = plot.pop("log_y", inferred.log_y)
+    memory = plot.pop("memory", "allocated")
+    if memory not in MEMORY_CHOICES:
+        raise BadInput(f"expected one of {', '.join(MEMORY_CHOICES)}, got {memory!r}", file=meta_path, key="plot.memory")
     return PlotSpec(
         suite=str(meta.get("suite") or inferred.suite),
         title=str(meta.get("title") or meta.get("suite") or inferred.title),
@@ -125,6 +133,18 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
                      for lo, hi in panels),
         metrics=tuple(metrics),
         renderer=plot.pop("renderer", None),
+        memory=memory,
         parameters=tuple(meta["parameters"]) if isinstance(meta.get("parameters"), list) else None,
         extra=plot,
     )
+
+
+def memory_metric(spec: PlotSpec, rows: pd.DataFrame) -> str:
+    """The metric the "memory" row of a figure of ``rows`` draws: ``reserved`` when the spec asks for it and
+    every measured point has a reserved peak (CUDA; the CPU and predictions of CPU cases have none), else
+    ``memory`` (the allocated peak). The y label names the one drawn."""
+    if spec.memory != "reserved":
+        return "memory"
+    ok = rows[(rows["status"] == "ok") & pd.to_numeric(rows["peak_bytes"], errors="coerce").notna()]
+    reserved = pd.to_numeric(ok["reserved_bytes"], errors="coerce") if "reserved_bytes" in ok else None
+    return "reserved" if reserved is not None and len(ok) and reserved.notna().all() else "memory"
