@@ -1,6 +1,7 @@
 """``topk-bench compare``: the must-show variants of a real run, plus the rules and inputs on constructed rows."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -132,14 +133,18 @@ def frame(*rows):
     return pd.DataFrame(list(rows)).set_index("case_id", drop=False)
 
 
-def test_reserved_bytes_has_its_own_looser_factor_on_cuda_only():
-    base = frame(make_row("a", device="cuda", reserved=2**30), make_row("b", reserved=2**30))
-    slightly = frame(make_row("a", device="cuda", reserved=2**30 * 1.03), make_row("b", reserved=2**31))
-    assert not compare_frames(base, slightly).has_regression  # cpu ignores reserved; cuda within 1.05
-    much = frame(make_row("a", device="cuda", reserved=2**30 * 1.10), make_row("b", reserved=2**30))
+def test_reserved_bytes_has_its_own_looser_factor_where_both_sides_have_it():
+    base = frame(make_row("a", device="cuda", reserved=2**30), make_row("b"))
+    slightly = frame(make_row("a", device="cuda", reserved=2**30 * 1.03), make_row("b"))
+    assert not compare_frames(base, slightly).has_regression  # within 1.05
+    assert compare_frames(base, slightly).cases[1].metric("reserved_bytes") is None  # the CPU has none
+    much = frame(make_row("a", device="cuda", reserved=2**30 * 1.10), make_row("b"))
     result = compare_frames(base, much)
     assert result.has_regression
     assert result.cases[0].metric("reserved_bytes").verdict is Verdict.REGRESSION
+    # Allocated and reserved are both gated: an allocated regression alone fails too.
+    allocated = frame(make_row("a", device="cuda", peak=1_100_000, reserved=2**30), make_row("b"))
+    assert compare_frames(base, allocated).cases[0].metric("peak_bytes").verdict is Verdict.REGRESSION
 
 
 def test_status_changes_between_failures_are_not_regressions_and_fixes_are_improvements():
@@ -244,3 +249,64 @@ def test_runs_from_different_devices_are_warned_about():
     (warning,) = compare_frames(base, new).warnings
     assert "device_name differs: BASE NVIDIA A100 vs NEW NVIDIA H100" in warning
     assert not compare_frames(base, base).warnings
+
+
+def _check_action_format(entries):
+    """What github-action-benchmark's customSmallerIsBetter accepts (and what its charts need)."""
+    assert isinstance(entries, list) and entries
+    for e in entries:
+        assert set(e) <= {"name", "unit", "value", "range", "extra"} and {"name", "unit", "value"} <= set(e)
+        assert isinstance(e["name"], str) and isinstance(e["unit"], str)
+        assert isinstance(e["value"], float) and math.isfinite(e["value"]) and e["value"] >= 0
+        assert all(isinstance(e.get(k, ""), str) for k in ("range", "extra"))
+    assert len({e["name"] for e in entries}) == len(entries)  # a name is a series
+
+
+def test_benchmark_json_exports_allocated_reserved_and_time_and_failed_cases_as_such(tmp_path):
+    from topk_bench.report.compare_render import FAILED_VALUE
+
+    def side(reserved_b):
+        return [make_row("a", device="cuda", reserved=2**20), make_row("b", device="cuda", reserved=reserved_b),
+                make_row("c", device="cuda", reserved=2**20), make_row("d", device="cuda", status="oom", peak=None,
+                                                                        times=(), error="OutOfMemoryError: CUDA out of memory"),
+                make_row("e", peak=500)]
+    base, new = tmp_path / "base.csv", tmp_path / "new.csv"
+    pd.DataFrame(side(2**20)).to_csv(base, index=False)
+    rows = side(2**21)
+    rows[2].update(status="over_budget", error="reserved peak 2 bytes exceeds the memory budget of 1 bytes")
+    pd.DataFrame(rows).to_csv(new, index=False)
+    assert run_compare(base, new, "--json", tmp_path / "r.json") == 1
+    entries = json.loads((tmp_path / "r.json").read_text())
+    _check_action_format(entries)
+    by_name = {e["name"].rsplit(" ", 1)[1] + ":" + e["extra"].split("case_id=")[1][:1]: e for e in entries}
+    # Every cuda case: allocated, reserved and time; the cpu one: allocated and time (no reserved).
+    assert set(by_name) == ({f"{m}:{c}" for c in "abcd" for m in ("peak_bytes", "reserved_bytes", "time_s")}
+                            | {"peak_bytes:e", "time_s:e"})
+    assert by_name["reserved_bytes:b"]["value"] == 2.0**21 and "regression, ×2.000 vs base" in by_name["reserved_bytes:b"]["extra"]
+    assert by_name["peak_bytes:a"]["value"] == 1_000_000.0 and by_name["time_s:a"]["range"].startswith("± ")
+    # Failed cases are points of their series: the sentinel, the status first in extra.
+    for metric in ("peak_bytes", "reserved_bytes", "time_s"):
+        assert by_name[f"{metric}:c"]["value"] == by_name[f"{metric}:d"]["value"] == FAILED_VALUE
+    assert by_name["peak_bytes:c"]["extra"].startswith("status=over_budget; case_id=c; reserved peak")
+    assert by_name["time_s:d"]["extra"] == "status=oom; case_id=d; OutOfMemoryError: CUDA out of memory"
+
+
+def test_first_run_without_base_exports_new_and_says_so(tmp_path, capsys):
+    new = tmp_path / "new.csv"
+    pd.DataFrame([make_row("a"), make_row("b", status="timeout", peak=None, times=())]).to_csv(new, index=False)
+    # Without the flag a missing BASE is bad input, as any missing file.
+    assert run_compare(tmp_path / "baseline", new, "--json", tmp_path / "r.json") == 2
+    assert not (tmp_path / "r.json").exists()
+    capsys.readouterr()
+    code = run_compare(tmp_path / "baseline", new, "--allow-no-base", "--json", tmp_path / "r.json",
+                       "--markdown", tmp_path / "r.md")
+    assert code == 0
+    assert "first run, nothing to compare" in capsys.readouterr().out
+    assert "First run, nothing to compare" in (tmp_path / "r.md").read_text()
+    entries = json.loads((tmp_path / "r.json").read_text())
+    _check_action_format(entries)
+    assert [e["extra"].split(";")[0] for e in entries] == ["status=ok", "status=ok", "status=timeout", "status=timeout"]
+    assert all("not in base" in e["extra"] for e in entries[:2])
+    # A BASE that exists is compared as always, flag or not.
+    assert run_compare(new, new, "--allow-no-base") == 0
+    assert "no regression" in capsys.readouterr().out

@@ -23,6 +23,7 @@ def compare(
     markdown: Path = typer.Option(None, "--markdown", help="Also write a Markdown summary (pull-request comment) here."),
     json_file: Path = typer.Option(None, "--json", help="Also write github-action-benchmark customSmallerIsBetter JSON here."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="Pass even when cases of BASE are missing from NEW (a suite that lost cases on purpose)."),
+    allow_no_base: bool = typer.Option(False, "--allow-no-base", help="BASE may not exist yet (the first run of main): then say so, export NEW (--json, --markdown) and judge nothing."),
 ) -> None:
     """Compare two runs case by case: memory, time (median ratio + Mann-Whitney U) and status.
 
@@ -34,8 +35,12 @@ def compare(
     from topk_bench.report import compare_render as report
 
     thresholds = Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
-    base_frame, new_frame = cmp.load(base), cmp.load(new)
-    result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new), allow_missing)
+    if allow_no_base and not base.exists() and not base.is_symlink():
+        new_frame = cmp.load(new)
+        result = cmp.first_run(new_frame, thresholds, str(base), str(new))
+    else:
+        base_frame, new_frame = cmp.load(base), cmp.load(new)
+        result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new), allow_missing)
     report.print_rich(result, Console(width=160))
     if markdown is not None:
         report.write_markdown(markdown, result)

@@ -5,7 +5,7 @@ Rules (docs/CONTRACTS.md, "topk-bench compare"):
 - status: ``ok`` in BASE and anything else in NEW is a regression (the reverse an improvement);
 - ``peak_bytes``: ratio beyond ``memory_factor`` — exact on ``cpu``/``predict``, and
   ``max_memory_allocated`` on CUDA is deterministic for a fixed program too;
-- ``reserved_bytes`` (CUDA only): the caching allocator's rounding and
+- ``reserved_bytes`` (where both sides have it: CUDA): the caching allocator's rounding and
   fragmentation make it move a little, hence its own looser ``reserved_factor``;
 - time: median ratio beyond ``time_factor`` and Mann-Whitney p < ``alpha`` on ``times_s``.
 
@@ -75,6 +75,7 @@ class Comparison:
     only_base: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # why the gate fails beyond the cases' verdicts
+    first_run: bool = False  # no BASE yet (the first run of main): NEW is exported, nothing is judged
 
     def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict is verdict]
@@ -155,6 +156,19 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
                       [w for w in warnings if w], failures)
 
 
+def first_run(new: pd.DataFrame, thresholds: Thresholds = Thresholds(), base_label: str = "BASE",
+              new_label: str = "NEW") -> Comparison:
+    """No BASE exists yet (the first run of main, ``--allow-no-base``): every case of NEW is new, nothing is
+    judged; the gate still fails when NEW has no valid row or a line of it was left out."""
+    thresholds = thresholds.validate()
+    params = varying_parameters(new)
+    failures = [f"NEW {line}" for line in left_out(new)]
+    if not len(new):
+        failures.append("nothing to export: NEW has no valid row")
+    return Comparison(base_label, new_label, thresholds, [], [(cid, case_name(new.loc[cid], params)) for cid in new.index],
+                      [], [], failures, first_run=True)
+
+
 def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> str:
     """A warning when the two runs come from different machines or software: the verdicts may mislead."""
     if column not in base.columns or column not in new.columns:
@@ -174,7 +188,7 @@ def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
     if not (missing(b["peak_bytes"]) or missing(n["peak_bytes"])):
         case.metrics.append(classify_ratio("peak_bytes", float(b["peak_bytes"]), float(n["peak_bytes"]),
                                            t.memory_factor))
-    if case.device == "cuda" and not (missing(b["reserved_bytes"]) or missing(n["reserved_bytes"])):
+    if not (missing(b["reserved_bytes"]) or missing(n["reserved_bytes"])):
         case.metrics.append(classify_ratio("reserved_bytes", float(b["reserved_bytes"]),
                                            float(n["reserved_bytes"]), t.reserved_factor))
     base_times = parse_times(b["times_s"], file=base_label, case_id=case.case_id)

@@ -32,7 +32,10 @@ def summary(c: Comparison) -> str:
 
 
 def outcome(c: Comparison) -> str:
-    """The gate's word: REGRESSION, FAILED (nothing or not everything could be judged), or no regression."""
+    """The gate's word: REGRESSION, FAILED (nothing or not everything could be judged), no regression, or
+    first run (no BASE yet)."""
+    if c.first_run:
+        return "FAILED" if not c.passed else "first run, nothing to compare"
     return "REGRESSION" if c.has_regression else "FAILED" if not c.passed else "no regression"
 
 
@@ -72,7 +75,8 @@ def print_rich(c: Comparison, console: Console | None = None) -> None:
 def markdown(c: Comparison) -> str:
     """A pull-request comment: summary, the cases that moved, then every case folded away."""
     t = c.thresholds
-    head = {"REGRESSION": "❌ **Regression**", "FAILED": "❌ **Failed**"}.get(outcome(c), "✅ **No regression**")
+    head = {"REGRESSION": "❌ **Regression**", "FAILED": "❌ **Failed**",
+            "first run, nothing to compare": "ℹ️ **First run, nothing to compare**"}.get(outcome(c), "✅ **No regression**")
     lines = [
         "## topk-bench compare", "",
         f"{head}: {summary(c)}.", "",
@@ -94,11 +98,23 @@ def markdown(c: Comparison) -> str:
     return "\n".join(lines)
 
 
-def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
-    """github-action-benchmark ``customSmallerIsBetter``: ``[{name, unit, value, range?, extra?}]``.
+# The value of a case that did not end ``ok`` (its entries' ``extra`` names the status): larger than any
+# byte count or time a case can have, so that a series going from a measurement to a failure is far above
+# any alert threshold, one staying failed is unchanged, and every value stays a finite number (JSON has no NaN).
+FAILED_VALUE = 1e15
+# The entries of a case, its suffix in their names: (metric, column, unit); compare's gate judges each of them.
+EXPORTED = (("peak_bytes", "peak_bytes", "bytes"), ("reserved_bytes", "reserved_bytes", "bytes"),
+            ("time_s", "time_median_s", "s"))
 
-    Every ``ok`` case of NEW gives its peak memory (and its median time when
-    timed); ``extra`` carries the ratio to BASE so a dashboard tooltip shows it.
+
+def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
+    """github-action-benchmark ``customSmallerIsBetter``: ``[{name, unit, value, range?, extra?}]``, unique names.
+
+    Every case of NEW gives an entry per metric its (device, method) has (``peak_bytes``; ``reserved_bytes``
+    where the rows have it, CUDA; ``time_s`` where timed), named ``<suite>/<case> [<device>, <method>]
+    <metric>``. An ``ok`` case gives its values, ``extra`` its ratio to BASE; any other status gives
+    :data:`FAILED_VALUE`, ``extra`` starting ``status=<status>``, so that a failure is a point of its series
+    (an alert when it follows a measurement), never a gap.
     """
     params = parameter_columns(new.columns)
     judged = {case.case_id: case for case in c.cases}
@@ -106,25 +122,37 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
              for cid, row in new.iterrows()}
     # Names are a dashboard's series keys: make them unique, and stable for a given suite.
     clashes = pd.Series(list(names.values())).value_counts()
+    ok = new[new["status"] == Status.OK]
+    has = {key: {metric for metric, column, _ in EXPORTED if column in group and group[column].notna().any()}
+           for key, group in ok.groupby(["device", "method"], sort=False)}
     entries = []
     for _, row in new.iterrows():
-        if row["status"] != Status.OK:
-            continue
         name = names[row["case_id"]]
         name += f" {row['case_id']}" if clashes[name] > 1 else ""
+        exported = has.get((row["device"], row["method"])) or {"peak_bytes"}
         case = judged.get(row["case_id"])
-        for metric, unit, value in (("peak_bytes", "bytes", row["peak_bytes"]),
-                                    ("time_s", "s", row["time_median_s"])):
+        for metric, column, unit in EXPORTED:
+            if metric not in exported:
+                continue
+            entry = {"name": f"{name} {metric}", "unit": unit}
+            if row["status"] != Status.OK:
+                error = " ".join(str(row.get("error") or "").split())[:200]
+                entry.update(value=FAILED_VALUE, extra=f"status={row['status']}; case_id={row['case_id']}"
+                                                       + (f"; {error}" if error else ""))
+                entries.append(entry)
+                continue
+            value = row[column]
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
-            entry = {"name": f"{name} {metric}", "unit": unit, "value": float(value)}
+            entry["value"] = float(value)
             if metric == "time_s":
                 times = parse_times(row["times_s"], file=c.new, case_id=row["case_id"])
                 if len(times) > 1:
                     entry["range"] = f"± {(max(times) - min(times)) / 2:.3g}"
             result = case.metric(metric) if case else None
             ratio = "" if result is None or result.ratio is None else f", ×{result.ratio:.3f} vs base"
-            entry["extra"] = f"case_id={row['case_id']}; " + (f"{result.verdict.value}{ratio}" if result else "not in base")
+            entry["extra"] = f"status=ok; case_id={row['case_id']}; " + (
+                f"{result.verdict.value}{ratio}" if result else "not in base")
             entries.append(entry)
     return entries
 
