@@ -125,6 +125,49 @@ def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, 
     assert rows["vanilla"]["status"] == rows["sdpa"]["status"] == "ok"
 
 
+TINY_SUITE = """
+name = "slurm_gpus"
+workload = "mha"
+repeats = 1
+warmup = 0
+[shape]
+batch = 1
+d_model = 32
+heads = 2
+[sweep]
+seq_len = [16]
+[[impl]]
+name = "vanilla"
+"""
+
+
+@pytest.mark.timeout(900)
+def test_gpus_are_asked_for_only_by_cases_measured_on_cuda(slurm_conf, tmp_path):
+    """bench.toml's default gpus_per_node = 1 on a cluster without GPUs: a --predict run and a --device cpu
+    run go through (no GPU asked for); a case measured on CUDA asks, and this cluster refuses it."""
+    from topk_bench.errors import BadInput
+    from topk_bench.run.slurm import SlurmExecutor
+
+    suite = tmp_path / "gpus.toml"
+    suite.write_text(TINY_SUITE)
+    config = _bench_toml(tmp_path, gpus_per_node=1)
+    for how in (dict(predict=True), dict(device="cpu")):
+        result = runner.run(suite, config=config, out=tmp_path / str(len(how)) / next(iter(how)), executor="slurm",
+                            resume=False, progress=False, max_case_seconds=600, **how)
+        rows = read_rows(result.csv_path)
+        assert [(r["status"], r["method"], r["device"]) for r in rows] == [
+            ("ok", "predicted" if "predict" in how else "measured", "cpu")], rows
+    settings = ExecutorSettings(kind="slurm", gpus_per_node=1, cpus_per_task=1, mem_gb=1, timeout_min=5,
+                                log_dir=str(tmp_path / "logs"))
+    executor = SlurmExecutor(settings)
+    cuda = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda")
+    try:
+        with pytest.raises(BadInput, match="sbatch refused"):  # the test cluster has no GPU: the ask is real
+            executor.submit([cuda], Budget(max_seconds=30))
+    finally:
+        executor.close()
+
+
 # ------------------------------------------------------ jobs that die, cancel
 
 JOB_FUNCTIONS = '''
@@ -192,10 +235,23 @@ def test_state_parsing_and_sbatch_parameters():
     assert _parse_states(text) == {"12_0": "COMPLETED", "12_1": "CANCELLED", "13": "TIMEOUT"}
     settings = ExecutorSettings(kind="slurm", partition="gpu", gpus_per_node=2, mem_gb=1.5, timeout_min=30,
                                 extra_sbatch={"account": "abc", "exclusive": True})
-    params = sbatch_parameters(settings)
+    params = sbatch_parameters(settings, gpu=True)
     assert params["partition"] == "gpu" and params["gpus_per_node"] == 2 and params["time"] == 30
     assert params["mem"] == "1536M"
     assert params["additional_parameters"] == {"account": "abc", "exclusive": True}
+    without = sbatch_parameters(settings, gpu=False)
+    assert "gpus_per_node" not in without and {k: v for k, v in params.items() if k != "gpus_per_node"} == without
+
+
+def test_only_cases_measured_on_cuda_need_a_gpu():
+    from topk_bench.run.slurm import needs_gpu
+
+    def case(**fields):
+        return Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, **fields)
+
+    assert needs_gpu(case(device="cuda")) and needs_gpu(case(device="cuda:1"))
+    assert not needs_gpu(case(device="cuda", method="predicted"))
+    assert not needs_gpu(case(device="cpu")) and not needs_gpu(case(device="cpu", method="predicted"))
 
 
 def test_job_killed_at_the_time_limit_is_a_timeout_with_its_log(tmp_path):

@@ -248,11 +248,18 @@ class SlurmHandle:
         return False
 
 
-def sbatch_parameters(settings) -> dict[str, Any]:
+def needs_gpu(case: Case) -> bool:
+    """Whether the case's job must be given a GPU: measured on CUDA. Predicting and CPU cases need none
+    (and a cluster without GPUs configured refuses a job that asks for one)."""
+    return case.method == "measured" and case.device.startswith("cuda")
+
+
+def sbatch_parameters(settings, *, gpu: bool) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters from ``ExecutorSettings`` (``[executor]`` of bench.toml).
 
     ``timeout_min`` is the Slurm time limit of each case's job: a backstop above
     the per-case budget, which the child process in the job enforces as locally.
+    ``gpus_per_node`` is asked for only when ``gpu`` (the jobs' cases run on CUDA: :func:`needs_gpu`).
     """
     params: dict[str, Any] = {
         "job_name": "topk-bench",
@@ -268,7 +275,7 @@ def sbatch_parameters(settings) -> dict[str, Any]:
     }
     if settings.partition:
         params["partition"] = settings.partition
-    if settings.gpus_per_node:
+    if gpu and settings.gpus_per_node:
         params["gpus_per_node"] = settings.gpus_per_node
     if settings.extra_sbatch:
         # {"account": "abc", "exclusive": true} -> #SBATCH --account=abc / --exclusive
@@ -293,25 +300,33 @@ class SlurmExecutor:
         self._handles: list[SlurmHandle] = []
 
     def submit(self, cases: Sequence[Case], budget: Budget) -> list[SlurmHandle]:
+        """One job array per kind of case (GPU or not: :func:`needs_gpu`), handles in the order of ``cases``."""
         if not cases:
             return []
-        executor = submitit.SlurmExecutor(folder=self.folder / "%j")
-        executor.update_parameters(**sbatch_parameters(self.settings))
         budget_json = json.dumps(asdict(budget))
-        handles: list[SlurmHandle] = []
-        for start in range(0, len(cases), MAX_ARRAY):
-            chunk = cases[start:start + MAX_ARRAY]
-            try:
-                jobs = executor.map_array(run_in_job, [c.to_json() for c in chunk], [budget_json] * len(chunk),
-                                          [self._run] * len(chunk))
-            except Exception as exc:  # sbatch refused (bad partition, no controller...): a user-facing problem
-                lines = str(exc).strip().splitlines() or [type(exc).__name__]
-                raise BadInput(f"sbatch refused the jobs ({lines[-1].removeprefix('sbatch: error: ')}); check "
-                               "partition, gpus_per_node, cpus_per_task, mem_gb and timeout_min", key="executor") from None
-            handles.extend(SlurmHandle(job, self._states) for job in jobs)
-        self._states.watch(h.job_id for h in handles)
-        self._handles.extend(handles)
-        return handles
+        handles: list[SlurmHandle | None] = [None] * len(cases)
+        for gpu in (False, True):
+            indices = [i for i, case in enumerate(cases) if needs_gpu(case) == gpu]
+            if not indices:
+                continue
+            executor = submitit.SlurmExecutor(folder=self.folder / "%j")
+            executor.update_parameters(**sbatch_parameters(self.settings, gpu=gpu))
+            for start in range(0, len(indices), MAX_ARRAY):
+                chunk = indices[start:start + MAX_ARRAY]
+                try:
+                    jobs = executor.map_array(run_in_job, [cases[i].to_json() for i in chunk],
+                                              [budget_json] * len(chunk), [self._run] * len(chunk))
+                except Exception as exc:  # sbatch refused (bad partition, no controller...): a user-facing problem
+                    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+                    raise BadInput(f"sbatch refused the jobs ({lines[-1].removeprefix('sbatch: error: ')}); check "
+                                   "partition, gpus_per_node, cpus_per_task, mem_gb and timeout_min",
+                                   key="executor") from None
+                for i, job in zip(chunk, jobs):
+                    handles[i] = SlurmHandle(job, self._states)
+        submitted = [h for h in handles if h is not None]
+        self._states.watch(h.job_id for h in submitted)
+        self._handles.extend(submitted)
+        return submitted
 
     def close(self) -> None:
         """Cancel every job not finished: after Ctrl-C nobody would collect their results,

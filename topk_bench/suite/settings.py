@@ -25,7 +25,7 @@ class ExecutorSettings(Strict):
     jobs: int = Field(1, ge=1)
     # Slurm (topk_bench.run.slurm through submitit)
     partition: str | None = None
-    gpus_per_node: int = Field(1, ge=0)
+    gpus_per_node: int = Field(1, ge=0)  # asked for only by jobs of cases measured on CUDA
     cpus_per_task: int = Field(4, ge=1)
     mem_gb: float = Field(64, gt=0)
     timeout_min: int = Field(60, ge=1)
