@@ -89,3 +89,27 @@ def test_doctor_bad_device_or_plugin_is_one_line_exit_2(tmp_path):
         result = doctor(*args)
         assert result.returncode == 2 and "Traceback" not in result.stderr
         assert result.stderr.count("\n") == 1 and "topk-bench: error:" in result.stderr
+
+
+def test_cuda_peak_check_takes_the_workspace_out_of_the_peak_and_matches_the_baseline(monkeypatch):
+    """As measured on an H100 (CI suite, L=2048): baseline = parameters + inputs, the cuBLAS workspace
+    (65 MiB) allocated by the warm-up and live through the timed iterations."""
+    from topk_bench.case import Measurement
+    from topk_bench.doctor import peaks
+
+    workspace = 68_157_440
+    predicted = Measurement(status="ok", peak_bytes=853_824_000, baseline_bytes=15_740_928)
+
+    def measured(peak=predicted.peak_bytes + workspace, baseline=predicted.baseline_bytes, **extra):
+        return Measurement(status="ok", peak_bytes=peak, baseline_bytes=baseline, reserved_bytes=peak + 2**21,
+                           extra={"workspace_bytes": workspace, **extra})
+
+    def judged(m):
+        monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins: (m, predicted))
+        return peaks.check("vanilla", "cuda")
+
+    ok = judged(measured())
+    assert ok.result == Result.PASS and "workspace 68,157,440 B" in ok.detail, ok
+    assert judged(measured(peak=predicted.peak_bytes + workspace + 512)).result == Result.FAIL
+    # The old meaning (the workspace in the baseline) no longer passes: one baseline on every backend.
+    assert judged(measured(baseline=predicted.baseline_bytes + workspace)).result == Result.FAIL
