@@ -17,27 +17,39 @@ from __future__ import annotations
 
 import torch
 
-from implementations.masking import batched_addmm_t_
+
+def _batched(x):
+    """``[..., L, m]`` as ``[N, L, m]``: a view for the contiguous feature maps Performer passes."""
+    return x.reshape(-1, *x.shape[-2:])
+
+
+def _chunks(chunk_size, *tensors):
+    """Per chunk, the ``[N, C, .]`` views of each tensor.
+
+    One ``split`` per tensor and ``bmm`` on 3-d views keep each chunk to a few
+    dispatched ops, where slicing and 4-d ``matmul`` cost dozens: a prediction
+    (FakeTensorMode) pays per op, and at 65K tokens there are hundreds of chunks.
+    The tensors allocated, and when, are the same either way.
+    """
+    return list(zip(*(_batched(t).split(chunk_size, dim=1) for t in tensors)))
 
 
 def _tril_products(x, y):
     """``tril(x yᵀ)``: the in-chunk pairs ``j <= i``."""
-    return (x @ y.transpose(-2, -1)).tril_()
+    return torch.bmm(x, y.transpose(1, 2)).tril_()
 
 
 class CausalProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, v, chunk_size):
-        length = a.shape[-2]
         out = v.new_empty(*a.shape[:-1], v.shape[-1])
         state = v.new_zeros(*a.shape[:-2], a.shape[-1], v.shape[-1])  # sum_j b_jᵀ v_j so far
-        for s in range(0, length, chunk_size):
-            e = min(s + chunk_size, length)
-            ac, bc, vc = a[..., s:e, :], b[..., s:e, :], v[..., s:e, :]
-            out_c = ac @ state
-            out_c += _tril_products(ac, bc) @ vc
-            out[..., s:e, :] = out_c
-            batched_addmm_t_(state, bc, vc)
+        state3 = _batched(state)
+        for ac, bc, vc, oc in _chunks(chunk_size, a, b, v, out):
+            out_c = torch.bmm(ac, state3)
+            out_c += torch.bmm(_tril_products(ac, bc), vc)
+            oc.copy_(out_c)
+            state3.baddbmm_(bc.transpose(1, 2), vc)  # in place: no temporary the size of the state
         ctx.save_for_backward(a, b, v)
         ctx.chunk_size = chunk_size
         return out
@@ -45,34 +57,30 @@ class CausalProduct(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out):
         a, b, v = ctx.saved_tensors
-        chunk_size = ctx.chunk_size
-        length = a.shape[-2]
-        starts = list(range(0, length, chunk_size))
         da = a.new_empty(a.shape)
         db = b.new_empty(b.shape)
         dv = v.new_empty(v.shape)
+        chunks = _chunks(ctx.chunk_size, a, b, v, d_out, da, db, dv)
         # da_i = sum_{j <= i} (do_i . v_j) b_j: forward scan with state sum_j v_jᵀ b_j.
         state = v.new_zeros(*a.shape[:-2], v.shape[-1], b.shape[-1])
-        for s in starts:
-            e = min(s + chunk_size, length)
-            bc, vc, doc = b[..., s:e, :], v[..., s:e, :], d_out[..., s:e, :]
-            da_c = doc @ state
-            da_c += _tril_products(doc, vc) @ bc
-            da[..., s:e, :] = da_c
-            batched_addmm_t_(state, vc, bc)
+        state3 = _batched(state)
+        for _, bc, vc, doc, dac, _, _ in chunks:
+            da_c = torch.bmm(doc, state3)
+            da_c += torch.bmm(_tril_products(doc, vc), bc)
+            dac.copy_(da_c)
+            state3.baddbmm_(vc.transpose(1, 2), bc)
         # db_j = sum_{i >= j} (do_i . v_j) a_i and dv_j = sum_{i >= j} (a_i . b_j) do_i:
         # reverse scan with state sum_i a_iᵀ do_i over the later chunks.
         state = v.new_zeros(*a.shape[:-2], a.shape[-1], v.shape[-1])
-        for s in reversed(starts):
-            e = min(s + chunk_size, length)
-            ac, bc, vc, doc = a[..., s:e, :], b[..., s:e, :], v[..., s:e, :], d_out[..., s:e, :]
-            dv_c = bc @ state
-            dv_c += _tril_products(ac, bc).transpose(-2, -1) @ doc
-            dv[..., s:e, :] = dv_c
-            db_c = vc @ state.transpose(-2, -1)
-            db_c += _tril_products(doc, vc).transpose(-2, -1) @ ac
-            db[..., s:e, :] = db_c
-            batched_addmm_t_(state, ac, doc)
+        state3 = _batched(state)
+        for ac, bc, vc, doc, _, dbc, dvc in reversed(chunks):
+            dv_c = torch.bmm(bc, state3)
+            dv_c += torch.bmm(_tril_products(ac, bc).transpose(1, 2), doc)
+            dvc.copy_(dv_c)
+            db_c = torch.bmm(vc, state3.transpose(1, 2))
+            db_c += torch.bmm(_tril_products(doc, vc).transpose(1, 2), ac)
+            dbc.copy_(db_c)
+            state3.baddbmm_(ac.transpose(1, 2), doc)
         return da, db, dv, None
 
 
