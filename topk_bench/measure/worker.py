@@ -1,12 +1,16 @@
 """Runs one case and turns every failure into a status: in-process (:func:`execute`) or as a child process.
 
-Child usage (what :mod:`topk_bench.run.launcher` spawns, and what a Slurm job may run)::
+Child usage::
 
     python -m topk_bench.measure.worker CASE.json RESULT.json [--budget JSON] [--ready-fd FD] [--parent-pid PID]
+    python -m topk_bench.measure.worker --template FD --parent-pid PID
 
-The child imports the case's plugins, measures, and writes the ``Measurement``
-as JSON. It writes one byte to ``--ready-fd`` once started, so that the
-parent's time budget counts the measurement, not the interpreter start-up.
+The first measures one case in this process: it imports the case's plugins,
+measures, and writes the ``Measurement`` as JSON. It writes one byte to
+``--ready-fd`` once started, so that the parent's time budget counts the
+measurement, not the start-up. The second is what :mod:`topk_bench.run.launcher`
+starts: the warm template (:mod:`.template`), which forks a child per case that
+runs the first form's :func:`main` without a new interpreter.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from pathlib import Path
 
 import torch
 
+import implementations
 from topk_bench import plugins
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import NonFinite, Unsupported
-from topk_bench.measure import metadata
+from topk_bench.measure import metadata, template
 from topk_bench.measure.backends import measure
 from topk_bench.measure.extras import extra_columns
 from topk_bench.measure.memory import OverBudget
@@ -130,6 +135,55 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
 
 # -- child process -----------------------------------------------------------
 
+def _warm_up_case(impl: str) -> Case:
+    spec = implementations.spec(impl)
+    return Case.make(suite="warm-up", workload="mha", impl=impl, method="predicted", causal=spec.causal,
+                     activation=spec.activations[0], params={"seq_len": 16, "d_model": 16, "heads": 2},
+                     warmup=0, repeats=1)
+
+
+class WarmUp:
+    """What the template runs before forking, so that children do not each pay it.
+
+    At start, a tiny prediction: the first one imports torch._dynamo and sympy
+    (seconds). Before the first child of each built-in implementation, a tiny
+    prediction of it (its own modules: performer-pytorch, its first dispatches).
+    Predictions only, on the CPU: fake tensors touch no CUDA and run no kernel
+    (but for the few ops FakeTensorMode runs for real on zeros, which run on one
+    thread here). Plug-ins are never imported here: each child imports its own.
+    """
+
+    def __init__(self) -> None:
+        self.done: set[str] = set()
+
+    def start(self) -> None:
+        self._predict("vanilla")
+
+    def before(self, argv: list[str]) -> None:
+        try:
+            case = Case.from_json(Path(argv[0]).read_text())
+        except Exception:  # noqa: BLE001 -- the child reads the same file and reports the problem
+            return
+        for impl in (case.impl, case.ff_impl):
+            if impl and impl in implementations.names() and implementations.spec(impl).predictable:
+                self._predict(impl)
+
+    def _predict(self, impl: str) -> None:
+        if impl in self.done:
+            return
+        self.done.add(impl)
+        # One thread: a fake op the tracker cannot size runs for real on zeros (FakeTensorMode's
+        # fallback, e.g. torch.sparse), and a parallel region would leave an OpenMP pool behind.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            result = execute(_warm_up_case(impl))
+        finally:
+            torch.set_num_threads(threads)
+        if result.status != Status.OK:  # costs each child the imports it would have shared, nothing else
+            print(f"topk-bench template: warm-up prediction of {impl} failed: {result.error}",
+                  file=sys.stderr, flush=True)
+
 
 def die_with_parent(parent_pid: int | None) -> None:
     """Linux: the kernel kills this child if its parent dies (no orphans burning cores)."""
@@ -153,14 +207,26 @@ def limit_address_space(case: Case, budget: Budget) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m topk_bench.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("case", type=Path, help="the case, as written by Case.to_json()")
-    parser.add_argument("result", type=Path, help="where the Measurement JSON goes")
+    parser = argparse.ArgumentParser(prog="python -m topk_bench.measure.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("case", type=Path, nargs="?", help="the case, as written by Case.to_json()")
+    parser.add_argument("result", type=Path, nargs="?", help="where the Measurement JSON goes")
     parser.add_argument("--budget", default="{}", help="Budget as JSON, e.g. '{\"max_memory_bytes\": 1e9}'")
     parser.add_argument("--ready-fd", type=int, help="file descriptor that receives one byte once started")
     parser.add_argument("--parent-pid", type=int, help="exit at once if the parent is not this process")
+    parser.add_argument("--template", type=int, metavar="FD",
+                        help="serve as the warm template on the socket FD: fork one worker per request")
     args = parser.parse_args(argv)
 
+    if args.template is not None:
+        # Not PR_SET_PDEATHSIG: it fires when the parent *thread* that started us ends. The template
+        # ends when its socket reaches end of file instead, i.e. when the parent process is gone.
+        if args.parent_pid is not None and os.getppid() != args.parent_pid:
+            return 1
+        code = template.serve(args.template, run=main, warm_up=WarmUp())
+        sys.stderr.flush()
+        os._exit(code)  # nothing to clean up; an interpreter shutdown could wait on a stray thread
+    if args.case is None or args.result is None:
+        parser.error("expected CASE and RESULT, or --template FD")
     die_with_parent(args.parent_pid)
     case = Case.from_json(args.case.read_text())
     budget = Budget(**json.loads(args.budget))

@@ -87,8 +87,9 @@ class LocalExecutor:
     """Runs cases as child processes on this machine, at most ``jobs`` at once, in submission order.
 
     Each case goes through ``run`` (by default ``topk_bench.run.launcher.run_isolated``,
-    which spawns one child per case); the threads here only wait on those
-    children, so they are daemon threads: Ctrl-C never waits for a case to end.
+    which forks one child per case from the warm template all jobs share); the threads
+    here only wait on those children, so they are daemon threads: Ctrl-C never waits
+    for a case to end.
     """
 
     def __init__(self, jobs: int = 1, run: RunFn | None = None):

@@ -1,35 +1,50 @@
 """Parent side: one fresh child process per case (fresh allocator, crash isolation), supervised.
 
+Children are forked from a warm template process (:mod:`topk_bench.measure.template`)
+that has imported torch once, so a case costs a ``fork``, not an interpreter
+start-up. A template serves this process for as long as it lives, one per
+working directory and environment (what a fresh interpreter would have read at
+start-up); it ends when this process ends, killing its children.
+
 ``run_isolated`` never raises for a failing case: a time over the budget kills
 the child (``timeout``), a signal death is ``crashed``, a worker that exits
 without a result is ``error``; everything else (``ok``, ``oom``,
 ``over_budget``, ``error``, ``unsupported``) comes back from the child as JSON.
-The child runs in its own session, so a Ctrl-C meant for the parent does not
-reach it (the parent kills it on the way out), and dies with the parent
-(``PR_SET_PDEATHSIG``).
+The template runs in its own session and each child in its own process group,
+so a Ctrl-C meant for the parent reaches neither (the parent kills the child on
+the way out), and a child dies with the template (``PR_SET_PDEATHSIG``), which
+dies with the parent.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping
+from typing import IO, Mapping
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.measure import metadata
 from topk_bench.status import Status
 
-# A child that has not even started its measurement after this long is hung.
+# A child that has not even started its measurement after this long is hung
+# (it includes starting the template: importing torch, on a loaded machine).
 STARTUP_LIMIT_S = 300.0
 _LOG_TAIL_LINES = 5
+# Read by OpenMP and MKL when they load: a child sets them for itself (the template runs without them).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# Templates of other environments kept alive at once (each holds torch's memory, ~0.5 GB).
+MAX_TEMPLATES = 2
 
 
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -40,20 +55,186 @@ def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole session: also any grandchild
-    except ProcessLookupError:
-        pass
-    proc.wait()
+def _tail(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[-_LOG_TAIL_LINES:])[-800:]
 
 
 def _log_tail(path: Path) -> str:
     try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        return _tail(path.read_text(errors="replace"))
     except OSError:
         return ""
-    return " | ".join(lines[-_LOG_TAIL_LINES:])[-800:]
+
+
+class _Child:
+    """One forked worker as the parent sees it: its pid once forked, its exit code once reaped."""
+
+    def __init__(self, request_id: int):
+        self.id = request_id
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.lost = ""  # why no exit code will come (the template failed or died)
+        self._ended = threading.Event()
+
+    def end(self, returncode: int | None = None, lost: str = "") -> None:
+        self.returncode, self.lost = returncode, lost
+        self._ended.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the child has ended (or will never report)."""
+        return self._ended.wait(timeout)
+
+
+class Template:
+    """A warm template process and the socket to it; thread-safe."""
+
+    def __init__(self, cwd: str, env: Mapping[str, str]):
+        parent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._log: IO[bytes] = tempfile.TemporaryFile(prefix="topk-bench-template-")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "topk_bench.measure.worker", "--template", str(template_end.fileno()),
+                 "--parent-pid", str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                pass_fds=(template_end.fileno(),), start_new_session=True, cwd=cwd,
+                env={k: v for k, v in env.items() if k not in THREAD_VARIABLES},
+            )
+        finally:
+            template_end.close()
+        self._sock = parent_end
+        self._send_lock = threading.Lock()
+        self._children: dict[int, _Child] = {}
+        self._ids = itertools.count()
+        self._closed = False
+        threading.Thread(target=self._read, daemon=True, name="topk-bench-template").start()
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._children)
+
+    def log_tail(self) -> str:
+        try:
+            self._log.seek(0)
+            return _tail(self._log.read().decode(errors="replace"))
+        except (OSError, ValueError):
+            return ""
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            child = self._children.get(message["id"])
+            if child is None:
+                continue
+            if "pid" in message:
+                child.pid = message["pid"]
+            elif "exit" in message:
+                self._children.pop(child.id, None)
+                child.end(message["exit"])
+            elif "error" in message:
+                self._children.pop(child.id, None)
+                child.end(lost=f"the template refused to fork: {message['error']}")
+        self._closed = True
+        self.proc.wait()
+        code = self.proc.returncode
+        why = f"the template process died ({_describe(code)})" + (f": {tail}" if (tail := self.log_tail()) else "")
+        for child in list(self._children.values()):
+            child.end(lost=why)
+        self._children.clear()
+
+    def start(self, argv: list[str], env: Mapping[str, str], ready_fd: int, log_fd: int) -> _Child:
+        """Fork a worker running ``python -m topk_bench.measure.worker ARGV``; ``env``: its thread settings."""
+        child = _Child(next(self._ids))
+        self._children[child.id] = child
+        message = json.dumps({"op": "start", "id": child.id, "argv": argv, "env": dict(env)}).encode()
+        try:
+            with self._send_lock:
+                socket.send_fds(self._sock, [message], [ready_fd, log_fd])
+        except OSError as exc:
+            self._children.pop(child.id, None)
+            child.end(lost=f"the template process is gone ({exc})")
+        if self._closed and not child.wait(0):  # it died before our request: the reader will not see it
+            self._children.pop(child.id, None)
+            child.end(lost="the template process died" + (f": {tail}" if (tail := self.log_tail()) else ""))
+        return child
+
+    def kill(self, child: _Child) -> None:
+        """SIGKILL the child's process group, then wait for it to be reaped."""
+        if child.wait(0):
+            return
+        try:
+            with self._send_lock:
+                self._sock.send(json.dumps({"op": "kill", "id": child.id}).encode())
+        except OSError:
+            pass  # the template is gone, and its children with it (the reader ends them)
+        child.wait()
+
+    def close(self) -> None:
+        """End the template (it kills any child still running) and wait for it."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader thread too (close() alone would not)
+        except OSError:
+            pass
+        self._sock.close()
+        self.proc.wait()
+        self._log.close()
+
+
+_templates: dict[tuple, Template] = {}
+_templates_lock = threading.Lock()
+
+
+def _forget_templates() -> None:
+    """In a forked copy of this process: its parent's templates answer only the parent. Closing
+    the copies of their sockets also keeps a template from outliving the parent because of us."""
+    global _templates_lock
+    _templates_lock = threading.Lock()  # another thread may have held it at the fork
+    for template in _templates.values():
+        template._sock.close()
+    _templates.clear()
+
+
+os.register_at_fork(after_in_child=_forget_templates)
+
+
+def template_for(env: Mapping[str, str]) -> Template:
+    """The template of this working directory and environment (the thread settings aside), started if needed."""
+    cwd = os.getcwd()
+    key = (cwd, tuple(sorted((k, v) for k, v in env.items() if k not in THREAD_VARIABLES)))
+    with _templates_lock:
+        template = _templates.get(key)
+        if template is not None and template.alive:
+            return template
+        for other, old in list(_templates.items()):  # a dead one, and idle ones of other environments
+            if not old.alive or (len(_templates) >= MAX_TEMPLATES and not old.busy):
+                del _templates[other]
+                old.close()
+        template = _templates[key] = Template(cwd, env)
+        return template
+
+
+def shutdown() -> None:
+    """End every template of this process (they also end when it exits)."""
+    with _templates_lock:
+        for template in _templates.values():
+            template.close()
+        _templates.clear()
+
+
+def _describe(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit code {returncode}"
 
 
 def _wait_ready(fd: int, limit_s: float) -> bool | None:
@@ -70,13 +251,16 @@ def _failure(case: Case, status: str, error: str) -> Measurement:
 
 
 def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, str] | None = None) -> Measurement:
-    """Measure ``case`` in a new ``python -m topk_bench.measure.worker`` process; ``env`` adds variables for the child.
+    """Measure ``case`` in a new worker process (``python -m topk_bench.measure.worker``, forked from
+    the warm template); ``env`` adds variables for the child.
 
-    The time budget counts from the moment the child has started (imports done), so
-    interpreter start-up does not eat into it. ``metadata`` gains ``child_startup_s``
-    and ``child_wall_s`` (parent-side wall time of the whole child).
+    The time budget counts from the moment the child has started, so start-up
+    does not eat into it. ``metadata`` gains ``child_startup_s`` and
+    ``child_wall_s`` (parent-side wall time of the whole child).
     """
     budget = budget or Budget()
+    child_env = _child_env(env)
+    template = template_for(child_env)
     with tempfile.TemporaryDirectory(prefix="topk-bench-case-") as tmp:
         case_path, result_path, log_path = (Path(tmp) / name for name in ("case.json", "result.json", "log.txt"))
         case_path.write_text(case.to_json())
@@ -84,48 +268,47 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
         t0 = time.monotonic()
         try:
             with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "topk_bench.measure.worker", str(case_path), str(result_path),
-                     "--budget", json.dumps(asdict(budget)), "--ready-fd", str(write_fd),
-                     "--parent-pid", str(os.getpid())],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    pass_fds=(write_fd,), start_new_session=True, env=_child_env(env),
+                child = template.start(
+                    [str(case_path), str(result_path), "--budget", json.dumps(asdict(budget))],
+                    {k: v for k, v in child_env.items() if k in THREAD_VARIABLES}, write_fd, log.fileno(),
                 )
         finally:
-            os.close(write_fd)
+            os.close(write_fd)  # the child (or nobody) holds the write end: end of file when it ends
         timed_out = ""
         startup_s = None
         try:
             ready = _wait_ready(read_fd, STARTUP_LIMIT_S)
             startup_s = time.monotonic() - t0
             if ready is None:
-                _kill(proc)
+                template.kill(child)
                 timed_out = f"the worker did not start within {STARTUP_LIMIT_S:g} s"
+            elif not child.wait(budget.max_seconds):
+                template.kill(child)
+                timed_out = f"killed after the per-case time budget of {budget.max_seconds:g} s"
             else:
-                try:
-                    proc.wait(timeout=budget.max_seconds)
-                except subprocess.TimeoutExpired:
-                    _kill(proc)
-                    timed_out = f"killed after the per-case time budget of {budget.max_seconds:g} s"
+                child.wait()
         except BaseException:
-            _kill(proc)  # KeyboardInterrupt or the like: no child outlives the parent's wait
+            template.kill(child)  # KeyboardInterrupt or the like: no child outlives the parent's wait
             raise
         finally:
             os.close(read_fd)
         wall_s = time.monotonic() - t0
 
+        code = child.returncode
         if timed_out:
             result = _failure(case, Status.TIMEOUT, timed_out)
         elif result_path.exists():
             result = Measurement.from_json(result_path.read_text())
-        elif proc.returncode < 0:
-            name = signal.Signals(-proc.returncode).name
+        elif child.lost:
+            result = _failure(case, Status.CRASHED, child.lost)
+        elif code is not None and code < 0:
+            name = signal.Signals(-code).name
             hint = " (the kernel's OOM killer?)" if name == "SIGKILL" else ""
             tail = _log_tail(log_path)
             result = _failure(case, Status.CRASHED, f"worker killed by {name}{hint}" + (f": {tail}" if tail else ""))
         else:
             tail = _log_tail(log_path)
-            result = _failure(case, Status.ERROR, f"worker exited with code {proc.returncode} and no result"
+            result = _failure(case, Status.ERROR, f"worker exited with code {code} and no result"
                               + (f": {tail}" if tail else ""))
     result.metadata["child_startup_s"] = startup_s
     result.metadata["child_wall_s"] = wall_s

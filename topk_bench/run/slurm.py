@@ -3,8 +3,9 @@
 Each ``submit`` call becomes one job array (one array task per case). A task
 runs ``run_in_job``, which measures its case through the same entry point as
 the local executor (``topk_bench.run.launcher.run_isolated``: a child process per
-case), so a crash or a per-case timeout inside the job is a normal
-``Measurement`` returned through submitit's result pickle, exactly as locally.
+case, forked from a warm template on the node), so a crash or a per-case
+timeout inside the job is a normal ``Measurement`` returned through submitit's
+result pickle, exactly as locally.
 When the job itself dies (cancelled, node failure, killed for memory or for
 Slurm's time limit) there is no result pickle: the handle turns the job's final
 Slurm state into a ``crashed`` or ``timeout`` Measurement whose ``error`` holds

@@ -1,0 +1,265 @@
+"""The warm template: one process that has imported torch once and forks a fresh worker for each case.
+
+A fresh interpreter per case costs seconds (importing torch, then torch._dynamo
+and sympy on the first prediction) for a case whose work may take
+milliseconds. The template pays that once: it imports and warms up (a tiny
+prediction under ``FakeTensorMode``), then forks one child per case. Each child
+is still a process of its own (its own allocator and address space, crash
+containment, a process group the parent's supervisor kills), and it never
+returns into the template's loop: it ends with ``os._exit``.
+
+Fork safety: a process may only be forked while it has one thread and has not
+initialised CUDA (forked OpenMP pools and CUDA contexts do not work in the
+child). The template runs no parallel region (its warm-up only runs fake
+tensors) and never initialises CUDA: ``FakeTensorMode`` asks
+``torch.cuda.is_available()``, which by default initialises the CUDA driver
+(and a forked child then cannot use CUDA), so the template sets
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``, torch's fork-safe way to answer it, and
+each child restores the variable as it was. One library starts threads at import:
+OpenBLAS (loaded by numpy, which torch imports) starts its pool, and stops it
+itself before any fork (``pthread_atfork``), to restart it lazily on its next
+use, which in the template never comes. So when the template has more than one
+thread, it first forks a child that exits at once, to let such pools stop;
+:func:`fork_hazard` then checks before every fork that the template has exactly
+one thread and no CUDA, and it refuses to fork otherwise.
+
+Protocol (one ``AF_UNIX``/``SOCK_SEQPACKET`` message each way, JSON):
+
+- parent -> template ``{"op": "start", "id": N, "argv": [...], "env": {...}}``
+  with two file descriptors: where the child writes its "ready" byte, and its
+  log (stdout and stderr). ``argv`` is the worker's command line; ``env`` holds
+  the child's thread settings (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``), which
+  a library reads when it loads: the template runs without them and each child
+  applies its own with ``torch.set_num_threads``. Every other variable is the
+  template's own (the parent starts a template per environment).
+- template -> parent ``{"id": N, "pid": P}`` once forked, or ``{"id": N, "error": "..."}``;
+  later ``{"id": N, "exit": CODE}`` with ``subprocess``'s convention (``-SIGNAL``).
+- parent -> template ``{"op": "kill", "id": N}``: SIGKILL to the child's process group
+  (the template is the child's parent: the pid cannot have been reused before it reaps it).
+- end of file (the parent closed its end or died): the template kills its
+  children and exits. Each child also dies with the template (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import traceback
+from typing import Callable, NoReturn, Protocol, Sequence
+
+import torch
+
+RunFn = Callable[[Sequence[str]], int]
+# Larger than any request (the argv of one case: a few paths and a budget).
+MAX_MESSAGE = 1 << 16
+# Read by OpenMP and MKL when they load: the only variables a child sets for itself.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# torch.cuda.is_available() then asks NVML instead of initialising the CUDA driver ("does not poison fork").
+FORK_SAFE_ENVIRONMENT = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+class WarmUp(Protocol):
+    def start(self) -> None:
+        """Once, before serving."""
+
+    def before(self, argv: list[str]) -> None:
+        """Before forking the child that runs ``argv``."""
+
+
+def thread_count() -> int:
+    """Threads of this process as the kernel sees them (OpenMP and native threads included)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # no procfs: only the threads Python knows of
+        return threading.active_count()
+
+
+def fork_hazard() -> str:
+    """Why this process must not be forked now ("" when it may); idle pools that stop for a fork stop first."""
+    if thread_count() != 1:
+        settle()
+    threads = thread_count()
+    if threads != 1:
+        return f"the template has {threads} threads (a forked child would inherit broken thread pools)"
+    if torch.cuda.is_initialized():
+        return "the template has initialised CUDA (a forked child cannot use it)"
+    return ""
+
+
+def settle() -> None:
+    """Fork a child that exits at once: libraries that stop their idle threads before a fork (OpenBLAS) do so now."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def fork_safe_environment() -> dict[str, str | None]:
+    """Set :data:`FORK_SAFE_ENVIRONMENT` in this process; returns what it replaced, for :func:`restore_environment`."""
+    saved = {name: os.environ.get(name) for name in FORK_SAFE_ENVIRONMENT}
+    os.environ.update(FORK_SAFE_ENVIRONMENT)
+    return saved
+
+
+def restore_environment(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:  # the parent is gone: the loop sees end of file next
+        pass
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
+
+
+def _apply_threads(env: dict) -> None:
+    """What a fresh interpreter started with these variables would have done at start-up."""
+    os.environ.update({k: str(v) for k, v in env.items() if k in THREAD_VARIABLES})
+    value = next((env[k] for k in THREAD_VARIABLES if env.get(k)), None)
+    try:
+        threads = int(value) if value is not None else 0
+    except ValueError:  # torch ignores a malformed value too
+        threads = 0
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, template_fds: Sequence[int],
+           saved_environment: dict[str, str | None], run: RunFn) -> NoReturn:
+    """What a forked child does: become a clean worker process, run the case, exit (never returns)."""
+    code = 1
+    try:
+        os.setpgid(0, 0)  # its own process group, so that a kill reaches any grandchild too
+        signal.set_wakeup_fd(-1)
+        for fd in template_fds:  # the template's socket and wake-up pipe: only the template may hold them
+            os.close(fd)
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        restore_environment(saved_environment)
+        _apply_threads(request.get("env") or {})
+        argv = [*request["argv"], "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
+        sys.argv = [sys.argv[0], *argv]
+        code = run(argv)
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException:  # noqa: BLE001 -- reported in the case's log; the parent reads its tail
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 -- nothing left to report to
+                pass
+        # Never back into the template's loop; leaked threads and atexit handlers die with the process.
+        os._exit(code)
+
+
+def serve(sock_fd: int, run: RunFn, warm_up: WarmUp) -> int:
+    """The template's life: warm up, then fork one child per request until the parent goes away."""
+    saved_environment = fork_safe_environment()
+    warm_up.start()
+    gc.collect()
+    gc.freeze()  # children touch fewer of the template's pages (no copy-on-write by the collector)
+    sock = socket.socket(fileno=sock_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd does the work
+    signal.set_wakeup_fd(wake_w)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    children: dict[int, int] = {}  # pid -> request id, until reaped
+    template_pid = os.getpid()
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in children:
+                _send(sock, {"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
+
+    def start(request: dict, fds: list[int]) -> None:
+        if len(fds) != 2:
+            _send(sock, {"id": request.get("id"), "error": f"expected 2 file descriptors, got {len(fds)}"})
+            return
+        warm_up.before(request["argv"])
+        gc.freeze()
+        hazard = fork_hazard()
+        if hazard:
+            _send(sock, {"id": request["id"], "error": hazard})
+            return
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # else the child would write the template's buffered output again
+        pid = os.fork()
+        if pid == 0:
+            _child(request, fds[0], fds[1], template_pid, (sock.fileno(), wake_r, wake_w, selector.fileno()),
+                   saved_environment, run)
+        try:
+            os.setpgid(pid, pid)  # as the child does: whichever runs first, the group exists before a kill
+        except OSError:  # the child got there first, or already died
+            pass
+        children[pid] = request["id"]
+        _send(sock, {"id": request["id"], "pid": pid})
+
+    def kill(request_id: int) -> None:
+        for pid, rid in children.items():
+            if rid == request_id:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    try:
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is sock:
+                    message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 2)
+                    if not message:
+                        return 0  # the parent is gone
+                    try:
+                        request = json.loads(message)
+                        if request["op"] == "start":
+                            start(request, fds)
+                        elif request["op"] == "kill":
+                            kill(request["id"])
+                    finally:
+                        for fd in fds:
+                            os.close(fd)  # the child has its copies
+                else:
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+            reap()
+    finally:
+        for pid in children:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
