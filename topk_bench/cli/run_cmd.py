@@ -30,7 +30,8 @@ def run(
     executor: Optional[str] = typer.Option(None, "--executor", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
                                      "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
                                      "shared with the compute nodes."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", help="Cases at once (local executor; default 1, all cores with --predict)."),
+    jobs: Optional[str] = typer.Option(None, "--jobs", help="Cases at once on the local executor: N, or auto for one per core "
+                                       "(default: bench.toml's, 1; auto with --predict)."),
     config: Optional[Path] = typer.Option(None, "--config", help="bench.toml to use (default: ./bench.toml if present)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."),

@@ -96,6 +96,27 @@ def _check_override(flag: str, value: Any, minimum: float, strict: bool = False)
         raise BadInput(f"expected a number {bound}, got {value!r}", key=flag)
 
 
+def cores() -> int:
+    """Cores this process may run on (its affinity: a Slurm or cgroup allocation), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _jobs(value: int | str | None) -> int | None:
+    """``--jobs``: a number, or ``auto`` for one case per core."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return cores()
+        try:
+            value = int(value)
+        except ValueError:
+            raise BadInput(f"expected a number >= 1 or auto, got {value!r}", key="--jobs") from None
+    _check_override("--jobs", value, 1)
+    return value
+
+
 def _device(requested: str, predict: bool = False) -> str:
     """The device cases run on, or (``predict``) are predicted for: ``cuda`` only when asked for, no GPU needed."""
     if requested not in ("auto", "cpu", "cuda"):
@@ -114,7 +135,7 @@ def _device(requested: str, predict: bool = False) -> str:
 def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str | Path | None = None,
          device: str | None = None, predict: bool = False, repeats: int | None = None, warmup: int | None = None,
          max_memory_gib: float | None = None, max_case_seconds: float | None = None,
-         executor: str | None = None, jobs: int | None = None, yes: bool = False) -> Plan:
+         executor: str | None = None, jobs: int | str | None = None, yes: bool = False) -> Plan:
     """Settings (bench.toml < suite < arguments), the cases and their budget. Raises BadInput; writes nothing.
 
     A suite of more cases than ``max_cases`` is bad input unless ``yes``, said before its cases are even built.
@@ -123,7 +144,7 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     _check_override("--warmup", warmup, 0)
     _check_override("--max-memory", max_memory_gib, 0, strict=True)
     _check_override("--max-case-seconds", max_case_seconds, 0, strict=True)
-    _check_override("--jobs", jobs, 1)
+    jobs = _jobs(jobs)
     if executor is not None and executor not in ("local", "slurm"):
         raise BadInput(f"expected local or slurm, got {executor!r}", key="--executor")
     settings = load_settings(config)
@@ -144,8 +165,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     if jobs is not None:
         updates["jobs"] = jobs
     elif predict and settings.executor.kind == "local":
-        # Predicting uses no memory and measures no time: use every core.
-        updates["jobs"] = max(settings.executor.jobs, os.cpu_count() or 1)
+        # Predicting uses no memory and measures no time: --jobs auto, one case per core.
+        updates["jobs"] = cores()
     # Relative paths of bench.toml are relative to that file, the Slurm log folder too.
     updates["log_dir"] = str(settings.path(settings.executor.log_dir))
     executor_settings = settings.executor.model_copy(update=updates)

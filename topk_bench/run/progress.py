@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import collections
+import datetime
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from topk_bench.status import Status
 from topk_bench.units import GIB, missing
+
+# Rows written without running anything: they say nothing of how long a case takes.
+_INSTANT = frozenset({Status.SKIPPED, Status.UNSUPPORTED})
 
 
 def _gib(value: Any) -> str:
@@ -21,6 +28,51 @@ def _seconds(value: Any) -> str:
     return "-" if missing(value) else f"{float(value):.4g} s"
 
 
+class Eta:
+    """Time left in a run, from the seconds per case so far, moving while a case runs.
+
+    With ``n`` cases run in ``T`` seconds (wall, parallel jobs included), ``R``
+    cases left and the latest ending ``s`` seconds ago: ``R T/n - s``, counting
+    down through the average case, but never below ``(R - 1)(T + s)/(n + 1)``,
+    what is left if a case ended now. So a long case first uses up its expected
+    time, then pushes the estimate up, instead of freezing it (rich's own column
+    changes only when a case ends).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.start = clock()
+        self.last = self.start
+        self.ran = 0
+
+    def ended(self, ran: bool = True) -> None:
+        """A case ended; ``ran=False`` for a row written without running (skipped, unsupported)."""
+        if ran:
+            self.ran += 1
+            self.last = self.clock()
+
+    def seconds_left(self, left: int) -> float | None:
+        """Seconds until ``left`` more cases end; None before any case ran."""
+        if left <= 0:
+            return 0.0
+        if not self.ran:
+            return None
+        per_case = (self.last - self.start) / self.ran
+        since = self.clock() - self.last
+        return max(left * per_case - since, (left - 1) * (self.last - self.start + since) / (self.ran + 1))
+
+
+class _EtaColumn(ProgressColumn):
+    def __init__(self, reporter: "Reporter"):
+        super().__init__()
+        self.reporter = reporter
+
+    def render(self, task) -> Text:
+        left = self.reporter.eta.seconds_left(self.reporter.total - self.reporter.done)
+        shown = "-:--:--" if left is None else str(datetime.timedelta(seconds=round(left)))
+        return Text(shown, style="progress.remaining")
+
+
 class Reporter:
     """Progress of one suite: ``total`` cases of which ``done`` were already in the CSV."""
 
@@ -29,15 +81,17 @@ class Reporter:
         self.enabled = enabled
         self.live = enabled and self.console.is_terminal
         self.total, self.done, self.suite = total, done, suite
+        self.eta = Eta()
         self._progress: Progress | None = None
         self._task = None
 
     def __enter__(self) -> "Reporter":
+        self.eta = Eta()
         if self.live:
             self._progress = Progress(
                 TextColumn("[bold]{task.fields[suite]}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.description}"), TextColumn("elapsed"), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=False,
+                TextColumn("ETA"), _EtaColumn(self), console=self.console, transient=False,
             )
             self._progress.start()
             self._task = self._progress.add_task("", total=self.total, completed=self.done, suite=self.suite)
@@ -58,9 +112,10 @@ class Reporter:
 
     def finished(self, what: str, row: Mapping[str, Any]) -> None:
         self.done += 1
+        status = row.get("status", "")
+        self.eta.ended(ran=status not in _INSTANT)
         if self._progress is not None:
             self._progress.advance(self._task)
-        status = row.get("status", "")
         detail = row.get("error") or ""
         line = (f"[{self.done}/{self.total}] {what}: {status}  peak {_gib(row.get('peak_bytes'))}"
                 f"  time {_seconds(row.get('time_median_s'))}" + (f"  ({detail[:120]})" if detail else ""))
