@@ -192,3 +192,19 @@ class _FakeTemplate:
 
     def close(self):
         self.closed = True
+
+
+def test_the_cli_starts_the_template_early_only_for_the_local_executor(tmp_path, monkeypatch):
+    from topk_bench.cli import run_cmd
+
+    started = []
+    monkeypatch.setattr(launcher, "prestart", lambda: started.append(True))
+    slurm, broken = tmp_path / "slurm.toml", tmp_path / "broken.toml"
+    slurm.write_text('[executor]\nkind = "slurm"\n')
+    broken.write_text("[executor\n")
+    monkeypatch.chdir(tmp_path)  # no bench.toml here: the defaults, local
+    for config, flag, expected in [(None, None, 1), (None, "slurm", 0), (slurm, None, 0), (slurm, "local", 1),
+                                   (broken, None, 0)]:
+        started.clear()
+        run_cmd._start_template_early(config, flag)
+        assert len(started) == expected, (config, flag)

@@ -223,6 +223,12 @@ def template_for(env: Mapping[str, str]) -> Template:
         return template
 
 
+def prestart(env: Mapping[str, str] | None = None) -> None:
+    """Start the template of this directory and environment now, if none is running: it imports torch
+    (seconds) while the caller does something else, e.g. its own imports and planning."""
+    template_for(_child_env(env))
+
+
 def shutdown() -> None:
     """End every template of this process (they also end when it exits)."""
     with _templates_lock:
