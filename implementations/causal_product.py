@@ -19,7 +19,8 @@ import torch
 
 
 def _batched(x):
-    """``[..., L, m]`` as ``[N, L, m]``: a view for the contiguous feature maps Performer passes."""
+    """``[..., L, m]`` as ``[N, L, m]``: a view for what Performer passes (its contiguous feature
+    maps, or one grouped-head member's slice of them)."""
     return x.reshape(-1, *x.shape[-2:])
 
 

@@ -165,11 +165,12 @@ class WarmUp:
         except Exception:  # noqa: BLE001 -- the child reads the same file and reports the problem
             return
         for impl in (case.impl, case.ff_impl):
-            if impl and impl in implementations.names() and implementations.spec(impl).predictable:
+            if impl:
                 self._predict(impl)
 
     def _predict(self, impl: str) -> None:
-        if impl in self.done:
+        """A tiny prediction of ``impl``, once; nothing for a plug-in's or an unpredictable one."""
+        if impl in self.done or impl not in implementations.names() or not implementations.spec(impl).predictable:
             return
         self.done.add(impl)
         # One thread: a fake op the tracker cannot size runs for real on zeros (FakeTensorMode's
