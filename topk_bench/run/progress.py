@@ -86,7 +86,6 @@ class Reporter:
         self._task = None
 
     def __enter__(self) -> "Reporter":
-        self.eta = Eta()
         if self.live:
             self._progress = Progress(
                 TextColumn("[bold]{task.fields[suite]}"), BarColumn(), MofNCompleteColumn(),
