@@ -92,6 +92,19 @@ def test_a_child_gets_the_threads_a_fresh_interpreter_would(tmp_path, monkeypatc
 
 
 @pytest.mark.slow
+def test_random_state_at_start_is_a_fresh_interpreters(tmp_path):
+    first, second = probe(tmp_path / "first.json"), probe(tmp_path / "second.json")
+    draw = "import json, torch; print(json.dumps(torch.rand(4).tolist()))"
+    fresh = [json.loads(fresh_interpreter(draw)) for _ in range(2)]
+    if fresh[0] == fresh[1]:  # torch seeds with a fixed value at import: so does each child
+        assert first["import_draws"]["torch"] == second["import_draws"]["torch"] == fresh[0]
+    else:  # torch seeds from the OS at import: each child its own stream, not its siblings'
+        assert first["import_draws"]["torch"] != second["import_draws"]["torch"]
+    # numpy seeds from the OS at import: the children do not share their template's.
+    assert first["import_draws"]["numpy"] != second["import_draws"]["numpy"]
+
+
+@pytest.mark.slow
 def test_a_template_that_dies_fails_its_running_case_and_the_next_case_gets_a_new_one(tmp_path):
     pid_file = tmp_path / "child.pid"
     sleepy = case("test_sleep", seconds=120.0, pid_file=str(pid_file))

@@ -17,6 +17,7 @@ import time
 import types
 from pathlib import Path
 
+import numpy
 import torch
 
 import implementations
@@ -24,6 +25,8 @@ from implementations import Implementation
 
 LEAKED_MODULE = "topk_bench_test_leaked_module"
 BALLAST: list[torch.Tensor] = []
+# What a plug-in drawing random numbers at import gets (before the case seeds torch).
+IMPORT_DRAWS = {"torch": torch.rand(4).tolist(), "numpy": numpy.random.rand(4).tolist()}
 
 
 def _status_kib(pid: int | str, field: str) -> int:
@@ -63,6 +66,7 @@ def probe(q, k, v, *, causal=False, activation="softmax", report=""):
             "torch_threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
+            "import_draws": IMPORT_DRAWS,
         }
         path.write_text(json.dumps(state))
     return q.clone()

@@ -100,19 +100,37 @@ def settle() -> None:
     os.waitpid(pid, 0)
 
 
-def fork_safe_environment() -> dict[str, str | None]:
-    """Set :data:`FORK_SAFE_ENVIRONMENT` in this process; returns what it replaced, for :func:`restore_environment`."""
-    saved = {name: os.environ.get(name) for name in FORK_SAFE_ENVIRONMENT}
-    os.environ.update(FORK_SAFE_ENVIRONMENT)
-    return saved
+class Fresh:
+    """What a fresh interpreter has after ``import torch`` and the template changes:
+    captured before the warm-up, restored in each child.
 
+    The environment: the template sets :data:`FORK_SAFE_ENVIRONMENT`. Random
+    state (a plug-in that draws at import would see it): torch seeds its
+    generator at import, with a fixed value in older versions (restored here,
+    the warm-up having seeded it) and from the OS in newer ones (reseeded here,
+    else all children would share one stream); numpy seeds its own from the OS.
+    """
 
-def restore_environment(saved: dict[str, str | None]) -> None:
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
+    # c10's default_rng_seed_val: torch's seed at import when it is not drawn from the OS.
+    FIXED_TORCH_SEED = 67280421310721
+
+    def __init__(self) -> None:
+        self.environment = {name: os.environ.get(name) for name in FORK_SAFE_ENVIRONMENT}
+        self.torch_rng = torch.random.get_rng_state() if torch.initial_seed() == self.FIXED_TORCH_SEED else None
+
+    def restore(self) -> None:
+        for name, value in self.environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if self.torch_rng is not None:
+            torch.random.set_rng_state(self.torch_rng)
         else:
-            os.environ[name] = value
+            torch.seed()
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed()
 
 
 def _send(sock: socket.socket, message: dict) -> None:
@@ -141,7 +159,7 @@ def _apply_threads(env: dict) -> None:
 
 
 def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, template_fds: Sequence[int],
-           saved_environment: dict[str, str | None], run: RunFn) -> NoReturn:
+           fresh: Fresh, run: RunFn) -> NoReturn:
     """What a forked child does: become a clean worker process, run the case, exit (never returns)."""
     code = 1
     try:
@@ -155,7 +173,7 @@ def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, templat
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
-        restore_environment(saved_environment)
+        fresh.restore()
         _apply_threads(request.get("env") or {})
         argv = [*request["argv"], "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
         sys.argv = [sys.argv[0], *argv]
@@ -176,7 +194,8 @@ def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, templat
 
 def serve(sock_fd: int, run: RunFn, warm_up: WarmUp) -> int:
     """The template's life: warm up, then fork one child per request until the parent goes away."""
-    saved_environment = fork_safe_environment()
+    fresh = Fresh()
+    os.environ.update(FORK_SAFE_ENVIRONMENT)
     warm_up.start()
     gc.collect()
     gc.freeze()  # children touch fewer of the template's pages (no copy-on-write by the collector)
@@ -218,7 +237,7 @@ def serve(sock_fd: int, run: RunFn, warm_up: WarmUp) -> int:
         pid = os.fork()
         if pid == 0:
             _child(request, fds[0], fds[1], template_pid, (sock.fileno(), wake_r, wake_w, selector.fileno()),
-                   saved_environment, run)
+                   fresh, run)
         try:
             os.setpgid(pid, pid)  # as the child does: whichever runs first, the group exists before a kill
         except OSError:  # the child got there first, or already died
