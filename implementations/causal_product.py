@@ -35,9 +35,14 @@ def _chunks(chunk_size, *tensors):
     return list(zip(*(_batched(t).split(chunk_size, dim=1) for t in tensors)))
 
 
-def _tril_products(x, y):
-    """``tril(x yᵀ)``: the in-chunk pairs ``j <= i``."""
-    return torch.bmm(x, y.transpose(1, 2)).tril_()
+def _transposed_chunks(chunk_size, *tensors):
+    """Per chunk, the ``[N, ., C]`` transposed views of each tensor (one transpose per tensor, not per chunk)."""
+    return list(zip(*(_batched(t).transpose(1, 2).split(chunk_size, dim=2) for t in tensors)))
+
+
+def _tril_products(x, y_t):
+    """``tril(x yᵀ)`` from ``yᵀ``: the in-chunk pairs ``j <= i``."""
+    return torch.bmm(x, y_t).tril_()
 
 
 class CausalProduct(torch.autograd.Function):
@@ -46,11 +51,11 @@ class CausalProduct(torch.autograd.Function):
         out = v.new_empty(*a.shape[:-1], v.shape[-1])
         state = v.new_zeros(*a.shape[:-2], a.shape[-1], v.shape[-1])  # sum_j b_jᵀ v_j so far
         state3 = _batched(state)
-        for ac, bc, vc, oc in _chunks(chunk_size, a, b, v, out):
+        for (ac, vc, oc), (bc_t,) in zip(_chunks(chunk_size, a, v, out), _transposed_chunks(chunk_size, b)):
             out_c = torch.bmm(ac, state3)
-            out_c += torch.bmm(_tril_products(ac, bc), vc)
+            out_c += torch.bmm(_tril_products(ac, bc_t), vc)
             oc.copy_(out_c)
-            state3.baddbmm_(bc.transpose(1, 2), vc)  # in place: no temporary the size of the state
+            state3.baddbmm_(bc_t, vc)  # in place: no temporary the size of the state
         ctx.save_for_backward(a, b, v)
         ctx.chunk_size = chunk_size
         return out
@@ -61,27 +66,29 @@ class CausalProduct(torch.autograd.Function):
         da = a.new_empty(a.shape)
         db = b.new_empty(b.shape)
         dv = v.new_empty(v.shape)
-        chunks = _chunks(ctx.chunk_size, a, b, v, d_out, da, db, dv)
+        chunks = list(zip(_chunks(ctx.chunk_size, a, b, v, d_out, da, db, dv),
+                          _transposed_chunks(ctx.chunk_size, a, b, v)))
         # da_i = sum_{j <= i} (do_i . v_j) b_j: forward scan with state sum_j v_jᵀ b_j.
         state = v.new_zeros(*a.shape[:-2], v.shape[-1], b.shape[-1])
         state3 = _batched(state)
-        for _, bc, vc, doc, dac, _, _ in chunks:
+        for (_, bc, _, doc, dac, _, _), (_, _, vc_t) in chunks:
             da_c = torch.bmm(doc, state3)
-            da_c += torch.bmm(_tril_products(doc, vc), bc)
+            da_c += torch.bmm(_tril_products(doc, vc_t), bc)
             dac.copy_(da_c)
-            state3.baddbmm_(vc.transpose(1, 2), bc)
+            state3.baddbmm_(vc_t, bc)
         # db_j = sum_{i >= j} (do_i . v_j) a_i and dv_j = sum_{i >= j} (a_i . b_j) do_i:
         # reverse scan with state sum_i a_iᵀ do_i over the later chunks.
         state = v.new_zeros(*a.shape[:-2], a.shape[-1], v.shape[-1])
         state3 = _batched(state)
-        for ac, bc, vc, doc, _, dbc, dvc in reversed(chunks):
+        state3_t = state3.transpose(1, 2)  # a view: it follows the in-place updates
+        for (ac, bc, vc, doc, _, dbc, dvc), (ac_t, bc_t, vc_t) in reversed(chunks):
             dv_c = torch.bmm(bc, state3)
-            dv_c += torch.bmm(_tril_products(ac, bc).transpose(1, 2), doc)
+            dv_c += torch.bmm(_tril_products(ac, bc_t).transpose(1, 2), doc)
             dvc.copy_(dv_c)
-            db_c = torch.bmm(vc, state3.transpose(1, 2))
-            db_c += torch.bmm(_tril_products(doc, vc).transpose(1, 2), ac)
+            db_c = torch.bmm(vc, state3_t)
+            db_c += torch.bmm(_tril_products(doc, vc_t).transpose(1, 2), ac)
             dbc.copy_(db_c)
-            state3.baddbmm_(ac.transpose(1, 2), doc)
+            state3.baddbmm_(ac_t, doc)
         return da, db, dv, None
 
 
