@@ -1,5 +1,7 @@
 """The live-bytes tracker: counting rules, and agreement with the kernel's resident high-water mark."""
 
+import collections
+import contextlib
 import json
 import os
 import subprocess
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from topk_bench.measure.memory import CUDA_ALLOCATION_GRANULE, LiveBytes, OverBudget
 
@@ -129,6 +132,42 @@ def test_fake_tensor_mode_sizes_without_allocating():
     assert tracker.peak_bytes == (1 << 40) + (1 << 41)
     assert tracker.current_bytes == 1 << 40
     del x, y
+
+
+class _Seen(TorchDispatchMode):
+    """Counts the ops that reach it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _attention_like(tracker, fake=None):
+    seen = _Seen()
+    with contextlib.ExitStack() as stack:
+        if fake is not None:
+            stack.enter_context(fake)
+        stack.enter_context(seen)
+        stack.enter_context(tracker)
+        q, k = torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)
+        out = (q @ k.transpose(-2, -1)).softmax(-1) @ k
+        assert out.device == torch.device("cpu")
+        del out
+    return seen.ops
+
+
+def test_device_queries_of_fake_tensors_stop_at_the_tracker():
+    # C++ asks fake tensors their device through the Python modes, a dozen times per matmul:
+    # the tracker answers (as FakeTensorMode would), so the modes below never see the query.
+    fake_tracker, real_tracker = LiveBytes(), LiveBytes()
+    below = _attention_like(fake_tracker, FakeTensorMode())
+    assert below[torch.ops.prim.device.default] == 0 and below[torch.ops.aten.bmm.default] == 2
+    _attention_like(real_tracker)
+    assert fake_tracker.peak_bytes == real_tracker.peak_bytes > 0
 
 
 @pytest.mark.slow

@@ -19,11 +19,14 @@ import weakref
 from typing import Iterable
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from topk_bench.measure import cuda_allocator
 from topk_bench.measure.cuda_allocator import GRANULE as CUDA_ALLOCATION_GRANULE  # noqa: F401 (re-exported)
+
+_DEVICE = torch.ops.prim.device.default
 
 
 class OverBudget(RuntimeError):
@@ -121,6 +124,11 @@ class LiveBytes(TorchDispatchMode):
         self.peak_bytes = self.current_bytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE and isinstance(args[0], FakeTensor):
+            # C++ asks a fake tensor its device through the Python modes: half the ops of a
+            # prediction (a dozen per matmul). Its own answer is FakeTensorMode's, and it
+            # allocates and computes nothing: no need to pass it down the modes below.
+            return args[0].device
         out = func(*args, **(kwargs or {}))
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
