@@ -91,6 +91,18 @@ def test_a_child_gets_the_threads_a_fresh_interpreter_would(tmp_path, monkeypatc
     assert unset["torch_threads"] == default and unset["omp_num_threads"] is None
 
 
+@pytest.mark.parametrize("env, threads", [
+    ({}, None),
+    ({"OMP_NUM_THREADS": "3"}, 3),
+    ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}, 2),  # MKL's wins, as in ATen
+    ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "many"}, 3),  # a malformed one is ignored (torch warns)
+    ({"OMP_NUM_THREADS": "0"}, None),
+    ({"OMP_NUM_THREADS": "-2", "MKL_NUM_THREADS": ""}, None),
+])
+def test_a_childs_torch_threads_are_what_torch_reads_from_its_environment(env, threads):
+    assert launcher.torch_threads(env) == threads
+
+
 @pytest.mark.slow
 def test_random_state_at_start_is_a_fresh_interpreters(tmp_path):
     first, second = probe(tmp_path / "first.json"), probe(tmp_path / "second.json")

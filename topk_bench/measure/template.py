@@ -25,13 +25,14 @@ one thread and no CUDA, and it refuses to fork otherwise.
 
 Protocol (one ``AF_UNIX``/``SOCK_SEQPACKET`` message each way, JSON):
 
-- parent -> template ``{"op": "start", "id": N, "argv": [...], "env": {...}}``
+- parent -> template ``{"op": "start", "id": N, "argv": [...], "env": {...}, "threads": T}``
   with two file descriptors: where the child writes its "ready" byte, and its
   log (stdout and stderr). ``argv`` is the worker's command line; ``env`` holds
   the child's thread settings (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``), which
-  a library reads when it loads: the template runs without them and each child
-  applies its own with ``torch.set_num_threads``. Every other variable is the
-  template's own (the parent starts a template per environment).
+  OpenMP and MKL read when they load: the template runs without them, and each
+  child sets them and ``torch.set_num_threads(T)`` (T: what torch would have
+  taken from them at start-up; null for its default). Every other variable is
+  the template's own (the parent starts a template per environment).
 - template -> parent ``{"id": N, "pid": P}`` once forked, or ``{"id": N, "error": "..."}``;
   later ``{"id": N, "exit": CODE}`` with ``subprocess``'s convention (``-SIGNAL``).
 - parent -> template ``{"op": "kill", "id": N}``: SIGKILL to the child's process group
@@ -58,8 +59,6 @@ import torch
 RunFn = Callable[[Sequence[str]], int]
 # Larger than any request (the argv of one case: a few paths and a budget).
 MAX_MESSAGE = 1 << 16
-# Read by OpenMP and MKL when they load: the only variables a child sets for itself.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # torch.cuda.is_available() then asks NVML instead of initialising the CUDA driver ("does not poison fork").
 FORK_SAFE_ENVIRONMENT = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
@@ -146,15 +145,10 @@ def _exit_code(exc: SystemExit) -> int:
     return exc.code if isinstance(exc.code, int) else 1
 
 
-def _apply_threads(env: dict) -> None:
+def _apply_threads(env: dict, threads: int | None) -> None:
     """What a fresh interpreter started with these variables would have done at start-up."""
-    os.environ.update({k: str(v) for k, v in env.items() if k in THREAD_VARIABLES})
-    value = next((env[k] for k in THREAD_VARIABLES if env.get(k)), None)
-    try:
-        threads = int(value) if value is not None else 0
-    except ValueError:  # torch ignores a malformed value too
-        threads = 0
-    if threads > 0:
+    os.environ.update(env)
+    if threads:
         torch.set_num_threads(threads)
 
 
@@ -174,7 +168,7 @@ def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, templat
         os.dup2(log_fd, 2)
         os.close(log_fd)
         fresh.restore()
-        _apply_threads(request.get("env") or {})
+        _apply_threads(request.get("env") or {}, request.get("threads"))
         argv = [*request["argv"], "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
         sys.argv = [sys.argv[0], *argv]
         code = run(argv)

@@ -43,8 +43,23 @@ STARTUP_LIMIT_S = 300.0
 _LOG_TAIL_LINES = 5
 # Read by OpenMP and MKL when they load: a child sets them for itself (the template runs without them).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
 # Templates of other environments kept alive at once (each holds torch's memory, ~0.5 GB).
 MAX_TEMPLATES = 2
+
+
+def torch_threads(env: Mapping[str, str]) -> int | None:
+    """The intra-op threads torch takes from ``env`` at start-up (MKL_NUM_THREADS over OMP_NUM_THREADS,
+    malformed values ignored, as ATen's ``intraop_default_num_threads``); None: its default."""
+    threads = None
+    for name in THREAD_VARIABLES:
+        try:
+            value = int(env.get(name, ""))
+        except ValueError:
+            continue
+        if value > 0:
+            threads = value
+    return threads
 
 
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -153,10 +168,12 @@ class Template:
         self._children.clear()
 
     def start(self, argv: list[str], env: Mapping[str, str], ready_fd: int, log_fd: int) -> _Child:
-        """Fork a worker running ``python -m topk_bench.measure.worker ARGV``; ``env``: its thread settings."""
+        """Fork a worker running ``python -m topk_bench.measure.worker ARGV`` with the thread settings of ``env``."""
         child = _Child(next(self._ids))
         self._children[child.id] = child
-        message = json.dumps({"op": "start", "id": child.id, "argv": argv, "env": dict(env)}).encode()
+        settings = {k: v for k, v in env.items() if k in THREAD_VARIABLES}
+        message = json.dumps({"op": "start", "id": child.id, "argv": argv, "env": settings,
+                              "threads": torch_threads(settings)}).encode()
         try:
             with self._send_lock:
                 socket.send_fds(self._sock, [message], [ready_fd, log_fd])
@@ -276,7 +293,7 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
             with open(log_path, "wb") as log:
                 child = template.start(
                     [str(case_path), str(result_path), "--budget", json.dumps(asdict(budget))],
-                    {k: v for k, v in child_env.items() if k in THREAD_VARIABLES}, write_fd, log.fileno(),
+                    child_env, write_fd, log.fileno(),
                 )
         finally:
             os.close(write_fd)  # the child (or nobody) holds the write end: end of file when it ends
