@@ -27,8 +27,10 @@ from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings, load_settings
 from topk_bench.units import GIB, format_duration
 
-# A child's interpreter and imports (torch) before it measures: 2 to 5 s on 2 loaded cores.
-STARTUP_S = 3.0
+# A new interpreter importing torch (the local template, once; each Slurm task): 2 to 5 s on 2 loaded cores.
+INTERPRETER_S = 3.0
+# A child forked from the warm template, before it measures (scripts/bench_child_overhead.py: tens of ms).
+FORK_S = 0.25
 
 
 @dataclass
@@ -203,11 +205,15 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
 
 def estimate(n: int, seconds: float | None, executor: ExecutorSettings) -> str:
     """How long ``n`` cases take: from the children's start-up alone to every case using its whole time budget."""
-    at_once = executor.jobs if executor.kind == "local" else executor.array_parallelism
+    local = executor.kind == "local"
+    at_once = executor.jobs if local else executor.array_parallelism
     waves = math.ceil(n / at_once)
     budget = seconds or 0.0
-    return (f"{format_duration(waves * STARTUP_S)} to {format_duration(waves * (STARTUP_S + budget))} "
-            f"({at_once} at a time, each from ~{STARTUP_S:g} s of start-up to its {budget:g} s time budget)")
+    # Locally one template starts, then each case is a fork; a Slurm task starts an interpreter of its own.
+    once, each = (INTERPRETER_S, FORK_S) if local else (0.0, INTERPRETER_S + FORK_S)
+    low, high = once + waves * each, once + waves * (each + budget)
+    return (f"{format_duration(low)} to {format_duration(high)} "
+            f"({at_once} at a time, each from ~{each:g} s of start-up to its {budget:g} s time budget)")
 
 
 def size_note(the_plan: Plan, todo: int) -> str:
