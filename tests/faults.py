@@ -66,7 +66,7 @@ class Cli:
     def __init__(self, monkeypatch, capsys, fake: FakeRun | None = None):
         self.fake = fake or FakeRun()
         self.capsys = capsys
-        monkeypatch.setattr(runner, "get_executor", lambda settings: LocalExecutor(run=self.fake))
+        monkeypatch.setattr(runner, "get_executor", lambda settings, **_: LocalExecutor(run=self.fake))
 
     def __call__(self, *args) -> Outcome:
         try:

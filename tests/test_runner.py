@@ -291,7 +291,7 @@ def test_run_suite_and_load_results_return_dataframes(tmp_path, monkeypatch):
 
     fake = FakeRun()
     real = executors.LocalExecutor
-    monkeypatch.setattr(runner, "get_executor", lambda settings: real(jobs=settings.jobs, run=fake))
+    monkeypatch.setattr(runner, "get_executor", lambda settings, **_: real(jobs=settings.jobs, run=fake))
     frame = topk_bench.run_suite(write_suite(tmp_path), out=tmp_path / "out", device="cpu")
     assert len(frame) == 8 and list(frame.columns[: len(REQUIRED_COLUMNS)]) == list(REQUIRED_COLUMNS)
     assert frame["seq_len"].tolist() == [16, 16, 32, 32, 64, 64, 128, 128]

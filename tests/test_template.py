@@ -104,6 +104,17 @@ def test_a_childs_torch_threads_are_what_torch_reads_from_its_environment(env, t
 
 
 @pytest.mark.slow
+def test_a_child_sees_the_gpu_of_its_job_slot_and_one_template_serves_every_slot(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    first = probe(tmp_path / "first.json", env={**CHILD_ENV, "CUDA_VISIBLE_DEVICES": "1"})
+    second = probe(tmp_path / "second.json", env={**CHILD_ENV, "CUDA_VISIBLE_DEVICES": "GPU-8a1f"})
+    unset = probe(tmp_path / "unset.json")
+    assert (first["cuda_visible_devices"], second["cuda_visible_devices"], unset["cuda_visible_devices"]) == (
+        "1", "GPU-8a1f", None)
+    assert first["parent_pid"] == second["parent_pid"] == unset["parent_pid"]
+
+
+@pytest.mark.slow
 def test_random_state_at_start_is_a_fresh_interpreters(tmp_path):
     first, second = probe(tmp_path / "first.json"), probe(tmp_path / "second.json")
     draw = "import json, torch; print(json.dumps(torch.rand(4).tolist()))"

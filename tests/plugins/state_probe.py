@@ -65,6 +65,7 @@ def probe(q, k, v, *, causal=False, activation="softmax", report=""):
             "cuda_initialized": torch.cuda.is_initialized(),
             "torch_threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
             "import_draws": IMPORT_DRAWS,
         }

@@ -28,11 +28,13 @@ Protocol (one ``AF_UNIX``/``SOCK_SEQPACKET`` message each way, JSON):
 - parent -> template ``{"op": "start", "id": N, "argv": [...], "env": {...}, "threads": T}``
   with two file descriptors: where the child writes its "ready" byte, and its
   log (stdout and stderr). ``argv`` is the worker's command line; ``env`` holds
-  the child's thread settings (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``), which
-  OpenMP and MKL read when they load: the template runs without them, and each
-  child sets them and ``torch.set_num_threads(T)`` (T: what torch would have
-  taken from them at start-up; null for its default). Every other variable is
-  the template's own (the parent starts a template per environment).
+  the variables a child sets for itself: its thread settings (``OMP_NUM_THREADS``,
+  ``MKL_NUM_THREADS``, which OpenMP and MKL read when they load), and its GPU
+  (``CUDA_VISIBLE_DEVICES``, read when CUDA initialises: in the child, never in
+  the template). The template runs without them; each child sets them and
+  ``torch.set_num_threads(T)`` (T: what torch would have taken from them at
+  start-up; null for its default). Every other variable is the template's own
+  (the parent starts a template per environment).
 - template -> parent ``{"id": N, "pid": P}`` once forked, or ``{"id": N, "error": "..."}``;
   later ``{"id": N, "exit": CODE}`` with ``subprocess``'s convention (``-SIGNAL``).
 - parent -> template ``{"op": "kill", "id": N}``: SIGKILL to the child's process group

@@ -31,10 +31,11 @@ from __future__ import annotations
 import collections
 import threading
 import traceback
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
+from topk_bench.run import devices
 from topk_bench.run.launcher import run_isolated
 from topk_bench.status import Status
 
@@ -89,14 +90,19 @@ class LocalExecutor:
     Each case goes through ``run`` (by default ``topk_bench.run.launcher.run_isolated``,
     which forks one child per case from the warm template all jobs share); the threads
     here only wait on those children, so they are daemon threads: Ctrl-C never waits
-    for a case to end.
+    for a case to end. ``slots``: per job slot, variables for its children
+    (``run(case, budget, env=...)``), e.g. its GPU (:mod:`topk_bench.run.devices`).
     """
 
-    def __init__(self, jobs: int = 1, run: RunFn | None = None):
+    def __init__(self, jobs: int = 1, run: RunFn | None = None,
+                 slots: Sequence[Mapping[str, str]] | None = None):
         if jobs < 1:
             raise BadInput(f"expected at least 1, got {jobs}", key="jobs")
+        if slots is not None and len(slots) != jobs:
+            raise ValueError(f"expected the variables of {jobs} slots, got {len(slots)}")
         self.jobs = jobs
         self._run = run
+        self._slots = slots
         self._queue: collections.deque[LocalHandle] = collections.deque()
         self._wakeup = threading.Condition()
         self._closed = False
@@ -114,7 +120,8 @@ class LocalExecutor:
             self._queue.extend(handles)
             self._wakeup.notify_all()
         while len(self._threads) < self.jobs:
-            thread = threading.Thread(target=self._work, args=(run,), daemon=True, name="topk-bench-local")
+            env = self._slots[len(self._threads)] if self._slots is not None else None
+            thread = threading.Thread(target=self._work, args=(run, env), daemon=True, name="topk-bench-local")
             thread.start()
             self._threads.append(thread)
         return handles
@@ -131,10 +138,10 @@ class LocalExecutor:
                     return None
                 self._wakeup.wait()
 
-    def _work(self, run: RunFn) -> None:
+    def _work(self, run: RunFn, env: Mapping[str, str] | None) -> None:
         while (handle := self._next()) is not None:
             try:
-                handle._result = run(handle.case, handle.budget)
+                handle._result = run(handle.case, handle.budget, env=env) if env else run(handle.case, handle.budget)
             except BaseException as exc:  # run_isolated never raises; a replacement might
                 handle._result = Measurement(
                     status=Status.ERROR, error=f"{type(exc).__name__}: {exc}",
@@ -153,10 +160,11 @@ class LocalExecutor:
             self._wakeup.notify_all()
 
 
-def get_executor(settings, run: RunFn | None = None) -> Executor:
-    """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml)."""
+def get_executor(settings, run: RunFn | None = None, gpus: Sequence[str] = ()) -> Executor:
+    """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml); ``gpus``: those a local
+    measured CUDA run spreads its job slots over (Slurm gives each task its own)."""
     if settings.kind == "local":
-        return LocalExecutor(jobs=settings.jobs, run=run)
+        return LocalExecutor(jobs=settings.jobs, run=run, slots=devices.slot_environments(settings.jobs, gpus))
     if settings.kind == "slurm":
         try:
             from topk_bench.run import slurm  # optional: needs submitit

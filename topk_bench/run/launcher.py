@@ -41,8 +41,11 @@ from topk_bench.status import Status
 # (it includes starting the template: importing torch, on a loaded machine).
 STARTUP_LIMIT_S = 300.0
 _LOG_TAIL_LINES = 5
-# Read by OpenMP and MKL when they load: a child sets them for itself (the template runs without them).
+# Read by OpenMP and MKL when they load, and by torch at start-up.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# What a child sets for itself (the template runs without them, one template serves every value): the thread
+# settings, and the GPU of its job slot, read when CUDA initialises (in the child, after the fork).
+CHILD_VARIABLES = (*THREAD_VARIABLES, "CUDA_VISIBLE_DEVICES")
 
 # Templates of other environments kept alive at once (each holds torch's memory, ~0.5 GB).
 MAX_TEMPLATES = 2
@@ -113,7 +116,7 @@ class Template:
                  "--parent-pid", str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 pass_fds=(template_end.fileno(),), start_new_session=True, cwd=cwd,
-                env={k: v for k, v in env.items() if k not in THREAD_VARIABLES},
+                env={k: v for k, v in env.items() if k not in CHILD_VARIABLES},
             )
         finally:
             template_end.close()
@@ -168,10 +171,10 @@ class Template:
         self._children.clear()
 
     def start(self, argv: list[str], env: Mapping[str, str], ready_fd: int, log_fd: int) -> _Child:
-        """Fork a worker running ``python -m topk_bench.measure.worker ARGV`` with the thread settings of ``env``."""
+        """Fork a worker running ``python -m topk_bench.measure.worker ARGV``; ``env``: its :data:`CHILD_VARIABLES`."""
         child = _Child(next(self._ids))
         self._children[child.id] = child
-        settings = {k: v for k, v in env.items() if k in THREAD_VARIABLES}
+        settings = {k: v for k, v in env.items() if k in CHILD_VARIABLES}
         message = json.dumps({"op": "start", "id": child.id, "argv": argv, "env": settings,
                               "threads": torch_threads(settings)}).encode()
         try:
@@ -225,9 +228,9 @@ os.register_at_fork(after_in_child=_forget_templates)
 
 
 def template_for(env: Mapping[str, str]) -> Template:
-    """The template of this working directory and environment (the thread settings aside), started if needed."""
+    """The template of this working directory and environment (:data:`CHILD_VARIABLES` aside), started if needed."""
     cwd = os.getcwd()
-    key = (cwd, tuple(sorted((k, v) for k, v in env.items() if k not in THREAD_VARIABLES)))
+    key = (cwd, tuple(sorted((k, v) for k, v in env.items() if k not in CHILD_VARIABLES)))
     with _templates_lock:
         template = _templates.get(key)
         if template is not None and template.alive:

@@ -20,6 +20,7 @@ from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
 from topk_bench.results.columns import FIDELITY_COLUMNS, WORKSPACE_COLUMN, header as results_header, order_parameters
 from topk_bench.results.row import parameters
+from topk_bench.run import devices
 from topk_bench.suite import sweep
 from topk_bench.suite.checks import check_suite
 from topk_bench.suite.load import read_suite
@@ -44,6 +45,8 @@ class Plan:
     header: list[str]
     executor: ExecutorSettings
     notes: list[str] = field(default_factory=list)
+    # A measured CUDA run on the local executor: the GPUs its job slots spread over (run/devices.py).
+    gpus: list[str] = field(default_factory=list)
 
 
 def available_memory_bytes() -> int | None:
@@ -134,6 +137,20 @@ def _device(requested: str, predict: bool = False) -> str:
     return "cpu"
 
 
+def _spread_over_gpus(executor: ExecutorSettings, notes: list[str]) -> tuple[ExecutorSettings, list[str]]:
+    """A measured local CUDA run: the GPUs its job slots use; with one GPU, one job (said in ``notes``)."""
+    gpus = devices.visible_gpus(os.environ, torch.cuda.device_count())
+    jobs = executor.jobs
+    if jobs > 1 and len(gpus) == 1:
+        notes.append(f"one GPU visible: --jobs {jobs} lowered to 1 for this measured CUDA run "
+                     "(cases sharing a GPU corrupt each other's times and peaks)")
+        return executor.model_copy(update={"jobs": 1}), gpus
+    if jobs > len(gpus) > 1:
+        notes.append(f"warning: {jobs} jobs on {len(gpus)} GPUs: job slots share GPUs (slot i on GPU i mod "
+                     f"{len(gpus)}), so their times and peaks are not comparable with a --jobs {len(gpus)} run")
+    return executor, gpus
+
+
 def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str | Path | None = None,
          device: str | None = None, predict: bool = False, repeats: int | None = None, warmup: int | None = None,
          max_memory_gib: float | None = None, max_case_seconds: float | None = None,
@@ -175,6 +192,9 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     if executor_settings.jobs > 1 and dev == "cpu" and not predict:
         notes.append(f"warning: {executor_settings.jobs} jobs on a measured CPU run compete for cores: "
                      "times are not comparable with a --jobs 1 run")
+    gpus: list[str] = []
+    if dev == "cuda" and not predict and executor_settings.kind == "local":  # a prediction uses no GPU
+        executor_settings, gpus = _spread_over_gpus(executor_settings, notes)
 
     max_cases = pick(None, suite.max_cases, settings.max_cases)
     count = sweep.count(suite)
@@ -199,7 +219,7 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         suite=suite, settings=settings, cases=cases, budget=Budget(memory, seconds),
         csv_path=out_dir / f"{suite.name}.csv", meta_path=out_dir / f"{suite.name}.meta.json",
         header=results_header(parameters_of(cases), optional_columns(suite, cases)),
-        executor=executor_settings, notes=notes,
+        executor=executor_settings, notes=notes, gpus=gpus,
     )
 
 

@@ -186,7 +186,7 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
                         todo.remove(case)
                         writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
             if todo:
-                executor = executor_obj or get_executor(the_plan.executor)
+                executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
                 try:
                     _schedule(the_plan, todo, stoppers, executor, writer)
                 finally:
