@@ -244,3 +244,19 @@ def test_the_cli_starts_the_template_early_only_for_the_local_executor(tmp_path,
         started.clear()
         run_cmd._start_template_early(config, flag)
         assert len(started) == expected, (config, flag)
+
+
+@pytest.mark.slow
+def test_a_template_that_must_not_fork_starts_fresh_interpreters_instead(tmp_path, capfd):
+    # On the first H100 the template had 3 threads after importing a CUDA build of torch, and every
+    # case came back 'crashed' ("the template refused to fork"). Now such a case runs, in a fresh
+    # interpreter: as isolated as a fork, only slower. The variable forces the same path here.
+    env = {**CHILD_ENV, "TOPK_BENCH_FRESH_INTERPRETER": "1"}
+    state = probe(tmp_path / "probe.json", env=env)
+    assert "--template" not in state["cmdline"] and "--ready-fd" in state["cmdline"]  # its own interpreter
+    assert "--template" in state["parent_cmdline"]  # the template started it, by exec: not a fork of itself
+    assert state["parent_pid"] != os.getpid()
+    # A second case: the template is still there and serves it the same way; one notice in all.
+    again = probe(tmp_path / "again.json", env=env)
+    assert again["parent_pid"] == state["parent_pid"] and again["pid"] != state["pid"]
+    assert capfd.readouterr().err.count("fresh interpreters") == 1

@@ -54,6 +54,7 @@ def probe(q, k, v, *, causal=False, activation="softmax", report=""):
             "pid": os.getpid(),
             "parent_pid": parent,
             "parent_cmdline": Path(f"/proc/{parent}/cmdline").read_bytes().decode().split("\0"),
+            "cmdline": Path("/proc/self/cmdline").read_bytes().decode().split("\0"),
             "parent_threads": len(os.listdir(f"/proc/{parent}/task")),
             "parent_rss_kib": _status_kib(parent, "VmRSS"),
             "python_threads": sorted(t.name for t in threading.enumerate()),

@@ -81,13 +81,35 @@ def thread_count() -> int:
         return threading.active_count()
 
 
+# Set (to anything but "" or "0") in the environment: every case starts a fresh interpreter, never a fork.
+FRESH_INTERPRETER_VARIABLE = "TOPK_BENCH_FRESH_INTERPRETER"
+
+
+def thread_names() -> list[str]:
+    """Names of this process's threads (``/proc/self/task/*/comm``), for the message that says why no fork."""
+    try:
+        tasks = sorted(os.listdir("/proc/self/task"))
+    except OSError:
+        return [thread.name for thread in threading.enumerate()]
+    names = []
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except OSError:
+            names.append("?")
+    return names
+
+
 def fork_hazard() -> str:
     """Why this process must not be forked now ("" when it may); idle pools that stop for a fork stop first."""
+    if os.environ.get(FRESH_INTERPRETER_VARIABLE, "") not in ("", "0"):
+        return f"{FRESH_INTERPRETER_VARIABLE} is set"
     if thread_count() != 1:
         settle()
     threads = thread_count()
     if threads != 1:
-        return f"the template has {threads} threads (a forked child would inherit broken thread pools)"
+        return f"the template has {threads} threads ({', '.join(thread_names())})"
     if torch.cuda.is_initialized():
         return "the template has initialised CUDA (a forked child cannot use it)"
     return ""
@@ -188,6 +210,28 @@ def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, templat
         os._exit(code)
 
 
+def _spawn_fresh(request: dict, ready_fd: int, log_fd: int, template_pid: int, fresh: Fresh) -> int:
+    """Start the worker as a fresh interpreter (``posix_spawn``: exec at once, safe in a threaded process).
+
+    Used when this template must not fork (:func:`fork_hazard`); the worker then
+    pays interpreter start-up, as every case did before templates, and is as
+    isolated. Its environment is the one a fork would have had.
+    """
+    env = dict(os.environ)
+    for name, value in fresh.environment.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    env.update(request.get("env") or {})  # thread settings and GPU, read by the new interpreter itself
+    os.set_inheritable(ready_fd, True)
+    argv = [sys.executable, "-m", "topk_bench.measure.worker", *request["argv"],
+            "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
+    return os.posix_spawn(sys.executable, argv, env, setpgroup=0, file_actions=[
+        (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2),
+    ])
+
+
 def serve(sock_fd: int, run: RunFn, warm_up: WarmUp) -> int:
     """The template's life: warm up, then fork one child per request until the parent goes away."""
     fresh = Fresh()
@@ -225,8 +269,14 @@ def serve(sock_fd: int, run: RunFn, warm_up: WarmUp) -> int:
         warm_up.before(request["argv"])
         gc.freeze()
         hazard = fork_hazard()
-        if hazard:
-            _send(sock, {"id": request["id"], "error": hazard})
+        if hazard:  # correct first, fast second: a fresh interpreter costs start-up, never isolation
+            try:  # (the serving loop closes our copies of the two descriptors afterwards)
+                pid = _spawn_fresh(request, fds[0], fds[1], template_pid, fresh)
+            except OSError as exc:
+                _send(sock, {"id": request["id"], "error": f"{hazard}; a fresh interpreter failed to start: {exc}"})
+                return
+            children[pid] = request["id"]
+            _send(sock, {"id": request["id"], "pid": pid, "fresh": hazard})
             return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # else the child would write the template's buffered output again

@@ -125,6 +125,7 @@ class Template:
         self._children: dict[int, _Child] = {}
         self._ids = itertools.count()
         self._closed = False
+        self.fresh = ""  # why the template starts fresh interpreters instead of forking ("" while it forks)
         threading.Thread(target=self._read, daemon=True, name="topk-bench-template").start()
 
     @property
@@ -156,6 +157,10 @@ class Template:
                 continue
             if "pid" in message:
                 child.pid = message["pid"]
+                if "fresh" in message and not self.fresh:
+                    self.fresh = message["fresh"]
+                    print(f"topk-bench: cases start as fresh interpreters (slower), not forks of the warm template: "
+                          f"{self.fresh}", file=sys.stderr, flush=True)
             elif "exit" in message:
                 self._children.pop(child.id, None)
                 child.end(message["exit"])
