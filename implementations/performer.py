@@ -61,14 +61,19 @@ def draw_projection(nb_features: int, head_dim: int, device=None) -> torch.Tenso
     to ``device``, by default the current default device (the ``with torch.device(...)``
     a model is built under). The package's own function takes its QR blocks back to the
     CPU but draws the norms on the default device, and fails there.
+
+    In the default dtype, or float32 when that is a half type (a layer built in bfloat16:
+    the CPU has no half-precision QR, and the features are computed in float32 anyway).
     """
     cpu = torch.device("cpu")
+    dtype = torch.get_default_dtype()
+    dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     blocks = []
     for _ in range(-(-nb_features // head_dim)):
-        q, _ = torch.linalg.qr(torch.randn(head_dim, head_dim, device=cpu), mode="reduced")
+        q, _ = torch.linalg.qr(torch.randn(head_dim, head_dim, device=cpu, dtype=dtype), mode="reduced")
         blocks.append(q.t())
     matrix = torch.cat(blocks)[:nb_features]
-    multiplier = torch.randn(nb_features, head_dim, device=cpu).norm(dim=1)
+    multiplier = torch.randn(nb_features, head_dim, device=cpu, dtype=dtype).norm(dim=1)
     projection = torch.diag(multiplier) @ matrix
     return projection.to(torch.get_default_device() if device is None else device)
 

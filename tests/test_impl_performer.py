@@ -128,3 +128,18 @@ def test_relu_is_refused():
     q, k, v = small_qkv()
     with pytest.raises(ValueError, match="softmax"):
         performer_attention(q, k, v, activation="relu")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_layer_built_in_half_precision_draws_its_features_in_float32(dtype):
+    # The CPU has no half-precision QR: a model built under a half default dtype must still get its features.
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        torch.manual_seed(0)
+        layer = implementations.spec("performer").module(8, nb_features=16)
+    finally:
+        torch.set_default_dtype(previous)
+    torch.manual_seed(0)
+    assert layer.projection.dtype == torch.float32
+    torch.testing.assert_close(layer.projection, draw_projection(16, 8), rtol=0, atol=0)
