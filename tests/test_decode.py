@@ -126,3 +126,30 @@ def test_decode_under_fake_tensors(name, calls):
         pad = torch.zeros(1, 1000, dtype=torch.bool)
         out = implementations.get(name)(q, k, v, causal=True, topk=16, key_padding_mask=pad)
     assert out.shape == (1, 8, 3, 12) and out.dtype == torch.bfloat16 and len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("name", DECODING)
+def test_prediction_takes_one_product_with_the_tile_loops_peak_and_flops(name, dtype, monkeypatch):
+    """Under fake tensors the tile loop is one product (a 1M-token cache at batch 8 was minutes of fake ops),
+    with the same peak bytes and FLOPs as the loop, which runs where fake tensors are not recognised."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    monkeypatch.setattr(decode, "DECODE_TILE_BYTES", 16 << 10)  # 15 tiles of 64 keys and a partial one
+    products = []
+    matmul = torch.matmul
+    monkeypatch.setattr(torch, "matmul", lambda *a, **kw: products.append(1) or matmul(*a, **kw))
+
+    def predicted():
+        products.clear()
+        fake = FakeTensorMode()
+        with fake:
+            q, k, v = (torch.randn(2, h, n, 16, dtype=dtype) for h, n in ((8, 3), (2, 1000), (2, 1000)))
+        with fake, torch.no_grad(), FlopCounterMode(display=False) as flops, LiveBytes(q, k, v) as tracker:
+            implementations.get(name)(q, k, v, causal=True, topk=16)
+        return tracker.peak, flops.get_total_flops(), len(products)
+
+    peak, flops, calls = predicted()
+    monkeypatch.setattr(decode, "FakeTensor", type("NotAFakeTensor", (), {}))
+    assert (peak, flops) == predicted()[:2] and flops > 0
+    assert calls == 1 and predicted()[2] == 16
