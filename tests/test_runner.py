@@ -52,7 +52,7 @@ def test_run_writes_one_row_per_case_with_required_columns_first_and_meta(tmp_pa
     meta = json.loads((tmp_path / "out" / "fake.meta.json").read_text())
     assert meta["suite"] == "fake" and meta["workload"] == "mha"
     assert meta["plot"] == {"x": "seq_len", "x_label": None, "log_x": 0, "log_y": False, "panels": [],
-                            "metrics": ["memory", "time"], "memory": "allocated", "renderer": None}
+                            "metrics": ["memory", "time"], "memory": "allocated", "split": [], "renderer": None}
     assert result.written == {"ok": 8}
 
 

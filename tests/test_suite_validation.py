@@ -51,7 +51,7 @@ CASES = [
     ("empty [sweep] table", lambda s: s.replace("seq_len = [16, 32]", ""), "sweep", "expected at least 1 entry"),
     ("no [[impl]]", lambda s: s[: s.index("[[impl]]")], "impl", "missing required key"),
     ("unknown workload", lambda s: s.replace('workload = "mha"', 'workload = "attention"'), "workload",
-     "unknown workload 'attention' (known: decoder, ff, mha, pretrained)"),
+     "unknown workload 'attention' (known: decode, decoder, ff, mha, prefill, pretrained)"),
     ("unknown shape parameter", lambda s: s.replace("heads = 2", "heads = 2\nlength = 4"), "shape.length",
      "unknown shape parameter"),
     ("swept key nobody has", lambda s: s.replace("seq_len = [16, 32]", "seq_len = [16]\nnb_features = [4]"),
@@ -179,3 +179,74 @@ def test_a_real_process_prints_no_traceback(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"topk-bench: error: {suite}: impl[0] (topk).topk: expected an integer >= 1, got 0"]
     assert not (tmp_path / "out").exists() and not list(Path(tmp_path).glob("results*"))
+
+
+DECODE = """
+name = "bad"
+workload = "decode"
+dtype = "bfloat16"
+[shape]
+new_tokens = 1
+[sweep]
+kv_len = [64, 128]
+model = ["llama-3-8b", "bert-base"]
+[cpu_max]
+kv_len = 64
+[[impl]]
+name = "topk"
+topk = 4
+[plot]
+x = "kv_len"
+split = ["model"]
+"""
+
+# The inference workloads' keys: models, heads, modes, the CPU's limit, one figure per model.
+INFERENCE_CASES = [
+    ("unknown model", lambda s: s.replace('"bert-base"', '"bert-large"'), "sweep.model",
+     "expected one of: llama-3-8b, gemma-2b, bert-base, custom, got 'bert-large'"),
+    ("model in [shape] is a name", lambda s: s.replace('model = ["llama-3-8b", "bert-base"]', "")
+     .replace("new_tokens = 1", "new_tokens = 1\nmodel = 8"), "shape.model", "expected one of:"),
+    ("heads given and set by the model", lambda s: s.replace("new_tokens = 1", "new_tokens = 1\nq_heads = 16"),
+     "shape.q_heads", "also set by model = 'llama-3-8b' (to 32); to give it yourself, use model = 'custom'"),
+    ("kv_heads do not divide q_heads", lambda s: s.replace('model = ["llama-3-8b", "bert-base"]', "")
+     .replace("new_tokens = 1", "new_tokens = 1\nq_heads = 6\nkv_heads = 4").replace('split = ["model"]', ""),
+     "shape.kv_heads", "expected kv_heads (4) to divide q_heads (6)"),
+    ("a decode step has no backward", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nmode = "fwd_bwd"'),
+     "mode", "a decode step is forward only"),
+    ("an entry's mode", lambda s: s.replace("topk = 4", 'topk = 4\nmode = "fwd_bwd"'), "impl[0] (topk)",
+     "a decode step is forward only"),
+    ("names swept for an option", lambda s: s.replace("kv_len = [64, 128]", 'kv_len = [64, 128]\ntopk = ["a", "b"]')
+     .replace("topk = 4\n", ""), "sweep.topk", "implementation options are swept as sizes"),
+    ("names for a size", lambda s: s.replace("kv_len = [64, 128]", 'kv_len = ["64", "128"]'), "sweep.kv_len",
+     "positive integer"),
+    ("cpu_max of a key not swept", lambda s: s.replace("kv_len = 64\n", "batch = 4\n"), "cpu_max.batch",
+     "expected a swept size (one of: kv_len)"),
+    ("cpu_max of names", lambda s: s.replace("kv_len = 64\n", "model = 4\n"), "cpu_max.model", "a swept size"),
+    ("plot.split not a parameter", lambda s: s.replace('split = ["model"]', 'split = ["colour"]'), "plot.split[0]",
+     "expected a suite parameter other than the x axis"),
+    ("plot.split on the x axis", lambda s: s.replace('split = ["model"]', 'split = ["kv_len"]'), "plot.split[0]",
+     "other than the x axis"),
+    ("prefill is causal", lambda s: s.replace('workload = "decode"', 'workload = "prefill"\ncausal = false')
+     .replace("kv_len", "seq_len").replace("new_tokens = 1", "").replace("[cpu_max]\nseq_len = 64\n", ""),
+     "causal", "prefill is causal attention"),
+]
+
+
+@pytest.mark.parametrize("what,edit,key,words", INFERENCE_CASES, ids=[c[0] for c in INFERENCE_CASES])
+def test_malformed_inference_suite_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, what, edit, key, words):
+    suite = tmp_path / "bad.toml"
+    suite.write_text(edit(DECODE))
+    out = tmp_path / "out"
+    code, err = cli(capsys, "run", str(suite), "--out", str(out), "--predict")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert f"{suite}: {key}: " in lines[0] and words in lines[0]
+    assert not out.exists()
+
+
+def test_the_good_inference_suite_is_valid(tmp_path):
+    from topk_bench.suite.load import load_suite
+
+    (tmp_path / "good.toml").write_text(DECODE)
+    suite = load_suite(tmp_path / "good.toml")
+    assert suite.mode == "fwd" and suite.causal  # the workload's

@@ -72,7 +72,8 @@ def test_smoke_covers_every_workload_and_implementation():
     import implementations
 
     p = plan("smoke")
-    assert {c.workload for c in p.cases} == {"mha", "ff", "decoder"}
+    assert {c.workload for c in p.cases} == {"mha", "ff", "decoder", "prefill", "decode"}
+    assert {c.mode for c in p.cases if c.workload in ("prefill", "decode")} == {"fwd"}
     paper = {"vanilla", "qchunk", "topk", "topk_sparse", "performer", "sdpa"}
     assert paper <= {c.impl for c in p.cases} and paper <= set(implementations.names())
     ff = next(c for c in p.cases if c.workload == "ff")
@@ -145,3 +146,50 @@ def test_a_workload_registered_by_a_plugin_runs_end_to_end(tmp_path, predict):
     suite.write_text(PLUGIN_WORKLOAD_SUITE.format(plugin=plugin).replace('mode = "fwd_bwd"', "causal = true"))
     bad = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().endswith("causal: cross-attention has no causal mask: expected causal = false")
+
+
+LLAMA, GEMMA, BERT = (32, 8, 128), (8, 1, 256), (12, 12, 64)
+
+
+def _heads(case):
+    return case.param_dict["q_heads"], case.param_dict["kv_heads"], case.param_dict["head_dim"]
+
+
+def test_decode_is_models_shapes_over_1k_to_1m_cached_tokens_and_64k_measured_on_the_cpu():
+    predicted = plan("decode", predict=True)
+    cases = predicted.cases
+    assert {c.workload for c in cases} == {"decode"} and all(c.mode == "fwd" and c.causal for c in cases)
+    assert {c.dtype for c in cases} == {"bfloat16"} and {c.param_dict["new_tokens"] for c in cases} == {1}
+    assert sorted({c.param_dict["kv_len"] for c in cases}) == [2**i for i in range(10, 21)]
+    assert {c.param_dict["batch"] for c in cases} == {1, 8}
+    assert {(c.param_dict["model"], _heads(c)) for c in cases} == {
+        ("llama-3-8b", LLAMA), ("gemma-2b", GEMMA), ("bert-base", BERT)}
+    assert {"vanilla", "sdpa", "topk", "topk_fast", "page_topk", "sink_window", "block_topk"} == {c.impl for c in cases}
+    measured = plan("decode").cases
+    assert max(c.param_dict["kv_len"] for c in measured) == 65536 and len(measured) == len(cases) * 7 // 11
+    assert {"kv_cache_bytes", "bytes_per_s", "tokens_per_s", "time_per_token_s"} <= set(predicted.header)
+    assert planning.meta(predicted)["plot"]["split"] == ["model"]
+
+
+def test_prefill_is_models_shapes_over_1k_to_128k_tokens_forward():
+    cases = plan("prefill", predict=True).cases
+    assert {c.workload for c in cases} == {"prefill"} and all(c.mode == "fwd" and c.causal for c in cases)
+    assert sorted({c.param_dict["seq_len"] for c in cases}) == [2**i for i in range(10, 18)]
+    assert {_heads(c) for c in cases} == {LLAMA, GEMMA, BERT} and {c.dtype for c in cases} == {"bfloat16"}
+    assert len(plan("prefill").cases) == len(cases)  # measured: as far as the budgets go
+
+
+def test_swept_names_are_not_sizes(tmp_path):
+    # After a failure at one model, the larger sizes of that model are skipped, never another model's.
+    (tmp_path / "s.toml").write_text(
+        'name = "s"\nworkload = "decode"\n[sweep]\nkv_len = [16, 32]\nmodel = ["llama-3-8b", "bert-base"]\n'
+        '[[impl]]\nname = "vanilla"\n')
+    cases = planning.plan(tmp_path / "s.toml", device="cpu").cases
+    keys = ["kv_len", "model"]
+    get = {size(c, keys): c for c in cases}
+    order = Order(cases, keys)
+    assert order.larger(get[(32, "llama-3-8b")], get[(16, "llama-3-8b")])
+    assert not order.larger(get[(32, "llama-3-8b")], get[(16, "bert-base")])
+    assert not order.larger(get[(16, "llama-3-8b")], get[(16, "bert-base")])
+    assert [size(c, keys) for c in cases] == [(16, "llama-3-8b"), (16, "bert-base"), (32, "llama-3-8b"),
+                                              (32, "bert-base")]  # sizes smallest first, names as written

@@ -36,6 +36,16 @@ _OPTIONAL: dict[str, str] = {
     "emb_cos": "mean cosine of each text's embedding with the original model's",
     "nn_agree": "share of texts whose nearest neighbour is unchanged",
     "nn_spearman": "mean rank correlation of each text's similarities to all others",
+    # Workloads with a cost model (prefill, decode): its quantities per iteration, then rates by the
+    # median time (topk_bench.results.rates; the models are stated in docs/CONTRACTS.md).
+    "kv_cache_bytes": "bytes of the KV cache's cached tokens (K and V), an input built before the measured region",
+    "model_flops": "FLOPs of one iteration by the workload's cost model (dense attention over the attended pairs)",
+    "bytes_moved": "bytes one iteration reads and writes by the workload's cost model",
+    "tokens": "tokens one iteration produces, all sequences of the batch",
+    "flops_per_s": "achieved FLOP/s: model_flops / time_median_s",
+    "bytes_per_s": "achieved bandwidth: bytes_moved / time_median_s",
+    "tokens_per_s": "tokens / time_median_s",
+    "time_per_token_s": "time_median_s per token of one sequence (decode: per new token)",
 }
 
 
@@ -108,7 +118,8 @@ def parameter_columns(columns: Iterable[str]) -> list[str]:
 
 
 # Parameter columns first and last in a header; implementation options in between.
-_PARAMETERS_FIRST = ("seq_len", "batch", "d_model", "heads", "d_ff", "layers")
+_PARAMETERS_FIRST = ("model", "seq_len", "kv_len", "new_tokens", "batch", "q_heads", "kv_heads", "head_dim",
+                     "d_model", "heads", "d_ff", "layers")
 _PARAMETERS_LAST = ("causal", "activation", "dtype")
 
 
@@ -131,19 +142,32 @@ def header(parameters: Iterable[str], optional: Iterable[str] = ()) -> list[str]
 
 @dataclass(frozen=True)
 class Metric:
-    """A quantity a figure or a table shows: its column, the factor to its unit, its label."""
+    """A quantity a figure or a table shows: its column (less the ``minus`` column), the factor to its unit, its label."""
 
     name: str
     column: str
     scale: float
     label: str
     unit: str = ""
+    minus: str | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns it is computed from."""
+        return (self.column,) + ((self.minus,) if self.minus else ())
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("memory", "peak_bytes", 1 / GIB, "peak allocated memory (GiB)", "GiB"),
     Metric("reserved", "reserved_bytes", 1 / GIB, "peak reserved memory (GiB)", "GiB"),
     Metric("time", "time_median_s", 1.0, "time (s)", "s"),
+    # The peak above what was live before the measured region: the step's own memory, cache excluded.
+    Metric("working_memory", "peak_bytes", 1 / GIB, "peak above inputs (GiB)", "GiB", minus="baseline_bytes"),
+    Metric("kv_cache", "kv_cache_bytes", 1 / GIB, "KV cache (GiB)", "GiB"),
+    Metric("time_per_token", "time_per_token_s", 1e3, "time per token (ms)", "ms"),
+    Metric("tokens_per_s", "tokens_per_s", 1.0, "tokens / s"),
+    Metric("flops_per_s", "flops_per_s", 1e-12, "achieved TFLOP/s", "TFLOP/s"),
+    Metric("bandwidth", "bytes_per_s", 1e-9, "achieved bandwidth (GB/s)", "GB/s"),
     Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
     Metric("rel_err", "rel_err", 1.0, "relative error vs vanilla"),
     Metric("grad_cos", "grad_cos", 1.0, "gradient cosine vs vanilla"),

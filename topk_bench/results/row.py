@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any, Mapping
 
 from topk_bench.case import Case, Measurement
+from topk_bench.results import rates
 
 
 def parameters(case: Case) -> dict[str, Any]:
@@ -19,8 +20,10 @@ def parameters(case: Case) -> dict[str, Any]:
     return row
 
 
-def make_row(case: Case, measurement: Measurement, defaults: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One CSV row. ``defaults`` fills torch_version/git_sha/device_name a measurement lacks (skipped rows)."""
+def make_row(case: Case, measurement: Measurement, defaults: Mapping[str, str] | None = None,
+             traffic: rates.Traffic | None = None) -> dict[str, Any]:
+    """One CSV row. ``defaults`` fills torch_version/git_sha/device_name a measurement lacks (skipped rows);
+    ``traffic``, what the case's workload says one iteration does, gives the rate columns."""
     m, meta, defaults = measurement, measurement.metadata or {}, defaults or {}
     row: dict[str, Any] = {
         "suite": case.suite, "case_id": case.case_id, "workload": case.workload, "impl": case.impl,
@@ -37,5 +40,6 @@ def make_row(case: Case, measurement: Measurement, defaults: Mapping[str, str] |
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     row.update(parameters(case))
+    row.update(rates.columns(traffic, m))
     row.update(m.extra or {})
     return row

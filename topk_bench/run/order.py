@@ -2,7 +2,8 @@
 of the same implementation (same options) would fail too, so they are recorded ``skipped`` without running.
 
 "Larger" is a partial order: same family (the case with its swept values
-removed), every swept value at least as large and one larger.
+removed), every swept value at least as large and one larger; a swept name (a
+model) must be the same.
 """
 
 from __future__ import annotations
@@ -33,8 +34,16 @@ def family(case: Case, keys: list[str]) -> Case:
     )
 
 
+def _at_least(x: Any, y: Any) -> bool:
+    if x is None or y is None:
+        return False
+    if isinstance(x, str) or isinstance(y, str):  # a name (a model) is not a size: only the same one
+        return x == y
+    return x >= y
+
+
 def _larger(a: tuple, b: tuple) -> bool:
-    return a != b and all(x is not None and y is not None and x >= y for x, y in zip(a, b))
+    return a != b and all(_at_least(x, y) for x, y in zip(a, b))
 
 
 def describe_size(case: Case, keys: list[str]) -> str:

@@ -18,6 +18,7 @@ import torch
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
+from topk_bench.results import rates
 from topk_bench.results.columns import FIDELITY_COLUMNS, WORKSPACE_COLUMN, header as results_header, order_parameters
 from topk_bench.results.row import parameters
 from topk_bench.run import devices
@@ -207,6 +208,11 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         suite, device=dev, method=method, dtype=pick(None, suite.dtype, settings.dtype),
         warmup=pick(warmup, suite.warmup, settings.warmup), repeats=pick(repeats, suite.repeats, settings.repeats),
     )
+    if dev == "cpu" and not predict and suite.cpu_max:
+        cases, above = within(cases, suite.cpu_max)
+        if above:
+            limits = ", ".join(f"{k} <= {v}" for k, v in suite.cpu_max.items())
+            notes.append(f"cpu_max: {above} case(s) above {limits} left out of this measured CPU run")
 
     out_dir = Path(out) if out is not None else settings.path(settings.results_dir)
     for place in (out_dir, *out_dir.parents):  # the nearest that exists must be a directory
@@ -243,6 +249,12 @@ def size_note(the_plan: Plan, todo: int) -> str:
             f"estimate {estimate(todo, the_plan.budget.max_seconds, the_plan.executor)}")
 
 
+def within(cases: list[Case], limits: dict[str, int]) -> tuple[list[Case], int]:
+    """(the cases whose swept sizes are all within ``limits``, how many were above)."""
+    kept = [c for c in cases if all(c.param_dict.get(k, c.option_dict.get(k, 0)) <= v for k, v in limits.items())]
+    return kept, len(cases) - len(kept)
+
+
 def parameters_of(cases: list[Case]) -> list[str]:
     """The parameter columns of a run's cases, in the header's order."""
     return order_parameters(name for case in cases for name in parameters(case))
@@ -250,11 +262,12 @@ def parameters_of(cases: list[Case]) -> list[str]:
 
 def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
     """The result columns this run fills: the workspace when measured on CUDA, fidelity when the suite asks,
-    and its workloads' own."""
+    its workloads' own, and the traffic and rate columns of workloads that state a cost model."""
     cuda = any(c.method == "measured" and c.device.startswith("cuda") for c in cases)
     own = [c for name in dict.fromkeys(case.workload for case in cases) for c in workloads.get(name).columns]
+    traffic = {c for case in cases for c in rates.names(workloads.traffic(case))}
     return (((WORKSPACE_COLUMN,) if cuda else ()) + (FIDELITY_COLUMNS if suite.fidelity else ())
-            + tuple(dict.fromkeys(own)))
+            + tuple(dict.fromkeys(own)) + tuple(c for c in rates.COLUMNS if c in traffic))
 
 
 def meta(the_plan: Plan) -> dict[str, Any]:

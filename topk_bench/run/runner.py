@@ -29,6 +29,7 @@ from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
 from topk_bench.run.progress import Reporter, summary
 from topk_bench.status import STOPPING, Status
+from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
 
 POLL_S = 0.05
@@ -69,7 +70,7 @@ class _Writer:
         return f"{case.label or case.impl} {describe_size(case, self.keys)}"
 
     def write(self, case: Case, measurement: Measurement) -> None:
-        row = make_row(case, measurement, self.defaults)
+        row = make_row(case, measurement, self.defaults, traffic(case))
         self.header = store.append_row(self.plan.csv_path, row, self.header)
         self.written[str(measurement.status)] += 1
         self.reporter.finished(self.what(case), row)

@@ -27,6 +27,18 @@ def _check_size(value: Any, path: Path, key: str) -> None:
         raise BadInput(f"expected a positive integer, got {value}", file=path, key=key)
 
 
+def _check_param(spec: workloads.WorkloadSpec, name: str, value: Any, path: Path, key: str) -> None:
+    """A parameter's value: one of its presets' names, a string where the default is one, else a size."""
+    if name in spec.presets:
+        if value not in spec.presets[name]:
+            raise BadInput(f"expected one of: {', '.join(spec.presets[name])}, got {value!r}", file=path, key=key)
+    elif isinstance(spec.params.get(name), str):
+        if not isinstance(value, str):
+            raise BadInput(f"expected a string, got {value!r}", file=path, key=key)
+    else:
+        _check_size(value, path, key)
+
+
 def _check_option(default: Any, value: Any, path: Path, key: str) -> None:
     """An option's value has its default's type; integer options (topk, chunk_size, nb_features) are sizes."""
     if default is None:
@@ -78,9 +90,9 @@ def _check_use(impl: implementations.Implementation, activation: str, causal: bo
         raise BadInput(problem, file=path, key=key)
 
 
-def _check_settings(spec: workloads.WorkloadSpec, causal: bool, activation: str, path: Path,
+def _check_settings(spec: workloads.WorkloadSpec, causal: bool, activation: str, mode: str, path: Path,
                     key: str | None = None) -> None:
-    violation = spec.violation(causal, activation)
+    violation = spec.violation(causal, activation, mode)
     if violation:
         setting, problem = violation
         raise BadInput(problem, file=path, key=key or setting)
@@ -92,7 +104,7 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
         key = f"impl[{i}] ({entry.name})"
         spec = _workload(entry.workload or suite.workload, path, f"{key}.workload")
         _, causal, activation = sweep.entry_settings(suite, entry)
-        _check_settings(spec, causal, activation, path, key)
+        _check_settings(spec, causal, activation, sweep.entry_mode(suite, entry), path, key)
         impl = _implementation(entry.name, path, f"{key}.name")
         entries.append((spec, impl))
         _check_use(impl, activation, causal, path, key)
@@ -120,8 +132,26 @@ def _check_shape(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) 
         if not open_params and name not in allowed:
             raise BadInput(f"unknown shape parameter of workload {'/'.join(sorted({s.name for s in specs}))} "
                            f"(expected one of: {', '.join(allowed)})", file=path, key=f"shape.{name}")
-        if not open_params or isinstance(value, int):
+        having = [s for s in specs if name in s.params]
+        for spec in having:
+            _check_param(spec, name, value, path, f"shape.{name}")
+        if not having and isinstance(value, int):
             _check_size(value, path, f"shape.{name}")
+
+
+def _check_presets(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) -> None:
+    """A parameter a preset sets (``model = "llama-3-8b"``: its heads) is not given too: which would win?"""
+    given = {**{k: [v] for k, v in suite.shape.items()}, **suite.sweep}
+    for spec in specs:
+        for name, presets in spec.presets.items():
+            for value in given.get(name, [spec.params.get(name)]):
+                for param in presets.get(value, {}):
+                    if param in given:
+                        where = "sweep" if param in suite.sweep else "shape"
+                        free = [k for k, sets in presets.items() if not sets]
+                        how = f"{name} = {free[0]!r}" if free else f"no {name}"
+                        raise BadInput(f"also set by {name} = {value!r} (to {presets[value][param]}); "
+                                       f"to give it yourself, use {how}", file=path, key=f"{where}.{param}")
 
 
 def _check_sweep(suite: Suite, path: Path, entries) -> None:
@@ -131,15 +161,24 @@ def _check_sweep(suite: Suite, path: Path, entries) -> None:
             raise BadInput("expected a non-empty list of sizes (an empty sweep measures nothing)", file=path, key=key)
         if name in suite.shape:
             raise BadInput("both fixed in [shape] and swept in [sweep]", file=path, key=key)
-        for value in values:
-            _check_size(value, path, key)
+        names = not sweep.is_size(values)
+        if not names:
+            for value in values:
+                _check_size(value, path, key)
         if len(set(values)) != len(values):
             raise BadInput(f"expected distinct values, got {values}", file=path, key=key)
         # Every entry must vary with every swept key, else its cases would repeat:
         # a parameter of its workload, or an option of its implementation (chunk_size in Fig. 2).
         for i, (spec, impl) in enumerate(entries):
-            if spec.open_params or name in spec.params:
+            if name in spec.params:
+                for value in values:
+                    _check_param(spec, name, value, path, key)
                 continue
+            if spec.open_params:
+                continue
+            if names:
+                raise BadInput(f"not a parameter of workload {spec.name!r} that takes names ({', '.join(spec.params)}); "
+                               f"implementation options are swept as sizes (impl[{i}])", file=path, key=key)
             if name not in impl.options:
                 raise BadInput(f"neither a shape parameter of workload {spec.name!r} ({', '.join(spec.params)}) "
                                f"nor an option of implementation {impl.name!r} (impl[{i}])", file=path, key=key)
@@ -164,12 +203,24 @@ def _check_combinations(suite: Suite, path: Path) -> None:
                 raise BadInput(message, file=path, key=f"sweep.{param}" if param in suite.sweep else f"shape.{param}")
 
 
+def _check_cpu_max(suite: Suite, path: Path) -> None:
+    for name, value in suite.cpu_max.items():
+        if name not in suite.sweep or not sweep.is_size(suite.sweep[name]):
+            sizes = [k for k, v in suite.sweep.items() if sweep.is_size(v)]
+            raise BadInput(f"expected a swept size (one of: {', '.join(sizes)})", file=path, key=f"cpu_max.{name}")
+        _check_size(value, path, f"cpu_max.{name}")
+
+
 def _check_plot(suite: Suite, path: Path, entries) -> None:
     columns = set(suite.sweep) | set(suite.shape)
     for spec, impl in entries:
         columns |= set(spec.params) | set(impl.options)
     if suite.plot.x is not None and suite.plot.x not in columns:
         raise BadInput(f"expected a suite parameter (one of: {', '.join(sorted(columns))})", file=path, key="plot.x")
+    for i, name in enumerate(suite.plot.split):
+        if name not in columns or name == (suite.plot.x or next(iter(suite.sweep))):
+            raise BadInput(f"expected a suite parameter other than the x axis (one of: {', '.join(sorted(columns))})",
+                           file=path, key=f"plot.split[{i}]")
     for i, name in enumerate(suite.plot.metrics):
         if name not in METRICS:
             raise BadInput(f"expected a metric (one of: {', '.join(METRICS)}), got {name!r}", file=path,
@@ -181,9 +232,10 @@ def check_suite(suite: Suite, path: Path) -> None:
     suite.plugins = plugins.resolve(suite.plugins, path)
     spec = _workload(suite.workload, path, "workload")
     suite.causal, suite.activation = spec.settings(suite.causal, suite.activation)
+    suite.mode = suite.mode or spec.default_mode()
     if not suite.title:
         suite.title = suite.name
-    _check_settings(spec, suite.causal, suite.activation, path)
+    _check_settings(spec, suite.causal, suite.activation, suite.mode, path)
     entries = _check_entries(suite, path)
     for name in sorted({s.name for s, _ in entries}):
         unavailable = workloads.get(name).unavailable
@@ -193,5 +245,7 @@ def check_suite(suite: Suite, path: Path) -> None:
     specs = list({s.name: s for s, _ in entries}.values())
     _check_shape(suite, path, specs)
     _check_sweep(suite, path, entries)
+    _check_presets(suite, path, specs)
+    _check_cpu_max(suite, path)
     _check_combinations(suite, path)
     _check_plot(suite, path, entries)

@@ -28,6 +28,7 @@ class PlotSection(Strict):
     # Which peak the "memory" row draws: allocated (peak_bytes), or reserved (reserved_bytes, the paper's
     # metric) for the figures whose rows have it (CUDA); topk-bench plot --memory overrides.
     memory: Literal["allocated", "reserved"] = "allocated"
+    split: list[str] = Field(default_factory=list)  # parameters with one figure per value (model): not one curve each
     renderer: str | None = None   # "module:function" of a plug-in renderer
 
     @field_validator("log_x")
@@ -58,6 +59,7 @@ class ImplEntry(BaseModel):
     workload: str | None = None
     causal: bool | None = None
     activation: Literal["softmax", "relu"] | None = None
+    mode: Literal["fwd", "fwd_bwd"] | None = None  # default: the suite's
     feedforward: str | None = None  # workloads with a feed-forward sublayer: its implementation
     feedforward_options: dict[str, Any] = Field(default_factory=dict)
 
@@ -71,7 +73,7 @@ class Suite(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
     title: str = ""
     workload: str                       # a registered workload (topk_bench.workloads)
-    mode: Literal["fwd", "fwd_bwd"] = "fwd_bwd"
+    mode: Literal["fwd", "fwd_bwd"] | None = None  # default: the workload's (fwd_bwd; fwd for prefill, decode)
     causal: bool | None = None          # default: the workload's
     activation: Literal["softmax", "relu"] | None = None  # default: the workload's
     dtype: Literal[DTYPES] | None = None  # type: ignore[valid-type]
@@ -84,7 +86,10 @@ class Suite(Strict):
     plugins: list[str] = Field(default_factory=list)
     fidelity: bool = False
     shape: dict[str, int | float | str] = Field(default_factory=dict)
-    sweep: dict[str, list[int]] = Field(min_length=1)
+    # Sizes; or names, for a parameter that takes them (model = ["llama-3-8b", "bert-base"]).
+    sweep: dict[str, list[int] | list[str]] = Field(min_length=1)
+    # A measured run on the CPU leaves out the cases above these swept sizes (--predict: the whole sweep).
+    cpu_max: dict[str, int] = Field(default_factory=dict)
     impl: list[ImplEntry] = Field(min_length=1)
     plot: PlotSection = Field(default_factory=PlotSection)
     _path: Path | None = PrivateAttr(None)  # the file it was read from

@@ -27,6 +27,11 @@ def entry_settings(suite: Suite, entry: ImplEntry) -> tuple[str, bool, str]:
     return (workload, *workloads.get(workload).settings(causal, activation))
 
 
+def entry_mode(suite: Suite, entry: ImplEntry) -> str:
+    """``fwd`` or ``fwd_bwd`` of an ``[[impl]]``: its own, else the suite's (filled in from its workload when it names none)."""
+    return entry.mode or suite.mode or workloads.get(entry_settings(suite, entry)[0]).default_mode()
+
+
 def feedforward(suite: Suite, entry: ImplEntry) -> str | None:
     """The feed-forward implementation an entry names, else its workload's default (None: none, or the model's own)."""
     spec = workloads.get(entry_settings(suite, entry)[0])
@@ -39,7 +44,8 @@ def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, 
     A ``[shape]`` or ``[sweep]`` key is a parameter of the workload when it has it;
     otherwise an option of the implementation (``chunk_size`` in Fig. 2) or, for a
     workload whose swept options reach its feed-forward sublayer, of whichever of
-    the two has that option; a workload with open parameters takes the rest.
+    the two has that option; a workload with open parameters takes the rest. A
+    preset (``model = "llama-3-8b"``) fills in the parameters it sets.
     """
     spec = workloads.get(entry_settings(suite, entry)[0])
     impl = implementations.spec(entry.name)
@@ -57,13 +63,19 @@ def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, 
             options[key] = value
         if ff is not None and key in ff.options:
             ff_options[key] = value
-    return params, options, ff_options
+    return spec.with_presets(params), options, ff_options
+
+
+def is_size(values: list) -> bool:
+    """Swept sizes (numbers: sorted, and larger ones skipped after a failure), not names (models: in file order)."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 def grid(suite: Suite) -> list[dict[str, Any]]:
-    """The swept values, smallest first, one dict per point."""
+    """The swept values, smallest first (names in their order in the file), one dict per point."""
     keys = list(suite.sweep)
-    return [dict(zip(keys, point)) for point in itertools.product(*(sorted(suite.sweep[k]) for k in keys))]
+    values = [sorted(suite.sweep[k]) if is_size(suite.sweep[k]) else list(suite.sweep[k]) for k in keys]
+    return [dict(zip(keys, point)) for point in itertools.product(*values)]
 
 
 def count(suite: Suite) -> int:
@@ -99,7 +111,7 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
     return Case.make(
         suite=suite.name, workload=workload, impl=entry.name, params=params, options=options,
         ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, options, workload),
-        mode=suite.mode, causal=causal, activation=activation, seed=suite.seed,
+        mode=entry_mode(suite, entry), causal=causal, activation=activation, seed=suite.seed,
         plugins=tuple(suite.plugins), fidelity=suite.fidelity, **fields,
     )
 

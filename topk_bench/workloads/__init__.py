@@ -9,8 +9,8 @@ A plug-in module named in a suite's ``plugins`` registers its own with
 """
 
 from topk_bench.workloads.spec import (  # noqa: F401
-    Fixed, UnknownWorkload, Workload, WorkloadSpec, build, get, hidden_states, names, register,
+    Fixed, Traffic, UnknownWorkload, Workload, WorkloadSpec, build, get, hidden_states, names, register, traffic,
 )
 
 # Importing a module registers its workload.
-from topk_bench.workloads import mha, ff, decoder, pretrained  # noqa: E402,F401
+from topk_bench.workloads import mha, ff, decoder, pretrained, prefill, decode  # noqa: E402,F401

@@ -39,8 +39,28 @@ Builder = Callable[[Case, torch.device, torch.dtype], Workload]
 
 
 @dataclass(frozen=True)
+class Traffic:
+    """What one iteration of a case does by its workload's stated cost model (not by measuring it).
+
+    ``flops``: floating-point operations of the computation the workload stands for, the same
+    for every implementation (so that FLOP/s compares implementations); ``bytes``: bytes it must
+    read and write at least; ``tokens``: tokens it produces, all sequences of the batch;
+    ``tokens_per_sequence``: of those, per sequence (time per token = time / this);
+    ``kv_cache_bytes``: the KV cache it reads, when it has one. The row derives the rates
+    (:mod:`topk_bench.results.rates`); docs/CONTRACTS.md states each workload's model.
+    """
+
+    flops: int
+    bytes: int
+    tokens: int
+    tokens_per_sequence: int
+    kv_cache_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class Fixed:
-    """A setting the workload imposes (the feed-forward layer has no mask): its value and the message when violated."""
+    """A setting the workload imposes (the feed-forward layer has no mask, a decode step has no backward):
+    its value and the message when violated."""
 
     value: Any
     problem: str
@@ -70,6 +90,10 @@ class WorkloadSpec:
     causal: bool = False
     activation: str = "softmax"
     fixed: Mapping[str, Fixed] = field(default_factory=dict)
+    mode: str = "fwd_bwd"
+    presets: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
+    grouped_heads: Callable[[Mapping[str, Any]], bool] | None = None
+    traffic: Callable[[Case], Traffic] | None = None
     feedforward: bool = False
     default_feedforward: str | None = None
     swept_options_reach_feedforward: bool = False
@@ -88,23 +112,34 @@ class WorkloadSpec:
         activation = activation or self.fixed.get("activation", Fixed(self.activation, "")).value
         return bool(causal), str(activation)
 
-    def violation(self, causal: bool, activation: str) -> tuple[str, str] | None:
-        """(setting, problem) when ``causal`` / ``activation`` contradict what the workload imposes."""
-        for name, value in (("causal", causal), ("activation", activation)):
+    def default_mode(self) -> str:
+        """The mode a suite gets when it names none: what the workload imposes, else its default."""
+        return str(self.fixed.get("mode", Fixed(self.mode, "")).value)
+
+    def violation(self, causal: bool, activation: str, mode: str | None = None) -> tuple[str, str] | None:
+        """(setting, problem) when ``causal`` / ``activation`` / ``mode`` contradict what the workload imposes."""
+        for name, value in (("causal", causal), ("activation", activation), ("mode", mode)):
             rule = self.fixed.get(name)
-            if rule is not None and value != rule.value:
+            if rule is not None and value is not None and value != rule.value:
                 return name, rule.problem
         return None
 
+    def with_presets(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with what their preset values set (``model = "llama-3-8b"``: its head counts)."""
+        out = dict(params)
+        for name, table in self.presets.items():
+            out.update(table.get(out.get(name), {}))
+        return out
+
     def shape(self, case: Case) -> dict[str, Any]:
-        """The case's parameters over the defaults; an unknown parameter raises ``ValueError``."""
+        """The case's parameters over the defaults, presets applied; an unknown parameter raises ``ValueError``."""
         given = case.param_dict
         if not self.open_params:
             unknown = sorted(set(given) - set(self.params))
             if unknown:
                 raise ValueError(f"workload {self.name!r} has no parameter {unknown[0]!r} "
                                  f"(parameters: {', '.join(self.params)})")
-        return {**self.params, **given}
+        return self.with_presets({**self.params, **given})
 
 
 class UnknownWorkload(KeyError):
@@ -145,6 +180,12 @@ def build(case: Case, device, dtype) -> Workload:
             return spec.build(case, torch.device(device), dtype)
     finally:
         torch.set_default_dtype(previous)
+
+
+def traffic(case: Case) -> Traffic | None:
+    """What one iteration of ``case`` does by its workload's cost model; None when the workload states none."""
+    spec = get(case.workload)
+    return spec.traffic(case) if spec.traffic is not None else None
 
 
 def hidden_states(batch: int, seq_len: int, d_model: int, device, dtype) -> torch.Tensor:

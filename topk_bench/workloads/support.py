@@ -2,8 +2,10 @@
 
 A case calls one or more attention implementations (its ``impl``, and the
 feed-forward implementation of a workload that has one); each must support the
-activation and masking it is called with, and, for ``--predict``, run under
-FakeTensorMode — as must the workload itself.
+activation and masking it is called with, grouped K/V heads when the case has fewer
+K/V heads than query heads (an implementation registered with ``gqa=None``, a plug-in
+say, is then ``unsupported``: never run on inputs it would misread), and, for
+``--predict``, run under FakeTensorMode — as must the workload itself.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class AttentionUse:
     impl: str
     activation: str
     causal: bool
+    grouped: bool = False  # fewer K/V heads than query heads
 
 
 def feedforward_of(case: Case) -> str | None:
@@ -34,20 +37,25 @@ def uses(case: Case) -> list[AttentionUse]:
     """The attention calls of a case: its attention, then its feed-forward layer as ``ReLU(Q Kᵀ) V``."""
     spec = get(case.workload)
     fixed = {name: rule.value for name, rule in spec.fixed.items()}  # what the workload runs, whatever the case says
-    out = [AttentionUse(case.impl, fixed.get("activation", case.activation), fixed.get("causal", case.causal))]
+    grouped = spec.grouped_heads is not None and spec.grouped_heads(spec.shape(case))
+    out = [AttentionUse(case.impl, fixed.get("activation", case.activation), fixed.get("causal", case.causal), grouped)]
     feedforward = feedforward_of(case)
     if feedforward is not None:
         out.append(AttentionUse(feedforward, "relu", False))
     return out
 
 
-def capability_problem(impl: implementations.Implementation, activation: str, causal: bool) -> str | None:
-    """Why ``impl`` cannot be called with this activation and masking, or None."""
+def capability_problem(impl: implementations.Implementation, activation: str, causal: bool,
+                       grouped: bool = False) -> str | None:
+    """Why ``impl`` cannot be called with this activation, masking and K/V heads, or None."""
     if activation not in impl.activations:
         return (f"implementation {impl.name!r} does not support activation {activation!r} "
                 f"(supports: {', '.join(impl.activations)})")
     if causal and not impl.causal:
         return f"implementation {impl.name!r} does not support causal masking"
+    if grouped and impl.gqa is None:
+        return (f"implementation {impl.name!r} does not support grouped K/V heads "
+                "(kv_heads < q_heads; registered without gqa)")
     return None
 
 
@@ -55,7 +63,7 @@ def unsupported(case: Case, *, predict: bool) -> str | None:
     """Why ``case`` cannot run (``predict``: cannot be predicted), or None when it can."""
     for use in uses(case):
         impl = implementations.spec(use.impl)
-        problem = capability_problem(impl, use.activation, use.causal)
+        problem = capability_problem(impl, use.activation, use.causal, use.grouped)
         if problem:
             return problem
         if predict and not impl.predictable:

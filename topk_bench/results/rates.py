@@ -1,0 +1,49 @@
+"""The rate columns of a row: what a case's workload says one iteration does (its ``Traffic``: FLOPs and bytes
+by the workload's stated cost model, tokens), divided by the measured median time.
+
+The one place these are derived (docs/CONTRACTS.md, "Results CSV"). A case whose
+workload states no traffic gets none of these columns; one without a time (predicted,
+failed) gets the traffic's own columns and empty rates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from topk_bench.case import Measurement
+
+# The workload's own quantities (per iteration), then the rates derived from the median time.
+TRAFFIC_COLUMNS = ("kv_cache_bytes", "model_flops", "bytes_moved", "tokens")
+RATE_COLUMNS = ("flops_per_s", "bytes_per_s", "tokens_per_s", "time_per_token_s")
+COLUMNS = TRAFFIC_COLUMNS + RATE_COLUMNS
+
+
+class Traffic(Protocol):  # topk_bench.workloads.Traffic (results does not import the workloads)
+    flops: int
+    bytes: int
+    tokens: int
+    tokens_per_sequence: int
+    kv_cache_bytes: int | None
+
+
+def names(traffic: Traffic | None) -> tuple[str, ...]:
+    """The columns a case with this traffic fills (``kv_cache_bytes`` only where there is a cache)."""
+    if traffic is None:
+        return ()
+    return tuple(c for c in COLUMNS if c != "kv_cache_bytes" or traffic.kv_cache_bytes is not None)
+
+
+def columns(traffic: Traffic | None, measurement: Measurement) -> dict[str, Any]:
+    """The traffic and rate columns of one row; empty when the workload states no traffic."""
+    if traffic is None:
+        return {}
+    time = measurement.time_median_s
+    rate = (lambda amount: amount / time) if time else (lambda amount: None)
+    values = {
+        "kv_cache_bytes": traffic.kv_cache_bytes, "model_flops": traffic.flops,
+        "bytes_moved": traffic.bytes, "tokens": traffic.tokens,
+        "flops_per_s": rate(traffic.flops), "bytes_per_s": rate(traffic.bytes),
+        "tokens_per_s": rate(traffic.tokens),
+        "time_per_token_s": time / traffic.tokens_per_sequence if time else None,
+    }
+    return {name: values[name] for name in names(traffic)}
