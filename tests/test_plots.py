@@ -293,3 +293,49 @@ def test_paper_reproduction_suites_plot_reserved_on_cuda():
     root = Path(__file__).resolve().parents[1] / "suites"
     for name in ("mha", "ff", "decoder", *(f"paper/{p.stem}" for p in sorted((root / "paper").glob("*.toml")))):
         assert read_suite(root / f"{name}.toml").plot.memory == "reserved", name
+
+
+def test_one_figure_per_model_with_time_per_token_and_the_memory_above_inputs(tmp_path):
+    """A suite of several models (``split = ["model"]``): a figure each, named after it; the metrics of the
+    inference workloads (time per token; the peak above the inputs, i.e. without the KV cache)."""
+    import matplotlib.pyplot as plt
+
+    from topk_bench.report.plots.figure import draw_figure
+    from topk_bench.report.plots.inputs import figure_inputs
+    from topk_bench.workloads import traffic
+
+    out = tmp_path / "r"
+    out.mkdir()
+    points = []
+    for model, heads in (("llama-3-8b", (32, 8, 128)), ("bert-base", (12, 12, 64))):
+        for kv_len in (1024, 2048):
+            for batch in (1, 8):
+                case = Case.make(suite="decode", workload="decode", impl="sdpa", label="SDPA", method="measured",
+                                 dtype="bfloat16", mode="fwd", causal=True,
+                                 params=dict(model=model, kv_len=kv_len, batch=batch, new_tokens=2,
+                                             q_heads=heads[0], kv_heads=heads[1], head_dim=heads[2]))
+                cache = traffic(case).kv_cache_bytes
+                points.append((case, Measurement(status="ok", device_name="test cpu", baseline_bytes=cache,
+                                                 peak_bytes=cache + 2**20 * batch, times_s=[0.01, 0.02, 0.03])))
+    header = results_header(order_parameters(k for case, _ in points for k in parameters(case)))
+    for case, measurement in points:
+        header = append_row(out / "decode.csv", make_row(case, measurement, traffic=traffic(case)), header)
+    (out / "decode.meta.json").write_text(json.dumps({
+        "suite": "decode", "title": "Decode", "workload": "decode",
+        "plot": {"x": "kv_len", "log_x": 2, "split": ["model"], "metrics": ["time_per_token", "working_memory"]}}))
+    written = plot_results(out, tmp_path / "plots")
+    assert sorted(p.name for p in written) == ["decode-bert-base-cpu-measured.png", "decode-llama-3-8b-cpu-measured.png"]
+    items = {i.split: i for i in figure_inputs(out)}
+    fig = draw_figure(*_args(items[("llama-3-8b",)]))
+    try:
+        assert "model llama-3-8b" in fig._suptitle.get_text()
+        time, memory = fig.axes
+        assert time.get_ylabel() == "time per token (ms)" and memory.get_ylabel() == "peak above inputs (GiB)"
+        # one curve per batch size (the model is the figure's), at 20 ms / 2 new tokens, and 1 or 8 MiB
+        lines = {line.get_label(): line for line in time.get_lines() if line.get_label().startswith("SDPA")}
+        assert sorted(lines) == ["SDPA (batch=1)", "SDPA (batch=8)"]
+        assert list(lines["SDPA (batch=1)"].get_ydata()) == pytest.approx([10.0, 10.0])
+        above = {line.get_label(): list(line.get_ydata()) for line in memory.get_lines()}
+        assert above["SDPA (batch=8)"] == pytest.approx([8 / 1024, 8 / 1024])
+    finally:
+        plt.close(fig)

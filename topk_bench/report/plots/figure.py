@@ -192,6 +192,17 @@ def _quartiles(times: str) -> tuple[float, float]:
     return float(q1), float(q3)
 
 
+def _values(rows: pd.DataFrame, name: str) -> pd.Series:
+    """A metric's values in its unit (NaN where a column is empty or absent)."""
+    m = metric(name)
+    if any(c not in rows for c in m.columns):
+        return pd.Series(np.nan, index=rows.index)
+    values = pd.to_numeric(rows[m.column], errors="coerce")
+    if m.minus:
+        values = values - pd.to_numeric(rows[m.minus], errors="coerce")
+    return values * m.scale
+
+
 def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
     """Draw one metric in one panel: a line per curve, IQR bars on measured times, crosses where curves stop."""
     m = metric(metric_name)
@@ -206,7 +217,7 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
         # Columns are added before filtering: assigning to an empty frame would add rows.
         x = pd.to_numeric(rows[spec.x], errors="coerce")
         rows = rows.assign(_x=x, _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span),
-                           _y=pd.to_numeric(rows[m.column], errors="coerce") * m.scale)
+                           _y=_values(rows, metric_name))
         rows = rows[_in_panel(rows["_x"], panel)].sort_values("_x")
         ok = rows[(rows["status"] == Status.OK) & rows["_y"].notna()]
         if len(ok):
@@ -241,8 +252,7 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
 
 
 def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
-    column = metric(metric_name).column
-    return column in rows and pd.to_numeric(rows[column], errors="coerce").notna().any()
+    return bool(_values(rows, metric_name).notna().any())
 
 
 def _not_shown(rows: pd.DataFrame) -> list[str]:
@@ -268,7 +278,10 @@ def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_i
     else:
         names = sorted(set(rows["device_name"].dropna().astype(str)) - {""})
         how = f"measured on {names[0] if len(names) == 1 else device}"
-    return "\n".join([*textwrap.wrap(spec.title, int(width_in * 11)), how])
+    title = spec.title
+    if spec.split:  # one figure per value: say which
+        title += " — " + ", ".join(f"{c} {_short(rows[c].iloc[0])}" for c in spec.split if c in rows and len(rows))
+    return "\n".join([*textwrap.wrap(title, int(width_in * 11)), how])
 
 
 def _legend_columns(labels: list[str], width_in: float) -> int:
@@ -281,7 +294,7 @@ def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
     """The spec's panels that hold a measured value: a run at reduced scale (CPU) leaves the long-length panel empty."""
     ok = rows[rows["status"] == Status.OK]
     xs = pd.to_numeric(ok[spec.x], errors="coerce")
-    has_value = pd.concat([pd.to_numeric(ok[metric(m).column], errors="coerce").notna() for m in metrics], axis=1)
+    has_value = pd.concat([_values(ok, m).notna() for m in metrics], axis=1)
     xs = xs[has_value.any(axis=1)]
     kept = tuple(p for p in spec.panels if _in_panel(xs, p).any())
     return kept or spec.panels

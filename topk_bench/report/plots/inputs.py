@@ -20,20 +20,28 @@ from topk_bench.results.frame import csv_files, left_out, load_results
 
 @dataclass
 class FigureInput:
-    """Rows of one suite for one (device, method): one figure."""
+    """Rows of one suite for one (device, method), and one value of each of the spec's ``split`` columns: one figure."""
 
     spec: PlotSpec
     device: str
     method: str
     rows: pd.DataFrame
+    split: tuple = ()  # the values of spec.split, in its order
 
     @property
     def stem(self) -> str:
-        return f"{self.spec.suite}-{self.device}-{self.method}"
+        # A name as is (llama-3-8b), a number with its column (batch8).
+        parts = [str(v) if isinstance(v, str) else f"{c}{_number(v)}" for c, v in zip(self.spec.split, self.split)]
+        return "-".join([self.spec.suite, *parts, self.device, self.method])
+
+
+def _number(value) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def figure_inputs(path: Path, warn: Callable[[str], None] | None = None) -> list[FigureInput]:
-    """One FigureInput per (suite CSV, device, method), in a stable order; ``warn`` hears of every line left out."""
+    """One FigureInput per (suite CSV, device, method, split values), in a stable order; ``warn`` hears of every
+    line left out."""
     inputs = []
     for csv in csv_files(path):
         frame = load_results(csv)
@@ -43,6 +51,8 @@ def figure_inputs(path: Path, warn: Callable[[str], None] | None = None) -> list
             raise BadInput("results CSV has no rows", file=csv)
         meta = csv.with_name(f"{csv.stem}.meta.json")
         spec = spec_from_meta(meta, frame, csv) if meta.exists() else infer_spec(frame, csv)
-        for (device, method), rows in frame.groupby(["device", "method"], sort=True):
-            inputs.append(FigureInput(spec, str(device), str(method), rows.reset_index(drop=True)))
+        keys = ["device", "method", *spec.split]
+        for values, rows in frame.groupby(keys, sort=True, dropna=False):
+            device, method, *split = values
+            inputs.append(FigureInput(spec, str(device), str(method), rows.reset_index(drop=True), tuple(split)))
     return inputs

@@ -45,6 +45,7 @@ class PlotSpec:
     log_y: bool = False
     panels: tuple[tuple[float | None, float | None], ...] = ((None, None),)
     metrics: tuple[str, ...] = ("memory", "time")
+    split: tuple[str, ...] = ()  # parameters with one figure per value (the model of a suite of several)
     renderer: str | None = None  # "module:function" of a plug-in renderer
     # Which peak the "memory" row draws: "allocated" or "reserved" (where the rows have it): memory_metric().
     memory: str = "allocated"
@@ -109,9 +110,13 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise BadInput("expected a list of metric names", file=meta_path, key="plot.metrics")
     for name in metrics:
-        if metric(name).column not in frame.columns:
-            raise BadInput(f"metric {name!r} needs column {metric(name).column!r}, absent from {csv_path.name}",
-                           file=meta_path, key="plot.metrics")
+        for column in metric(name).columns:
+            if column not in frame.columns:
+                raise BadInput(f"metric {name!r} needs column {column!r}, absent from {csv_path.name}",
+                               file=meta_path, key="plot.metrics")
+    split = plot.pop("split", None) or []
+    if not isinstance(split, list) or not all(isinstance(c, str) and c in frame.columns for c in split):
+        raise BadInput(f"expected a list of columns of {csv_path.name}", file=meta_path, key="plot.split")
     log_x = plot.pop("log_x", inferred.log_x)
     if log_x is True:  # tolerate a boolean: log2, the paper's sizes are powers of two
         log_x = 2
@@ -132,6 +137,7 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
         panels=tuple((_number(lo, meta_path, "plot.panels"), _number(hi, meta_path, "plot.panels"))
                      for lo, hi in panels),
         metrics=tuple(metrics),
+        split=tuple(split),
         renderer=plot.pop("renderer", None),
         memory=memory,
         parameters=tuple(meta["parameters"]) if isinstance(meta.get("parameters"), list) else None,
