@@ -16,6 +16,9 @@ def test_list_shows_every_registered_implementation():
     assert result.returncode == 0, result.stderr
     for name in implementations.names():
         assert name in result.stdout
+    # The model shapes of the inference workloads, and how each implementation takes grouped K/V heads.
+    assert "presets" in result.stdout and "q_heads=32, kv_heads=8, head_dim=128" in result.stdout
+    assert "grouped K/V" in result.stdout and "native" in result.stdout
 
 
 @pytest.mark.slow

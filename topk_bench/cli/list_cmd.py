@@ -10,7 +10,8 @@ from topk_bench.cli import app
 
 @app.command("list")
 def list_registry() -> None:
-    """List implementations (options, legend, activations, causal support, exactness) and workloads (parameters)."""
+    """List implementations (options, legend, activations, causal support, grouped K/V heads, exactness),
+    workloads (parameters) and presets (model shapes)."""
     # The registries import torch: only when the command runs, so --help stays fast.
     import implementations
     from topk_bench import workloads
@@ -37,3 +38,17 @@ def list_registry() -> None:
         params = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or ("any" if spec.open_params else "-")
         table.add_row(name, params, "yes" if spec.feedforward else "no", spec.description)
     console.print(table)
+    # Named values of a parameter (model = "llama-3-8b") and what each sets, once for the workloads sharing it.
+    presets: dict[tuple, list[str]] = {}
+    for name in workloads.names():
+        for param, table_ in workloads.get(name).presets.items():
+            for value, sets in table_.items():
+                presets.setdefault((param, value, tuple(sets.items())), []).append(name)
+    if presets:
+        table = Table(title="presets")
+        for column in ("parameter", "value", "sets", "workloads"):
+            table.add_column(column)
+        for (param, value, sets), names in presets.items():
+            table.add_row(param, value, ", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)",
+                          ", ".join(names))
+        console.print(table)
