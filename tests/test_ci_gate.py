@@ -18,7 +18,7 @@ def test_ci_suite_covers_every_implementation_and_benchmark_workload():
     # The gate predicts: every implementation that can be predicted is in it.
     predictable = {name for name in implementations.names() if implementations.spec(name).predictable}
     assert {c.impl for c in cases} >= predictable
-    assert {c.workload for c in cases} == {"mha", "ff", "decoder"}
+    assert {c.workload for c in cases} == {"mha", "ff", "decoder", "prefill", "decode"}
     # Enough timed samples for compare's Mann-Whitney test to reach alpha = 0.002 (7 at the very least).
     assert all(c.repeats >= min_samples_for(0.002) for c in cases)
 
