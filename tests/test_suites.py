@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from topk_bench.errors import BadInput
 from topk_bench.run import plan as planning
 from topk_bench.run import runner
 from topk_bench.run.order import Order, size
@@ -193,3 +194,15 @@ def test_swept_names_are_not_sizes(tmp_path):
     assert not order.larger(get[(16, "llama-3-8b")], get[(16, "bert-base")])
     assert [size(c, keys) for c in cases] == [(16, "llama-3-8b"), (16, "bert-base"), (32, "llama-3-8b"),
                                               (32, "bert-base")]  # sizes smallest first, names as written
+
+
+def test_max_cases_counts_only_the_cases_a_measured_cpu_run_keeps_under_cpu_max(tmp_path):
+    # 3 sizes x 2 models: 6 predicted, 4 measured on the CPU (kv_len 64 is above cpu_max).
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "s"\nworkload = "decode"\nmax_cases = 4\n[sweep]\nkv_len = [16, 32, 64]\n'
+                     'model = ["llama-3-8b", "bert-base"]\n[cpu_max]\nkv_len = 32\n[[impl]]\nname = "sdpa"\n')
+    measured = planning.plan(suite, device="cpu", out=tmp_path / "o")
+    assert len(measured.cases) == 4 and any("cpu_max: 2 case(s) above kv_len <= 32" in n for n in measured.notes)
+    with pytest.raises(BadInput, match="6 cases"):
+        planning.plan(suite, predict=True, out=tmp_path / "o")
+    assert len(planning.plan(suite, predict=True, out=tmp_path / "o", yes=True).cases) == 6

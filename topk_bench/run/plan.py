@@ -198,7 +198,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         executor_settings, gpus = _spread_over_gpus(executor_settings, notes)
 
     max_cases = pick(None, suite.max_cases, settings.max_cases)
-    count = sweep.count(suite)
+    cpu_measured = dev == "cpu" and not predict
+    count = sweep.count(suite, suite.cpu_max if cpu_measured else None)  # the cases this run will build
     if count > max_cases and not yes:
         raise BadInput(f"{count} cases, {estimate(count, seconds, executor_settings)}: more than max_cases = "
                        f"{max_cases}; pass --yes to run them, or raise max_cases in the suite or bench.toml",
@@ -208,7 +209,7 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         suite, device=dev, method=method, dtype=pick(None, suite.dtype, settings.dtype),
         warmup=pick(warmup, suite.warmup, settings.warmup), repeats=pick(repeats, suite.repeats, settings.repeats),
     )
-    if dev == "cpu" and not predict and suite.cpu_max:
+    if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)
         if above:
             limits = ", ".join(f"{k} <= {v}" for k, v in suite.cpu_max.items())

@@ -78,9 +78,14 @@ def grid(suite: Suite) -> list[dict[str, Any]]:
     return [dict(zip(keys, point)) for point in itertools.product(*values)]
 
 
-def count(suite: Suite) -> int:
-    """How many cases :func:`expand` gives, without building them."""
-    return math.prod(len(values) for values in suite.sweep.values()) * len(suite.impl)
+def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
+    """How many cases :func:`expand` gives, without building them; with ``limits`` (swept size -> largest
+    value, ``cpu_max``), how many of them are within those."""
+    limits = limits or {}
+    # Names (a swept model) are never above a limit: checks.py refuses a limit on them, after the count.
+    above = lambda name, v: name in limits and isinstance(v, (int, float)) and v > limits[name]  # noqa: E731
+    kept = ([v for v in values if not above(name, v)] for name, values in suite.sweep.items())
+    return math.prod(len(values) for values in kept) * len(suite.impl)
 
 
 def _resolved(impl: implementations.Implementation, given: dict[str, Any]) -> dict[str, Any]:
