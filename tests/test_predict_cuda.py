@@ -53,13 +53,17 @@ def _rows(name):
 
 
 MEASURED, EMPTIED = _rows("h100-ci.csv"), _rows("h100-ci-empty-cache.csv")
-CASES = [dataclasses.replace(c, device="cuda") for c in plan(ROOT / "suites" / "ci.toml", device="cpu").cases]
+SUITE = [dataclasses.replace(c, device="cuda") for c in plan(ROOT / "suites" / "ci.toml", device="cpu").cases]
+# Issue 15 added prefill and decode cases to ci.toml after the H100 data was taken: not measured there yet.
+NOT_YET_MEASURED = {"prefill", "decode"}
+CASES = [c for c in SUITE if c.workload not in NOT_YET_MEASURED]
 PARAMS = [pytest.param(c, id=f"{c.workload}-{c.impl}", marks=() if (c.workload, c.impl) in FAST else pytest.mark.slow)
           for c in CASES]
 
 
-def test_the_data_covers_every_case_of_the_suite():
+def test_the_data_covers_every_case_of_the_suite_but_the_inference_workloads():
     assert {c.case_id for c in CASES} == set(MEASURED) == set(EMPTIED)
+    assert NOT_YET_MEASURED <= {c.workload for c in SUITE}  # drop an entry here once its rows are in the data
 
 
 @pytest.mark.parametrize("case", PARAMS)
