@@ -1,17 +1,19 @@
 """Peak memory and time of one case, in this process, on one of three backends with one result shape.
 
-- ``cpu``: peak = live tensor bytes (:class:`~topk_bench.memory.LiveBytes`) of one
-  tracked iteration, run after the warm-up; time = ``perf_counter`` of separate,
-  untracked iterations (the tracker's per-op cost would otherwise inflate small shapes).
+- ``cpu``: peak = live tensor bytes (:class:`~topk_bench.memory.LiveBytes`) of the
+  profiling iteration; time = ``perf_counter`` of the timed iterations, which run untracked
+  (the tracker's per-op cost would otherwise inflate small shapes).
 - ``cuda``: baseline after the build, warm-up, the workspace it left, ``empty_cache`` and
-  ``reset_peak_memory_stats``, ``max_memory_allocated`` / ``max_memory_reserved``, CUDA events
-  around forward and backward, TF32 off.
+  ``reset_peak_memory_stats``, ``max_memory_allocated`` / ``max_memory_reserved`` over the timed
+  iterations, CUDA events around forward and backward, TF32 off.
 - ``predict``: the tracker under ``FakeTensorMode`` on the CPU device (``meta``
   would send SDPA down another path): exact allocated bytes at any size, nothing
   allocated, FLOPs from ``FlopCounterMode``. For a CUDA case the same run's
   allocations go through a simulation of the caching allocator
   (:mod:`~topk_bench.measure.cuda_allocator`), replayed as ``measure_cuda`` runs them.
 
+Which iterations run, on which model and inputs, and which are timed is decided in one
+place for both measuring backends: :mod:`topk_bench.measure.iterations`.
 An iteration is the paper's: forward, ``loss = out.mean()``, backward. Mode
 ``fwd`` runs the forward under ``torch.no_grad()`` (the paper's chunk-size figure
 is forward only: no activations are kept for backward). Gradients of the
@@ -35,8 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
-from topk_bench.measure import metadata
-from topk_bench.measure import cuda_allocator
+from topk_bench.measure import cuda_allocator, iterations, metadata
 from topk_bench.measure.memory import AllocationTrace, LiveBytes
 from topk_bench.status import Status
 from topk_bench.workloads import Workload
@@ -110,8 +111,7 @@ def nonfinite(wl: Workload, loss: torch.Tensor) -> str:
     return ""
 
 
-def _checked(measurement: Measurement, wl: Workload, losses: list[torch.Tensor]) -> Measurement:
-    problem = nonfinite(wl, losses[-1])
+def _checked(measurement: Measurement, problem: str) -> Measurement:
     if problem:
         measurement.status, measurement.error = Status.NONFINITE, problem
     return measurement
@@ -128,22 +128,44 @@ def _timings(samples: list[tuple[float, float]], case: Case) -> dict[str, list[f
     return {"fwd_times_s": fwd, "bwd_times_s": bwd, "times_s": [f + b for f, b in samples]}
 
 
+class CpuSteps(iterations.Steps):
+    """Live bytes and FLOPs from the profiling iteration, times from ``perf_counter``."""
+
+    def __init__(self, case: Case, budget: Budget):
+        self.case, self.budget = case, budget
+        self.tracker: LiveBytes | None = None
+        self.flops: int | None = None
+        self.losses: list[torch.Tensor] = []
+        self.problem = ""
+
+    def build(self) -> Workload:
+        return build(self.case, "cpu")
+
+    def profile(self, wl: Workload) -> None:
+        self.tracker = LiveBytes(limit=self.budget.max_memory_bytes)
+        self.tracker.register(wl.model, wl.inputs)
+        with FlopCounterMode(display=False) as flops, self.tracker:
+            iteration(wl, self.case)
+        self.flops = flops.get_total_flops()
+
+    def warm_up(self, wl: Workload) -> None:
+        iteration(wl, self.case)
+
+    def timed(self, wl: Workload) -> tuple[float, float]:
+        return iteration(wl, self.case, time.perf_counter, self.losses)
+
+    def finish(self, wl: Workload) -> None:
+        self.problem = nonfinite(wl, self.losses[-1])
+
+
 def measure_cpu(case: Case, budget: Budget) -> Measurement:
     check_supported(case, predict=False)
-    wl = build(case, "cpu")
-    for _ in range(case.warmup):
-        iteration(wl, case)
-    wl.clear_grads()
-    tracker = LiveBytes(limit=budget.max_memory_bytes)
-    tracker.register(wl.model, wl.inputs)
-    with FlopCounterMode(display=False) as flops, tracker:
-        iteration(wl, case)
-    losses: list[torch.Tensor] = []
-    samples = [iteration(wl, case, time.perf_counter, losses) for _ in range(case.repeats)]
+    steps = CpuSteps(case, budget)
+    samples = iterations.run(case, steps)
     return _checked(_result(
-        case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
-        flops=flops.get_total_flops(), **_timings(samples, case),
-    ), wl, losses)
+        case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
+        flops=steps.flops, **_timings(samples, case),
+    ), steps.problem)
 
 
 def predict(case: Case, budget: Budget) -> Measurement:
@@ -186,6 +208,55 @@ def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, 
                    baseline_bytes=sim.baseline_bytes, flops=flops.get_total_flops())
 
 
+class CudaSteps(iterations.Steps):
+    """The caching allocator's peaks over the timed iterations, CUDA events around forward and backward."""
+
+    def __init__(self, case: Case, device: torch.device):
+        self.case, self.device = case, device
+        self.flops: int | None = None
+        self.after_build = self.baseline = self.workspace = self.peak = self.reserved = None
+        self.losses: list[torch.Tensor] = []
+        self.problem = ""
+
+    def build(self) -> Workload:
+        wl = build(self.case, self.device)
+        torch.cuda.synchronize(self.device)
+        self.after_build = torch.cuda.memory_allocated(self.device)  # parameters and inputs, before any iteration
+        return wl
+
+    def profile(self, wl: Workload) -> None:
+        with FlopCounterMode(display=False) as flops:  # ours: the first warm-up (cuBLAS workspaces, kernels)
+            iteration(wl, self.case)
+        self.flops = flops.get_total_flops()
+
+    def warm_up(self, wl: Workload) -> None:
+        iteration(wl, self.case)
+
+    def start(self, wl: Workload, *, reset_peak: bool) -> None:
+        """The baseline is what ``wl``'s build left allocated. With the reset (ours), the warm-up has run:
+        what it left besides (cuBLAS workspaces) is ``workspace``, and ``empty_cache`` returns the segments it
+        cached so that the reserved peak is the timed region's own."""
+        self.baseline = self.after_build
+        if reset_peak:
+            torch.cuda.synchronize(self.device)
+            self.workspace = torch.cuda.memory_allocated(self.device) - self.baseline
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def timed(self, wl: Workload) -> tuple[float, float]:
+        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        marks = iter((start, mid, end))
+        # The "clock" records the next event; durations are read from the events after synchronising.
+        iteration(wl, self.case, clock=lambda: next(marks).record() or 0.0, losses=self.losses)
+        torch.cuda.synchronize(self.device)
+        return start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3  # elapsed_time is in ms
+
+    def finish(self, wl: Workload) -> None:
+        self.peak = torch.cuda.max_memory_allocated(self.device)
+        self.reserved = torch.cuda.max_memory_reserved(self.device)
+        self.problem = nonfinite(wl, self.losses[-1])  # after the peaks: the check allocates
+
+
 def measure_cuda(case: Case, budget: Budget) -> Measurement:
     """The paper's method with its weaknesses fixed (warm-up, peak reset, baseline and workspace reported).
 
@@ -211,36 +282,15 @@ def measure_cuda(case: Case, budget: Budget) -> Measurement:
         device = torch.device("cuda", torch.cuda.current_device())
     # Events record on the current device's current stream: make the case's device current.
     with torch.cuda.device(device):
-        wl = build(case, device)
-        torch.cuda.synchronize(device)
-        baseline = torch.cuda.memory_allocated(device)
-        with FlopCounterMode(display=False) as flops:  # the first warm-up run (cuBLAS workspaces, kernels)
-            iteration(wl, case)
-        for _ in range(case.warmup - 1):
-            iteration(wl, case)
-        wl.clear_grads()
-        torch.cuda.synchronize(device)
-        workspace = torch.cuda.memory_allocated(device) - baseline
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-        def one() -> tuple[float, float]:
-            start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            marks = iter((start, mid, end))
-            # The "clock" records the next event; durations are read from the events after synchronising.
-            iteration(wl, case, clock=lambda: next(marks).record() or 0.0, losses=losses)
-            torch.cuda.synchronize(device)
-            return start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3  # elapsed_time is in ms
-
-        losses: list[torch.Tensor] = []
-        samples = [one() for _ in range(case.repeats)]
+        steps = CudaSteps(case, device)
+        samples = iterations.run(case, steps)
         result = _result(
-            case, peak_bytes=torch.cuda.max_memory_allocated(device),
-            reserved_bytes=torch.cuda.max_memory_reserved(device), baseline_bytes=baseline,
-            flops=flops.get_total_flops(), **_timings(samples, case),
+            case, peak_bytes=steps.peak, reserved_bytes=steps.reserved, baseline_bytes=steps.baseline,
+            flops=steps.flops, **_timings(samples, case),
         )
-        result.extra["workspace_bytes"] = workspace  # a result column (topk_bench.results.columns)
-        return _checked(result, wl, losses)
+        if steps.workspace is not None:
+            result.extra["workspace_bytes"] = steps.workspace  # a result column (topk_bench.results.columns)
+        return _checked(result, steps.problem)
 
 
 BACKENDS: dict[str, Callable[[Case, Budget], Measurement]] = {

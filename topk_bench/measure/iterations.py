@@ -1,0 +1,60 @@
+"""The iteration structure of a measured case: the one place that says which iterations run, on which
+model and inputs, which are timed, and where the measured region starts.
+
+A backend says how each step is done on its device (:class:`Steps`); :func:`run` decides which steps
+run, and in what order: one workload, built once; its first iteration profiles (FLOPs; on the CPU,
+live bytes) and warms up, ``warmup - 1`` more warm up; the measured region starts (peaks restart);
+``repeats`` timed iterations on the same workload.
+
+Every iteration of a case starts from the same live set (parameters, inputs) and ends with
+everything else freed, so the live-bytes peak of the profiling iteration is the peak of every
+timed one.
+"""
+
+from __future__ import annotations
+
+from topk_bench.case import Case
+from topk_bench.workloads import Workload
+
+Sample = tuple[float, float]  # (forward, backward) seconds of one timed iteration
+
+
+class Steps:
+    """How a backend does each step on its device (``start`` and ``finish`` do nothing unless overridden)."""
+
+    def build(self) -> Workload:
+        raise NotImplementedError
+
+    def profile(self, wl: Workload) -> None:
+        """One untimed iteration that counts FLOPs (on the CPU, also live bytes)."""
+        raise NotImplementedError
+
+    def warm_up(self, wl: Workload) -> None:
+        """One untimed iteration."""
+        raise NotImplementedError
+
+    def start(self, wl: Workload, *, reset_peak: bool) -> None:
+        """The measured region starts, on ``wl``: what is live now is the baseline; peaks restart if asked."""
+
+    def timed(self, wl: Workload) -> Sample:
+        raise NotImplementedError
+
+    def finish(self, wl: Workload) -> None:
+        """The timed iterations are over, the last on ``wl``: read the peaks, then check its numbers."""
+
+
+def _ours(case: Case, steps: Steps) -> list[Sample]:
+    wl = steps.build()
+    steps.profile(wl)
+    for _ in range(case.warmup - 1):
+        steps.warm_up(wl)
+    wl.clear_grads()
+    steps.start(wl, reset_peak=True)
+    samples = [steps.timed(wl) for _ in range(case.repeats)]
+    steps.finish(wl)
+    return samples
+
+
+def run(case: Case, steps: Steps) -> list[Sample]:
+    """Run ``case``'s iterations; the samples of the timed ones."""
+    return _ours(case, steps)
