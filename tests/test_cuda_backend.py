@@ -1,7 +1,8 @@
-"""The CUDA backend's protocol, against a recording stand-in for ``torch.cuda`` (no GPU on this project's machines).
+"""The CUDA backend's protocols, against a recording stand-in for ``torch.cuda`` (no GPU on this project's machines).
 
-Checks the order the paper's method needs (warm-up, then peak reset, then timed
-runs between events and a synchronisation) and where each number lands.
+Checks the order each protocol needs (ours: warm-up, then peak reset, then timed runs
+between events and a synchronisation; the paper's: every run timed on a fresh build,
+peaks never reset) and where each number lands.
 """
 
 import contextlib
@@ -48,6 +49,7 @@ class FakeCuda:
         self.calls.append(("reset_peak", self.iterations))
 
     def max_memory_allocated(self, device=None):
+        self.calls.append(("read_peak", self.iterations))
         return 5000
 
     def max_memory_reserved(self, device=None):
@@ -78,6 +80,7 @@ def fake_cuda(monkeypatch):
 
     def build_on_cpu(case, device):
         assert str(device) == "cuda:0"
+        fake.calls.append(("build", fake.iterations))
         return real_build(case, "cpu")
 
     def counted(wl, case, clock=None, losses=None):
@@ -177,3 +180,21 @@ def test_other_cuda_library_failures_are_errors():
                 RuntimeError("CUDA error: an illegal memory access was encountered"),
                 RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED")):
         assert classify(exc, BUDGET, CUDA_CASE)[0] == "error", exc
+
+
+def test_cuda_paper_protocol(fake_cuda):
+    case = Case.make(suite="t", workload="mha", impl="vanilla_paper", params={"seq_len": 8, "d_model": 8, "heads": 2},
+                     causal=True, device="cuda", warmup=0, repeats=3, protocol="paper")
+    m = measure.measure(case)
+    assert m.status == "ok", m.error
+    calls = fake_cuda.calls
+    assert not [c for c in calls if c[0] == "reset_peak"]  # peaks never reset
+    # A build before each timed run (none before the first: it runs cold), the peaks read after
+    # the third, then the profiling run (FLOPs) on a fourth build.
+    assert [c for c in calls if c[0] in ("build", "read_peak")] == [
+        ("build", 0), ("build", 1), ("build", 2), ("read_peak", 3), ("build", 3)]
+    assert fake_cuda.iterations == 3 + 1
+    first_timed = calls.index(("record",))
+    assert calls[first_timed - 1] == ("synchronize",) and calls.index(("build", 0)) < first_timed
+    assert (m.peak_bytes, m.reserved_bytes, m.baseline_bytes) == (5000, 8192, 1000)
+    assert m.times_s == [2.0] * 3 and m.flops > 0

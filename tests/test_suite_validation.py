@@ -10,6 +10,8 @@ import pytest
 
 from topk_bench.cli import main
 
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
 GOOD = """
 name = "bad"
 workload = "mha"
@@ -63,6 +65,18 @@ CASES = [
      "impl[0] (topk).feedforward", "has no feed-forward sublayer"),
     ("causal feed-forward", lambda s: s.replace('workload = "mha"', 'workload = "ff"'), "causal", "no mask"),
     ("missing plug-in", lambda s: 'plugins = ["no_such_plugin_module_xyz"]\n' + s, "plugins", "cannot import"),
+    ("unknown protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "authors"'), "protocol",
+     "expected 'ours' or 'paper', got 'authors'"),
+    ("warm-up under the paper protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\nwarmup = 1'),
+     "warmup", "protocol 'paper' fixes warmup = 0 (the first, cold iteration is timed), got 1"),
+    ("repeats under the paper protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\nrepeats = 5'),
+     "repeats", "protocol 'paper' fixes repeats = 3"),
+    ("scale set under the paper protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"').replace(
+        'name = "topk"\ntopk = 4', 'name = "qchunk_paper"\nscale = 0.5'), "impl[0] (qchunk_paper).scale",
+     "protocol 'paper' sets the option 'scale' itself"),
+    ("a workload that does not follow the paper protocol", lambda s: f'plugins = ["{PLUGINS}/cross_attention_workload.py"]\n'
+     + s.replace('workload = "mha"', 'workload = "cross_attention"\nprotocol = "paper"').replace("causal = true", "causal = false"),
+     "protocol", "the cross_attention workload does not follow protocol 'paper' (workloads that do: decoder, ff, mha)"),
     ("invalid TOML", lambda s: s.replace("[shape]", "[shape"), None, "invalid TOML"),
     ("unreadable file", lambda s: b"\xff\xfe\x00 not utf-8", None, "unreadable"),
 ]
@@ -145,6 +159,18 @@ def test_bad_flags(tmp_path, capsys, flags, key):
     code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), *flags)
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"error: {key}: " in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags", [["--warmup", "1"], ["--repeats", "10"]])
+def test_flags_the_paper_protocol_fixes(tmp_path, capsys, flags):
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"'))
+    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), *flags)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"error: {flags[0]}: protocol 'paper' fixes" in err
+    assert not (tmp_path / "out").exists()
+    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--warmup", "0", "--repeats", "3",
+                    "--predict", "-q")  # the protocol's own values are fine
+    assert code == 0, err
 
 
 def test_cuda_requested_without_a_gpu(tmp_path, capsys):

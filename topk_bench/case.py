@@ -13,6 +13,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
+
 MODES = ("fwd", "fwd_bwd")
 METHODS = ("measured", "predicted")
 
@@ -54,6 +56,8 @@ class Case:
     plugins: tuple[str, ...] = ()
     # Also measure the error against vanilla (rel_err, grad_cos columns); suites opt in.
     fidelity: bool = False
+    # How the case is built and measured (topk_bench.protocol): ours, or the paper's.
+    protocol: str = DEFAULT_PROTOCOL
 
     @classmethod
     def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -74,7 +78,7 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        """Stable hash of what determines the result: parameters, implementation(s), device and method.
+        """Stable hash of what determines the result: parameters, implementation(s), device, method, protocol.
 
         Not the label, warm-up or repeat count: re-running with more repeats resumes.
         """
@@ -87,6 +91,8 @@ class Case:
         }
         if self.fidelity:  # only when set, so that ids of suites without fidelity stay as they were
             key["fidelity"] = True
+        if self.protocol != DEFAULT_PROTOCOL:  # likewise: ids of our protocol's cases stay as they were
+            key["protocol"] = self.protocol
         blob = json.dumps(key, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -3,22 +3,23 @@
 - ``cpu``: peak = live tensor bytes (:class:`~topk_bench.memory.LiveBytes`) of the
   profiling iteration; time = ``perf_counter`` of the timed iterations, which run untracked
   (the tracker's per-op cost would otherwise inflate small shapes).
-- ``cuda``: baseline after the build, warm-up, the workspace it left, ``empty_cache`` and
-  ``reset_peak_memory_stats``, ``max_memory_allocated`` / ``max_memory_reserved`` over the timed
-  iterations, CUDA events around forward and backward, TF32 off.
+- ``cuda``: baseline after the build; under our protocol warm-up, the workspace it left,
+  ``empty_cache`` and ``reset_peak_memory_stats``; under the paper's no warm-up and no reset;
+  ``max_memory_allocated`` / ``max_memory_reserved`` over the timed iterations, CUDA events around
+  forward and backward, TF32 off.
 - ``predict``: the tracker under ``FakeTensorMode`` on the CPU device (``meta``
   would send SDPA down another path): exact allocated bytes at any size, nothing
   allocated, FLOPs from ``FlopCounterMode``. For a CUDA case the same run's
   allocations go through a simulation of the caching allocator
   (:mod:`~topk_bench.measure.cuda_allocator`), replayed as ``measure_cuda`` runs them.
 
-Which iterations run, on which model and inputs, and which are timed is decided in one
-place for both measuring backends: :mod:`topk_bench.measure.iterations`.
+Which iterations run, on which model and inputs, and which are timed is the case's
+protocol's: :mod:`topk_bench.measure.iterations`, for both measuring backends.
 An iteration is the paper's: forward, ``loss = out.mean()``, backward. Mode
 ``fwd`` runs the forward under ``torch.no_grad()`` (the paper's chunk-size figure
 is forward only: no activations are kept for backward). Gradients of the
 previous iteration are dropped before each one, so each starts from the same
-live set: parameters and inputs, reported as ``baseline_bytes``.
+live set: parameters, inputs and kept tensors, reported as ``baseline_bytes``.
 Failures raise; :func:`topk_bench.measure.worker.execute` turns them into statuses.
 A measured case whose last iteration left a NaN or inf (in the output, or a
 gradient) keeps its numbers with status ``nonfinite``: fast garbage is no result.
@@ -37,6 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
+from topk_bench.protocol import OURS
 from topk_bench.measure import cuda_allocator, iterations, metadata
 from topk_bench.measure.memory import AllocationTrace, LiveBytes
 from topk_bench.status import Status
@@ -143,7 +145,7 @@ class CpuSteps(iterations.Steps):
 
     def profile(self, wl: Workload) -> None:
         self.tracker = LiveBytes(limit=self.budget.max_memory_bytes)
-        self.tracker.register(wl.model, wl.inputs)
+        self.tracker.register(wl.model, wl.inputs, wl.kept)
         with FlopCounterMode(display=False) as flops, self.tracker:
             iteration(wl, self.case)
         self.flops = flops.get_total_flops()
@@ -169,7 +171,10 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
 
 
 def predict(case: Case, budget: Budget) -> Measurement:
-    """Peak bytes of ``case`` without allocating; on CUDA, through the caching allocator (:func:`predict_cuda`)."""
+    """Peak bytes of ``case`` without allocating; on CUDA, through the caching allocator (:func:`predict_cuda`).
+
+    One iteration: every iteration of either protocol starts from the same live set, so it has the same peak.
+    """
     check_supported(case, predict=True)
     if case.device.startswith("cuda"):
         return predict_cuda(case)
@@ -177,7 +182,7 @@ def predict(case: Case, budget: Budget) -> Measurement:
     with fake:
         wl = build(case, "cpu")
     tracker = LiveBytes()
-    tracker.register(wl.model, wl.inputs)
+    tracker.register(wl.model, wl.inputs, wl.kept)
     with fake, FlopCounterMode(display=False) as flops, tracker:
         iteration(wl, case)
     return _result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
@@ -193,6 +198,9 @@ def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, 
     change), peaks reset, the timed iterations. ``workspace``: the cuBLAS workspaces
     (not seen by the trace, left out by default).
     """
+    if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
+        raise Unsupported(f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
+                          f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)")
     fake = FakeTensorMode()
     trace = AllocationTrace()
     with fake, trace:
@@ -258,7 +266,9 @@ class CudaSteps(iterations.Steps):
 
 
 def measure_cuda(case: Case, budget: Budget) -> Measurement:
-    """The paper's method with its weaknesses fixed (warm-up, peak reset, baseline and workspace reported).
+    """The paper's method; under our protocol with its weaknesses fixed (warm-up, peak reset, baseline and
+    workspace reported). Under the paper protocol: no warm-up, no reset, no ``empty_cache``, no workspace
+    column (the first, cold iteration allocates it inside the measured region, as theirs did).
 
     - ``baseline_bytes``: allocated right after the build, before any iteration: parameters and inputs,
       as on the CPU and in predictions;

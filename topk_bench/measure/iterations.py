@@ -1,19 +1,28 @@
-"""The iteration structure of a measured case: the one place that says which iterations run, on which
-model and inputs, which are timed, and where the measured region starts.
+"""The iteration structure of a measured case, per protocol: the one place that says which iterations run,
+on which model and inputs, which are timed, and where the measured region starts.
 
 A backend says how each step is done on its device (:class:`Steps`); :func:`run` decides which steps
-run, and in what order: one workload, built once; its first iteration profiles (FLOPs; on the CPU,
-live bytes) and warms up, ``warmup - 1`` more warm up; the measured region starts (peaks restart);
-``repeats`` timed iterations on the same workload.
+run, and in what order:
 
-Every iteration of a case starts from the same live set (parameters, inputs) and ends with
-everything else freed, so the live-bytes peak of the profiling iteration is the peak of every
-timed one.
+- ``ours``: one workload, built once. Its first iteration profiles (FLOPs; on the CPU, live bytes) and
+  warms up, ``warmup - 1`` more warm up; the measured region starts (peaks restart); ``repeats``
+  timed iterations on the same workload.
+- ``paper``, the authors' loop: ``repeats`` (3) timed iterations, each on a model and inputs built just
+  before it, outside the timed region, and released before the next is built. No warm-up: the first
+  timed iteration is cold. Peaks are never reset, and are read after the last timed iteration. The
+  profiling iteration runs after that, on a fresh workload, so that it warms up nothing.
+
+Every iteration of a case starts from the same live set (parameters, inputs, kept tensors) and ends
+with everything else freed, so the live-bytes peak of the profiling iteration is the peak of every
+timed one, in either protocol.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from topk_bench.case import Case
+from topk_bench.protocol import OURS, PAPER
 from topk_bench.workloads import Workload
 
 Sample = tuple[float, float]  # (forward, backward) seconds of one timed iteration
@@ -55,6 +64,27 @@ def _ours(case: Case, steps: Steps) -> list[Sample]:
     return samples
 
 
+def _paper(case: Case, steps: Steps) -> list[Sample]:
+    samples, wl = [], None
+    for i in range(case.repeats):
+        wl = None  # the last one freed before the next is built, as their `del Q, model, out, loss`
+        wl = steps.build()  # outside the timed region, as their get_inputs()
+        if i == 0:
+            steps.start(wl, reset_peak=False)
+        samples.append(steps.timed(wl))
+    steps.finish(wl)
+    wl = None
+    steps.profile(steps.build())
+    return samples
+
+
+STRUCTURES: dict[str, Callable[[Case, Steps], list[Sample]]] = {OURS.name: _ours, PAPER.name: _paper}
+
+
 def run(case: Case, steps: Steps) -> list[Sample]:
-    """Run ``case``'s iterations; the samples of the timed ones."""
-    return _ours(case, steps)
+    """Run ``case``'s iterations in its protocol's structure; the samples of the timed ones."""
+    try:
+        structure = STRUCTURES[case.protocol]
+    except KeyError:
+        raise ValueError(f"unknown protocol {case.protocol!r} (known: {', '.join(STRUCTURES)})") from None
+    return structure(case, steps)

@@ -120,11 +120,11 @@ def parameter_columns(columns: Iterable[str]) -> list[str]:
 # Parameter columns first and last in a header; implementation options in between.
 _PARAMETERS_FIRST = ("model", "seq_len", "kv_len", "new_tokens", "batch", "q_heads", "kv_heads", "head_dim",
                      "d_model", "heads", "d_ff", "layers")
-_PARAMETERS_LAST = ("causal", "activation", "dtype")
+_PARAMETERS_LAST = ("causal", "activation", "dtype", "protocol")
 
 
 def order_parameters(names: Iterable[str]) -> list[str]:
-    """Shape parameters first, then options, then masking, activation and dtype; otherwise first-seen order."""
+    """Shape parameters first, then options, then masking, activation, dtype and protocol; otherwise first-seen order."""
     names = list(dict.fromkeys(names))
     middle = [c for c in names if c not in _PARAMETERS_FIRST and c not in _PARAMETERS_LAST]
     return ([c for c in _PARAMETERS_FIRST if c in names] + middle
@@ -168,6 +168,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("tokens_per_s", "tokens_per_s", 1.0, "tokens / s"),
     Metric("flops_per_s", "flops_per_s", 1e-12, "achieved TFLOP/s", "TFLOP/s"),
     Metric("bandwidth", "bytes_per_s", 1e-9, "achieved bandwidth (GB/s)", "GB/s"),
+    Metric("time_mean", "time_mean_s", 1.0, "time, mean (s)", "s"),  # the paper's statistic
     Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
     Metric("rel_err", "rel_err", 1.0, "relative error vs vanilla"),
     Metric("grad_cos", "grad_cos", 1.0, "gradient cosine vs vanilla"),

@@ -6,17 +6,23 @@ import datetime as dt
 from typing import Any, Mapping
 
 from topk_bench.case import Case, Measurement
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
 from topk_bench.results import rates
 
 
 def parameters(case: Case) -> dict[str, Any]:
-    """The case's parameter columns: shape, options, the feed-forward implementation, masking, dtype."""
+    """The case's parameter columns: shape, options, the feed-forward implementation, masking, dtype, protocol.
+
+    ``protocol`` only when it is not the default, so that our protocol's CSVs keep their header.
+    """
     row: dict[str, Any] = dict(case.params)
     row.update(case.options)
     if case.ff_impl is not None:
         row["ff_impl"] = case.ff_impl
         row.update({f"ff_{k}": v for k, v in case.ff_options})
     row.update(causal=case.causal, activation=case.activation, dtype=case.dtype)
+    if case.protocol != DEFAULT_PROTOCOL:
+        row["protocol"] = case.protocol
     return row
 
 

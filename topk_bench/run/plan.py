@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from topk_bench import workloads
+from topk_bench import protocol, workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
 from topk_bench.results import rates
@@ -173,11 +173,16 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
 
     method = "predicted" if predict else "measured"
     dev = _device(device or settings.device, predict)
-    pick = lambda arg, suite_value, default: next(v for v in (arg, suite_value, default) if v is not None)  # noqa: E731
+    pick = lambda *values: next(v for v in values if v is not None)  # noqa: E731  (the first one given)
     memory_gib = pick(max_memory_gib, suite.max_memory_gib, settings.max_memory_gib)
     seconds = pick(max_case_seconds, suite.max_case_seconds, settings.max_case_seconds)
     memory, capped = capped_budget(int(memory_gib * GIB), *memory_cap(dev, predict))
     notes += [capped] if capped else []
+    fixed = protocol.get(suite.protocol)
+    for flag, setting, value in (("--warmup", "warmup", warmup), ("--repeats", "repeats", repeats)):
+        problem = protocol.fixed_value_problem(suite.protocol, setting, value)
+        if problem:
+            raise BadInput(problem, key=flag)
 
     updates: dict[str, Any] = {}
     if executor is not None:
@@ -207,7 +212,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
     check_suite(suite, suite.path)
     cases = sweep.expand(
         suite, device=dev, method=method, dtype=pick(None, suite.dtype, settings.dtype),
-        warmup=pick(warmup, suite.warmup, settings.warmup), repeats=pick(repeats, suite.repeats, settings.repeats),
+        warmup=pick(fixed.warmup, warmup, suite.warmup, settings.warmup),
+        repeats=pick(fixed.repeats, repeats, suite.repeats, settings.repeats),
     )
     if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)
@@ -279,7 +285,8 @@ def meta(the_plan: Plan) -> dict[str, Any]:
     plot["panels"] = [list(p) for p in plot["panels"]]
     return {
         "suite": suite.name, "title": suite.title, "workload": suite.workload, "mode": suite.mode,
-        "causal": suite.causal, "activation": suite.activation, "sweep": list(suite.sweep), "plot": plot,
+        "causal": suite.causal, "activation": suite.activation, "protocol": suite.protocol,
+        "sweep": list(suite.sweep), "plot": plot,
         # Which columns of the CSV are parameters (a plug-in workload's result columns are not known to readers).
         "parameters": parameters_of(the_plan.cases),
     }

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import implementations
-from topk_bench import plugins, workloads
+from topk_bench import plugins, protocol, workloads
 from topk_bench.errors import BadInput
 from topk_bench.results.columns import METRICS
 from topk_bench.suite import sweep
@@ -74,12 +74,17 @@ def _workload(name: str, path: Path, key: str) -> workloads.WorkloadSpec:
         raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
 
 
-def _check_options(impl: implementations.Implementation, options: Mapping[str, Any], path: Path, key: str) -> None:
+def _check_options(impl: implementations.Implementation, options: Mapping[str, Any], path: Path, key: str,
+                   protocol_name: str) -> None:
     unknown = sorted(set(options) - set(impl.options))
     if unknown:
         known = ", ".join(sorted(impl.options)) or "none"
         raise BadInput(f"implementation {impl.name!r} has no option {unknown[0]!r} (options: {known})",
                        file=path, key=f"{key}.{unknown[0]}")
+    owned = sorted(set(options) & set(protocol.get(protocol_name).owned_options))
+    if owned:
+        raise BadInput(f"protocol {protocol_name!r} sets the option {owned[0]!r} itself: leave it out, "
+                       f"or set protocol = {protocol.DEFAULT!r}", file=path, key=f"{key}.{owned[0]}")
     for name, value in options.items():
         _check_option(impl.options[name], value, path, f"{key}.{name}")
 
@@ -108,7 +113,7 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
         impl = _implementation(entry.name, path, f"{key}.name")
         entries.append((spec, impl))
         _check_use(impl, activation, causal, path, key)
-        _check_options(impl, entry.options, path, key)
+        _check_options(impl, entry.options, path, key, suite.protocol)
         if not spec.feedforward:
             if entry.feedforward is not None or entry.feedforward_options:
                 with_ff = ", ".join(n for n in workloads.names() if workloads.get(n).feedforward)
@@ -121,7 +126,7 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
         if ff_name is not None:
             ff = _implementation(ff_name, path, f"{key}.feedforward")
             _check_use(ff, "relu", False, path, f"{key}.feedforward")
-            _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options")
+            _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options", suite.protocol)
     return entries
 
 
@@ -227,6 +232,23 @@ def _check_plot(suite: Suite, path: Path, entries) -> None:
                            key=f"plot.metrics[{i}]")
 
 
+def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) -> None:
+    """The workloads build their layers the protocol's way, and the suite leaves what it fixes alone."""
+    for spec in specs:
+        if suite.protocol not in spec.protocols:
+            follow = ", ".join(n for n in workloads.names() if suite.protocol in workloads.get(n).protocols)
+            raise BadInput(f"the {spec.name} workload does not follow protocol {suite.protocol!r} "
+                           f"(workloads that do: {follow})", file=path, key="protocol")
+    for setting in ("warmup", "repeats"):
+        problem = protocol.fixed_value_problem(suite.protocol, setting, getattr(suite, setting))
+        if problem:
+            raise BadInput(problem, file=path, key=setting)
+    for name in suite.sweep:
+        if name in protocol.get(suite.protocol).owned_options:
+            raise BadInput(f"protocol {suite.protocol!r} sets the option {name!r} itself: it cannot be swept",
+                           file=path, key=f"sweep.{name}")
+
+
 def check_suite(suite: Suite, path: Path) -> None:
     """Everything a suite means; fills in its defaults (plug-ins made absolute, causal, activation)."""
     suite.plugins = plugins.resolve(suite.plugins, path)
@@ -243,6 +265,7 @@ def check_suite(suite: Suite, path: Path) -> None:
         if problem:  # say so before running anything (an optional extra not installed)
             raise BadInput(problem, file=path, key="workload")
     specs = list({s.name: s for s, _ in entries}.values())
+    _check_protocol(suite, path, specs)
     _check_shape(suite, path, specs)
     _check_sweep(suite, path, entries)
     _check_presets(suite, path, specs)

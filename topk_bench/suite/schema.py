@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 from topk_bench.suite.files import Strict
 from topk_bench.suite.settings import DTYPES
 
@@ -85,6 +86,7 @@ class Suite(Strict):
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes
     plugins: list[str] = Field(default_factory=list)
     fidelity: bool = False
+    protocol: Literal[tuple(PROTOCOLS)] = DEFAULT_PROTOCOL  # type: ignore[valid-type]  # topk_bench.protocol
     shape: dict[str, int | float | str] = Field(default_factory=dict)
     # Sizes; or names, for a parameter that takes them (model = ["llama-3-8b", "bert-base"]).
     sweep: dict[str, list[int] | list[str]] = Field(min_length=1)

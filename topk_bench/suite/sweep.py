@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 import implementations
-from topk_bench import workloads
+from topk_bench import protocol, workloads
 from topk_bench.case import Case
 from topk_bench.suite.schema import ImplEntry, Suite
 
@@ -88,9 +88,11 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
     return math.prod(len(values) for values in kept) * len(suite.impl)
 
 
-def _resolved(impl: implementations.Implementation, given: dict[str, Any]) -> dict[str, Any]:
-    # Defaults included, so that the CSV shows what ran; None means "not used" and is left out.
-    return {k: v for k, v in impl.resolve(given).items() if v is not None}
+def _resolved(impl: implementations.Implementation, given: dict[str, Any], suite: Suite) -> dict[str, Any]:
+    # Defaults included, so that the CSV shows what ran; None means "not used" and is left out,
+    # as are the options the suite's protocol sets itself (the workload passes them).
+    owned = protocol.get(suite.protocol).owned_options
+    return {k: v for k, v in impl.resolve(given).items() if v is not None and k not in owned}
 
 
 def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: str) -> str:
@@ -110,14 +112,14 @@ def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: st
 def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any) -> Case:
     workload, causal, activation = entry_settings(suite, entry)
     params, given, ff_given = route(suite, entry, swept)
-    options = _resolved(implementations.spec(entry.name), given)
+    options = _resolved(implementations.spec(entry.name), given, suite)
     ff_impl = feedforward(suite, entry)
-    ff_options = _resolved(implementations.spec(ff_impl), ff_given) if ff_impl else None
+    ff_options = _resolved(implementations.spec(ff_impl), ff_given, suite) if ff_impl else None
     return Case.make(
         suite=suite.name, workload=workload, impl=entry.name, params=params, options=options,
         ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, options, workload),
         mode=entry_mode(suite, entry), causal=causal, activation=activation, seed=suite.seed,
-        plugins=tuple(suite.plugins), fidelity=suite.fidelity, **fields,
+        plugins=tuple(suite.plugins), fidelity=suite.fidelity, protocol=suite.protocol, **fields,
     )
 
 

@@ -8,18 +8,22 @@ top-64 attention with query-chunked feed-forward layers.
 from __future__ import annotations
 
 from implementations import Decoder
+from topk_bench.protocol import OURS, PAPER
+from topk_bench.workloads.protocol import attention_layer
 from topk_bench.workloads.mha import heads_divide_d_model
 from topk_bench.workloads.spec import Fixed, Workload, WorkloadSpec, hidden_states, register
 
 
 def build(case, device, dtype) -> Workload:
     p = DECODER.shape(case)
+    layer = attention_layer(case, p["seq_len"], device)  # one mask for all layers, as the authors'
     model = Decoder(
         p["layers"], p["d_model"], p["heads"], p["d_ff"],
         attention=case.impl, feedforward=case.ff_impl or DECODER.default_feedforward,
-        attention_options=case.option_dict, feedforward_options=case.ff_option_dict,
+        # Every block passes these to its MultiHeadAttention (scale_in_attention is the layer's own).
+        attention_options={**layer.options, **case.option_dict}, feedforward_options=case.ff_option_dict,
     )
-    return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),))
+    return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),), layer.kept)
 
 
 DECODER = register(WorkloadSpec(
@@ -33,4 +37,5 @@ DECODER = register(WorkloadSpec(
     default_feedforward="vanilla",
     check_params=heads_divide_d_model,
     legend=lambda attention, feedforward: f"{attention} + {feedforward} FF",
+    protocols=(OURS.name, PAPER.name),
 ))

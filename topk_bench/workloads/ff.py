@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 from implementations import FeedForward
+from topk_bench.protocol import OURS, PAPER
 from topk_bench.workloads.spec import Fixed, Workload, WorkloadSpec, hidden_states, register
 
 
 def build(case, device, dtype) -> Workload:
+    # The paper protocol changes nothing here: the authors' feed-forward layer scales nothing and has no mask.
     p = FF.shape(case)
     model = FeedForward(p["d_model"], p["d_ff"], case.impl, **case.option_dict)
     return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),))
@@ -25,4 +27,5 @@ FF = register(WorkloadSpec(
         "causal": Fixed(False, "the feed-forward workload has no mask: expected causal = false"),
         "activation": Fixed("relu", "the feed-forward workload is ReLU(Q Kᵀ) V: expected activation = 'relu'"),
     },
+    protocols=(OURS.name, PAPER.name),
 ))

@@ -14,15 +14,21 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from topk_bench.protocol import OURS
 from topk_bench.case import Budget, Case
 
 
 @dataclass
 class Workload:
-    """A built case: the model and its inputs; ``model(*inputs)`` is one forward."""
+    """A built case: the model and its inputs; ``model(*inputs)`` is one forward.
+
+    ``kept``: other tensors built with the model, before the measured region, that stay alive
+    through it without being inputs (the paper protocol's causal mask); counted in the baseline.
+    """
 
     model: torch.nn.Module
     inputs: tuple[torch.Tensor, ...]
+    kept: tuple[torch.Tensor, ...] = ()
 
     def __call__(self) -> torch.Tensor:
         return self.model(*self.inputs)
@@ -80,6 +86,9 @@ class WorkloadSpec:
     for an impossible combination. ``columns`` are the result columns its cases
     fill, computed in the child by ``extra_columns(case, budget)`` after the
     measurement. ``legend(attention, feedforward)`` composes an entry's label.
+    ``protocols``: the protocols (:mod:`topk_bench.protocol`) its builder follows; one that
+    follows ``paper`` builds its attention layers with
+    :func:`topk_bench.workloads.protocol.attention_layer`.
     """
 
     name: str
@@ -105,6 +114,7 @@ class WorkloadSpec:
     unavailable: Callable[[], str | None] | None = None
     # Can ``--predict`` size it (FakeTensorMode)? False: its cases are recorded unsupported there.
     predictable: bool = True
+    protocols: tuple[str, ...] = (OURS.name,)
 
     def settings(self, causal: bool | None, activation: str | None) -> tuple[bool, str]:
         """(causal, activation): what is given, else what the workload imposes, else its defaults."""

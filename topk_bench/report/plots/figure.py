@@ -37,6 +37,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 from topk_bench import fileio  # noqa: E402
 from topk_bench.errors import BadInput  # noqa: E402
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, drawn_metric  # noqa: E402
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs  # noqa: E402
 from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric  # noqa: E402
 from topk_bench.report.plots.style import (  # noqa: E402
@@ -281,6 +282,8 @@ def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_i
     title = spec.title
     if spec.split:  # one figure per value: say which
         title += " — " + ", ".join(f"{c} {_short(rows[c].iloc[0])}" for c in spec.split if c in rows and len(rows))
+    if spec.protocol != DEFAULT_PROTOCOL:
+        how += f"; {spec.protocol} protocol"
     return "\n".join([*textwrap.wrap(title, int(width_in * 11)), how])
 
 
@@ -303,8 +306,11 @@ def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
 def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
     """The default renderer: rows = metrics that have values, columns = spec.panels."""
     predicted = method == "predicted"
-    memory = memory_metric(spec, rows)  # allocated or reserved peaks
-    metrics = [memory if m == "memory" else m for m in spec.metrics]
+    # The protocol's own statistics: the paper's time is a mean, its measured CUDA memory reserved bytes;
+    # otherwise "memory" is the allocated or reserved peak, as the spec asks.
+    memory = memory_metric(spec, rows)
+    metrics = [drawn_metric(m, spec.protocol, device, method) for m in spec.metrics]
+    metrics = [memory if m == "memory" else m for m in metrics]
     metrics = [m for m in metrics if _has_values(rows, m)] or [metrics[0]]
     curves = _styled(_series(rows, spec), predicted)
     panels = _panels_with_data(rows, spec, metrics)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 from topk_bench.results.columns import metric, parameter_columns
 
 # Preferred x when several parameters vary (the paper's x axes first).
@@ -51,6 +52,8 @@ class PlotSpec:
     memory: str = "allocated"
     # The CSV's parameter columns, as the run recorded them (None: told apart by the column vocabulary).
     parameters: tuple[str, ...] | None = None
+    # The protocol of the run (topk_bench.protocol): which columns "memory" and "time" draw.
+    protocol: str = DEFAULT_PROTOCOL
     extra: dict = field(default_factory=dict, compare=False)  # the rest of meta["plot"], for plug-ins
 
 
@@ -79,7 +82,13 @@ def infer_spec(frame: pd.DataFrame, file: Path) -> PlotSpec:
     suite = str(frame["suite"].iloc[0]) if len(frame) else file.stem
     workload = str(frame["workload"].iloc[0]) if len(frame) else ""
     return PlotSpec(suite=suite, title=suite, workload=workload, x=x, x_label=X_LABELS.get(x, x),
-                    log_x=log_x, log_y=log_y)
+                    log_x=log_x, log_y=log_y, protocol=_protocol_of(frame))
+
+
+def _protocol_of(frame: pd.DataFrame) -> str:
+    """The CSV's ``protocol`` column (written only when it is not the default), else the default."""
+    values = frame["protocol"].dropna().unique() if "protocol" in frame.columns else []
+    return str(values[0]) if len(values) == 1 and values[0] in PROTOCOLS else DEFAULT_PROTOCOL
 
 
 def _number(value, file: Path, key: str) -> float | None:
@@ -126,6 +135,9 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     memory = plot.pop("memory", "allocated")
     if memory not in MEMORY_CHOICES:
         raise BadInput(f"expected one of {', '.join(MEMORY_CHOICES)}, got {memory!r}", file=meta_path, key="plot.memory")
+    protocol = meta.get("protocol", inferred.protocol)
+    if protocol not in PROTOCOLS:
+        raise BadInput(f"expected one of: {', '.join(PROTOCOLS)}, got {protocol!r}", file=meta_path, key="protocol")
     return PlotSpec(
         suite=str(meta.get("suite") or inferred.suite),
         title=str(meta.get("title") or meta.get("suite") or inferred.title),
@@ -141,6 +153,7 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
         renderer=plot.pop("renderer", None),
         memory=memory,
         parameters=tuple(meta["parameters"]) if isinstance(meta.get("parameters"), list) else None,
+        protocol=protocol,
         extra=plot,
     )
 

@@ -1,0 +1,72 @@
+"""Benchmark protocols: ``ours`` (the default) or ``paper``, a suite's ``protocol`` key.
+
+``paper`` is the authors' benchmark (ag1988/top_k_attention, ``nocache_attention/benchmarking_*.py``,
+with the paper's appendix "Benchmarking details"), so that the paper's numbers can be reproduced and
+told apart from the methods'. Each part of it is applied in one place:
+
+- layers (:mod:`topk_bench.workloads.protocol`): attention scores scaled by ``head_dim ** -0.5``
+  inside the activation, where the implementation has a ``scale`` option (the paper variants);
+  a causal ``vanilla_paper`` gets the whole ``L x L`` bool mask, built with the model before the
+  measured region and alive through it (counted in ``baseline_bytes``);
+- dropout: the paper variants' own default, 0.1, as in every run of theirs;
+- iterations (:mod:`topk_bench.measure.iterations`): no warm-up, the first, cold iteration is timed;
+  each of the 3 timed iterations runs on a model and inputs built just before it, outside the
+  timed region; peaks are never reset;
+- statistics (:func:`drawn_metric`): a figure's time is the mean of the 3, and, measured on CUDA,
+  its memory is ``max_memory_reserved`` (the paper's metric).
+
+This module is the vocabulary only; it imports nothing of the harness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    # Fixed by the protocol; None: bench.toml, the suite or the flags decide.
+    warmup: int | None = None
+    repeats: int | None = None
+    # The metrics a figure draws for "time", and for "memory" of a row measured on CUDA.
+    time_metric: str = "time"
+    cuda_memory_metric: str = "memory"
+    # Implementation options the protocol sets itself: a suite may not, and cases leave them out
+    # (their CSV columns stay empty rather than show a default the layer replaces).
+    owned_options: tuple[str, ...] = ()
+
+
+OURS = Protocol("ours")
+# Their loop: `for i in range(args.n_iters)` (3), every iteration timed, max_memory_reserved, np.mean(times).
+PAPER = Protocol("paper", warmup=0, repeats=3, time_metric="time_mean", cuda_memory_metric="reserved",
+                 owned_options=("scale", "mask"))
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (OURS, PAPER)}
+DEFAULT = OURS.name
+
+
+def get(name: str) -> Protocol:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise ValueError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})") from None
+
+
+def fixed_value_problem(name: str, setting: str, value: int | None) -> str | None:
+    """Why ``value`` of ``setting`` (``warmup`` or ``repeats``) contradicts protocol ``name``, or None."""
+    fixed = getattr(get(name), setting)
+    if value is None or fixed is None or value == fixed:
+        return None
+    why = {"warmup": "the first, cold iteration is timed", "repeats": "the time is the mean of 3 runs"}[setting]
+    return (f"protocol {name!r} fixes {setting} = {fixed} ({why}), got {value}: "
+            f"leave it out, or set protocol = {DEFAULT!r}")
+
+
+def drawn_metric(metric: str, protocol: str, device: str, method: str) -> str:
+    """The metric a figure draws for ``metric`` in rows of ``protocol`` on ``device`` by ``method``."""
+    p = get(protocol)
+    if metric == "time":
+        return p.time_metric
+    if metric == "memory" and method == "measured" and device.startswith("cuda"):
+        return p.cuda_memory_metric
+    return metric
