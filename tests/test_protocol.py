@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -207,7 +208,6 @@ def test_a_paper_figure_draws_reserved_bytes_and_mean_times(tmp_path):
     assert figure_inputs(out)[0].spec.protocol == "paper"
 
 
-
 def test_predicting_cuda_under_the_paper_protocol_is_unsupported_not_wrong():
     # The simulated caching allocator replays our sequence (one build, warm-up, peaks reset); a paper case's
     # reserved bytes would come from the wrong sequence, so it is refused with a reason rather than predicted.
@@ -215,3 +215,28 @@ def test_predicting_cuda_under_the_paper_protocol_is_unsupported_not_wrong():
     assert paper.status == "unsupported" and "'paper'" in paper.error, paper.error
     ours = execute(case("qchunk_paper", "ours", device="cuda", method="predicted"))
     assert ours.status == "ok" and ours.reserved_bytes >= ours.peak_bytes > ours.baseline_bytes
+
+
+def test_paper_suites_are_the_figures_under_the_paper_protocol():
+    suites = Path(__file__).resolve().parent.parent / "suites" / "paper"
+    plans = {p.stem: planning.plan(p, predict=True) for p in sorted(suites.glob("*.toml"))}
+    assert {"mha", "chunk_size", "ff", "ff_sparse", "decoder"} <= set(plans)
+    for name, p in plans.items():
+        assert {c.protocol for c in p.cases} == {"paper"}, name
+    impls = {name: {c.impl for c in p.cases} for name, p in plans.items()}
+    assert impls["mha"] == {"vanilla_paper", "qchunk_paper", "topk_paper", "performer", "sdpa"}
+    assert impls["chunk_size"] == {"qchunk_paper", "topk_paper"}
+    assert impls["ff"] == {"vanilla_paper", "qchunk_paper", "topk_paper"}
+    assert impls["ff_sparse"] == impls["ff"] | {"topk_sparse"}
+    assert impls["decoder"] == {"vanilla_paper", "performer", "qchunk_paper", "topk_paper"}
+    mha = {c.impl: c for c in plans["mha"].cases if c.param_dict["seq_len"] == 65536}
+    assert mha["topk_paper"].option_dict == {"topk": 128, "chunk_size": 1024, "dropout": 0.1}
+    assert all(c.causal and c.mode == "fwd_bwd" for c in plans["mha"].cases)
+    assert all(c.mode == "fwd" and c.param_dict["seq_len"] == 65536 for c in plans["chunk_size"].cases)
+    ff = {c.impl: c for c in plans["ff"].cases}
+    assert ff["topk_paper"].option_dict == {"topk": 512, "chunk_size": 2**14, "dropout": 0.1}
+    assert {(c.param_dict["batch"], c.param_dict["seq_len"]) for c in plans["ff"].cases} == {(512, 512)}
+    decoder = {c.impl: c for c in plans["decoder"].cases}
+    assert (decoder["topk_paper"].option_dict["topk"], decoder["topk_paper"].ff_impl) == (64, "qchunk_paper")
+    assert decoder["topk_paper"].ff_option_dict == {"chunk_size": 4096, "dropout": 0.1}
+    assert decoder["vanilla_paper"].ff_impl == decoder["performer"].ff_impl == "vanilla_paper"

@@ -20,7 +20,7 @@ def plan(name: str, **kwargs):
     return planning.plan(SUITES / f"{name}.toml", device="cpu", **kwargs)
 
 
-@pytest.mark.parametrize("path", sorted(SUITES.glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(SUITES.rglob("*.toml")), ids=lambda p: str(p.relative_to(SUITES)))
 def test_every_shipped_suite_is_valid(path):
     p = planning.plan(path, predict=True)
     assert p.cases and len({c.case_id for c in p.cases}) == len(p.cases)
