@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import weakref
 from pathlib import Path
@@ -240,3 +241,40 @@ def test_paper_suites_are_the_figures_under_the_paper_protocol():
     assert (decoder["topk_paper"].option_dict["topk"], decoder["topk_paper"].ff_impl) == (64, "qchunk_paper")
     assert decoder["topk_paper"].ff_option_dict == {"chunk_size": 4096, "dropout": 0.1}
     assert decoder["vanilla_paper"].ff_impl == decoder["performer"].ff_impl == "vanilla_paper"
+
+
+
+def test_a_paper_case_checks_the_numbers_of_its_last_timed_iteration():
+    # Each timed iteration has its own workload under the paper protocol: the NaN check must still see the
+    # last one's gradients (it is freed only after the check), and the case keeps its measurement.
+    plugin = str(Path(__file__).parent / "plugins" / "nonfinite_impls.py")
+    nan = Case.make(suite="t", workload="mha", impl="nan_gradient", params={"seq_len": L, "d_model": D_MODEL,
+                    "heads": HEADS}, warmup=0, repeats=3, protocol="paper", plugins=(plugin,))
+    result = execute(nan)
+    assert result.status == "nonfinite" and "gradient" in result.error, result.error
+    assert len(result.times_s) == 3 and result.peak_bytes > result.baseline_bytes > 0
+
+
+def with_options(c: Case, **options) -> Case:
+    return dataclasses.replace(c, options=tuple({**c.option_dict, **options}.items()))
+
+
+@pytest.mark.parametrize("impl", ["vanilla_paper", "qchunk_paper", "topk_paper"])
+def test_dropout_stays_on_in_forward_only_runs(impl):
+    # Theirs was a closure with training=True: on even in a forward-only run, whatever the module's mode.
+    fwd = case(impl, mode="fwd")
+    if impl == "topk_paper":
+        fwd = with_options(fwd, topk=4)
+    # No dropout option: the variant's default, 0.1, which the paper protocol keeps (a planned case shows it).
+
+    def two_forwards(c: Case) -> tuple[torch.Tensor, torch.Tensor]:
+        wl = backends.build(c, "cpu")
+        wl.model.eval()
+        with torch.no_grad():
+            return wl(), wl()
+
+    assert not torch.equal(*two_forwards(fwd))  # a new mask each forward
+    assert torch.equal(*two_forwards(with_options(fwd, dropout=0.0)))
+    dropped = execute(dataclasses.replace(fwd, method="predicted"))
+    kept = execute(dataclasses.replace(with_options(fwd, dropout=0.0), method="predicted"))
+    assert dropped.peak_bytes > kept.peak_bytes  # the forward holds dropout's blocks too
