@@ -360,3 +360,81 @@ def test_progress_bar_on_a_terminal_and_one_line_per_case_elsewhere(tmp_path):
 def test_import_topk_bench_does_not_import_torch():
     code = "import sys, topk_bench; assert 'torch' not in sys.modules and callable(topk_bench.run_suite)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _timeout_above_16(case):
+    return "timeout" if case.impl == "vanilla" and case.param_dict["seq_len"] >= 32 else "ok"
+
+
+def test_a_timeout_runs_again_under_a_larger_time_budget_and_not_under_the_same(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    first = run(suite, out, FakeRun(_timeout_above_16), max_case_seconds=5)
+    by_size = {(r["impl"], int(r["seq_len"])): r for r in rows(first.csv_path)}
+    assert by_size[("vanilla", 32)]["max_case_seconds"] == "5"
+    assert float(by_size[("vanilla", 32)]["max_memory_bytes"]) > 0
+
+    same = FakeRun()
+    result = run(suite, out, same, max_case_seconds=5)
+    assert same.ran == [] and result.written == {}
+    assert any("not run again" in n and "--no-resume" in n for n in result.notes)
+
+    larger = FakeRun()
+    result = run(suite, out, larger, max_case_seconds=10)
+    assert sorted((c.impl, c.param_dict["seq_len"]) for c in larger.ran) == [("vanilla", 32), ("vanilla", 64),
+                                                                            ("vanilla", 128)]
+    assert any("retried 1 failed case(s)" in n and "2 skipped larger" in n and "5 s, now 10 s" in n
+               for n in result.notes)
+    frame = load_results(out)  # the old rows went: one row per case, nothing left out
+    assert len(frame) == 8 and frame.attrs["dropped"] == [] and set(frame["status"]) == {"ok"}
+    assert set(frame["max_case_seconds"]) == {5, 10}
+
+
+def test_over_budget_runs_again_only_when_the_memory_budget_grew(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    over = lambda c: "over_budget" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 32 else "ok"  # noqa: E731
+    run(suite, out, FakeRun(over), max_memory_gib=0.5)
+    # A few percent more is the CPU cap moving, not a budget; at 1 GiB vanilla 32 runs again, fails again, and its
+    # larger sizes stay skipped.
+    for gib, expected in ((0.5, []), (0.51, []), (1.0, [32])):
+        again = FakeRun(over)
+        run(suite, out, again, max_memory_gib=gib)
+        assert [c.param_dict["seq_len"] for c in again.ran] == expected, gib
+    assert len(load_results(out)) == 8
+
+
+def test_failed_rows_of_an_older_csv_without_a_budget_are_not_retried(tmp_path):
+    suite, out = write_suite(tmp_path), tmp_path / "out"
+    run(suite, out, FakeRun(_timeout_above_16), max_case_seconds=5)
+    csv_path = out / "fake.csv"
+    old = [{k: v for k, v in r.items() if k not in ("max_case_seconds", "max_memory_bytes")} for r in rows(csv_path)]
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(old[0]))
+        writer.writeheader()
+        writer.writerows(old)
+    again = FakeRun()
+    run(suite, out, again, max_case_seconds=50)
+    assert again.ran == []
+
+
+def test_rows_record_the_machine_and_the_trust_flag_of_the_measurement(tmp_path):
+    fake = FakeRun()
+    original = fake.__call__
+
+    def measured(case, budget):
+        m = original(case, budget)
+        m.metadata.update(load_start=3.0 if case.impl == "vanilla" else 0.2, load_end=0.3, steal=0.0)
+        return m
+    result = runner.run(write_suite(tmp_path), out=tmp_path / "out", device="cpu", progress=False,
+                        executor_obj=LocalExecutor(run=measured))
+    written = rows(result.csv_path)
+    for r in written:  # FakeRun's samples are 1, 2, 3 ms x seq_len: CV 0.5
+        assert float(r["time_cv"]) == pytest.approx(0.5)
+        assert r["trust"] == ("busy;noisy" if r["impl"] == "vanilla" else "noisy")
+        assert float(r["load_end"]) == 0.3 and r["steal"] == "0.0"
+
+
+def test_the_next_command_is_suggested_after_a_run(tmp_path, capsys):
+    result = run(write_suite(tmp_path), tmp_path / "out", FakeRun())
+    runner.print_summary(result)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("next: topk-bench show ") and "--predict" in lines[-1]

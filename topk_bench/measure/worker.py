@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 import implementations
-from topk_bench import plugins
+from topk_bench import machine, plugins
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import NonFinite, Unsupported
 from topk_bench.measure import metadata, template
@@ -114,9 +114,11 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
     (the launcher, or Slurm's time limit) kills the process.
     """
     budget = budget or Budget()
+    start = machine.read()  # the machine's load around the measurement: the row's trust flag
     try:
         plugins.load(case.plugins)
         result = measure(case, budget)
+        result.metadata.update(machine.context(start, machine.read()))
         # Outside the measured region: fidelity against vanilla, a workload's own columns.
         if result.status == Status.OK:  # issue 18: not for a nonfinite case (its error metrics are NaN)
             result.extra.update(extra_columns(case, budget))
@@ -125,7 +127,7 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
         meta = metadata.collect(case.device)
         result = Measurement(
             status=status, error=message, peak_bytes=getattr(exc, "live_bytes", None),
-            device_name=meta["device_name"], metadata=meta,
+            device_name=meta["device_name"], metadata={**meta, **machine.context(start, machine.read())},
         )
     problem = over_budget(result, budget) if result.status == Status.OK else ""
     if problem:

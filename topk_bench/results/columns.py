@@ -1,8 +1,12 @@
-"""The vocabulary of the results CSV: required columns, result (optional) columns, metrics, column order.
+"""The vocabulary of the results CSV: required columns, result (optional) columns, context columns, metrics,
+column order.
 
 One place for every column name the harness writes or reads (docs/CONTRACTS.md,
 "Results CSV"). A header is: the required columns in their order, then one
-column per suite parameter, then the optional result columns a suite asks for.
+column per suite parameter, then the optional result columns a suite asks for,
+then the context columns (how far to trust the time, the budget the case ran
+under). Context columns are written with every row but not required: a CSV from
+before them still loads (readers see them empty).
 """
 
 from __future__ import annotations
@@ -21,7 +25,18 @@ REQUIRED_COLUMNS = (
 )
 # Columns of text: never turned into numbers by a reader (a case_id can be all digits).
 TEXT_COLUMNS = ("suite", "case_id", "workload", "impl", "label", "mode", "device", "device_name",
-                "method", "status", "error", "times_s", "torch_version", "git_sha", "timestamp")
+                "method", "status", "error", "times_s", "torch_version", "git_sha", "timestamp", "trust")
+# Written with every row since issue 19, not required of a file (older CSVs lack them); readers fill them empty.
+CONTEXT_COLUMNS = ("trust", "time_cv", "load_start", "load_end", "steal", "max_memory_bytes", "max_case_seconds")
+_CONTEXT: dict[str, str] = {
+    "trust": "busy, noisy, busy;noisy or empty (topk_bench.results.trust)",
+    "time_cv": "coefficient of variation of times_s (standard deviation / mean)",
+    "load_start": "1-minute load average per core when the measurement started",
+    "load_end": "1-minute load average per core when it ended",
+    "steal": "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)",
+    "max_memory_bytes": "the memory budget the case ran under",
+    "max_case_seconds": "the time budget the case ran under",
+}
 # Result columns beyond the required ones, filled when a suite or a workload asks for them.
 FIDELITY_COLUMNS = ("rel_err", "grad_cos", "fidelity_seq_len")
 # Measured on CUDA: what the warm-up left allocated besides parameters and inputs (cuBLAS workspaces),
@@ -52,15 +67,16 @@ _OPTIONAL: dict[str, str] = {
 # What a reader accepts in a cell (an empty cell is always "not measured"): measurements are
 # finite numbers >= 0, result columns finite numbers; times_s holds ';'-separated measurements.
 MEASUREMENT_COLUMNS = ("peak_bytes", "reserved_bytes", "baseline_bytes", "time_median_s", "time_iqr_s",
-                       "time_mean_s", "time_min_s", "repeats", "flops", WORKSPACE_COLUMN)
+                       "time_mean_s", "time_min_s", "repeats", "flops", WORKSPACE_COLUMN,
+                       "time_cv", "load_start", "load_end", "steal", "max_memory_bytes", "max_case_seconds")
 _FINITE = set(_OPTIONAL)  # every known result column is a number; a plug-in's own column need not be
 
 
 def register_column(name: str, description: str, *, number: bool = False) -> None:
     """Declare a result column (a workload's own, e.g. the pretrained model's ``emb_cos``); ``number``: readers
     leave out a row whose value is not a finite number."""
-    if name in REQUIRED_COLUMNS:
-        raise ValueError(f"{name!r} is a required column")
+    if name in REQUIRED_COLUMNS or name in _CONTEXT:
+        raise ValueError(f"{name!r} is a column of every row")
     _OPTIONAL.setdefault(name, description)
     if number:
         _FINITE.add(name)
@@ -109,8 +125,8 @@ def optional_columns() -> tuple[str, ...]:
 
 
 def is_parameter(column: str) -> bool:
-    """Neither a required nor a known result column: a suite parameter (shape, option, masking, dtype)."""
-    return column not in REQUIRED_COLUMNS and column not in _OPTIONAL
+    """Neither a required, a context nor a known result column: a suite parameter (shape, option, masking, dtype)."""
+    return column not in REQUIRED_COLUMNS and column not in _CONTEXT and column not in _OPTIONAL
 
 
 def parameter_columns(columns: Iterable[str]) -> list[str]:
@@ -132,9 +148,9 @@ def order_parameters(names: Iterable[str]) -> list[str]:
 
 
 def header(parameters: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
-    """A suite's CSV header: required, then parameters, then optional result columns."""
+    """A suite's CSV header: required, then parameters, then optional result columns, then context columns."""
     out = list(REQUIRED_COLUMNS)
-    for name in [*parameters, *optional]:
+    for name in [*parameters, *optional, *CONTEXT_COLUMNS]:
         if name not in out:
             out.append(name)
     return out

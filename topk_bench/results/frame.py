@@ -15,7 +15,7 @@ import pandas as pd
 
 from topk_bench.errors import BadInput
 from topk_bench.results import store
-from topk_bench.results.columns import REQUIRED_COLUMNS, TEXT_COLUMNS
+from topk_bench.results.columns import CONTEXT_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS
 
 # How many left-out lines a report lists before it only counts the rest.
 LISTED = 10
@@ -43,7 +43,10 @@ def _frame(table: store.Table, file: Path) -> pd.DataFrame:
     buffer.seek(0)
     # Only an empty cell is missing: a label "NA" or "null" stays text.
     frame = pd.read_csv(buffer, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False, na_values=[""])
-    for column in ("error", "label", "times_s", "device_name", "git_sha"):
+    for column in CONTEXT_COLUMNS:  # a CSV from before them: every reader sees them, empty
+        if column not in frame.columns:
+            frame[column] = pd.Series([None] * len(frame), dtype=object if column == "trust" else float)
+    for column in ("error", "label", "times_s", "device_name", "git_sha", "trust"):
         frame[column] = frame[column].fillna("")
     frame.attrs["dropped"] = list(table.dropped)
     frame.attrs["files"] = [str(file)]
@@ -67,7 +70,8 @@ def _last_of_each_case(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
-    """A results CSV, or every results CSV of a directory, as one DataFrame (required columns first).
+    """A results CSV, or every results CSV of a directory, as one DataFrame (required columns first; the
+    context columns of a CSV written before them are there, empty).
 
     ``frame.attrs["dropped"]`` lists the lines left out (cut, an unknown status, a
     number that is not one, an earlier row of a repeated ``case_id``).

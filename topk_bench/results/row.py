@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Mapping
 
-from topk_bench.case import Case, Measurement
+from topk_bench.case import Budget, Case, Measurement
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
-from topk_bench.results import rates
+from topk_bench.results import rates, trust
 
 
 def parameters(case: Case) -> dict[str, Any]:
@@ -26,10 +26,24 @@ def parameters(case: Case) -> dict[str, Any]:
     return row
 
 
+def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
+    """The context columns: the machine's load around the measurement, the samples' spread, the trust flag
+    (:func:`topk_bench.results.trust.flags`), and the budget the case ran under (what resume compares)."""
+    m, meta, budget = measurement, measurement.metadata or {}, budget or Budget()
+    machine = {key: meta.get(key) for key in ("load_start", "load_end", "steal")}
+    spread = trust.cv(m.times_s)
+    return {
+        "trust": trust.flags(**machine, time_cv=spread) if m.times_s else "",
+        "time_cv": spread, **machine,
+        "max_memory_bytes": budget.max_memory_bytes, "max_case_seconds": budget.max_seconds,
+    }
+
+
 def make_row(case: Case, measurement: Measurement, defaults: Mapping[str, str] | None = None,
-             traffic: rates.Traffic | None = None) -> dict[str, Any]:
+             traffic: rates.Traffic | None = None, budget: Budget | None = None) -> dict[str, Any]:
     """One CSV row. ``defaults`` fills torch_version/git_sha/device_name a measurement lacks (skipped rows);
-    ``traffic``, what the case's workload says one iteration does, gives the rate columns."""
+    ``traffic``, what the case's workload says one iteration does, gives the rate columns; ``budget``: the one
+    the case ran under."""
     m, meta, defaults = measurement, measurement.metadata or {}, defaults or {}
     row: dict[str, Any] = {
         "suite": case.suite, "case_id": case.case_id, "workload": case.workload, "impl": case.impl,
@@ -48,4 +62,5 @@ def make_row(case: Case, measurement: Measurement, defaults: Mapping[str, str] |
     row.update(parameters(case))
     row.update(rates.columns(traffic, m))
     row.update(m.extra or {})
+    row.update(context(m, budget))
     return row

@@ -117,7 +117,8 @@ class Reporter:
             self._progress.advance(self._task)
         detail = row.get("error") or ""
         line = (f"[{self.done}/{self.total}] {what}: {status}  peak {_gib(row.get('peak_bytes'))}"
-                f"  time {_seconds(row.get('time_median_s'))}" + (f"  ({detail[:120]})" if detail else ""))
+                f"  time {_seconds(row.get('time_median_s'))}" + (f" [{row['trust']}]" if row.get("trust") else "")
+                + (f"  ({detail[:120]})" if detail else ""))
         if self._progress is not None:
             self._progress.console.print(line, highlight=False, markup=False)
         elif self.enabled:
@@ -125,8 +126,8 @@ class Reporter:
 
 
 def summary(suite: str, csv_path: Path, written: collections.Counter, in_file: collections.Counter,
-            elapsed_s: float, console: Console | None = None) -> None:
-    """Status counts of this run and of the whole file, and where the results went."""
+            elapsed_s: float, console: Console | None = None, notes: list[str] = ()) -> None:
+    """Status counts of this run and of the whole file, where the results went, then ``notes`` (one line each)."""
     console = console or Console()
     table = Table(title=f"{suite}: {sum(written.values())} case(s) in {elapsed_s:.1f} s")
     table.add_column("status")
@@ -136,3 +137,5 @@ def summary(suite: str, csv_path: Path, written: collections.Counter, in_file: c
         table.add_row(status, str(written.get(status, 0)), str(in_file.get(status, 0)))
     console.print(table)
     console.print(f"results: {csv_path}", highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(note, highlight=False, markup=False, soft_wrap=True)

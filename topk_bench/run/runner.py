@@ -12,22 +12,24 @@ from __future__ import annotations
 import collections
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import filelock
 
-from topk_bench import fileio
+from topk_bench import fileio, machine
 from topk_bench.case import Case, Measurement
 from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
 from topk_bench.results import store
+from topk_bench.results import trust
 from topk_bench.results.row import make_row
 from topk_bench.run.executors import Executor, get_executor
 from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
 from topk_bench.run.progress import Reporter, summary
+from topk_bench.run.resume import Resume, notes as resume_notes, what_runs
 from topk_bench.status import STOPPING, Status
 from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
@@ -41,6 +43,7 @@ class RunResult:
     written: collections.Counter   # statuses of the rows this run appended
     in_file: collections.Counter   # statuses of every row of this suite's cases in the CSV
     elapsed_s: float
+    notes: list[str] = field(default_factory=list)  # what resume retried or kept, said with the summary
 
     @property
     def csv_path(self) -> Path:
@@ -70,7 +73,7 @@ class _Writer:
         return f"{case.label or case.impl} {describe_size(case, self.keys)}"
 
     def write(self, case: Case, measurement: Measurement) -> None:
-        row = make_row(case, measurement, self.defaults, traffic(case))
+        row = make_row(case, measurement, self.defaults, traffic(case), self.plan.budget)
         self.header = store.append_row(self.plan.csv_path, row, self.header)
         self.written[str(measurement.status)] += 1
         self.reporter.finished(self.what(case), row)
@@ -130,12 +133,14 @@ def _existing(csv_path: Path) -> store.Table:
     return table
 
 
-def _todo(the_plan: Plan, table: store.Table) -> tuple[list[Case], list[tuple[Case, str]]]:
-    """The cases without a row, and those whose row stops larger sizes (with its status)."""
-    existing = {r["case_id"]: r["status"] for r in table.rows}
-    statuses = [(case, existing.get(case.case_id)) for case in the_plan.cases]
-    return ([case for case, status in statuses if status is None],
-            [(case, status) for case, status in statuses if status in STOPPING])
+def busy_note(the_plan: Plan) -> str | None:
+    """One warning before a measured run when the machine is already busy (the rows will say so too)."""
+    load = machine.load_per_core()
+    if the_plan.cases and the_plan.cases[0].method == "measured" and load is not None \
+            and load > trust.BUSY_LOAD_PER_CORE:
+        return (f"warning: the machine is busy (1-minute load {load:.2f} per core, above "
+                f"{trust.BUSY_LOAD_PER_CORE:g}): times measured now are flagged 'busy' in the trust column")
+    return None
 
 
 def _left_out_note(table: store.Table) -> str:
@@ -173,11 +178,15 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
         table = _existing(csv_path)  # again, under the lock
-        todo, stoppers = _todo(the_plan, table)
+        plan_resume: Resume = what_runs(the_plan.cases, table.rows, the_plan.budget, list(the_plan.suite.sweep))
+        if plan_resume.replaced:  # failed rows whose budget grew, and the sizes they skipped, run again
+            store.remove_rows(csv_path, plan_resume.replaced)
+        todo, stoppers = plan_resume.todo, plan_resume.stoppers
         size = size_note(the_plan, len(todo))
         reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
         with reporter:
-            for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else [])]:
+            for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else []),
+                         *filter(None, [busy_note(the_plan)])]:
                 reporter.note(note)
             writer = _Writer(the_plan, reporter)
             if the_plan.cases and the_plan.cases[0].method == "predicted":
@@ -194,10 +203,20 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
                     executor.close()
         ids = {c.case_id for c in the_plan.cases}
         in_file = collections.Counter(r["status"] for r in store.read_rows(csv_path) if r["case_id"] in ids)
-        return RunResult(the_plan, writer.written, in_file, time.monotonic() - started)
+        return RunResult(the_plan, writer.written, in_file, time.monotonic() - started, resume_notes(plan_resume))
     finally:
         lock.release()
 
 
+def next_step(result: RunResult) -> str:
+    """The one line after a run: what to look at next."""
+    out = result.csv_path.parent
+    steps = [f"topk-bench show {out}", f"topk-bench plot {out}"]
+    if result.plan.cases and result.plan.cases[0].method == "measured":
+        steps.append(f"topk-bench run {result.plan.suite.path} --predict (peak memory at full scale, no compute)")
+    return "next: " + "  |  ".join(steps)
+
+
 def print_summary(result: RunResult) -> None:
-    summary(result.plan.suite.name, result.csv_path, result.written, result.in_file, result.elapsed_s)
+    summary(result.plan.suite.name, result.csv_path, result.written, result.in_file, result.elapsed_s,
+            notes=[*result.notes, next_step(result)])
