@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 
 import typer
+import typer.core
 
 from topk_bench.errors import BadInput, file_error
 
@@ -18,9 +21,37 @@ app = typer.Typer(
 )
 
 
+class Command(typer.core.TyperCommand):
+    """A command whose help names its arguments plainly: ``SUITE`` and ``[SUITE]`` (typer's default writes
+    ``{SUITE}`` in the usage line and ``SUITE <path>`` in the argument list)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, typer.core.TyperArgument):
+                param.display_type = lambda ctx: ""  # the help text says what the argument is
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, typer.core.TyperArgument):
+                name = param.metavar or param.name.upper()
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+
 @app.callback()
 def _root() -> None:
     """Benchmark memory and time of attention implementations (top-k, query chunking, Performer, SDPA)."""
+
+
+def output_width(default: int = 100) -> int:
+    """Columns the tables may use: ``COLUMNS`` if set, the terminal's width on a terminal, else ``default``."""
+    try:
+        return max(40, int(os.environ["COLUMNS"]))
+    except (KeyError, ValueError):
+        pass
+    return shutil.get_terminal_size((default, 24)).columns if sys.stdout.isatty() else default
 
 
 # Each command module registers itself on ``app`` when imported.

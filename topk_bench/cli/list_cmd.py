@@ -1,38 +1,73 @@
-"""``topk-bench list``: the registered implementations and workloads, their options, parameters and capabilities."""
+"""``topk-bench list``: the registered implementations and workloads, their options, parameters and capabilities,
+with those a suite's plug-ins (or ``--plugins``) register."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from topk_bench.cli import app
+from topk_bench.cli import Command, app, output_width
+
+WIDE = 160  # columns from which each implementation's legend and description are in its row
 
 
-@app.command("list")
-def list_registry() -> None:
+@app.command("list", cls=Command)
+def list_registry(
+    suite: Optional[Path] = typer.Argument(None, metavar="SUITE", help="Also list what this suite's plug-ins register."),
+    plugin_names: Optional[List[str]] = typer.Option(None, "--plugins", metavar="MODULE",
+                                                     help="A module or .py file that registers implementations or "
+                                                          "workloads (repeatable)."),
+) -> None:
     """List implementations (options, legend, activations, causal support, grouped K/V heads, exactness),
     workloads (parameters) and presets (model shapes)."""
     # The registries import torch: only when the command runs, so --help stays fast.
     import implementations
-    from topk_bench import workloads
+    from topk_bench import plugins, workloads
 
-    console = Console(width=200)
-    table = Table(title="attention implementations")
-    for column in ("name", "options (defaults)", "legend", "activations", "causal", "grouped K/V", "exact",
-                   "description"):
-        table.add_column(column)
-    for impl in implementations.all_specs():
-        options = ", ".join(f"{k}={v}" for k, v in impl.options.items()) or "-"
+    if suite is not None:
+        from topk_bench.suite.load import read_suite
+
+        spec = read_suite(suite)
+        plugins.resolve(spec.plugins, spec.path)
+    if plugin_names:
+        plugins.resolve(plugin_names, key="--plugins")
+    width = output_width()
+    console = Console(width=width)
+    wide = width >= WIDE  # the legend (it repeats the options) and the description in the table: only with room
+    specs = implementations.all_specs()
+    table = Table(title="attention implementations", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    for column in ("name", "options (defaults)", *(["legend"] if wide else []), "activations", "causal",
+                   "grouped K/V", "exact"):
+        table.add_column(column, no_wrap=True)
+    if wide:
+        table.add_column("description", overflow="fold", ratio=1)
+    for impl in specs:
+        options = "\n".join(f"{k}={v}" for k, v in impl.options.items()) or "-"
         # How Hkv < Hq is handled: without copies, by repeating K/V per group (memory), or not at all.
         gqa = {"native": "native", "repeats": "repeats K/V"}.get(impl.gqa or "", "unsupported")
         table.add_row(
-            impl.name, options, impl.legend(), ", ".join(impl.activations),
-            "yes" if impl.causal else "no", gqa, "exact" if impl.exact else "approximate", impl.description,
+            impl.name, options, *([impl.legend()] if wide else []), "\n".join(impl.activations),
+            "yes" if impl.causal else "no", gqa, "exact" if impl.exact else "approx.",
+            *([impl.description] if wide else []),
         )
     console.print(table)
-    table = Table(title="workloads")
-    for column in ("name", "parameters (defaults)", "feed-forward", "description"):
-        table.add_column(column)
+    if not wide:
+        table = Table(title="what each implementation does", box=box.SIMPLE_HEAD, pad_edge=False,
+                      title_justify="left")
+        table.add_column("name", no_wrap=True)
+        table.add_column("description", ratio=1)
+        for impl in specs:
+            table.add_row(impl.name, impl.description)
+        console.print(table)
+    table = Table(title="workloads", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    for column in ("name", "parameters (defaults)", "feed-forward"):
+        table.add_column(column, no_wrap=column == "name", overflow="fold")
+    table.add_column("description", overflow="fold", ratio=1)
     for name in workloads.names():
         spec = workloads.get(name)
         params = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or ("any" if spec.open_params else "-")
@@ -45,7 +80,7 @@ def list_registry() -> None:
             for value, sets in table_.items():
                 presets.setdefault((param, value, tuple(sets.items())), []).append(name)
     if presets:
-        table = Table(title="presets")
+        table = Table(title="presets", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
         for column in ("parameter", "value", "sets", "workloads"):
             table.add_column(column)
         for (param, value, sets), names in presets.items():

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import typer
 
-from topk_bench.cli import app
+from topk_bench.cli import Command, app
 
 
-@app.command("plot")
+@app.command("plot", cls=Command)
 def plot(
-    results_dir: Path = typer.Argument(..., help="Directory of results CSVs (OUT of `topk-bench run`), or one CSV."),
-    out: Path = typer.Option(Path("plots"), "--out", help="Where to write the figures."),
-    format: str = typer.Option("png", "--format", help="Comma-separated file formats: png, pdf, svg."),
-    memory: str = typer.Option(None, "--memory", help="Which peak the memory row draws: allocated or reserved "
+    results_dir: Path = typer.Argument(..., metavar="RESULTS", help="Directory of results CSVs (OUT of `topk-bench run`), or one CSV."),
+    out: Path = typer.Option(Path("plots"), "--out", metavar="DIR", help="Where to write the figures."),
+    format: str = typer.Option("png", "--format", metavar="png,pdf,svg", help="Comma-separated file formats: png, pdf, svg."),
+    memory: str = typer.Option(None, "--memory", metavar="allocated|reserved", help="Which peak the memory row draws: allocated or reserved "
                                "(CUDA rows; the paper's metric). Default: each suite's [plot] memory."),
 ) -> None:
     """One figure per suite CSV and (device, method), named <suite>-<device>-<method>.<fmt>."""

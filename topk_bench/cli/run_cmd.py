@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from topk_bench.cli import app
+from topk_bench.cli import Command, app
 
 
 def _terminate_as_interrupt(signum, frame):  # SIGTERM (e.g. from a scheduler) ends the run like Ctrl-C
@@ -34,23 +34,23 @@ def _start_template_early(config: Optional[Path], executor: Optional[str]) -> No
         launcher.prestart()
 
 
-@app.command("run")
+@app.command("run", cls=Command)
 def run(
-    suite: Path = typer.Argument(..., help="Suite file, e.g. suites/mha.toml."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default: results_dir of bench.toml)."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda (default: bench.toml's, auto)."),
+    suite: Path = typer.Argument(..., metavar="SUITE", help="Suite file, e.g. suites/mha.toml."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Results directory (default: results_dir of bench.toml)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="auto|cpu|cuda", help="auto | cpu | cuda (default: bench.toml's, auto)."),
     predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: through a model of the CUDA caching allocator, with reserved bytes)."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed iterations per case."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed iterations before them."),
-    max_memory: Optional[float] = typer.Option(None, "--max-memory", help="Memory budget per case in GiB (over it: over_budget)."),
-    max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", help="Time budget per case (over it: timeout)."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them."),
+    max_memory: Optional[float] = typer.Option(None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."),
+    max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (their old rows are dropped)."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
+    executor: Optional[str] = typer.Option(None, "--executor", metavar="local|slurm", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
                                      "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
                                      "shared with the compute nodes."),
-    jobs: Optional[str] = typer.Option(None, "--jobs", help="Cases at once on the local executor: N, or auto for one per core "
+    jobs: Optional[str] = typer.Option(None, "--jobs", metavar="N|auto", help="Cases at once on the local executor: N, or auto for one per core "
                                        "(default: bench.toml's, 1; auto with --predict)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="bench.toml to use (default: ./bench.toml if present)."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."),
 ) -> None:

@@ -1,4 +1,4 @@
-"""``topk-bench show``: a results CSV (or every CSV of a directory) as a table, memory in GiB, time in seconds."""
+"""``topk-bench show``: a results CSV (or every CSV of a directory) as tables that fit the terminal."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ from pathlib import Path
 
 import typer
 
-from topk_bench.cli import app
+from topk_bench.cli import Command, app, output_width
 
 
-@app.command("show")
+@app.command("show", cls=Command)
 def show(
-    results: Path = typer.Argument(..., help="A results CSV or a directory of them."),
-    errors: bool = typer.Option(True, "--errors/--no-errors", help="Show the error column of failed cases."),
+    results: Path = typer.Argument(..., metavar="RESULTS", help="A results CSV or a directory of them."),
+    wide: bool = typer.Option(False, "--wide", help="One row per case with every column (the flat list) instead of "
+                                                   "the pivot tables."),
+    errors: bool = typer.Option(True, "--errors/--no-errors", help="With --wide: show the error column of failed cases."),
 ) -> None:
-    """One table per suite: implementation, the parameters that vary, status, peak memory (GiB), median time (s)."""
+    """Per suite, device and method: implementations x swept sizes, median time over peak memory (the status
+    where a case failed); times measured on a busy machine or with noisy samples are marked *."""
     from topk_bench.report.show import show as show_results  # pandas and rich tables: only when the command runs
 
-    show_results(results, errors)
+    show_results(results, errors, wide=wide, width=output_width())

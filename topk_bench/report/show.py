@@ -1,18 +1,37 @@
-"""``topk-bench show``: results as tables, one per suite — implementation, the parameters that vary, status,
-peak memory (GiB), median time (s) and the result columns that have values."""
+"""``topk-bench show``: results as tables that fit the terminal.
+
+By default one pivot table per suite, device and method: a row per
+implementation (and per value of any other parameter that varies), a column per
+value of the swept parameter, each cell the median time over the peak memory,
+or the status where a case is not ``ok``. Columns that do not fit the width go
+into a further table below. ``wide`` shows the flat list instead: one row per
+case with every parameter that varies, status, peak, median, IQR, the result
+columns that have values, the trust flag and the error.
+
+A time measured under contention (:mod:`topk_bench.results.trust`) is marked
+``*``, and one warning line says how many.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from topk_bench.results import trust
 from topk_bench.results.columns import optional_columns, parameter_columns
 from topk_bench.results.frame import left_out, load_results
-from topk_bench.units import GIB, missing
+from topk_bench.status import Status
+from topk_bench.units import GIB, KIB, MIB, missing
 
-_LEFT = ("label", "status", "method", "device")
+DEFAULT_WIDTH = 100
+_LEFT = ("label", "status", "method", "device", "trust")
+# The row header of a pivot never takes more than this share of the width: the values are the point.
+_ROW_HEADER_SHARE = 0.3
+_MARK = "*"
 
 
 def _cell(value) -> str:
@@ -23,11 +42,115 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _three(value: float) -> str:
+    """Three significant digits, never an exponent: ``1.23``, ``12.3``, ``1000``."""
+    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+
+
+def short_seconds(value) -> str:
+    """``812us``, ``12.3ms``, ``1.23s``: three digits, no space (a pivot cell is narrow)."""
+    s = float(value)
+    if s < 1e-3:
+        return f"{_three(s * 1e6)}us"
+    return f"{_three(s * 1e3)}ms" if s < 1 else f"{_three(s)}s"
+
+
+def short_bytes(value) -> str:
+    """``36.5GiB``, ``512MiB``, ``12KiB``."""
+    n = float(value)
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if n >= size:
+            return f"{_three(n / size)}{unit}"
+    return f"{n:.0f}B"
+
+
+def _varying(rows: pd.DataFrame) -> list[str]:
+    return [c for c in parameter_columns(rows.columns) if rows[c].dropna().astype(str).nunique() > 1]
+
+
+def _plain(value) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _sort_key(value):
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
+
+
+def pivot_cell(row: pd.Series) -> str:
+    """Median time over peak memory (``*`` after a time measured under contention); the status when not ok."""
+    if row["status"] != Status.OK:
+        return str(row["status"])
+    lines = []
+    if not missing(row["time_median_s"]):
+        flagged = isinstance(row.get("trust"), str) and row.get("trust")
+        lines.append(short_seconds(row["time_median_s"]) + (_MARK if flagged else ""))
+    if not missing(row["peak_bytes"]):
+        lines.append(short_bytes(row["peak_bytes"]))
+    return "\n".join(lines) or "ok"
+
+
+def _width(text: str) -> int:
+    return max((len(line) for line in text.split("\n")), default=0)
+
+
+def _chunks(widths: list[int], room: int) -> list[list[int]]:
+    """Column indices split into runs of even length whose cells (plus two spaces each) fit ``room``."""
+    count = len(widths)
+    for parts in range(1, count + 1):
+        size = -(-count // parts)
+        runs = [list(range(i, min(i + size, count))) for i in range(0, count, size)]
+        if all(sum(widths[i] + 2 for i in run) <= room for run in runs):
+            return runs
+    return [[i] for i in range(count)]
+
+
+def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]:
+    """The pivot tables of a results frame (one or more per suite, device and method), each within ``width``."""
+    out = []
+    for (suite, device, method), rows in frame.groupby(["suite", "device", "method"], sort=False):
+        varying = _varying(rows)
+        x = "seq_len" if "seq_len" in varying else max(varying, key=lambda c: rows[c].nunique(), default=None)
+        # A row per implementation (its legend names its options), split by what else varies within one.
+        legend = rows["label"].where(rows["label"] != "", rows["impl"])
+        others = [c for c in varying if c != x and (rows[c].astype(str).groupby(legend).nunique() > 1).any()]
+        if rows["workload"].nunique() > 1:
+            others.insert(0, "workload")
+        names = []
+        for _, r in rows.iterrows():
+            name = str(r["label"] or r["impl"])
+            name += "".join(f" {c}={_plain(r[c])}" for c in others if c != "workload" and not missing(r[c]))
+            names.append(f"{r['workload']}: {name}" if "workload" in others else name)
+        rows = rows.assign(_name=names, _x=[_plain(v) if x else "" for v in (rows[x] if x else [""] * len(rows))],
+                           _cell=[pivot_cell(r) for _, r in rows.iterrows()])
+        xs = sorted(rows["_x"].unique(), key=_sort_key)
+        order = list(dict.fromkeys(names))
+        cells = {(n, v): c for n, v, c in zip(rows["_name"], rows["_x"], rows["_cell"])}
+        head = min(max(len(n) for n in order), int(width * _ROW_HEADER_SHARE))
+        widths = [max([len(str(v))] + [_width(cells.get((n, v), "")) for n in order]) for v in xs]
+        runs = _chunks(widths, width - head - 2)
+        what = "median time / peak memory" if method == "measured" else "peak memory"
+        for part, run in enumerate(runs, start=1):
+            title = f"{suite} · {device} · {method} · {what} by {x or 'case'}"
+            table = Table(title=title + (f" ({part}/{len(runs)})" if len(runs) > 1 else ""), box=box.SIMPLE_HEAD,
+                          pad_edge=False, title_justify="left")
+            table.add_column(x or "", justify="left", max_width=head, overflow="fold")
+            for i in run:
+                table.add_column(str(xs[i]), justify="right", no_wrap=True)
+            for n in order:
+                table.add_row(n, *[cells.get((n, xs[i]), "") for i in run])
+            out.append(table)
+    return out
+
+
 def tables(path: str | Path, errors: bool = True) -> list[Table]:
     return _tables(load_results(path), errors)
 
 
 def _tables(frame, errors: bool) -> list[Table]:
+    """The flat list (``--wide``): one row per case."""
     out = []
     for suite, rows in frame.groupby("suite", sort=False):
         params = [c for c in parameter_columns(rows.columns) if rows[c].nunique(dropna=True) > 1]
@@ -35,14 +158,15 @@ def _tables(frame, errors: bool) -> list[Table]:
             params.insert(0, "workload")
         optional = [c for c in optional_columns() if c in rows.columns and rows[c].notna().any()]
         table = Table(title=f"{suite} ({len(rows)} rows)")
-        for column in ["label", *params, "method", "device", "status", "peak GiB", "median s", "IQR s", *optional]:
+        for column in ["label", *params, "method", "device", "status", "peak GiB", "median s", "IQR s", *optional,
+                       "trust"]:
             table.add_column(column, justify="left" if column in _LEFT else "right")
         if errors:
             table.add_column("error")
         for _, r in rows.iterrows():
             peak = None if missing(r["peak_bytes"]) else r["peak_bytes"] / GIB
             cells = [r["label"] or r["impl"], *[r[c] for c in params], r["method"], r["device"], r["status"],
-                     peak, r["time_median_s"], r["time_iqr_s"], *[r[c] for c in optional]]
+                     peak, r["time_median_s"], r["time_iqr_s"], *[r[c] for c in optional], r["trust"] or ""]
             if errors:
                 cells.append(str(r["error"])[:80])
             table.add_row(*[_cell(c) for c in cells])
@@ -50,13 +174,26 @@ def _tables(frame, errors: bool) -> list[Table]:
     return out
 
 
+def warning_lines(frame: pd.DataFrame, marked: bool = False) -> list[str]:
+    """What ``show`` says below its tables: the lines left out, and how many times may mislead."""
+    flagged = trust.warning(frame.loc[frame["method"] == "measured", "trust"])
+    return [*left_out(frame), *([flagged + (f" (marked {_MARK})" if marked else "")] if flagged else [])]
+
+
 def show(path: str | Path, errors: bool = True, console: Console | None = None,
-         warnings: Console | None = None) -> None:
-    """The tables on ``console``; on ``warnings`` (stderr), the lines of the files that are not in them."""
-    console = console or Console(width=220)
-    warnings = warnings or Console(stderr=True)
+         warnings: Console | None = None, *, wide: bool = False, width: int | None = None) -> None:
+    """The tables on ``console`` (pivots within ``width``, or the flat list when ``wide``); on ``warnings``
+    (stderr), the lines of the files that are not in them and how many times were measured under contention."""
     frame = load_results(path)
-    for table in _tables(frame, errors):
+    if wide:
+        console = console or Console(width=max(width or 0, 220))
+        found = _tables(frame, errors)
+    else:
+        width = width or DEFAULT_WIDTH
+        console = console or Console(width=width)
+        found = pivot_tables(frame, width)
+    warnings = warnings or Console(stderr=True)
+    for table in found:
         console.print(table)
-    for line in left_out(frame):
+    for line in warning_lines(frame, marked=not wide):
         warnings.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)

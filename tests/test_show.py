@@ -1,0 +1,90 @@
+"""``topk-bench show``: pivot tables of the real writer's CSV that fit the width; the flat list with --wide."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from runner_fakes import FakeRun
+from topk_bench import load_results
+from topk_bench.report.show import short_bytes, short_seconds, show
+from topk_bench.run import runner
+from topk_bench.run.executors import LocalExecutor
+
+MHA = Path(__file__).parents[1] / "suites" / "mha.toml"
+LABELS = ("Vanilla", "Performer", "Q-chunking", "Top-k", "PyTorch SDPA")  # legends wrap in the row header
+
+
+def _mha_results(out: Path, predict: bool) -> Path:
+    """suites/mha.toml through the runner and its writer; vanilla times out from 4K (its larger sizes skipped)."""
+    fake = FakeRun(lambda c: "timeout" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 4096 else "ok")
+    runner.run(MHA, out=out, device="cpu", predict=predict, progress=False, executor_obj=LocalExecutor(run=fake))
+    return out / "mha.csv"
+
+
+def _shown(path: Path, **kwargs) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    show(path, console=Console(file=out, width=kwargs.get("width") or 100), warnings=Console(file=err, width=300),
+         **kwargs)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("predict", [False, True])
+def test_the_mha_suite_fits_100_columns_as_pivot_tables(tmp_path, predict):
+    text, _ = _shown(_mha_results(tmp_path / "out", predict), width=100)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    for label in LABELS:
+        assert label in text
+    for size in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):  # every swept size is a column somewhere
+        assert any(line.split()[1:] and str(size) in line.split() for line in lines), size
+    assert "timeout" in text and "skipped" in text
+    # one row per implementation and table: 40 cases are not 40 rows
+    assert sum(line.strip().startswith("Vanilla") for line in lines) == text.count("mha · cpu")
+
+
+def test_a_cell_is_median_time_over_peak_and_contended_times_are_marked(tmp_path):
+    csv = _mha_results(tmp_path / "out", predict=False)
+    text, err = _shown(csv, width=100)
+    assert "8.19s*" in text and "3.91MiB" in text  # FakeRun at 4096: median 2 ms x 4096, peak 1000 B x 4096
+    assert short_seconds(0.0081920) == "8.19ms" and short_bytes(4096 * 1000) == "3.91MiB"
+    frame = load_results(csv)
+    # FakeRun's samples (1, 2, 3) x seq_len spread 50%: every measured ok row is flagged noisy.
+    assert set(frame.loc[frame["status"] == "ok", "trust"]) == {"noisy"}
+    assert "*" in text and err.count("warning:") == 1 and "noisy samples" in err and "(marked *)" in err
+
+
+def test_wide_is_the_flat_list_with_the_trust_column(tmp_path):
+    text, _ = _shown(_mha_results(tmp_path / "out", predict=False), wide=True, width=240)
+    assert "mha (40 rows)" in text and "trust" in text and "peak GiB" in text
+
+
+@pytest.mark.slow
+def test_every_help_names_its_arguments_plainly():
+    for command in ("run", "show", "plot", "compare", "list"):
+        text = subprocess.run([sys.executable, "-m", "topk_bench", command, "--help"], capture_output=True,
+                              text=True, env={"COLUMNS": "100", "PATH": ""}).stdout
+        usage = text.splitlines()[0]
+        assert "{" not in usage and "<bool>" not in text and "<path>" not in text and "<str>" not in text, text
+
+
+@pytest.mark.slow
+def test_list_fits_the_width_and_shows_a_plug_ins_implementations():
+    plugin = Path(__file__).parent / "plugins" / "failing_impls.py"
+    result = subprocess.run([sys.executable, "-m", "topk_bench", "list", "--plugins", str(plugin)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+    import implementations
+
+    before = set(implementations.names())
+    from topk_bench import plugins
+
+    plugins.load([str(plugin)])
+    added = set(implementations.names()) - before
+    assert added and all(name in result.stdout for name in added)
