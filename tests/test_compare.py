@@ -310,3 +310,23 @@ def test_first_run_without_base_exports_new_and_says_so(tmp_path, capsys):
     # A BASE that exists is compared as always, flag or not.
     assert run_compare(new, new, "--allow-no-base") == 0
     assert "no regression" in capsys.readouterr().out
+
+
+def test_a_one_sample_suite_says_once_that_it_cannot_conclude(capsys):
+    from topk_bench.report.compare_render import notes, print_rich
+
+    base = frame(*(make_row(f"c{i}", times=(0.01,), d_model=2 ** i) for i in range(7)))
+    new = frame(*(make_row(f"c{i}", times=(0.02,), d_model=2 ** i) for i in range(7)))
+    result = compare_frames(base, new)
+    assert {c.verdict for c in result.cases} == {Verdict.INCONCLUSIVE}
+    assert len(notes(result)) == 1 and notes(result)[0].startswith("7 cases (")
+    print_rich(result)
+    assert capsys.readouterr().out.count("too few samples") == 1
+
+
+def test_contended_times_are_one_warning_per_side():
+    base = frame(make_row("a", trust="busy"), make_row("b", trust="noisy"), make_row("c", trust=""))
+    new = frame(make_row("a", trust=""), make_row("b", trust=""), make_row("c", trust=""))
+    warnings = compare_frames(base, new).warnings
+    assert len(warnings) == 1 and warnings[0].startswith("BASE: 2 of 3 case(s) measured under contention")
+    assert not compare_frames(new, new).warnings

@@ -26,6 +26,7 @@ import pandas as pd
 
 from topk_bench.errors import BadInput
 from topk_bench.report.thresholds import Thresholds
+from topk_bench.results import trust
 from topk_bench.results.columns import parameter_columns
 from topk_bench.results.frame import left_out, load_results
 from topk_bench.status import Status
@@ -145,6 +146,8 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
     warnings = [_differs(base.loc[common], new.loc[common], column, why)
                 for column, why in (("device_name", "times (and CUDA memory) are not comparable"),
                                     ("torch_version", "kernels and allocator may differ"))]
+    warnings += [f"{side}: {line}" for side, frame in (("BASE", base), ("NEW", new))
+                 for line in [_contended(frame.loc[common])] if line]
     failures = [f"{side} {line}" for side, frame in (("BASE", base), ("NEW", new)) for line in left_out(frame)]
     if not cases:  # one side is empty (both non-empty without a common case_id is bad input, above)
         empty = [side for side, frame in (("BASE", base), ("NEW", new)) if not len(frame)]
@@ -167,6 +170,13 @@ def first_run(new: pd.DataFrame, thresholds: Thresholds = Thresholds(), base_lab
         failures.append("nothing to export: NEW has no valid row")
     return Comparison(base_label, new_label, thresholds, [], [(cid, case_name(new.loc[cid], params)) for cid in new.index],
                       [], [], failures, first_run=True)
+
+
+def _contended(rows: pd.DataFrame) -> str | None:
+    """One warning line when times of these rows were measured under contention (None: none were)."""
+    if "trust" not in rows.columns:
+        return None
+    return trust.warning(rows.loc[rows["method"] == "measured", "trust"])
 
 
 def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> str:

@@ -46,9 +46,20 @@ def rows(c: Comparison) -> list[tuple[CaseComparison, tuple[str, ...]]]:
 
 
 def notes(c: Comparison) -> list[str]:
-    """Why a case is inconclusive or a ratio beyond the factor did not count."""
-    return [f"{case.name} [{case.case_id}]: {m.metric}: {m.note}"
-            for case in c.cases for m in case.metrics if m.note]
+    """Why a case is inconclusive or a ratio beyond the factor did not count: one line per reason, naming the
+    case when one case has it, counting them when several do (a one-sample suite: every case, one line)."""
+    by_reason: dict[tuple[str, str], list[CaseComparison]] = {}
+    for case in c.cases:
+        for m in case.metrics:
+            if m.note:
+                by_reason.setdefault((m.metric, m.note), []).append(case)
+    out = []
+    for (name, note), cases in by_reason.items():
+        if len(cases) == 1:
+            out.append(f"{cases[0].name} [{cases[0].case_id}]: {name}: {note}")
+        else:
+            out.append(f"{len(cases)} cases ({cases[0].name}, ...): {name}: {note}")
+    return out
 
 
 def print_rich(c: Comparison, console: Console | None = None) -> None:

@@ -43,6 +43,7 @@ from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric
 from topk_bench.report.plots.style import (  # noqa: E402
     FAILURE_MARKER, FAILURE_TEXT, format_power_of_two, format_size, impl_rank, series_style,
 )
+from topk_bench.results import trust  # noqa: E402
 from topk_bench.results.columns import metric, parameter_columns  # noqa: E402
 from topk_bench.status import Status  # noqa: E402
 
@@ -204,6 +205,12 @@ def _values(rows: pd.DataFrame, name: str) -> pd.Series:
     return values * m.scale
 
 
+def _contended(rows: pd.DataFrame) -> pd.Series:
+    """Measured rows whose trust flag is set (:mod:`topk_bench.results.trust`)."""
+    flags = rows["trust"].fillna("") if "trust" in rows.columns else pd.Series("", index=rows.index)
+    return (rows["method"] == "measured") & (flags != "")
+
+
 def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
     """Draw one metric in one panel: a line per curve, IQR bars on measured times, crosses where curves stop."""
     m = metric(metric_name)
@@ -227,6 +234,10 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
                             markeredgewidth=1.2)
             if style.dashes:
                 line.set_dashes(style.dashes)
+            contended = ok[_contended(ok)]
+            if len(contended):  # hollow: a time taken on a busy machine or with spread samples
+                ax.plot(contended["_dodged"], contended["_y"], marker=style.marker, markersize=6, linestyle="none",
+                        markerfacecolor="white", markeredgecolor=style.colour, markeredgewidth=1.2, zorder=4)
             if m.column == "time_median_s" and "times_s" in ok:
                 q1, q3 = zip(*(_quartiles(t) for t in ok["times_s"]))
                 low = (ok["_y"] - np.asarray(q1) * m.scale).clip(lower=0)
@@ -340,6 +351,9 @@ def _legend_entries(axes, rows: pd.DataFrame):
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
+    if _contended(rows[rows["status"] == Status.OK]).any():
+        seen["hollow: measured under contention (busy or noisy)"] = Line2D(
+            [], [], marker="o", color="0.4", markerfacecolor="white", linestyle="none", markersize=6)
     if rows["status"].isin(_STOPPED).any():
         seen["stopped: above the frame (reason written)"] = Line2D(
             [], [], marker=FAILURE_MARKER, color="0.4", markeredgecolor="black", linestyle="none", markersize=8)
@@ -393,4 +407,9 @@ def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tu
     if out.exists() and not out.is_dir():
         raise BadInput("expected a directory, got a file", file=out, key="--out")
     out.mkdir(parents=True, exist_ok=True)
-    return [path for item in inputs for path in render(item, out, formats)]
+    written = [path for item in inputs for path in render(item, out, formats)]
+    measured = [item.rows.loc[item.rows["method"] == "measured", "trust"] for item in inputs]
+    flagged = trust.warning(pd.concat(measured)) if measured else None
+    if flagged and warn:
+        warn(flagged + " (hollow markers)")
+    return written
