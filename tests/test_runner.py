@@ -376,7 +376,8 @@ def test_a_timeout_runs_again_under_a_larger_time_budget_and_not_under_the_same(
     same = FakeRun()
     result = run(suite, out, same, max_case_seconds=5)
     assert same.ran == [] and result.written == {}
-    assert any("not run again" in n and "--no-resume" in n for n in result.notes)
+    assert any("1 case(s) that failed (timeout) under the same budget were not run again" in n for n in result.notes)
+    assert result.notes[-1].endswith("--no-resume")
 
     larger = FakeRun()
     result = run(suite, out, larger, max_case_seconds=10)

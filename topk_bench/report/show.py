@@ -107,15 +107,22 @@ def _chunks(widths: list[int], room: int) -> list[list[int]]:
     return [[i] for i in range(count)]
 
 
+def what_of(method: str) -> str:
+    return "median time / peak memory" if method == "measured" else "peak memory"
+
+
 def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]:
     """The pivot tables of a results frame (one or more per suite, device and method), each within ``width``."""
     out = []
     for (suite, device, method), rows in frame.groupby(["suite", "device", "method"], sort=False):
-        varying = _varying(rows)
-        x = "seq_len" if "seq_len" in varying else max(varying, key=lambda c: rows[c].nunique(), default=None)
-        # A row per implementation (its legend names its options), split by what else varies within one.
-        legend = rows["label"].where(rows["label"] != "", rows["impl"])
-        others = [c for c in varying if c != x and (rows[c].astype(str).groupby(legend).nunique() > 1).any()]
+        # A row per implementation (its legend names its options); the columns: the swept parameter, one that
+        # every row has and that varies within an implementation (seq_len first; a suite of one case per
+        # implementation has none), then rows split by whatever else varies within one.
+        legend = rows["workload"] + "/" + rows["label"].where(rows["label"] != "", rows["impl"])
+        within = [c for c in _varying(rows) if (rows[c].astype(str).groupby(legend).nunique() > 1).any()]
+        swept = [c for c in within if rows[c].notna().all()]
+        x = "seq_len" if "seq_len" in swept else max(swept, key=lambda c: rows[c].nunique(), default=None)
+        others = [c for c in within if c != x]
         if rows["workload"].nunique() > 1:
             others.insert(0, "workload")
         names = []
@@ -123,7 +130,7 @@ def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]
             name = str(r["label"] or r["impl"])
             name += "".join(f" {c}={_plain(r[c])}" for c in others if c != "workload" and not missing(r[c]))
             names.append(f"{r['workload']}: {name}" if "workload" in others else name)
-        rows = rows.assign(_name=names, _x=[_plain(v) if x else "" for v in (rows[x] if x else [""] * len(rows))],
+        rows = rows.assign(_name=names, _x=[_plain(v) for v in rows[x]] if x else [what_of(method)] * len(rows),
                            _cell=[pivot_cell(r) for _, r in rows.iterrows()])
         xs = sorted(rows["_x"].unique(), key=_sort_key)
         order = list(dict.fromkeys(names))
@@ -131,12 +138,12 @@ def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]
         head = min(max(len(n) for n in order), int(width * _ROW_HEADER_SHARE))
         widths = [max([len(str(v))] + [_width(cells.get((n, v), "")) for n in order]) for v in xs]
         runs = _chunks(widths, width - head - 2)
-        what = "median time / peak memory" if method == "measured" else "peak memory"
+        what = what_of(method)
         for part, run in enumerate(runs, start=1):
             title = f"{suite} · {device} · {method} · {what} by {x or 'case'}"
             table = Table(title=title + (f" ({part}/{len(runs)})" if len(runs) > 1 else ""), box=box.SIMPLE_HEAD,
                           pad_edge=False, title_justify="left")
-            table.add_column(x or "", justify="left", max_width=head, overflow="fold")
+            table.add_column(x or "case", justify="left", max_width=head, overflow="fold")
             for i in run:
                 table.add_column(str(xs[i]), justify="right", no_wrap=True)
             for n in order:

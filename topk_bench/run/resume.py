@@ -99,5 +99,7 @@ def notes(r: Resume) -> list[str]:
     if r.kept:
         statuses = ", ".join(sorted({status for _, status in r.kept}))
         out.append(f"{len(r.kept)} case(s) that failed ({statuses}) under the same budget were not run again: "
-                   "raise --max-case-seconds or --max-memory to retry them, or --no-resume to measure every case again")
+                   "raise --max-case-seconds or --max-memory to retry them")
+    if out:
+        out.append("to measure every case again (not only the failed ones): --no-resume")
     return out
