@@ -1,5 +1,5 @@
 # The two entry points a new user needs (see README):
-#   make demo   set up, run the attention-layer suite on the CPU, render its figures
+#   make demo   set up, predict Fig. 1's memory at full scale, measure CPU times at small sizes, render both
 #   make test   set up, run the test suite
 # and, for the development loop, `make test-fast`: the tests not marked slow (no child processes
 # beyond a few, no Slurm cluster), in about a minute on 2 cores.
@@ -13,9 +13,11 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh $(VENV) dev,pretrained
 	touch $@
 
+# About 2.5 minutes on 2 quiet cores after set-up (README, "Quick start").
 demo: setup
-	$(BIN)/topk-bench run suites/mha.toml --device cpu
-	$(BIN)/topk-bench plot results/
+	$(BIN)/topk-bench run suites/demo_memory.toml --predict --out results/demo
+	$(BIN)/topk-bench run suites/demo_time.toml --device cpu --out results/demo
+	$(BIN)/topk-bench plot results/demo --out plots/demo
 
 test: setup
 	$(BIN)/python -m pytest
