@@ -141,7 +141,8 @@ def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]
         what = what_of(method)
         for part, run in enumerate(runs, start=1):
             title = f"{suite} · {device} · {method} · {what} by {x or 'case'}"
-            table = Table(title=title + (f" ({part}/{len(runs)})" if len(runs) > 1 else ""), box=box.SIMPLE_HEAD,
+            title += f" ({part}/{len(runs)})" if len(runs) > 1 else ""
+            table = Table(title=title, box=box.SIMPLE_HEAD, min_width=min(len(title), width),
                           pad_edge=False, title_justify="left")
             table.add_column(x or "case", justify="left", max_width=head, overflow="fold")
             for i in run:
