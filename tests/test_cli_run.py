@@ -82,7 +82,7 @@ def test_run_interrupted_by_sigint_then_resumed_then_shown(tmp_path):
     assert {r["status"] for r in final} == {"ok"} and all(int(r["peak_bytes"]) > 0 for r in final)
     assert "results:" in stdout and "tiny.csv" in stdout.replace("\n", "")
 
-    shown = subprocess.run([sys.executable, "-m", "topk_bench", "show", str(out)], capture_output=True, text=True)
+    shown = subprocess.run([sys.executable, "-m", "topk_bench", "show", str(out), "--wide"], capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     assert "tiny (2 rows)" in shown.stdout and "peak GiB" in shown.stdout and "Q-chunking" in shown.stdout
 
