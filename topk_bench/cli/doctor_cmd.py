@@ -6,14 +6,14 @@ from typing import List, Optional
 
 import typer
 
-from topk_bench.cli import app
+from topk_bench.cli import Command, app
 
 
-@app.command("doctor")
+@app.command("doctor", cls=Command)
 def doctor(
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda (without CUDA here: the CPU checks, and a note)."),
+    device: str = typer.Option("cpu", "--device", metavar="cpu|cuda", help="cpu or cuda (without CUDA here: the CPU checks, and a note)."),
     plugins: Optional[List[str]] = typer.Option(
-        None, "--plugins", help="A module or .py file registering implementations to judge too (repeatable)."),
+        None, "--plugins", metavar="MODULE", help="A module or .py file registering implementations to judge too (repeatable)."),
 ) -> None:
     """Check each implementation against an exact reference (float64, float32), measured against predicted
     peak memory, OOM statuses, TF32 off on CUDA and the timer. Exit 0 when all pass, 1 when any fails."""
