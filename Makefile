@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh $(VENV) dev,pretrained
 	touch $@
 
-# About 2.5 minutes on 2 quiet cores after set-up (README, "Quick start").
+# 2 min 28 s after set-up on 2 shared cores at load ~1.5 per core (README, "Quick start").
 demo: setup
 	$(BIN)/topk-bench run suites/demo_memory.toml --predict --out results/demo
 	$(BIN)/topk-bench run suites/demo_time.toml --device cpu --out results/demo
