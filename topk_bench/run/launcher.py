@@ -46,6 +46,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # What a child sets for itself (the template runs without them, one template serves every value): the thread
 # settings, and the GPU of its job slot, read when CUDA initialises (in the child, after the fork).
 CHILD_VARIABLES = (*THREAD_VARIABLES, "CUDA_VISIBLE_DEVICES")
+# Variables that change without changing what a child does: pytest names the running test in one, and a
+# template per test would cost every test an interpreter importing torch.
+VOLATILE_VARIABLES = ("PYTEST_CURRENT_TEST",)
 
 # Templates of other environments kept alive at once (each holds torch's memory, ~0.5 GB).
 MAX_TEMPLATES = 2
@@ -235,7 +238,7 @@ os.register_at_fork(after_in_child=_forget_templates)
 def template_for(env: Mapping[str, str]) -> Template:
     """The template of this working directory and environment (:data:`CHILD_VARIABLES` aside), started if needed."""
     cwd = os.getcwd()
-    key = (cwd, tuple(sorted((k, v) for k, v in env.items() if k not in CHILD_VARIABLES)))
+    key = (cwd, tuple(sorted((k, v) for k, v in env.items() if k not in CHILD_VARIABLES + VOLATILE_VARIABLES)))
     with _templates_lock:
         template = _templates.get(key)
         if template is not None and template.alive:
