@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -7,7 +8,9 @@ import implementations
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "topk_bench", *args], capture_output=True, text=True)
+    # Wide enough that no table wraps a cell (the width is the terminal's, else rich's 80 under TERM).
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "topk_bench", *args], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.slow
