@@ -34,51 +34,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import implementations  # noqa: E402
-from topk_bench.workloads.pretrained import model as pretrained  # noqa: E402
+from topk_bench.workloads.pretrained import activations  # noqa: E402
 from topk_bench.measure.quality import selection_quality  # noqa: E402
 
 BUDGETS = (16, 8, 4)  # budget = keys // BUDGET
 
 
-def extract_activations(text: str, max_tokens: int = pretrained.MAX_TOKENS, model=None) -> list[dict[str, torch.Tensor]]:
-    """Per layer, ``{"q", "k", "v"}`` of the pretrained MiniLM on ``text`` (truncated to ``max_tokens``).
-
-    Shapes ``[1, heads, L, head_dim]`` in the registry's convention: ``q`` already scaled
-    by ``1/sqrt(head_dim)``. Captured by hooks on the model's own query/key/value
-    projections during its unmodified forward, so they are exactly what its attention
-    sees. ``model``: ``(tokenizer, bert)`` (default ``pretrained.load_model()``, offline).
-    """
-    tokenizer, bert = model or pretrained.load_model()
-    ids = pretrained.tokenize(tokenizer, [text], max_tokens)[0].unsqueeze(0)
-    heads = bert.config.num_attention_heads
-    head_dim = bert.config.hidden_size // heads
-    captured: list[dict[str, torch.Tensor]] = [{} for _ in bert.encoder.layer]
-
-    def hook(index, name):
-        def save(module, inputs, output):
-            x = output.detach().view(1, -1, heads, head_dim).transpose(1, 2).contiguous()
-            captured[index][name] = x / math.sqrt(head_dim) if name == "q" else x
-        return save
-
-    handles = []
-    for index, layer in enumerate(bert.encoder.layer):
-        own = layer.attention.self
-        for name, module in (("q", own.query), ("k", own.key), ("v", own.value)):
-            handles.append(module.register_forward_hook(hook(index, name)))
-    try:
-        with torch.no_grad():
-            bert(input_ids=ids)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return captured
-
-
-def corpus_text() -> str:
-    """The shipped corpus as one text (its sentences in order); the tokenizer truncates it."""
-    from topk_bench.workloads.pretrained.corpus import load_corpus
-
-    return " ".join(load_corpus())
+extract_activations = activations.extract
+corpus_text = activations.corpus_text
 
 
 def random_like(layers: list[dict[str, torch.Tensor]], seed: int = 0) -> list[dict[str, torch.Tensor]]:

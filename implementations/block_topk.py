@@ -90,5 +90,6 @@ BLOCK_TOPK = register(
         exact=False,
         gqa="native",
         selection=block_topk_selection,
+        budget=lambda tokens, options: {"topk_blocks": int(tokens) // int(options["block_size"])},
     )
 )

@@ -124,5 +124,7 @@ PAGE_TOPK = register(
         exact=False,
         gqa="native",
         selection=page_topk_selection,
+        budget=lambda tokens, options: {"token_budget": int(tokens)},
+        cache_state=lambda k, options: {"summaries": page_summaries(k, int(options["page_size"]))},
     )
 )

@@ -71,6 +71,13 @@ class Implementation:
     # attended), for the selection-quality metrics. Same options as ``fn``. None: dense or not
     # a selection (Performer).
     selection: Callable[..., torch.Tensor] | None = None
+    # Selection methods: the options that make the method attend ``tokens`` keys per query besides
+    # its own page or block (``budget(tokens, options) -> options to override``), so that one token
+    # budget sweeps top-k's k, page top-k's token_budget, the window and the number of blocks alike.
+    budget: Callable[[int, Mapping[str, Any]], dict[str, Any]] | None = None
+    # What the method keeps with a KV cache besides K and V, built once per cache (not per step):
+    # ``cache_state(k, options) -> options to add`` (page top-k's page summaries). None: nothing.
+    cache_state: Callable[[torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
     # Builds the per-layer attention module (for implementations with per-layer
     # state such as Performer's random features). ``None``: a stateless wrapper.
     module_factory: Callable[..., torch.nn.Module] | None = None

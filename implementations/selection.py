@@ -121,6 +121,12 @@ def topk_selection(q, k, *, causal=False, topk=128, chunk_size=1024, key_padding
     return out
 
 
+def topk_budget(tokens: int, options) -> dict:
+    """The exact top-k's options at a budget of ``tokens`` keys per query (``topk``; the registry's ``budget``)."""
+    del options
+    return {"topk": max(1, int(tokens))}
+
+
 # --------------------------------------------------------------------------- block tables
 
 

@@ -103,5 +103,6 @@ SINK_WINDOW = register(
         exact=False,
         gqa="native",
         selection=sink_window_selection,
+        budget=lambda tokens, options: {"window": max(1, int(tokens) - int(options["sinks"]))},
     )
 )

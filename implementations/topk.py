@@ -40,7 +40,7 @@ from implementations.masking import (
     group_rows, put_group_rows, safe_softmax, stat_dtype, upcast,
 )
 from implementations.registry import Implementation, register
-from implementations.selection import topk_selection
+from implementations.selection import topk_budget, topk_selection
 
 
 def activate(top_dots, activation):
@@ -211,5 +211,6 @@ TOPK = register(
         key_padding_mask=True,
         gqa="native",
         selection=topk_selection,
+        budget=topk_budget,
     )
 )

@@ -54,7 +54,7 @@ from implementations.masking import (
     causal_offset, check_activation, check_qkv, check_topk_args, rows_may_be_empty, safe_softmax, stat_dtype, upcast,
 )
 from implementations.registry import Implementation, register
-from implementations.selection import topk_selection
+from implementations.selection import topk_budget, topk_selection
 from implementations.topk import TOPK_OPTIONS
 
 # Query rows per score tile (all heads at once: few, large ops, which matters
@@ -359,5 +359,6 @@ TOPK_FAST = register(
         key_padding_mask=True,
         gqa="native",
         selection=topk_selection,
+        budget=topk_budget,
     )
 )

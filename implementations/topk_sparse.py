@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from implementations.registry import Implementation, register
-from implementations.selection import topk_selection
+from implementations.selection import topk_budget, topk_selection
 from implementations.topk import TOPK_OPTIONS, make_topk
 
 
@@ -82,5 +82,6 @@ TOPK_SPARSE = register(
         key_padding_mask=True,
         gqa="native",
         selection=topk_selection,
+        budget=topk_budget,
     )
 )

@@ -58,6 +58,8 @@ class Case:
     fidelity: bool = False
     # How the case is built and measured (topk_bench.protocol): ours, or the paper's.
     protocol: str = DEFAULT_PROTOCOL
+    # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
+    quality: tuple[str, ...] = ()
 
     @classmethod
     def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -93,6 +95,8 @@ class Case:
             key["fidelity"] = True
         if self.protocol != DEFAULT_PROTOCOL:  # likewise: ids of our protocol's cases stay as they were
             key["protocol"] = self.protocol
+        if self.quality:  # likewise
+            key["quality"] = list(self.quality)
         blob = json.dumps(key, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -105,6 +109,7 @@ class Case:
         for name in ("params", "options", "ff_options"):
             data[name] = tuple(tuple(item) for item in data[name])
         data["plugins"] = tuple(data.get("plugins", ()))
+        data["quality"] = tuple(data.get("quality", ()))
         return cls(**data)
 
 

@@ -1,7 +1,9 @@
 """The optional result columns of a case, computed in the child after its measurement.
 
 A workload's own columns (``WorkloadSpec.extra_columns``: the pretrained model's
-embedding fidelity), and, for suites with ``fidelity = true``, the layer's
+embedding fidelity); for suites with ``quality = [...]``, the selection quality of
+the case's attention call against float64 exact attention on the same inputs
+(:func:`quality_columns`); and, for suites with ``fidelity = true``, the layer's
 fidelity against vanilla on the same inputs and weights:
 
 ``rel_err`` is the relative Frobenius error of the layer's output, ``grad_cos``
@@ -24,13 +26,15 @@ from typing import Any
 
 import torch
 
+import implementations
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import NonFinite
-from topk_bench.measure import fidelity
+from topk_bench.measure import fidelity, quality
 from topk_bench.measure.backends import dtype_of, predict
 from topk_bench.units import GIB
 from topk_bench.workloads import Workload, build
+from topk_bench.workloads.attention import BUDGET, with_budget
 
 CPU_LIMIT_BYTES = 2 * GIB
 MIN_SEQ_LEN = 16
@@ -111,8 +115,77 @@ def layer_columns(case: Case, budget: Budget) -> dict[str, Any]:
     return against_vanilla(case, seq_len)
 
 
+def _selection_quality(impl: str, q, k, v, out, options: dict[str, Any], causal: bool) -> dict[str, float]:
+    """:func:`quality.selection_quality` of ``impl`` with ``options`` on ``q, k, v``, whose output is ``out``.
+
+    The keys it attends: its registry ``selection``; a dense exact entry attends every allowed key; an
+    approximation that is no selection (Performer) gets ``rel_err`` only."""
+    entry = implementations.spec(impl)
+    if entry.selection is not None:
+        selected = entry.selection(q, k, causal=causal, **options)
+    elif entry.exact:
+        selected = quality.allowed_mask(q.shape[2], k.shape[2], causal, q.device).expand(*q.shape[:3], k.shape[2])
+    else:
+        selected = None
+    return quality.selection_quality(q, k, v, selected, out, causal=causal)
+
+
+def quality_random(case: Case) -> dict[str, float]:
+    """On the case's own inputs: its workload built again (same seed, same inputs), one call outside any timing."""
+    dtype = dtype_of(case)
+    wl = build(case, case.device, dtype)
+    with torch.no_grad():
+        out = wl()
+        q, k, v = workloads.get(case.workload).attention_inputs(wl)
+        return _selection_quality(case.impl, q, k, v, out, case.option_dict, case.causal)
+
+
+def quality_minilm(case: Case) -> dict[str, float]:
+    """On the pretrained MiniLM's q, k, v of each layer over the shipped corpus (512 tokens), averaged over layers.
+
+    The encoder's own attention: every query over all keys (not causal). A swept ``budget`` (tokens of the
+    case's cache) becomes the same share of MiniLM's keys (at least 1); otherwise the options are used as given.
+    """
+    from topk_bench.workloads.pretrained.activations import corpus_activations
+
+    dtype = dtype_of(case)
+    layers = corpus_activations()
+    options = case.option_dict
+    tokens = case.param_dict.get(BUDGET, 0)
+    if tokens:
+        length = layers[0]["k"].shape[2]
+        options = with_budget(case.impl, options, max(1, round(tokens * length / cache_length(case))))
+    per_layer = []
+    fn = implementations.get(case.impl)
+    with torch.no_grad():
+        for acts in layers:
+            q, k, v = (acts[name].to(case.device, dtype) for name in ("q", "k", "v"))
+            out = fn(q, k, v, causal=False, activation=case.activation, **options)
+            per_layer.append(_selection_quality(case.impl, q, k, v, out, options, causal=False))
+    return {f"minilm_{name}": sum(m[name] for m in per_layer) / len(per_layer) for name in per_layer[0]}
+
+
+def cache_length(case: Case) -> int:
+    """Keys of the case's attention call, from its shapes (decode: ``kv_len + new_tokens``, prefill: ``seq_len``)."""
+    p = workloads.get(case.workload).shape(case)
+    return int(p["kv_len"] + p["new_tokens"]) if "kv_len" in p else int(p["seq_len"])
+
+
+QUALITY = {"random": quality_random, "minilm": quality_minilm}
+
+
+def quality_columns(case: Case) -> dict[str, Any]:
+    """``quality = [...]``: per input kind, ``topk_recall``, ``mass_recall``, ``rel_err`` against float64 exact
+    attention on the same inputs, and ``attended_fraction`` (docs/CONTRACTS.md)."""
+    columns: dict[str, Any] = {}
+    for kind in case.quality:
+        columns.update(QUALITY[kind](case))
+    return columns
+
+
 def extra_columns(case: Case, budget: Budget) -> dict[str, Any]:
-    """The optional columns of a case: its workload's own, and layer fidelity when the suite asks (``fidelity = true``).
+    """The optional columns of a case: its workload's own, layer fidelity when the suite asks (``fidelity = true``),
+    selection quality when it asks (``quality = [...]``).
 
     Raises NonFinite when one of them is NaN or inf."""
     columns: dict[str, Any] = {}
@@ -121,6 +194,8 @@ def extra_columns(case: Case, budget: Budget) -> dict[str, Any]:
         columns.update(own(case, budget))
     if case.fidelity:
         columns.update(layer_columns(case, budget))
+    if case.quality and case.method == "measured":  # a prediction computes no values: the columns stay empty
+        columns.update(quality_columns(case))
     bad = [f"{name} = {value}" for name, value in columns.items()
            if isinstance(value, float) and not math.isfinite(value)]
     if bad:  # readers leave out a row with such a number: the case is nonfinite instead

@@ -52,25 +52,35 @@ def _mean(values: torch.Tensor, keep: torch.Tensor) -> float:
     return float(values[keep].sum() / n) if n else math.nan
 
 
-def topk_recall(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None = None) -> float:
-    """Mean over rows of ``|selected ∩ top-k(scores)| / k`` with ``k`` = keys selected in the row.
-
-    Ties at the k-th score: any tied key counts as a top-k key (the count is capped at k).
-    """
+def topk_rows(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None = None):
+    """(per-row top-k recall, rows where it is defined): see :func:`topk_recall`."""
     selected, scores, allowed = _rows(selected, scores, allowed)
     budget = selected.sum(dim=-1)                                          # k per row
     ranked = scores.masked_fill(~allowed, -math.inf).sort(dim=-1, descending=True).values
     kth = ranked.gather(-1, (budget - 1).clamp(min=0).unsqueeze(-1))      # the k-th largest allowed score
     hits = (selected & (scores >= kth)).sum(dim=-1)
     recall = torch.minimum(hits, budget) / budget.clamp(min=1)
-    return _mean(recall, (budget > 0) & allowed.any(dim=-1))
+    return recall, (budget > 0) & allowed.any(dim=-1)
+
+
+def mass_rows(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None = None):
+    """(per-row mass recall, rows where it is defined): see :func:`mass_recall`."""
+    selected, scores, allowed = _rows(selected, scores, allowed)
+    probs = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1).nan_to_num(0.0)
+    return (probs * selected).sum(dim=-1), allowed.any(dim=-1)
+
+
+def topk_recall(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None = None) -> float:
+    """Mean over rows of ``|selected ∩ top-k(scores)| / k`` with ``k`` = keys selected in the row.
+
+    Ties at the k-th score: any tied key counts as a top-k key (the count is capped at k).
+    """
+    return _mean(*topk_rows(selected, scores, allowed))
 
 
 def mass_recall(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None = None) -> float:
     """Mean over rows of the exact softmax mass (over allowed keys) on the selected keys."""
-    selected, scores, allowed = _rows(selected, scores, allowed)
-    probs = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1).nan_to_num(0.0)
-    return _mean((probs * selected).sum(dim=-1), allowed.any(dim=-1))
+    return _mean(*mass_rows(selected, scores, allowed))
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -93,11 +103,37 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: 
 
 
 def selection_quality(q, k, v, selected, out, *, causal: bool) -> dict[str, float]:
-    """All three metrics of one method on one input: ``selected`` its mask, ``out`` its output."""
-    allowed = allowed_mask(q.shape[2], k.shape[2], causal, q.device)
-    scores = attention_scores(q, k)
-    return {
-        "mass_recall": mass_recall(selected, scores, allowed),
-        "topk_recall": topk_recall(selected, scores, allowed),
-        "rel_err": rel_err(out, exact_attention(q, k, v, allowed)),
-    }
+    """All three metrics of one method on one input: ``selected`` its mask (None: not a selection method,
+    ``rel_err`` only), ``out`` its output; plus ``attended_fraction``, the mean share of its allowed keys a
+    query attends.
+
+    Computed one batch element and K/V head at a time (a long cache in float64 would not fit otherwise):
+    row means over all rows, ``rel_err`` over the whole output.
+    """
+    b, hq, lq, _ = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    g = hq // hkv
+    allowed = allowed_mask(lq, lk, causal, q.device)
+    sums = {"mass_recall": [0.0, 0], "topk_recall": [0.0, 0], "attended_fraction": [0.0, 0]}
+    num = den = 0.0
+    for i in range(b):
+        for h in range(hkv):
+            heads = slice(h * g, (h + 1) * g)
+            qi, ki, vi = q[i:i + 1, heads], k[i:i + 1, h:h + 1], v[i:i + 1, h:h + 1]
+            ref = exact_attention(qi, ki, vi, allowed)
+            err = out[i:i + 1, heads].detach().double() - ref
+            num, den = num + float((err * err).sum()), den + float((ref * ref).sum())
+            if selected is None:
+                continue
+            scores = attention_scores(qi, ki)
+            sel = selected[i:i + 1, heads]
+            for name, (values, keep) in (("mass_recall", mass_rows(sel, scores, allowed)),
+                                         ("topk_recall", topk_rows(sel, scores, allowed)),
+                                         ("attended_fraction", ((sel & allowed).sum(-1) / allowed.sum(-1).clamp(min=1),
+                                                                allowed.any(-1).expand(sel.shape[:-1])))):
+                sums[name][0] += float(values.double()[keep].sum())
+                sums[name][1] += int(keep.sum())
+    metrics = {"rel_err": (math.sqrt(num / den) if den else (0.0 if num == 0 else math.inf))}
+    if selected is not None:
+        metrics.update({name: (total / n if n else math.nan) for name, (total, n) in sums.items()})
+    return metrics

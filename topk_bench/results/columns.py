@@ -39,12 +39,32 @@ _CONTEXT: dict[str, str] = {
 }
 # Result columns beyond the required ones, filled when a suite or a workload asks for them.
 FIDELITY_COLUMNS = ("rel_err", "grad_cos", "fidelity_seq_len")
+# Selection quality against exact attention on the same inputs (``quality = [...]``), per input kind:
+# the case's own random inputs, and the pretrained MiniLM's activations (prefix "minilm_").
+QUALITY_KINDS = ("random", "minilm")
+QUALITY_METRICS = ("topk_recall", "mass_recall", "rel_err", "attended_fraction")
+
+
+def quality_columns(kind: str) -> tuple[str, ...]:
+    """The columns of one input kind of ``quality``: ``topk_recall``... (random), ``minilm_topk_recall``..."""
+    prefix = "" if kind == "random" else f"{kind}_"
+    return tuple(prefix + name for name in QUALITY_METRICS)
+
+
 # Measured on CUDA: what the warm-up left allocated besides parameters and inputs (cuBLAS workspaces),
 # live through the timed iterations; peak_bytes - workspace_bytes compares with the CPU and predict.
 WORKSPACE_COLUMN = "workspace_bytes"
 _OPTIONAL: dict[str, str] = {
     WORKSPACE_COLUMN: "what the first iterations left allocated besides parameters and inputs (CUDA: cuBLAS workspaces)",
-    "rel_err": "relative Frobenius error of the output against vanilla",
+    "rel_err": ("relative Frobenius error of the output against exact attention: vanilla's layer (fidelity), "
+                "float64 softmax attention on the same q, k, v (quality)"),
+    "topk_recall": "share of the exact top-k keys by score a query attends, k = the keys it attends (random inputs)",
+    "mass_recall": "exact softmax probability mass on the keys a query attends (random inputs)",
+    "attended_fraction": "mean share of its allowed keys a query attends (random inputs)",
+    "minilm_topk_recall": "topk_recall on the pretrained MiniLM's q, k, v over the shipped corpus",
+    "minilm_mass_recall": "mass_recall on the pretrained MiniLM's q, k, v over the shipped corpus",
+    "minilm_rel_err": "rel_err against float64 exact attention on the pretrained MiniLM's q, k, v",
+    "minilm_attended_fraction": "attended_fraction on the pretrained MiniLM's q, k, v",
     "grad_cos": "cosine of the input gradients against vanilla's",
     "fidelity_seq_len": "the seq_len at which rel_err and grad_cos were measured",
     # The pretrained workload: sentence embeddings against the original model's.
@@ -134,7 +154,7 @@ def parameter_columns(columns: Iterable[str]) -> list[str]:
 
 
 # Parameter columns first and last in a header; implementation options in between.
-_PARAMETERS_FIRST = ("model", "seq_len", "kv_len", "new_tokens", "batch", "q_heads", "kv_heads", "head_dim",
+_PARAMETERS_FIRST = ("model", "seq_len", "kv_len", "new_tokens", "budget", "batch", "q_heads", "kv_heads", "head_dim",
                      "d_model", "heads", "d_ff", "layers")
 _PARAMETERS_LAST = ("causal", "activation", "dtype", "protocol")
 
@@ -186,7 +206,13 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("bandwidth", "bytes_per_s", 1e-9, "achieved bandwidth (GB/s)", "GB/s"),
     Metric("time_mean", "time_mean_s", 1.0, "time, mean (s)", "s"),  # the paper's statistic
     Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
-    Metric("rel_err", "rel_err", 1.0, "relative error vs vanilla"),
+    Metric("rel_err", "rel_err", 1.0, "relative error vs exact"),
+    Metric("topk_recall", "topk_recall", 1.0, "top-k recall (random)"),
+    Metric("mass_recall", "mass_recall", 1.0, "mass recall (random)"),
+    Metric("attended_fraction", "attended_fraction", 1.0, "share of keys attended"),
+    Metric("minilm_topk_recall", "minilm_topk_recall", 1.0, "top-k recall (MiniLM)"),
+    Metric("minilm_mass_recall", "minilm_mass_recall", 1.0, "mass recall (MiniLM)"),
+    Metric("minilm_rel_err", "minilm_rel_err", 1.0, "relative error vs exact (MiniLM)"),
     Metric("grad_cos", "grad_cos", 1.0, "gradient cosine vs vanilla"),
     Metric("emb_cos", "emb_cos", 1.0, "embedding cosine vs vanilla"),
     Metric("nn_agree", "nn_agree", 1.0, "top-1 neighbour agreement"),

@@ -249,6 +249,23 @@ def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec
                            file=path, key=f"sweep.{name}")
 
 
+def _check_quality(suite: Suite, path: Path, entries) -> None:
+    if not suite.quality:
+        return
+    if suite.fidelity:
+        raise BadInput("quality and fidelity = true both write rel_err: ask for one of them", file=path, key="quality")
+    lacking = sorted({s.name for s, _ in entries if s.attention_inputs is None})
+    if lacking:
+        raise BadInput(f"selection quality needs a workload with one attention call (prefill, decode), "
+                       f"not {', '.join(lacking)}", file=path, key="quality")
+    if "minilm" in suite.quality:
+        from topk_bench.workloads.pretrained.model import missing_extra
+
+        problem = missing_extra()
+        if problem:
+            raise BadInput(f"quality 'minilm' {problem}", file=path, key="quality")
+
+
 def check_suite(suite: Suite, path: Path) -> None:
     """Everything a suite means; fills in its defaults (plug-ins made absolute, causal, activation)."""
     suite.plugins = plugins.resolve(suite.plugins, path)
@@ -272,3 +289,4 @@ def check_suite(suite: Suite, path: Path) -> None:
     _check_cpu_max(suite, path)
     _check_combinations(suite, path)
     _check_plot(suite, path, entries)
+    _check_quality(suite, path, entries)

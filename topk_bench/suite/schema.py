@@ -87,6 +87,9 @@ class Suite(Strict):
     plugins: list[str] = Field(default_factory=list)
     fidelity: bool = False
     protocol: Literal[tuple(PROTOCOLS)] = DEFAULT_PROTOCOL  # type: ignore[valid-type]  # topk_bench.protocol
+    # Selection-quality columns against exact attention, on these inputs: "random" (the case's own),
+    # "minilm" (the pretrained MiniLM's activations); a string names one.
+    quality: list[Literal["random", "minilm"]] = Field(default_factory=list)
     shape: dict[str, int | float | str] = Field(default_factory=dict)
     # Sizes; or names, for a parameter that takes them (model = ["llama-3-8b", "bert-base"]).
     sweep: dict[str, list[int] | list[str]] = Field(min_length=1)
@@ -95,6 +98,11 @@ class Suite(Strict):
     impl: list[ImplEntry] = Field(min_length=1)
     plot: PlotSection = Field(default_factory=PlotSection)
     _path: Path | None = PrivateAttr(None)  # the file it was read from
+
+    @field_validator("quality", mode="before")
+    @classmethod
+    def _one_kind(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
 
     @property
     def path(self) -> Path | None:

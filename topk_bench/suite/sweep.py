@@ -16,6 +16,7 @@ import implementations
 from topk_bench import protocol, workloads
 from topk_bench.case import Case
 from topk_bench.suite.schema import ImplEntry, Suite
+from topk_bench.workloads.attention import BUDGET, with_budget
 
 
 def entry_settings(suite: Suite, entry: ImplEntry) -> tuple[str, bool, str]:
@@ -112,14 +113,16 @@ def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: st
 def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any) -> Case:
     workload, causal, activation = entry_settings(suite, entry)
     params, given, ff_given = route(suite, entry, swept)
-    options = _resolved(implementations.spec(entry.name), given, suite)
+    # A swept token budget (decode's ``budget``) sets each selection method's own budget option.
+    options = _resolved(implementations.spec(entry.name), with_budget(entry.name, given, params.get(BUDGET, 0)), suite)
     ff_impl = feedforward(suite, entry)
     ff_options = _resolved(implementations.spec(ff_impl), ff_given, suite) if ff_impl else None
     return Case.make(
         suite=suite.name, workload=workload, impl=entry.name, params=params, options=options,
         ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, options, workload),
         mode=entry_mode(suite, entry), causal=causal, activation=activation, seed=suite.seed,
-        plugins=tuple(suite.plugins), fidelity=suite.fidelity, protocol=suite.protocol, **fields,
+        plugins=tuple(suite.plugins), fidelity=suite.fidelity, protocol=suite.protocol,
+        quality=tuple(dict.fromkeys(suite.quality)), **fields,
     )
 
 

@@ -35,6 +35,21 @@ class AttentionLayer(nn.Module):
         return self.attention(q, k, v, causal=self.causal, activation=self.activation)
 
 
+# A workload parameter (decode): the selection methods' token budget, 0 = each entry's own options.
+BUDGET = "budget"
+
+
+def with_budget(impl: str, options: Mapping[str, Any], tokens: int) -> dict[str, Any]:
+    """``options`` of ``impl`` with its budget option(s) set to attend ``tokens`` keys per query (besides its own
+    page or block): the registry entry's ``budget``. Unchanged for a method without one (dense attention) or
+    for ``tokens`` 0."""
+    resolved = spec(impl).resolve(options)
+    rule = spec(impl).budget
+    if not tokens or rule is None:
+        return dict(options)
+    return {**options, **rule(int(tokens), resolved)}
+
+
 def queries(batch: int, heads: int, length: int, head_dim: int) -> torch.Tensor:
     """Random queries, scaled by ``1/sqrt(head_dim)`` when drawn (a leaf: no scaling op in the measured region)."""
     return torch.randn(batch, heads, length, head_dim).mul_(1.0 / math.sqrt(head_dim))

@@ -19,7 +19,12 @@ The cache model:
   new token ``i`` sees the cache and new tokens ``0..i``). Every step writes the same
   values, so every iteration starts from the same cache.
 - What an implementation keeps with its cache besides K and V (page top-k's page
-  summaries) is built by :func:`cache_state`, before the measured region.
+  summaries) is built by :func:`cache_state`, before the measured region, and counted in
+  ``kv_cache_bytes`` with K and V.
+- ``budget`` (tokens; 0: the entries' own options): each selection method's budget
+  option set to attend that many keys per query besides its own page or block
+  (:func:`topk_bench.workloads.attention.with_budget`), so one sweep moves top-k's k,
+  page top-k's token budget, the window and the number of blocks together.
 
 Cost model (docs/CONTRACTS.md): dense attention's FLOPs over the attended pairs; bytes:
 Q read and O written once, the new K/V read once and written into the cache once, the
@@ -35,8 +40,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from implementations import spec
 from topk_bench.workloads.attention import (
-    AttentionLayer, attention_flops, element_size, grouped, heads_group, keys_or_values, queries,
+    BUDGET, AttentionLayer, attention_flops, element_size, grouped, heads_group, keys_or_values, queries,
 )
 from topk_bench.workloads.models import CUSTOM, MODELS
 from topk_bench.workloads.spec import Fixed, Traffic, Workload, WorkloadSpec, register
@@ -56,16 +62,37 @@ class DecodeStep(nn.Module):
         return self.layer(q, k_cache, v_cache)
 
 
-def cache_state(case, k_cache: torch.Tensor, v_cache: torch.Tensor) -> dict[str, Any]:
+def cache_state(case, k_cache: torch.Tensor) -> dict[str, Any]:
     """What the case's implementation keeps with its cache besides K and V, as options of its call.
 
-    The hook for per-cache state (issue 16: page_topk's page summaries, its
-    ``summaries`` option): built here, with the cache, before the measured region, so
-    that a step does not rebuild it and its bytes are counted with the cache
-    (``baseline_bytes``; ``kv_cache_bytes`` counts K and V only, see :func:`traffic`).
-    Empty for now: an implementation with such state builds it in every step.
+    The registry entry's ``cache_state`` (page_topk: its page summaries, option
+    ``summaries``), built here with the cache, before the measured region, as a serving
+    system keeps it with its cache: a step does not rebuild it, and its bytes are counted
+    with the cache (``baseline_bytes`` and ``kv_cache_bytes``). Built over the whole
+    buffer after the new tokens' K/V are in it (the step writes the same values again);
+    keeping the current page's summary up to date as tokens arrive is a serving system's
+    cost outside a step, left out.
     """
-    return {}
+    impl = spec(case.impl)
+    return {} if impl.cache_state is None else impl.cache_state(k_cache, impl.resolve(case.option_dict))
+
+
+def cache_state_bytes(case) -> int:
+    """Bytes of :func:`cache_state` for the case's cache, from its shapes alone (built on the meta device)."""
+    p = DECODE.shape(case)
+    k = torch.empty(p["batch"], p["kv_heads"], p["kv_len"] + p["new_tokens"], p["head_dim"],
+                    dtype=getattr(torch, case.dtype), device="meta")
+    return sum(x.nbytes for x in cache_state(case, k).values() if isinstance(x, torch.Tensor))
+
+
+def attention_inputs(workload: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q, k, v)`` of the step's attention: the queries and the whole cache, the new tokens' K/V in it."""
+    q, k_new, v_new, k_cache, v_cache = workload.inputs
+    n = q.shape[-2]
+    with torch.no_grad():
+        k_cache[..., -n:, :].copy_(k_new)
+        v_cache[..., -n:, :].copy_(v_new)
+    return q, k_cache, v_cache
 
 
 def build(case, device, dtype) -> Workload:
@@ -76,9 +103,11 @@ def build(case, device, dtype) -> Workload:
     k_new, v_new = (keys_or_values(b, p["kv_heads"], n, d) for _ in range(2))
     # The whole buffer is drawn; the step overwrites its last n positions with k_new / v_new.
     k_cache, v_cache = (keys_or_values(b, p["kv_heads"], cached + n, d) for _ in range(2))
-    options = {**case.option_dict, **cache_state(case, k_cache, v_cache)}
-    model = DecodeStep(AttentionLayer(case.impl, d, causal=True, activation=case.activation, **options))
-    return Workload(model, (q, k_new, v_new, k_cache, v_cache))
+    workload = Workload(None, (q, k_new, v_new, k_cache, v_cache))
+    attention_inputs(workload)  # the new tokens' K/V in the cache, as after every step, before its state is built
+    options = {**case.option_dict, **cache_state(case, k_cache)}
+    workload.model = DecodeStep(AttentionLayer(case.impl, d, causal=True, activation=case.activation, **options))
+    return workload
 
 
 def traffic(case) -> Traffic:
@@ -90,7 +119,7 @@ def traffic(case) -> Traffic:
     return Traffic(
         flops=attention_flops(b, hq, n, cached + n, d, causal=True, mode="fwd"),
         bytes=moved, tokens=b * n, tokens_per_sequence=n,
-        kv_cache_bytes=2 * hkv * cached * per_position,
+        kv_cache_bytes=2 * hkv * cached * per_position + cache_state_bytes(case),
     )
 
 
@@ -100,7 +129,7 @@ DECODE = register(WorkloadSpec(
     build=build,
     # model "custom": the head counts below (Llama-3-8B's attention); a named model sets them.
     params={"model": CUSTOM, "kv_len": 4096, "new_tokens": 1, "batch": 1, "q_heads": 32, "kv_heads": 8,
-            "head_dim": 128},
+            "head_dim": 128, BUDGET: 0},
     presets={"model": MODELS},
     causal=True,
     fixed={
@@ -111,4 +140,5 @@ DECODE = register(WorkloadSpec(
     check_params=heads_group,
     grouped_heads=grouped,
     traffic=traffic,
+    attention_inputs=attention_inputs,
 ))

@@ -57,4 +57,5 @@ PREFILL = register(WorkloadSpec(
     check_params=heads_group,
     grouped_heads=grouped,
     traffic=traffic,
+    attention_inputs=lambda workload: workload.inputs,
 ))

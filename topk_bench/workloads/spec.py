@@ -115,6 +115,9 @@ class WorkloadSpec:
     # Can ``--predict`` size it (FakeTensorMode)? False: its cases are recorded unsupported there.
     predictable: bool = True
     protocols: tuple[str, ...] = (OURS.name,)
+    # The (q, k, v) its attention call sees, from a built workload (selection quality, ``quality = [...]``);
+    # None: the workload has no single attention call to measure it on.
+    attention_inputs: Callable[[Workload], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
 
     def settings(self, causal: bool | None, activation: str | None) -> tuple[bool, str]:
         """(causal, activation): what is given, else what the workload imposes, else its defaults."""
