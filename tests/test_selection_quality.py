@@ -87,4 +87,4 @@ def test_exact_selection_scores_one_and_dense_attention_has_no_error():
     everything = sq.allowed_mask(5, 9, True).expand(1, 2, 5, 9)
     dense = sq.exact_attention(q, k, v, sq.allowed_mask(5, 9, True))
     full = sq.selection_quality(q, k, v, everything, dense, causal=True)
-    assert full == {"mass_recall": pytest.approx(1.0), "topk_recall": 1.0, "rel_err": 0.0}
+    assert full == {"mass_recall": pytest.approx(1.0), "topk_recall": 1.0, "rel_err": 0.0, "attended_fraction": 1.0}

@@ -252,6 +252,10 @@ INFERENCE_CASES = [
      "expected a suite parameter other than the x axis"),
     ("plot.split on the x axis", lambda s: s.replace('split = ["model"]', 'split = ["kv_len"]'), "plot.split[0]",
      "other than the x axis"),
+    ("quality and fidelity both", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = "random"\n'
+     "fidelity = true"), "quality", "both write rel_err"),
+    ("unknown quality inputs", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = ["gpt2"]'),
+     "quality[0]", "'random' or 'minilm'"),
     ("prefill is causal", lambda s: s.replace('workload = "decode"', 'workload = "prefill"\ncausal = false')
      .replace("kv_len", "seq_len").replace("new_tokens = 1", "").replace("[cpu_max]\nseq_len = 64\n", ""),
      "causal", "prefill is causal attention"),

@@ -59,7 +59,7 @@ def topk_rows(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tenso
     ranked = scores.masked_fill(~allowed, -math.inf).sort(dim=-1, descending=True).values
     kth = ranked.gather(-1, (budget - 1).clamp(min=0).unsqueeze(-1))      # the k-th largest allowed score
     hits = (selected & (scores >= kth)).sum(dim=-1)
-    recall = torch.minimum(hits, budget) / budget.clamp(min=1)
+    recall = torch.minimum(hits, budget).double() / budget.clamp(min=1)  # float64: an int ratio is float32
     return recall, (budget > 0) & allowed.any(dim=-1)
 
 

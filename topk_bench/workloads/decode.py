@@ -51,9 +51,19 @@ from topk_bench.workloads.spec import Fixed, Traffic, Workload, WorkloadSpec, re
 class DecodeStep(nn.Module):
     """Write the new tokens' K/V into the cache's room for them, then attend over the whole cache."""
 
-    def __init__(self, layer: AttentionLayer):
+    def __init__(self, layer: AttentionLayer, state: dict[str, Any] | None = None, case=None):
         super().__init__()
-        self.layer = layer
+        self.layer, self.case = layer, case
+        # What the implementation keeps with the cache (its call's options too): buffers, so that the
+        # harness counts them with the cache in baseline_bytes.
+        for name, value in (state or {}).items():
+            if isinstance(value, torch.Tensor):
+                self.register_buffer(f"cache_{name}", value, persistent=False)
+
+    def refresh_state(self, k_cache: torch.Tensor) -> None:
+        """Rebuild what the implementation keeps with the cache after the cache's contents were replaced, in place."""
+        for name, value in cache_state(self.case, k_cache).items():
+            getattr(self, f"cache_{name}").copy_(value)
 
     def forward(self, q, k_new, v_new, k_cache, v_cache):
         n = q.shape[-2]
@@ -105,8 +115,9 @@ def build(case, device, dtype) -> Workload:
     k_cache, v_cache = (keys_or_values(b, p["kv_heads"], cached + n, d) for _ in range(2))
     workload = Workload(None, (q, k_new, v_new, k_cache, v_cache))
     attention_inputs(workload)  # the new tokens' K/V in the cache, as after every step, before its state is built
-    options = {**case.option_dict, **cache_state(case, k_cache)}
-    workload.model = DecodeStep(AttentionLayer(case.impl, d, causal=True, activation=case.activation, **options))
+    state = cache_state(case, k_cache)
+    layer = AttentionLayer(case.impl, d, causal=True, activation=case.activation, **case.option_dict, **state)
+    workload.model = DecodeStep(layer, state, case)
     return workload
 
 
