@@ -101,7 +101,9 @@ def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: st
         return entry.label
     impl = implementations.spec(entry.name)
     # A legend would freeze one swept value of an option: the bare name then.
-    legend = impl.name if any(key in impl.options for key in suite.sweep) else impl.legend(options)
+    # So would a swept token budget, which sets a selection method's own option.
+    swept = any(key in impl.options for key in suite.sweep) or (BUDGET in suite.sweep and impl.budget is not None)
+    legend = impl.name if swept else impl.legend(options)
     spec = workloads.get(workload)
     if spec.legend is not None:
         ff_name = feedforward(suite, entry)
