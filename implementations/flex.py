@@ -124,5 +124,6 @@ FLEX = register(
         predictable=False,
         gqa="native",
         selection=flex_selection,
+        compiles=True,
     )
 )

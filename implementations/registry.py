@@ -78,6 +78,9 @@ class Implementation:
     # What the method keeps with a KV cache besides K and V, built once per cache (not per step):
     # ``cache_state(k, options) -> options to add`` (page top-k's page summaries). None: nothing.
     cache_state: Callable[[torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
+    # Compiles on its first call for each shape (torch.compile: flex): the harness keeps that call out of
+    # the timed region and reports its seconds (``compile_s``).
+    compiles: bool = False
     # Builds the per-layer attention module (for implementations with per-layer
     # state such as Performer's random features). ``None``: a stateless wrapper.
     module_factory: Callable[..., torch.nn.Module] | None = None

@@ -4,11 +4,14 @@ Compiling a FlexAttention kernel takes ~20 s per shape and mask on a 2-core CPU,
 the equality tests are ``slow``; the refusals and the masks run without compiling.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
 import implementations
 from implementations import flex
+from topk_bench.case import Case
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -80,3 +83,37 @@ def test_compiled_forward_equals_dense_masked_attention():
         q9, k4, v4 = inputs(1, 2, 2, 9, 4, dtype=torch.float32)
         out = flex.flex_attention(q9, k4, v4, causal=True)
         assert out[:, :, :5].abs().max() == 0 and torch.isfinite(out).all()
+
+
+@pytest.mark.slow  # compiles FlexAttention (about 20 s on 2 cores)
+def test_flex_compile_time_is_its_own_column_and_not_in_the_timed_samples():
+    import time
+
+    from topk_bench.measure import backends, iterations
+
+    case = Case.make(suite="t", workload="decode", impl="flex", params={"kv_len": 63, "q_heads": 2, "kv_heads": 1,
+                     "head_dim": 16}, mode="fwd", causal=True, dtype="float32", warmup=0, repeats=3)
+    calls = []
+
+    class Steps(iterations.Steps):  # the CPU's steps without the live-bytes tracker
+        def build(self):
+            return backends.build(case, "cpu")
+
+        def profile(self, wl):
+            calls.append("profile")
+            backends.iteration(wl, case)
+
+        def warm_up(self, wl):
+            calls.append("warm_up")
+            backends.iteration(wl, case)
+
+        def timed(self, wl):
+            calls.append("timed")
+            return backends.iteration(wl, case, time.perf_counter)
+
+    steps = Steps()
+    samples = iterations.run(case, steps)
+    # warmup = 0 still runs the compiling call first, untimed; the timed calls reuse its kernel.
+    assert calls == ["warm_up", "profile", "timed", "timed", "timed"]
+    assert steps.compile_s > 10 * max(f + b for f, b in samples)
+    assert not iterations.compiles(dataclasses.replace(case, impl="sdpa"))

@@ -41,6 +41,7 @@ from topk_bench.errors import Unsupported
 from topk_bench.protocol import OURS
 from topk_bench.measure import cuda_allocator, iterations, metadata
 from topk_bench.measure.memory import AllocationTrace, LiveBytes
+from topk_bench.results.columns import COMPILE_COLUMN
 from topk_bench.status import Status
 from topk_bench.workloads import Workload
 from topk_bench.workloads.support import unsupported
@@ -164,10 +165,11 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
     check_supported(case, predict=False)
     steps = CpuSteps(case, budget)
     samples = iterations.run(case, steps)
-    return _checked(_result(
-        case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
-        flops=steps.flops, **_timings(samples, case),
-    ), steps.problem)
+    result = _result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
+                     flops=steps.flops, **_timings(samples, case))
+    if steps.compile_s is not None:
+        result.extra[COMPILE_COLUMN] = steps.compile_s
+    return _checked(result, steps.problem)
 
 
 def predict(case: Case, budget: Budget) -> Measurement:
@@ -240,6 +242,9 @@ class CudaSteps(iterations.Steps):
     def warm_up(self, wl: Workload) -> None:
         iteration(wl, self.case)
 
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
     def start(self, wl: Workload, *, reset_peak: bool) -> None:
         """The baseline is what ``wl``'s build left allocated. With the reset (ours), the warm-up has run:
         what it left besides (cuBLAS workspaces) is ``workspace``, and ``empty_cache`` returns the segments it
@@ -300,6 +305,8 @@ def measure_cuda(case: Case, budget: Budget) -> Measurement:
         )
         if steps.workspace is not None:
             result.extra["workspace_bytes"] = steps.workspace  # a result column (topk_bench.results.columns)
+        if steps.compile_s is not None:
+            result.extra[COMPILE_COLUMN] = steps.compile_s
         return _checked(result, steps.problem)
 
 

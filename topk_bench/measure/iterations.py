@@ -4,7 +4,8 @@ on which model and inputs, which are timed, and where the measured region starts
 A backend says how each step is done on its device (:class:`Steps`); :func:`run` decides which steps
 run, and in what order:
 
-- ``ours``: one workload, built once. Its first iteration profiles (FLOPs; on the CPU, live bytes) and
+- ``ours``: one workload, built once. For an implementation that compiles on its first call (flex), that
+  call comes first, untimed, its seconds kept (``compile_s``). Its first iteration profiles (FLOPs; on the CPU, live bytes) and
   warms up, ``warmup - 1`` more warm up; the measured region starts (peaks restart); ``repeats``
   timed iterations on the same workload.
 - ``paper``, the authors' loop: ``repeats`` (3) timed iterations, each on a model and inputs built just
@@ -19,7 +20,10 @@ timed one, in either protocol.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
+
+import implementations
 
 from topk_bench.case import Case
 from topk_bench.protocol import OURS, PAPER
@@ -31,8 +35,14 @@ Sample = tuple[float, float]  # (forward, backward) seconds of one timed iterati
 class Steps:
     """How a backend does each step on its device (``start`` and ``finish`` do nothing unless overridden)."""
 
+    # Seconds of the first call of an implementation that compiles (ours), compilation included; else None.
+    compile_s: float | None = None
+
     def build(self) -> Workload:
         raise NotImplementedError
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (CUDA); nothing on the CPU."""
 
     def profile(self, wl: Workload) -> None:
         """One untimed iteration that counts FLOPs (on the CPU, also live bytes)."""
@@ -52,8 +62,18 @@ class Steps:
         """The timed iterations are over, the last on ``wl``: read the peaks, then check its numbers."""
 
 
+def compiles(case: Case) -> bool:
+    """Whether the case's implementation compiles on its first call (registry ``compiles``: flex)."""
+    return case.impl in implementations.names() and implementations.spec(case.impl).compiles
+
+
 def _ours(case: Case, steps: Steps) -> list[Sample]:
     wl = steps.build()
+    if compiles(case):  # its first call compiles: a warm-up of its own, whose seconds are compile_s
+        start = time.perf_counter()
+        steps.warm_up(wl)
+        steps.sync()
+        steps.compile_s = time.perf_counter() - start
     steps.profile(wl)
     for _ in range(case.warmup - 1):
         steps.warm_up(wl)

@@ -54,7 +54,10 @@ def quality_columns(kind: str) -> tuple[str, ...]:
 # Measured on CUDA: what the warm-up left allocated besides parameters and inputs (cuBLAS workspaces),
 # live through the timed iterations; peak_bytes - workspace_bytes compares with the CPU and predict.
 WORKSPACE_COLUMN = "workspace_bytes"
+# An implementation that compiles on its first call (flex): that call's seconds, outside the timed region.
+COMPILE_COLUMN = "compile_s"
 _OPTIONAL: dict[str, str] = {
+    COMPILE_COLUMN: "seconds of the first (warm-up) call of an implementation that compiles (flex), compilation included",
     WORKSPACE_COLUMN: "what the first iterations left allocated besides parameters and inputs (CUDA: cuBLAS workspaces)",
     "rel_err": ("relative Frobenius error of the output against exact attention: vanilla's layer (fidelity), "
                 "float64 softmax attention on the same q, k, v (quality)"),

@@ -18,9 +18,10 @@ import torch
 from topk_bench import protocol, workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
+from topk_bench.measure.iterations import compiles
 from topk_bench.results import rates
 from topk_bench.results.columns import (
-    FIDELITY_COLUMNS, WORKSPACE_COLUMN, header as results_header, order_parameters, quality_columns,
+    COMPILE_COLUMN, FIDELITY_COLUMNS, WORKSPACE_COLUMN, header as results_header, order_parameters, quality_columns,
 )
 from topk_bench.results.row import parameters
 from topk_bench.run import devices
@@ -276,7 +277,8 @@ def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
     own = [c for name in dict.fromkeys(case.workload for case in cases) for c in workloads.get(name).columns]
     traffic = {c for case in cases for c in rates.names(workloads.traffic(case))}
     quality = tuple(c for kind in dict.fromkeys(suite.quality) for c in quality_columns(kind))
-    return (((WORKSPACE_COLUMN,) if cuda else ()) + (FIDELITY_COLUMNS if suite.fidelity else ()) + quality
+    compiled = any(c.method == "measured" and compiles(c) for c in cases)
+    return (((WORKSPACE_COLUMN,) if cuda else ()) + ((COMPILE_COLUMN,) if compiled else ()) + (FIDELITY_COLUMNS if suite.fidelity else ()) + quality
             + tuple(dict.fromkeys(own)) + tuple(c for c in rates.COLUMNS if c in traffic))
 
 
