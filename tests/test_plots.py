@@ -339,3 +339,15 @@ def test_one_figure_per_model_with_time_per_token_and_the_memory_above_inputs(tm
         assert above["SDPA (batch=8)"] == pytest.approx([8 / 1024, 8 / 1024])
     finally:
         plt.close(fig)
+
+
+def test_an_option_that_moves_with_x_is_one_curve_and_one_that_does_not_splits_it():
+    from topk_bench.report.plots.figure import _series
+    from topk_bench.report.plots.spec import PlotSpec
+
+    # A swept token budget sets page_topk's token_budget (one value per x); batch has two values per x.
+    rows = pd.DataFrame({"label": "page_topk", "impl": "page_topk", "budget": [2, 4, 2, 4],
+                         "token_budget": [2, 4, 2, 4], "batch": [1, 1, 8, 8]})
+    spec = PlotSpec(suite="s", title="t", workload="decode", x="budget", x_label="b",
+                    parameters=("budget", "token_budget", "batch"))
+    assert sorted(legend for legend, _, _ in _series(rows, spec)) == ["page_topk (batch=1)", "page_topk (batch=8)"]

@@ -85,7 +85,9 @@ def _series(rows: pd.DataFrame, spec: PlotSpec) -> list[tuple[str, str, pd.DataF
     others = [c for c in parameters if c != x and c in rows.columns]
     out = []
     for label, group in rows.groupby("label", sort=False):
-        varying = [c for c in others if group[c].nunique(dropna=True) > 1]
+        # A parameter with one value per x moves with x (the option a swept token budget sets): not a curve of its own.
+        varying = [c for c in others if group[c].nunique(dropna=True) > 1
+                   and group.groupby(x, dropna=False)[c].nunique(dropna=True).max() > 1]
         if not varying:
             out.append((str(label), str(group["impl"].iloc[0]), group))
             continue
