@@ -141,6 +141,7 @@ DECODE = register(WorkloadSpec(
     # model "custom": the head counts below (Llama-3-8B's attention); a named model sets them.
     params={"model": CUSTOM, "kv_len": 4096, "new_tokens": 1, "batch": 1, "q_heads": 32, "kv_heads": 8,
             "head_dim": 128, BUDGET: 0},
+    optional_params=(BUDGET,),
     presets={"model": MODELS},
     causal=True,
     fixed={

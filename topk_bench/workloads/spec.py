@@ -96,6 +96,9 @@ class WorkloadSpec:
     build: Builder
     params: Mapping[str, Any]
     open_params: bool = False
+    # Parameters a case holds only when its suite gives them (their default is "not used"), so that adding
+    # one leaves the ids of existing cases as they were.
+    optional_params: tuple[str, ...] = ()
     causal: bool = False
     activation: str = "softmax"
     fixed: Mapping[str, Fixed] = field(default_factory=dict)
