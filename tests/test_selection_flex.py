@@ -117,3 +117,17 @@ def test_flex_compile_time_is_its_own_column_and_not_in_the_timed_samples():
     assert calls == ["warm_up", "profile", "timed", "timed", "timed"]
     assert steps.compile_s > 10 * max(f + b for f, b in samples)
     assert not iterations.compiles(dataclasses.replace(case, impl="sdpa"))
+
+
+def test_what_this_torch_cannot_do_is_an_unsupported_row_not_an_error():
+    # flex.py documents it: its NotImplementedError (here: no FlexAttention backward on CPU) is the
+    # harness's `unsupported`, as is torch's own (a higher-order op the CPU tracker cannot follow).
+    from topk_bench.case import Budget, Case
+    from topk_bench.measure.worker import classify, execute
+
+    case = Case.make(suite="t", workload="mha", impl="flex", params={"seq_len": 8, "d_model": 8, "heads": 2},
+                     causal=True, warmup=0, repeats=1)
+    result = execute(case)
+    assert result.status == "unsupported" and "backward on CPU" in result.error, result.error
+    status, message = classify(NotImplementedError("There was no rule registered for HigherOrderOperator"), Budget())
+    assert status == "unsupported" and "HigherOrderOperator" in message

@@ -85,6 +85,8 @@ def classify(exc: BaseException, budget: Budget, case: Case | None = None) -> tu
         return Status.OVER_BUDGET, first_line
     if isinstance(exc, Unsupported):
         return Status.UNSUPPORTED, first_line
+    if isinstance(exc, NotImplementedError):  # what this torch (or an implementation on it) cannot do
+        return Status.UNSUPPORTED, message
     if isinstance(exc, NonFinite):  # issue 18: a NaN in an optional column (extras)
         return Status.NONFINITE, first_line
     if _is_allocation_failure(exc):
