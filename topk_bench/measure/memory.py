@@ -46,6 +46,9 @@ class LiveBytes(TorchDispatchMode):
     is the high-water mark of all live bytes, baseline included.
     """
 
+    def __repr__(self) -> str:  # torch names the mode in errors (an op it cannot follow): no address there
+        return "LiveBytes (topk-bench's CPU memory tracker)"
+
     def __init__(self, *, round_to: int = 1, limit: int | None = None):
         super().__init__()
         if round_to < 1:
