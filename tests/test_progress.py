@@ -80,6 +80,7 @@ def test_jobs_auto_is_one_per_core_and_the_default_of_predict(tmp_path, monkeypa
             planning.plan(suite, device="cpu", jobs=bad)
 
 
+@pytest.mark.slow  # real CLI processes
 def test_a_bad_jobs_flag_is_one_line_of_bad_input(tmp_path):
     suite = write_suite(tmp_path)
     done = subprocess.run([sys.executable, "-m", "topk_bench", "run", str(suite), "--jobs", "lots",

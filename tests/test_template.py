@@ -155,6 +155,7 @@ def test_a_template_that_dies_fails_its_running_case_and_the_next_case_gets_a_ne
     assert again["parent_pid"] != template
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch
 def test_fork_hazard_lets_fork_aware_pools_stop_and_refuses_other_threads():
     code = textwrap.dedent("""
         import threading, time
@@ -170,6 +171,7 @@ def test_fork_hazard_lets_fork_aware_pools_stop_and_refuses_other_threads():
     assert "the template has 2 threads" in refused
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch and warming up
 def test_the_template_warms_up_without_initialising_cuda():
     # FakeTensorMode asks torch.cuda.is_available(): in the template only NVML may answer it
     # (the default, cudaGetDeviceCount, initialises the driver, and forked children could not use CUDA).
