@@ -18,6 +18,7 @@ from topk_bench import workloads
 from topk_bench.doctor import tiny
 from topk_bench.doctor.check import Check, Result
 from topk_bench.measure.backends import DTYPES
+from topk_bench.measure.fidelity import rel_err
 from topk_bench.measure.placement import DevicePlacement
 from topk_bench.workloads.support import unsupported
 
@@ -67,10 +68,9 @@ def _copy_from(dst, src) -> None:
 def relative_error(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
     if a is None or b is None:
         return 0.0 if a is None and b is None else float("inf")
-    a, b = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
     if a.shape != b.shape:
         return float("inf")
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+    return rel_err(a.detach().cpu(), b.detach().cpu())
 
 
 def reference_of(impl: implementations.Implementation) -> str:

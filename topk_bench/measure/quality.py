@@ -10,7 +10,7 @@ each query may see (``allowed``, broadcastable bool, None = all):
   averaged over rows;
 * :func:`mass_recall`: the exact softmax probability mass (over the allowed keys)
   that falls on the attended keys, averaged over rows;
-* :func:`rel_err`: the relative Frobenius error of an output against a reference.
+* :func:`rel_err` (fidelity's): the relative Frobenius error of an output against a reference.
 
 Rows where a metric is undefined are left out of its average: rows with no allowed
 key (both recalls) and rows where the method selected nothing (top-k recall; its mass
@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from topk_bench.measure.fidelity import rel_err  # noqa: F401 (one definition, re-exported)
 
 
 def allowed_mask(lq: int, lk: int, causal: bool, device=None) -> torch.Tensor:
@@ -81,15 +83,6 @@ def topk_recall(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Ten
 def mass_recall(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None = None) -> float:
     """Mean over rows of the exact softmax mass (over allowed keys) on the selected keys."""
     return _mean(*mass_rows(selected, scores, allowed))
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``||out - ref||_F / ||ref||_F`` in float64 (0 when both are zero, inf when only ref is)."""
-    out, ref = out.detach().double(), ref.detach().double()
-    num, den = float(torch.linalg.vector_norm(out - ref)), float(torch.linalg.vector_norm(ref))
-    if den == 0:
-        return 0.0 if num == 0 else math.inf
-    return num / den
 
 
 def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None = None):

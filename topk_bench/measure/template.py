@@ -54,7 +54,7 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Callable, NoReturn, Protocol, Sequence
+from typing import Callable, MutableMapping, NoReturn, Protocol, Sequence
 
 import torch
 
@@ -141,12 +141,16 @@ class Fresh:
         self.environment = {name: os.environ.get(name) for name in FORK_SAFE_ENVIRONMENT}
         self.torch_rng = torch.random.get_rng_state() if torch.initial_seed() == self.FIXED_TORCH_SEED else None
 
-    def restore(self) -> None:
+    def undo_environment(self, environ: MutableMapping[str, str]) -> None:
+        """The template's own variables (:data:`FORK_SAFE_ENVIRONMENT`) set back in ``environ`` as they were."""
         for name, value in self.environment.items():
             if value is None:
-                os.environ.pop(name, None)
+                environ.pop(name, None)
             else:
-                os.environ[name] = value
+                environ[name] = value
+
+    def restore(self) -> None:
+        self.undo_environment(os.environ)
         if self.torch_rng is not None:
             torch.random.set_rng_state(self.torch_rng)
         else:
@@ -218,11 +222,7 @@ def _spawn_fresh(request: dict, ready_fd: int, log_fd: int, template_pid: int, f
     isolated. Its environment is the one a fork would have had.
     """
     env = dict(os.environ)
-    for name, value in fresh.environment.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
+    fresh.undo_environment(env)
     env.update(request.get("env") or {})  # thread settings and GPU, read by the new interpreter itself
     os.set_inheritable(ready_fd, True)
     argv = [sys.executable, "-m", "topk_bench.measure.worker", *request["argv"],

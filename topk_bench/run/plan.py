@@ -18,6 +18,7 @@ import torch
 from topk_bench import protocol, workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
+from topk_bench.machine import cores
 from topk_bench.measure.iterations import compiles
 from topk_bench.results import rates
 from topk_bench.results.columns import (
@@ -103,14 +104,6 @@ def _check_override(flag: str, value: Any, minimum: float, strict: bool = False)
     if bad:
         bound = f"> {minimum}" if strict else f">= {minimum}"
         raise BadInput(f"expected a number {bound}, got {value!r}", key=flag)
-
-
-def cores() -> int:
-    """Cores this process may run on (its affinity: a Slurm or cgroup allocation), else the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _jobs(value: int | str | None) -> int | None:
