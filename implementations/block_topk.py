@@ -20,7 +20,10 @@ with ``B*Hq*chunk_size*(topk_blocks + 1)*block_size`` score entries alive and no
 ``Lq x Lk`` tensor. Scores of the chosen keys come from the sampled product
 (``embedding_bag``'s per-sample-weights gradient), outputs and ``dQ`` from
 ``embedding_bag``, ``dK``/``dV`` from bags of the entries sorted by key: no key or
-value row is gathered. Shape-static: runs under ``FakeTensorMode``.
+value row is gathered. A decode step (no gradient, few query rows) instead copies its
+chosen blocks whole, a few MiB at a time, for dense products
+(:func:`implementations.selection.block_sparse_attention`). Shape-static: runs under
+``FakeTensorMode``.
 
 Dtypes: block means and gate scores are float32 for half inputs (a rounded gate
 could change which block wins), the softmax and the K/V gradient accumulators too;

@@ -15,9 +15,15 @@ other page; when causal, only pages before the current one (bottom-right aligned
 query ``i`` sits at ``Lk - Lq + i``, so decode's new tokens sit at the end of the
 cache; the current page's keys after the query are masked).
 
-Grouped-query heads: native. Each query head ranks pages by its own bound computed
-with its kv head's summaries (``h // (Hq // Hkv)``), so the heads of a group may pick
-different pages; no K/V is repeated.
+Grouped-query heads: native, no K/V is repeated. By default (``group_pages=True``) the
+G query heads of a K/V head share one selection: a page's bound for the group is the
+largest of its heads' bounds (the bound of the union), and the group attends the pages
+with the highest group bounds, so a step reads each chosen page once for all G heads
+(the bytes a GQA cache saves stay saved: a 1/16 budget reads 1/16 of the cache).
+``group_pages=False``: each query head ranks pages by its own bound with its kv head's
+summaries (``h // (Hq // Hkv)``), as Quest for multi-head attention; the heads of a group
+may then pick different pages, and a step reads up to G times as many. With ``Hq == Hkv``
+the two are the same.
 
 Dtypes: summaries and bounds are float32 for half inputs (a rounded bound could
 change which page wins; the summaries are exact copies of key values either way),
@@ -36,10 +42,11 @@ import torch
 
 from implementations.registry import Implementation, register
 from implementations.selection import (
-    block_sparse_attention, check_gqa, check_softmax, n_blocks, select_blocks, stat_dtype, table_selection,
+    block_sparse_attention, check_gqa, check_softmax, n_blocks, per_query_head, select_blocks, stat_dtype,
+    table_selection,
 )
 
-OPTIONS = {"page_size": 16, "token_budget": 1024, "summaries": None, "chunk_size": 64}
+OPTIONS = {"page_size": 16, "token_budget": 1024, "group_pages": True, "summaries": None, "chunk_size": 64}
 
 
 def page_summaries(k: torch.Tensor, page_size: int) -> torch.Tensor:
@@ -76,7 +83,7 @@ def page_bounds(qg: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
     return (summaries.reshape(b, h, p, 2 * d).to(sdt) @ signed.transpose(-2, -1)).transpose(-2, -1)
 
 
-def _table(q, k, causal, page_size, token_budget, summaries, chunk_size):
+def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size):
     check_gqa(q, k, k)
     if page_size < 1 or token_budget < 0 or chunk_size < 1:
         raise ValueError(f"page_topk needs page_size >= 1, token_budget >= 0, chunk_size >= 1, got "
@@ -89,11 +96,11 @@ def _table(q, k, causal, page_size, token_budget, summaries, chunk_size):
                          f"(page_summaries(k, {page_size})), got {tuple(summaries.shape)}")
     summaries = summaries.detach()
     return select_blocks(q.detach(), hkv, lk, page_size, token_budget // page_size, causal, chunk_size,
-                         lambda qg: page_bounds(qg, summaries))
+                         lambda qg: page_bounds(qg, summaries), shared=bool(group_pages))
 
 
 def page_topk_attention(q, k, v, *, causal=False, activation="softmax", page_size=16, token_budget=1024,
-                        summaries=None, chunk_size=64):
+                        group_pages=True, summaries=None, chunk_size=64):
     """Quest attention: each query attends its ``token_budget // page_size`` best-bounded pages plus its own.
 
     ``summaries``: optional ``page_summaries(k, page_size)``; built here when None.
@@ -102,15 +109,16 @@ def page_topk_attention(q, k, v, *, causal=False, activation="softmax", page_siz
     check_softmax(activation, "page_topk")
     check_gqa(q, k, v)
     page_size, token_budget, chunk_size = int(page_size), int(token_budget), int(chunk_size)
-    blocks, ok = _table(q, k, causal, page_size, token_budget, summaries, chunk_size)
+    blocks, ok = _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size)
     return block_sparse_attention(q, k, v, blocks, ok, page_size, causal, chunk_size)
 
 
-def page_topk_selection(q, k, *, causal=False, page_size=16, token_budget=1024, summaries=None, chunk_size=64,
-                        **_ignored):
+def page_topk_selection(q, k, *, causal=False, page_size=16, token_budget=1024, group_pages=True, summaries=None,
+                        chunk_size=64, **_ignored):
     """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`page_topk_attention` attends to (True = attended)."""
-    blocks, ok = _table(q, k, causal, int(page_size), int(token_budget), summaries, int(chunk_size))
-    return table_selection(blocks, ok, k.shape[2], int(page_size), causal)
+    blocks, ok = _table(q, k, causal, int(page_size), int(token_budget), group_pages, summaries, int(chunk_size))
+    hq = q.shape[1]
+    return table_selection(per_query_head(blocks, hq), per_query_head(ok, hq), k.shape[2], int(page_size), causal)
 
 
 PAGE_TOPK = register(

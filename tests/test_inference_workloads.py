@@ -36,9 +36,9 @@ GROUPED = [n for n in implementations.names()
 HEADS = [(4, 2), (4, 1), (2, 2)]  # (q_heads, kv_heads): grouped, multi-query, multi-head
 
 
-def _case(workload, impl, dtype="float64", mode="fwd", **params):
-    return Case.make(suite="t", workload=workload, impl=impl, params=params, options=OPTIONS.get(impl, {}),
-                     mode=mode, causal=True, dtype=dtype)
+def _case(workload, impl, dtype="float64", mode="fwd", options=None, **params):
+    return Case.make(suite="t", workload=workload, impl=impl, params=params,
+                     options={**OPTIONS.get(impl, {}), **(options or {})}, mode=mode, causal=True, dtype=dtype)
 
 
 def _build(case):
@@ -87,9 +87,13 @@ def test_decode_equals_the_last_rows_of_prefill(impl, q_heads, kv_heads, new_tok
 def test_grouped_heads_equal_repeated_kv_through_the_workload(workload, impl, q_heads, kv_heads):
     """Each implementation with grouped K/V equals itself (exact ones: vanilla) on K/V repeated per group."""
     size = {"seq_len": 11} if workload == "prefill" else {"kv_len": 11, "new_tokens": 2}
-    grouped = _build(_case(workload, impl, batch=2, q_heads=q_heads, kv_heads=kv_heads, head_dim=8, **size))
+    # page_topk's default shares a group's pages: with repeated K/V every head is its own group.
+    per_head = {"group_pages": False} if impl == "page_topk" else {}
+    grouped = _build(_case(workload, impl, options=per_head, batch=2, q_heads=q_heads, kv_heads=kv_heads,
+                           head_dim=8, **size))
     reference = "vanilla" if implementations.spec(impl).exact else impl
-    full = _build(_case(workload, reference, batch=2, q_heads=q_heads, kv_heads=q_heads, head_dim=8, **size))
+    full = _build(_case(workload, reference, options=per_head, batch=2, q_heads=q_heads, kv_heads=q_heads,
+                        head_dim=8, **size))
     if reference == impl:
         full.model.load_state_dict(grouped.model.state_dict())
     groups = q_heads // kv_heads

@@ -75,9 +75,12 @@ def test_the_budget_sets_each_methods_own_option():
             assert o[expected[0]] == expected[1], case
     assert {c.quality for c in cases} == {("random", "minilm")}
     # One curve per entry: a label does not freeze the option the budget sets.
-    labels = {(c.impl, c.option_dict.get("page_size")): set() for c in cases}
+    def entry(c):
+        return c.impl, c.option_dict.get("page_size"), c.option_dict.get("group_pages")
+
+    labels = {entry(c): set() for c in cases}
     for c in cases:
-        labels[c.impl, c.option_dict.get("page_size")].add(c.label)
+        labels[entry(c)].add(c.label)
     assert all(len(v) == 1 for v in labels.values()), labels
     assert {c.label for c in cases if c.impl == "topk_fast"} == {"topk_fast"}
 

@@ -63,22 +63,31 @@ def dense_masked(q, k, v, selected):
 
 
 def per_row(q, k, causal, pick):
-    """Selection built row by row: ``pick(qrow, keys, pos, allowed_row)`` -> list of key indices."""
+    """Selection built row by row: ``pick(qrow, keys, pos, allowed_row)`` -> list of key indices.
+
+    ``qrow``: the row's query, or, for a pick that declares ``group=True``, the queries of
+    all heads of its kv head's group at that position (``[G, d]``).
+    """
     b, hq, lq, _ = q.shape
     hkv, lk = k.shape[1], k.shape[2]
+    g = hq // hkv
     ok = allowed(lq, lk, causal)
     out = torch.zeros(b, hq, lq, lk, dtype=torch.bool)
     for bi in range(b):
         for h in range(hq):
-            keys = k[bi, h // (hq // hkv)].detach()
+            keys = k[bi, h // g].detach()
             for i in range(lq):
-                for j in pick(q[bi, h, i].detach(), keys, lk - lq + i, ok[i]):
+                qrow = q[bi, h // g * g: h // g * g + g, i] if getattr(pick, "group", False) else q[bi, h, i]
+                for j in pick(qrow.detach(), keys, lk - lq + i, ok[i]):
                     out[bi, h, i, j] = bool(ok[i, j])
     return out
 
 
-def naive_blocks(q, k, causal, size, n_top, score):
-    """Own block plus the ``n_top`` best-scoring eligible blocks (other blocks; earlier ones when causal)."""
+def naive_blocks(q, k, causal, size, n_top, score, group=False):
+    """Own block plus the ``n_top`` best-scoring eligible blocks (other blocks; earlier ones when causal).
+
+    ``group``: the heads of a kv head's group rank blocks together, by the largest of their scores.
+    """
 
     def pick(qrow, keys, pos, ok_row):
         lk = keys.shape[0]
@@ -87,9 +96,16 @@ def naive_blocks(q, k, causal, size, n_top, score):
             return []
         own = max(pos, 0) // size
         eligible = [p for p in range(len(blocks)) if (p < own if causal else p != own)]
-        ranked = sorted(eligible, key=lambda p: -float(score(qrow, keys[blocks[p]])))
+
+        def rank(p):
+            if group:
+                return -max(float(score(row, keys[blocks[p]])) for row in qrow)
+            return -float(score(qrow, keys[blocks[p]]))
+
+        ranked = sorted(eligible, key=rank)
         return [j for p in ranked[:n_top] + [own] for j in blocks[p]]
 
+    pick.group = group
     return per_row(q, k, causal, pick)
 
 
@@ -102,7 +118,8 @@ def quest_bound(qrow, page_keys):
 def naive_selection(name, q, k, causal, options):
     if name == "page_topk":
         size = options["page_size"]
-        return naive_blocks(q, k, causal, size, options["token_budget"] // size, quest_bound)
+        return naive_blocks(q, k, causal, size, options["token_budget"] // size, quest_bound,
+                            group=options.get("group_pages", True))
     if name == "block_topk":
         return naive_blocks(q, k, causal, options["block_size"], options["topk_blocks"],
                             lambda qrow, keys: qrow @ keys.mean(dim=0))
@@ -145,6 +162,28 @@ def test_selection_is_the_published_rule(name, causal, shape):
     assert torch.equal(got, naive_selection(name, q, k, causal, options))
 
 
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[1] != s[2]], ids=[i for s, i in zip(SHAPES, shape_ids)
+                                                                          if s[1] != s[2]])
+@pytest.mark.parametrize("causal", [False, True])
+def test_page_topk_per_query_head_is_quest_for_each_head(causal, shape):
+    q, k, _ = inputs(*shape, seed=sum(shape))
+    options = dict(METHODS["page_topk"], group_pages=False)
+    got = implementations.spec("page_topk").selection(q, k, causal=causal, **options)
+    want = naive_selection("page_topk", q, k, causal, options)
+    assert torch.equal(got, want)
+
+
+def test_the_heads_of_a_group_share_pages_only_when_asked():
+    q, k, _ = inputs(1, 8, 2, 2, 40, seed=3)
+    page = implementations.spec("page_topk").selection
+    shared = page(q, k, page_size=4, token_budget=8)
+    own = page(q, k, page_size=4, token_budget=8, group_pages=False)
+    grouped = shared.view(1, 2, 4, 2, 40)
+    assert torch.equal(grouped, grouped[:, :, :1].expand_as(grouped))       # one selection per group
+    assert not torch.equal(shared, own)                                    # the heads' own bounds differ
+    assert (shared.sum(-1) == own.sum(-1)).all()                            # with the same budget
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_ids)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", ["page_topk", "block_topk", "sink_window"])
@@ -156,6 +195,25 @@ def test_attention_is_dense_softmax_over_the_selection(name, causal, shape):
     selected = spec.selection(q, k, causal=causal, **options)
     got = out_and_grads(spec.fn, q, k, v, causal=causal, **options)
     assert_close_all(got, out_and_grads(dense_masked, q, k, v, selected=selected))
+
+
+@pytest.mark.parametrize("gather_bytes", [1, 1 << 20])
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_ids)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name, options", [("page_topk", {}), ("page_topk", {"group_pages": False}),
+                                           ("block_topk", {})], ids=["page-group", "page-head", "block"])
+def test_a_step_without_gradients_is_dense_softmax_over_the_selection(name, options, causal, shape, gather_bytes,
+                                                                      monkeypatch):
+    # The decode path (copied blocks, dense products), in parts of one table row and of all rows;
+    # shapes with Lk below the block size or Lq above Lk take the sampled products instead.
+    monkeypatch.setattr(core, "GATHER_BYTES", gather_bytes)
+    q, k, v = inputs(*shape, seed=sum(shape))
+    opts = dict(METHODS[name], **options)
+    spec = implementations.spec(name)
+    with torch.no_grad():
+        got = spec.fn(q, k, v, causal=causal, **opts)
+        want = dense_masked(q, k, v, spec.selection(q, k, causal=causal, **opts))
+    torch.testing.assert_close(got, want, **TOL)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -201,12 +259,16 @@ def test_a_budget_covering_the_cache_is_exact_attention(name, causal, shape):
     assert_close_all(got, out_and_grads(dense_masked, q, k, v, selected=ok))
 
 
+@pytest.mark.parametrize("heads", [(4, 2, {"group_pages": False}), (4, 4, {})], ids=["gqa-per-head", "mha"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("lq", [1, 3, 12])
-def test_page_size_one_selects_the_top_budget_keys_plus_the_current_token(lq, causal):
-    b, hq, hkv, lk, budget = 1, 4, 2, 12, 3
+def test_page_size_one_selects_the_top_budget_keys_plus_the_current_token(lq, causal, heads):
+    # Exact top-k per query head: with a page per head's own ranking (any heads; by default, MHA).
+    hq, hkv, options = heads
+    b, lk, budget = 1, 12, 3
     q, k, _ = inputs(b, hq, hkv, lq, lk, seed=lq)
-    got = implementations.spec("page_topk").selection(q, k, causal=causal, page_size=1, token_budget=budget)
+    got = implementations.spec("page_topk").selection(q, k, causal=causal, page_size=1, token_budget=budget,
+                                                      **options)
     scores = q.detach() @ k.detach().repeat_interleave(hq // hkv, dim=1).transpose(-2, -1)
     for i in range(lq):
         pos = lk - lq + i
@@ -221,7 +283,8 @@ def test_page_size_one_selects_the_top_budget_keys_plus_the_current_token(lq, ca
 @pytest.mark.parametrize("name", ["page_topk", "block_topk", "sink_window"])
 def test_grouped_query_heads_equal_repeated_kv(name):
     q, k, v = inputs(2, 6, 2, 4, 15, seed=11)
-    options = METHODS[name]
+    # page_topk per query head: repeated K/V makes every head its own group.
+    options = dict(METHODS[name], group_pages=False) if name == "page_topk" else METHODS[name]
     fn = implementations.get(name)
     got = out_and_grads(fn, q, k, v, causal=True, **options)
     kr = k.detach().repeat_interleave(3, dim=1).requires_grad_()
