@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 
-from implementations.masking import causal_offset, upcast
+from implementations.masking import causal_offset, stat_dtype, upcast
 
 # Query positions up to which a call without gradients takes this path (all scores of
 # the step alive: ``Hq x Lq x Lk`` float32), besides the ``chunk_size`` option's bound.
@@ -47,10 +47,13 @@ def use_decode_path(q, k, v, chunk_size: int, dropout: float) -> bool:
     return not needs_grad and not dropout and q.shape[-2] <= min(DECODE_ROWS, chunk_size)
 
 
-def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, multiple: int = 1):
+def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, multiple: int = 1,
+                  float_scores: bool = True):
     """Masked scores ``[B*Hkv, G*Lq, width]`` (float32 for half inputs); masked entries are ``-inf``.
 
     ``width``: ``Lk`` rounded up to a ``multiple`` (the extra columns are ``-inf``).
+    ``float_scores=False``: half inputs' product in their own dtype (one product with every
+    key, rounded as dense attention in that dtype rounds its scores), stored as float32.
     """
     lq, d = q.shape[-2], q.shape[-1]
     lk = k.shape[-2]
@@ -59,27 +62,12 @@ def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, mul
     bkv = k3.shape[0]
     rows = groups * lq
     device = q.device
-    qf = upcast(q.reshape(bkv, rows, d))
-    scores = qf.new_empty(bkv, rows, width)
-    convert = qf.dtype != k.dtype
-    tile = max(lk, 1)
-    if device.type == "cpu":  # cache-sized tiles (an accelerator would rather have one large op)
-        tile = max(1, DECODE_TILE_BYTES // max(1, bkv * d * qf.element_size()))
-    key_buffer = qf.new_empty(bkv, min(tile, lk), d) if convert else None
-    if isinstance(q, FakeTensor) and lk > tile:
-        # Predicting: every tile allocates and frees the same, so one tile's conversion and one
-        # product over all keys (the converted tile broadcast) have the loop's peak and FLOPs in two
-        # ops, not Lk / tile pairs (16384 at 1M keys, batch 8: minutes of fake ops).
-        keys = key_buffer[:, :1].copy_(k3[:, :1]).expand(bkv, lk, d) if convert else k3
-        torch.matmul(qf, keys.transpose(1, 2), out=scores[:, :, :lk])
+    qf = upcast(q.reshape(bkv, rows, d)) if float_scores else q.reshape(bkv, rows, d)
+    scores = torch.empty(bkv, rows, width, dtype=stat_dtype(q.dtype), device=device)
+    if qf.dtype != scores.dtype:  # half scores: one product in the input dtype, stored as float32
+        scores[:, :, :lk].copy_(torch.matmul(qf, k3.transpose(1, 2)))
     else:
-        for t0 in range(0, lk, tile):
-            t1 = min(t0 + tile, lk)
-            keys = k3[:, t0:t1]
-            if convert:
-                keys = key_buffer[:, : t1 - t0].copy_(keys)
-            torch.matmul(qf, keys.transpose(1, 2), out=scores[:, :, t0:t1])
-    del key_buffer
+        _float_products(qf, k3, scores)
     if width > lk:
         scores[..., lk:].fill_(float("-inf"))
     grouped = scores.view(bkv, groups, lq, width)  # per-position masks broadcast over the G heads
@@ -93,6 +81,29 @@ def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, mul
         pad = key_padding_mask.view(shape).expand(*k.shape[:-2], lk).reshape(bkv, 1, 1, lk)
         grouped[..., :lk].masked_fill_(pad, float("-inf"))
     return scores
+
+
+def _float_products(qf, k3, scores):
+    """``scores[:, :, :Lk] = qf @ k3ᵀ`` in ``qf``'s (float) dtype; half keys converted a tile at a time."""
+    bkv, lk, d = k3.shape
+    convert = qf.dtype != k3.dtype
+    tile = max(lk, 1)
+    if qf.device.type == "cpu":  # cache-sized tiles (an accelerator would rather have one large op)
+        tile = max(1, DECODE_TILE_BYTES // max(1, bkv * d * qf.element_size()))
+    key_buffer = qf.new_empty(bkv, min(tile, lk), d) if convert else None
+    if isinstance(qf, FakeTensor) and lk > tile:
+        # Predicting: every tile allocates and frees the same, so one tile's conversion and one
+        # product over all keys (the converted tile broadcast) have the loop's peak and FLOPs in two
+        # ops, not Lk / tile pairs (16384 at 1M keys, batch 8: minutes of fake ops).
+        keys = key_buffer[:, :1].copy_(k3[:, :1]).expand(bkv, lk, d) if convert else k3
+        torch.matmul(qf, keys.transpose(1, 2), out=scores[:, :, :lk])
+    else:
+        for t0 in range(0, lk, tile):
+            t1 = min(t0 + tile, lk)
+            keys = k3[:, t0:t1]
+            if convert:
+                keys = key_buffer[:, : t1 - t0].copy_(keys)
+            torch.matmul(qf, keys.transpose(1, 2), out=scores[:, :, t0:t1])
 
 
 def decode_output(weights, where, q, v):

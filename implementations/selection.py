@@ -94,19 +94,20 @@ def safe_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def topk_selection(q, k, *, causal=False, topk=128, chunk_size=1024, key_padding_mask=None, dropout=0.0,
-                   **_ignored) -> torch.Tensor:
+                   float_scores=True, **_ignored) -> torch.Tensor:
     """Bool ``[B, Hq, Lq, Lk]``: the ``topk`` largest scores among each row's allowed keys.
 
     Allowed: bottom-right causal, and not padding (``key_padding_mask`` bool ``[B, Lk]``,
     True = padding). A row with fewer than ``topk`` allowed keys selects all of them.
     ``dropout`` drops weights after the selection, so it does not change it. Scores are
-    float32 for half inputs; computed ``chunk_size`` query rows at a time.
+    float32 for half inputs (``float_scores=False``: in the input dtype); computed
+    ``chunk_size`` query rows at a time.
     """
     del dropout
     b, hq, lq, _ = q.shape
     hkv, lk = k.shape[1], k.shape[2]
     kk = min(int(topk), lk)
-    sdt = stat_dtype(q.dtype)
+    sdt = stat_dtype(q.dtype) if float_scores else q.dtype
     kt = k.to(sdt).transpose(-2, -1)
     out = torch.zeros(b, hq, lq, lk, dtype=torch.bool, device=q.device)
     pad = None if key_padding_mask is None else key_padding_mask[:, None, None, :]

@@ -117,12 +117,13 @@ def _tiles(lq, lk, kk, causal, chunk_size, offset=0):
         yield r0, r1, n, s, -(-max(n, kk) // s) * s
 
 
-def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1):
+def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1, float_scores=True):
     """Top-``kk`` scores of every query row and their global key indices (``h·Lk + j``).
 
     ``q3 [bh, Lq, d]`` (query heads), ``k3 [bh / groups, Lk, d]`` (K/V heads, ``h`` above);
     ``pad``: bool ``[bh / groups, 1, Lk]``, True = padding key (masked like a future key).
-    Scores (and the returned top values) are float32 for half inputs.
+    Scores (and the returned top values) are float32 for half inputs; ``float_scores=False``:
+    the scores are the product in the input dtype (returned as float32).
     """
     bh, lq, d = q3.shape
     bkv, lk = k3.shape[:2]
@@ -136,7 +137,8 @@ def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1):
     base = (torch.arange(bkv, device=device) * lk).view(bkv, *(1,) * (top4.dim() - 1))
     tiles = list(_tiles(lq, lk, kk, causal, chunk_size, offset))
     widest = max((t[4] for t in tiles), default=0)
-    keys = upcast(k3)  # a float32 copy for half inputs: scores that select keys are not rounded
+    score_dtype = stat_dtype(q3.dtype) if float_scores else q3.dtype
+    keys = k3.to(score_dtype)  # a float32 copy for half inputs: scores that select keys are not rounded
     if widest > lk:  # zero key rows as padding; their scores are masked below
         keys = torch.cat([keys, keys.new_zeros(bkv, widest - lk, d)], dim=1)
     if pad is not None and groups > 1:
@@ -148,7 +150,7 @@ def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1):
         rows = groups * (r1 - r0)
         scores = buffer[: bkv * rows * width].view(bkv, rows, width)
         tile_q = q3[:, r0:r1] if groups == 1 else q4[:, :, r0:r1].reshape(bkv, rows, d)
-        torch.matmul(upcast(tile_q), keys[:, :width].transpose(1, 2), out=scores)
+        torch.matmul(tile_q.to(score_dtype), keys[:, :width].transpose(1, 2), out=scores)
         grouped = scores if groups == 1 else scores.view(bkv, groups, r1 - r0, width)
         # Columns some row of the tile must not see: future keys and padding. Row r sits at
         # position p = offset + r and sees keys j <= p.
@@ -177,7 +179,7 @@ def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1):
     return top, idx
 
 
-def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups):
+def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=True):
     """Forward only, few query rows (:mod:`implementations.decode`): all scores, then the pruned top-k.
 
     Pruned as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
@@ -188,7 +190,8 @@ def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups):
     """
     lk = k.shape[-2]
     s = _segments(max(lk, kk), kk)
-    scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask, multiple=s)
+    scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask, multiple=s,
+                           float_scores=float_scores)
     rows, width = scores.shape[-2:]
     if s == 1:
         top, where = scores.topk(kk, dim=-1, sorted=False)
@@ -260,7 +263,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
 
 class _TopkFast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout, groups):
+    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout, groups, float_scores):
         lead, lq, lk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
         kk = min(topk, lk)
         q3, k3 = q.reshape(-1, lq, q.shape[-1]), k.reshape(-1, lk, k.shape[-1])
@@ -270,7 +273,7 @@ class _TopkFast(torch.autograd.Function):
             kv_lead = k.shape[:-2]
             shape = (kv_lead[0],) + (1,) * (len(kv_lead) - 1) + (lk,)
             pad = key_padding_mask.view(shape).expand(*kv_lead, lk).reshape(k3.shape[0], 1, lk)
-        top, idx = _select(q3, k3, causal, kk, chunk_size, pad, groups)
+        top, idx = _select(q3, k3, causal, kk, chunk_size, pad, groups, float_scores)
         del pad
         safe = rows_may_be_empty(lq, lk, causal=causal, key_padding_mask=key_padding_mask)
         weights = _activate(top, relu, safe)
@@ -324,27 +327,31 @@ class _TopkFast(torch.autograd.Function):
             dq.view(q.shape) if need_q else None,
             dk.view(k.shape) if need_k else None,
             dv.view(v.shape) if need_v else None,
-            None, None, None, None, None, None, None,
+            None, None, None, None, None, None, None, None,
         )
 
 
 def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024,
-                        key_padding_mask=None, dropout=0.0):
+                        key_padding_mask=None, dropout=0.0, float_scores=True):
     """``activation(top-k(q kᵀ)) v``: the same result as ``topk``, computed sparsely.
 
     Rows with fewer than ``topk`` allowed keys give the masked keys zero weight;
     ``key_padding_mask`` (bool ``[B, Lk]``, True = padding) masks keys, and a row
     with no allowed key gives zeros. ``dropout`` drops attention weights with masks
     drawn per chunk in forward and reused by backward (as ``topk``).
+    ``float_scores`` (half inputs): True ranks keys by float32 scores (the keys float32
+    inputs would pick); False by the product in the input dtype, rounded as dense
+    attention in that dtype rounds its scores (no float32 copy of the keys: on a CPU a
+    decode step's scores cost one half-precision GEMM instead of converted tiles).
     """
     check_activation(activation)
     groups = check_qkv(q, k, v)
     check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
     if use_decode_path(q, k, v, chunk_size, dropout):
         return _decode(q, k, v, bool(causal), activation == "relu", min(int(topk), k.shape[-2]),
-                       key_padding_mask, groups)
+                       key_padding_mask, groups, bool(float_scores))
     return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size),
-                           key_padding_mask, float(dropout), groups)
+                           key_padding_mask, float(dropout), groups, bool(float_scores))
 
 
 TOPK_FAST = register(
@@ -352,7 +359,7 @@ TOPK_FAST = register(
         name="topk_fast",
         fn=topk_fast_attention,
         description="top-k attention with causal key skipping, pruned top-k and k-sparse products",
-        options=TOPK_OPTIONS,
+        options={**TOPK_OPTIONS, "float_scores": True},
         label="Top-k fast (size={chunk_size}, topk={topk})",
         # Same results as ``topk`` (which is not vanilla attention).
         exact=False,

@@ -76,13 +76,13 @@ def test_the_budget_sets_each_methods_own_option():
     assert {c.quality for c in cases} == {("random", "minilm")}
     # One curve per entry: a label does not freeze the option the budget sets.
     def entry(c):
-        return c.impl, c.option_dict.get("page_size"), c.option_dict.get("group_pages")
+        return c.impl, c.option_dict.get("page_size"), c.option_dict.get("group_pages"), c.option_dict.get("float_scores")
 
     labels = {entry(c): set() for c in cases}
     for c in cases:
         labels[entry(c)].add(c.label)
     assert all(len(v) == 1 for v in labels.values()), labels
-    assert {c.label for c in cases if c.impl == "topk_fast"} == {"topk_fast"}
+    assert {c.label for c in cases if c.impl == "topk_fast"} == {"topk_fast", "topk_fast (bf16 scores)"}
 
 
 @pytest.mark.parametrize("page_size, kv_len", [(16, 4095), (8, 4096), (16, 100)])

@@ -386,6 +386,32 @@ def test_half_precision_runs_and_selects_as_float32(name, dtype):
     torch.testing.assert_close(out.float(), spec.fn(q32, k32, v32, causal=True, **options), rtol=0, atol=3e-2)
 
 
+@pytest.mark.parametrize("lq", [1, 3, 70], ids=["decode", "decode-3", "training-path"])
+def test_topk_fast_can_rank_the_half_products_themselves(lq):
+    # float_scores=False: keys ranked by the bf16 product (as dense bf16 attention rounds its scores).
+    q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(1, 8, 2, lq, 300, d=16, dv=8, seed=5,
+                                                              dtype=torch.float32))
+    spec, kk = implementations.spec("topk_fast"), 40
+    with torch.no_grad():
+        chosen = spec.selection(q, k, causal=True, topk=kk, float_scores=False)
+        exact = spec.selection(q, k, causal=True, topk=kk)
+        out = spec.fn(q, k, v, causal=True, topk=kk, float_scores=False)
+        products = (q @ k.repeat_interleave(4, dim=1).transpose(-2, -1)).float()     # rounded to bf16
+    ok = allowed(lq, 300, True)
+    worst_chosen = products.masked_fill(~chosen, float("inf")).amin(-1)
+    best_left = products.masked_fill(chosen | ~ok, float("-inf")).amax(-1)
+    assert (worst_chosen >= best_left).all()                      # the top of the rounded products
+    assert not torch.equal(chosen, exact)                          # rounding ties and swaps do change some picks
+    assert (chosen & exact).sum() >= 0.95 * exact.sum()            # ... at the boundary only
+    # Softmax over the rounded scores of the chosen keys (the weights come from the same rounded values).
+    weights = torch.softmax(products.double().masked_fill(~chosen, float("-inf")), dim=-1)
+    torch.testing.assert_close(out.double(), weights @ v.double().repeat_interleave(4, dim=1), rtol=0, atol=2e-2)
+    # float32 inputs: the option changes nothing
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    assert torch.equal(spec.fn(q32, k32, v32, causal=True, topk=kk, float_scores=False),
+                       spec.fn(q32, k32, v32, causal=True, topk=kk))
+
+
 def test_half_precision_backward_of_block_topk():
     q, k, v = (t.detach().to(torch.bfloat16).requires_grad_() for t in inputs(1, 4, 2, 6, 20, dtype=torch.float32))
     options = METHODS["block_topk"]
