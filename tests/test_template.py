@@ -175,6 +175,9 @@ def test_fork_hazard_lets_fork_aware_pools_stop_and_refuses_other_threads():
 def test_the_template_warms_up_without_initialising_cuda():
     # FakeTensorMode asks torch.cuda.is_available(): in the template only NVML may answer it
     # (the default, cudaGetDeviceCount, initialises the driver, and forked children could not use CUDA).
+    # And no backward: in a CUDA build the autograd engine's first run counts the GPUs (initialising
+    # the driver) and starts a thread per GPU (seen on an H100: threads `cuda00001800007` and
+    # `pt_autograd_0`), and a template with threads must not fork.
     code = textwrap.dedent("""
         import os, socket, torch
         calls = []
@@ -185,6 +188,7 @@ def test_the_template_warms_up_without_initialising_cuda():
             return fake
         for name in ("is_available", "device_count", "init", "_lazy_init", "current_device"):
             setattr(torch.cuda, name, record(name))
+        torch.autograd._engine_run_backward = record("backward")
         import implementations
         from topk_bench.measure import template, worker
 

@@ -140,8 +140,10 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
 # -- child process -----------------------------------------------------------
 
 def _warm_up_case(impl: str) -> Case:
+    # Forward only: in a CUDA build the autograd engine's first run initialises the driver and starts
+    # a thread per GPU, and a template with threads cannot fork (each child pays its first backward).
     spec = implementations.spec(impl)
-    return Case.make(suite="warm-up", workload="mha", impl=impl, method="predicted", causal=spec.causal,
+    return Case.make(suite="warm-up", workload="mha", impl=impl, method="predicted", mode="fwd", causal=spec.causal,
                      activation=spec.activations[0], params={"seq_len": 16, "d_model": 16, "heads": 2},
                      warmup=0, repeats=1)
 
@@ -152,7 +154,7 @@ class WarmUp:
     At start, a tiny prediction: the first one imports torch._dynamo and sympy
     (seconds). Before the first child of each built-in implementation, a tiny
     prediction of it (its own modules: performer-pytorch, its first dispatches).
-    Predictions only, on the CPU: fake tensors touch no CUDA and run no kernel
+    Forward-only predictions, on the CPU: fake tensors touch no CUDA and run no kernel
     (but for the few ops FakeTensorMode runs for real on zeros, which run on one
     thread here). Plug-ins are never imported here: each child imports its own.
     """
