@@ -28,6 +28,11 @@ chosen blocks whole, a few MiB at a time, for dense products
 Dtypes: block means and gate scores are float32 for half inputs (a rounded gate
 could change which block wins), the softmax and the K/V gradient accumulators too;
 outputs and gradients come in the input dtype.
+
+Block means: :func:`block_means` computes them from the keys on every call (prefill,
+training); a decode step takes them kept with its cache (option ``means``, the
+registry's ``cache_state``), as a serving system keeps them, instead of reading the
+whole cache again to average it.
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ import torch
 
 from implementations.registry import Implementation, register
 from implementations.selection import (
-    block_sparse_attention, check_gqa, check_softmax, select_blocks, stat_dtype, table_selection,
+    block_sparse_attention, check_gqa, check_softmax, n_blocks, select_blocks, stat_dtype, table_selection,
 )
 
-OPTIONS = {"block_size": 512, "topk_blocks": 3, "chunk_size": 64}
+OPTIONS = {"block_size": 512, "topk_blocks": 3, "means": None, "chunk_size": 64}
 
 
 def block_means(k: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -56,29 +61,39 @@ def block_means(k: torch.Tensor, block_size: int) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
-def _table(q, k, causal, block_size, topk_blocks, chunk_size):
+def _table(q, k, causal, block_size, topk_blocks, means, chunk_size):
     check_gqa(q, k, k)
     if block_size < 1 or topk_blocks < 0 or chunk_size < 1:
         raise ValueError(f"block_topk needs block_size >= 1, topk_blocks >= 0, chunk_size >= 1, got "
                          f"block_size={block_size}, topk_blocks={topk_blocks}, chunk_size={chunk_size}")
-    means = block_means(k.detach(), block_size).transpose(-2, -1)                 # [B, Hkv, d, P]
+    b, hkv, lk, d = k.shape
+    if means is None:
+        means = block_means(k.detach(), block_size)
+    elif tuple(means.shape) != (b, hkv, n_blocks(lk, block_size), d):
+        raise ValueError(f"means must be [B, Hkv, P, d] = {(b, hkv, n_blocks(lk, block_size), d)} "
+                         f"(block_means(k, {block_size})), got {tuple(means.shape)}")
+    means = means.detach().transpose(-2, -1)                                          # [B, Hkv, d, P]
     return select_blocks(q.detach(), k.shape[1], k.shape[2], block_size, topk_blocks, causal, chunk_size,
                          lambda qg: qg.to(means.dtype) @ means)
 
 
 def block_topk_attention(q, k, v, *, causal=False, activation="softmax", block_size=512, topk_blocks=3,
-                         chunk_size=64):
-    """MoBA attention: own block (causally) plus the ``topk_blocks`` earlier blocks whose mean key scores highest."""
+                         means=None, chunk_size=64):
+    """MoBA attention: own block (causally) plus the ``topk_blocks`` earlier blocks whose mean key scores highest.
+
+    ``means``: optional ``block_means(k, block_size)``; computed here when None.
+    """
     check_softmax(activation, "block_topk")
     check_gqa(q, k, v)
     block_size, topk_blocks, chunk_size = int(block_size), int(topk_blocks), int(chunk_size)
-    blocks, ok = _table(q, k, causal, block_size, topk_blocks, chunk_size)
+    blocks, ok = _table(q, k, causal, block_size, topk_blocks, means, chunk_size)
     return block_sparse_attention(q, k, v, blocks, ok, block_size, causal, chunk_size)
 
 
-def block_topk_selection(q, k, *, causal=False, block_size=512, topk_blocks=3, chunk_size=64, **_ignored):
+def block_topk_selection(q, k, *, causal=False, block_size=512, topk_blocks=3, means=None, chunk_size=64,
+                         **_ignored):
     """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`block_topk_attention` attends to (True = attended)."""
-    blocks, ok = _table(q, k, causal, int(block_size), int(topk_blocks), int(chunk_size))
+    blocks, ok = _table(q, k, causal, int(block_size), int(topk_blocks), means, int(chunk_size))
     return table_selection(blocks, ok, k.shape[2], int(block_size), causal)
 
 
@@ -94,5 +109,6 @@ BLOCK_TOPK = register(
         gqa="native",
         selection=block_topk_selection,
         budget=lambda tokens, options: {"topk_blocks": int(tokens) // int(options["block_size"])},
+        cache_state=lambda k, options: {"means": block_means(k, int(options["block_size"]))},
     )
 )

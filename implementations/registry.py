@@ -76,7 +76,7 @@ class Implementation:
     # budget sweeps top-k's k, page top-k's token_budget, the window and the number of blocks alike.
     budget: Callable[[int, Mapping[str, Any]], dict[str, Any]] | None = None
     # What the method keeps with a KV cache besides K and V, built once per cache (not per step):
-    # ``cache_state(k, options) -> options to add`` (page top-k's page summaries). None: nothing.
+    # ``cache_state(k, options) -> options to add`` (page top-k's page summaries, block top-k's block means). None: nothing.
     cache_state: Callable[[torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
     # Compiles on its first call for each shape (torch.compile: flex): the harness keeps that call out of
     # the timed region and reports its seconds (``compile_s``).

@@ -101,6 +101,18 @@ def test_kv_cache_bytes_count_page_summaries_exactly(page_size, kv_len):
     assert predict(case, None).baseline_bytes - predict(dense, None).baseline_bytes == summaries
 
 
+@pytest.mark.parametrize("block_size, kv_len", [(64, 4095), (64, 4096)])
+def test_kv_cache_bytes_count_block_means_exactly(block_size, kv_len):
+    params = {"model": "llama-3-8b", "kv_len": kv_len, "new_tokens": 1, "batch": 2}
+    case = Case.make(suite="t", workload="decode", impl="block_topk", params=params,
+                     options={"block_size": block_size}, mode="fwd", causal=True, dtype="bfloat16", method="predicted")
+    means = 2 * 8 * math.ceil((kv_len + 1) / block_size) * 128 * 4   # a float32 mean key per block
+    assert workloads.traffic(case).kv_cache_bytes == 2 * 2 * 8 * kv_len * 128 * 2 + means
+    dense = Case.make(suite="t", workload="decode", impl="sdpa", params=params, mode="fwd", causal=True,
+                      dtype="bfloat16", method="predicted")
+    assert predict(case, None).baseline_bytes - predict(dense, None).baseline_bytes == means
+
+
 def test_the_decode_step_reads_the_summaries_built_with_its_cache():
     case = _case("page_topk", 31, budget=8, options={"page_size": 4})
     wl = workloads.build(case, "cpu", torch.float64)

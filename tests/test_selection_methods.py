@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import implementations
 from implementations import selection as core
+from implementations.block_topk import block_means
 from implementations.page_topk import page_bounds, page_summaries
 from live_bytes import LiveBytes
 
@@ -330,6 +331,17 @@ def test_precomputed_summaries_give_the_same_result_and_are_checked():
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     with pytest.raises(ValueError, match="summaries"):
         fn(q, k, v, causal=True, summaries=page_summaries(k, 3), **options)
+
+
+def test_precomputed_block_means_give_the_same_result_and_are_checked():
+    q, k, v = inputs(1, 4, 2, 2, 21, seed=9)
+    fn = implementations.get("block_topk")
+    options = {"block_size": 4, "topk_blocks": 2}
+    want = fn(q, k, v, causal=True, **options)
+    got = fn(q, k, v, causal=True, means=block_means(k, 4), **options)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="means"):
+        fn(q, k, v, causal=True, means=block_means(k, 3), **options)
 
 
 @pytest.mark.parametrize("name", ["page_topk", "block_topk", "sink_window"])

@@ -75,8 +75,8 @@ class DecodeStep(nn.Module):
 def cache_state(case, k_cache: torch.Tensor) -> dict[str, Any]:
     """What the case's implementation keeps with its cache besides K and V, as options of its call.
 
-    The registry entry's ``cache_state`` (page_topk: its page summaries, option
-    ``summaries``), built here with the cache, before the measured region, as a serving
+    The registry entry's ``cache_state`` (page_topk: its page summaries, option ``summaries``;
+    block_topk: its block means, option ``means``), built here with the cache, before the measured region, as a serving
     system keeps it with its cache: a step does not rebuild it, and its bytes are counted
     with the cache (``baseline_bytes`` and ``kv_cache_bytes``). Built over the whole
     buffer after the new tokens' K/V are in it (the step writes the same values again);
