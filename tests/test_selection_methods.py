@@ -322,26 +322,18 @@ def test_page_bounds_bound_every_key_of_the_page():
                 torch.testing.assert_close(bounds[0, h, i, p], want, **TOL)
 
 
-def test_precomputed_summaries_give_the_same_result_and_are_checked():
+@pytest.mark.parametrize("name, size, state, build", [("page_topk", "page_size", "summaries", page_summaries),
+                                                    ("block_topk", "block_size", "means", block_means)])
+def test_state_kept_with_the_cache_gives_the_same_result_and_is_checked(name, size, state, build):
+    # What a decode step takes from its cache (page summaries, block means) instead of reading K again.
     q, k, v = inputs(1, 4, 2, 2, 21, seed=9)
-    fn = implementations.get("page_topk")
-    options = {"page_size": 4, "token_budget": 8}
+    fn = implementations.get(name)
+    options = {size: 4, "token_budget": 8} if name == "page_topk" else {size: 4, "topk_blocks": 2}
     want = fn(q, k, v, causal=True, **options)
-    got = fn(q, k, v, causal=True, summaries=page_summaries(k, 4), **options)
+    got = fn(q, k, v, causal=True, **{state: build(k, 4)}, **options)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="summaries"):
-        fn(q, k, v, causal=True, summaries=page_summaries(k, 3), **options)
-
-
-def test_precomputed_block_means_give_the_same_result_and_are_checked():
-    q, k, v = inputs(1, 4, 2, 2, 21, seed=9)
-    fn = implementations.get("block_topk")
-    options = {"block_size": 4, "topk_blocks": 2}
-    want = fn(q, k, v, causal=True, **options)
-    got = fn(q, k, v, causal=True, means=block_means(k, 4), **options)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="means"):
-        fn(q, k, v, causal=True, means=block_means(k, 3), **options)
+    with pytest.raises(ValueError, match=state):
+        fn(q, k, v, causal=True, **{state: build(k, 3)}, **options)
 
 
 @pytest.mark.parametrize("name", ["page_topk", "block_topk", "sink_window"])
