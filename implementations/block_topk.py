@@ -22,7 +22,7 @@ with ``B*Hq*chunk_size*(topk_blocks + 1)*block_size`` score entries alive and no
 ``embedding_bag``, ``dK``/``dV`` from bags of the entries sorted by key: no key or
 value row is gathered. A decode step (no gradient, few query rows) instead copies its
 chosen blocks whole, a few MiB at a time, for dense products
-(:func:`implementations.selection.block_sparse_attention`). Shape-static: runs under
+(:func:`implementations.block_attention.block_sparse_attention`). Shape-static: runs under
 ``FakeTensorMode``.
 
 Dtypes: block means and gate scores are float32 for half inputs (a rounded gate
@@ -40,8 +40,9 @@ from __future__ import annotations
 import torch
 
 from implementations.registry import Implementation, register
+from implementations.block_attention import block_sparse_attention
 from implementations.selection import (
-    block_sparse_attention, check_gqa, check_softmax, n_blocks, select_blocks, stat_dtype, table_selection,
+    check_gqa, check_softmax, n_blocks, select_blocks, stat_dtype, table_selection,
 )
 
 OPTIONS = {"block_size": 512, "topk_blocks": 3, "means": None, "chunk_size": 64}

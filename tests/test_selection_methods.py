@@ -12,6 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import implementations
+from implementations import block_attention
 from implementations import selection as core
 from implementations.block_topk import block_means
 from implementations.page_topk import page_bounds, page_summaries
@@ -207,7 +208,7 @@ def test_a_step_without_gradients_is_dense_softmax_over_the_selection(name, opti
                                                                       monkeypatch):
     # The decode path (copied blocks, dense products), in parts of one table row and of all rows;
     # shapes with Lk below the block size or Lq above Lk take the sampled products instead.
-    monkeypatch.setattr(core, "GATHER_BYTES", gather_bytes)
+    monkeypatch.setattr(block_attention, "GATHER_BYTES", gather_bytes)
     q, k, v = inputs(*shape, seed=sum(shape))
     opts = dict(METHODS[name], **options)
     spec = implementations.spec(name)

@@ -1,0 +1,213 @@
+"""Exact softmax attention of each query over the blocks of its block table
+(:func:`implementations.selection.select_blocks`): the attention of ``page_topk`` and
+``block_topk``, with the conventions of :mod:`implementations.selection`.
+
+Two ways, the same result: the sampled products of :class:`_BlockSparse` (training and
+prefill, forward and backward: no key or value row is copied) and, for a decode step,
+:func:`_gathered_blocks` (the chosen blocks copied whole, a few MiB at a time, for dense
+products). Shape-static: runs under ``FakeTensorMode``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from implementations.decode import use_decode_path
+from implementations.selection import per_query_head, query_positions, stat_dtype
+
+
+def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
+    """Key rows of a chunk of the block table, as the products need them.
+
+    ``blocks, ok [B, Hq, C, n]`` -> ``rows [R, n*block_size]`` (global rows of
+    ``k.reshape(-1, d)``, int32 when they fit), ``masked [R, n*block_size]`` (True: no
+    weight) and ``empty`` (``[R, 1]``, rows without any key, or None when no row can
+    be empty), with ``R = B*Hq*C``. Few full-size ops: this runs at every decode step.
+    """
+    b, hq, c, n = blocks.shape
+    device = blocks.device
+    index = torch.int32 if b * hkv * lk < 2**31 else torch.int64
+    # First row of the query head's kv head (h // G) in the flattened [B*Hkv*Lk, d] keys.
+    head = torch.arange(b, device=device).view(b, 1) * hkv + torch.arange(hq, device=device).view(1, hq) // (hq // hkv)
+    base = (head * lk).view(b, hq, 1, 1).to(index)
+    first = blocks.to(index) * block_size + base                                     # [B, Hq, C, n]
+    rows = first.unsqueeze(-1) + torch.arange(block_size, dtype=index, device=device)  # [B, Hq, C, n, bs]
+    # The last allowed key of each query: its own position when causal, else the last key.
+    if causal:
+        last = query_positions(r0, r0 + c, lq, lk, device).clamp(max=lk - 1).to(index).view(1, 1, c, 1, 1)
+    else:
+        last = torch.full((1, 1, c, 1, 1), lk - 1, dtype=index, device=device)
+    masked = (rows > last + base.unsqueeze(-1)) | ~ok.unsqueeze(-1)
+    if lk % block_size:  # a partial last block: keep its rows inside this head's keys
+        rows = torch.minimum(rows, base.unsqueeze(-1) + (lk - 1))
+    empty = None
+    if causal and lq > lk:  # rows before the first key see nothing
+        empty = (query_positions(r0, r0 + c, lq, lk, device) < 0).view(1, 1, c, 1).expand(b, hq, c, 1)
+        empty = empty.reshape(b * hq * c, 1)
+    m = n * block_size
+    return rows.view(b * hq * c, m), masked.view(b * hq * c, m), empty
+
+
+def _dots(x2, table2, rows):
+    """``x2[r] · table2[rows[r, m]]`` for every entry, ``[R, M]``, without gathering the rows.
+
+    The per-sample-weights gradient of ``embedding_bag`` is exactly this sampled product.
+    """
+    r, m = rows.shape
+    flat = rows.reshape(-1)
+    offsets = torch.arange(0, r * m, m, dtype=rows.dtype, device=rows.device)
+    bag_of = torch.arange(r, dtype=rows.dtype, device=rows.device).repeat_interleave(m)
+    return torch.ops.aten._embedding_bag_per_sample_weights_backward(x2, table2, flat, offsets, bag_of, 0, -1).view(r, m)
+
+
+def _weights(q2, k2, rows, masked, empty):
+    """Softmax weights ``[R, M]`` (float32 for half inputs) of each query row over its unmasked key rows."""
+    scores = _dots(q2, k2, rows).to(stat_dtype(q2.dtype)).masked_fill_(masked, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    # A row without keys is NaN after the softmax: zeros instead (masked_fill replaces NaN).
+    return w if empty is None else w.masked_fill_(empty, 0.0)
+
+
+class _BlockSparse(torch.autograd.Function):
+    """Exact softmax attention over each query's block table, ``chunk`` query rows at a time.
+
+    Per chunk only ``B*Hq*C*M`` entries (``M`` = keys per table) exist: scores come
+    from the sampled product :func:`_dots`, outputs from ``embedding_bag`` (neither
+    gathers the key/value rows). Backward keeps only q, k, v and the block table,
+    and recomputes each chunk's weights.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, blocks, ok, block_size, causal, chunk):
+        b, hq, lq, d = q.shape
+        hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+        k2, v2 = k.reshape(-1, d), v.reshape(-1, dv)
+        out = q.new_empty(b, hq, lq, dv)
+        for r0 in range(0, lq, chunk):
+            r1 = min(r0 + chunk, lq)
+            rows, masked, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
+            w = _weights(q[:, :, r0:r1].reshape(-1, d), k2, rows, masked, empty)
+            out[:, :, r0:r1] = F.embedding_bag(rows, v2, per_sample_weights=w.to(v.dtype), mode="sum").view(
+                b, hq, r1 - r0, dv)
+        ctx.save_for_backward(q, k, v, blocks, ok)
+        ctx.options = (block_size, causal, chunk)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, blocks, ok = ctx.saved_tensors
+        block_size, causal, chunk = ctx.options
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        b, hq, lq, d = q.shape
+        hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+        k2, v2 = k.reshape(-1, d), v.reshape(-1, dv)
+        sdt = stat_dtype(q.dtype)
+        dq = q.new_empty(q.shape) if need_q else None
+        # Float32 accumulators for half inputs: every chunk adds into the key rows.
+        dk = torch.zeros(b * hkv * lk, d, dtype=sdt, device=k.device) if need_k else None
+        dv_ = torch.zeros(b * hkv * lk, dv, dtype=sdt, device=v.device) if need_v else None
+        dout = dout.contiguous()
+        for r0 in range(0, lq, chunk):
+            r1 = min(r0 + chunk, lq)
+            rows, masked, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
+            q2, do2 = q[:, :, r0:r1].reshape(-1, d), dout[:, :, r0:r1].reshape(-1, dv)
+            w = _weights(q2, k2, rows, masked, empty)                                         # [R, M]
+            dw = _dots(do2, v2, rows).to(sdt)                                         # dout · v_j
+            ds = w * (dw - (w * dw).sum(dim=-1, keepdim=True))                        # softmax backward
+            if need_q:
+                dq[:, :, r0:r1] = F.embedding_bag(rows, k2, per_sample_weights=ds.to(k.dtype), mode="sum").view(
+                    b, hq, r1 - r0, d)
+            if not (need_k or need_v):
+                continue
+            # The transposed selection without gathering: entries sorted by key row, one bag of
+            # query rows per key row (empty bags give zero rows). Invalid entries have w = ds = 0.
+            sorted_rows, order = torch.sort(rows.reshape(-1))
+            starts = torch.searchsorted(sorted_rows, torch.arange(b * hkv * lk, dtype=rows.dtype, device=rows.device))
+            del sorted_rows
+            query_of = torch.div(order, rows.shape[1], rounding_mode="floor")
+            if need_k:
+                dk += F.embedding_bag(query_of, q2.to(sdt), starts, mode="sum",
+                                      per_sample_weights=ds.reshape(-1).index_select(0, order))
+            if need_v:
+                dv_ += F.embedding_bag(query_of, do2.to(sdt), starts, mode="sum",
+                                       per_sample_weights=w.reshape(-1).index_select(0, order))
+        return (dq, None if dk is None else dk.to(k.dtype).view(k.shape),
+                None if dv_ is None else dv_.to(v.dtype).view(v.shape), None, None, None, None, None)
+
+
+def block_sparse_attention(q, k, v, blocks, ok, block_size: int, causal: bool, chunk_size: int) -> torch.Tensor:
+    """Exact softmax attention of each query over the blocks of its table (see :func:`select_blocks`).
+
+    Keys outside ``[0, Lk)``, after the query (when causal) or in rejected picks get no weight.
+    Tables per query head or shared by a K/V head's group (``blocks [B, Hkv, ...]``). A decode
+    step (no gradient, few query positions) copies the chosen blocks whole and attends to
+    them with dense products (:func:`_gathered_blocks`); otherwise the sampled products of
+    :class:`_BlockSparse`, which never copy a key row.
+    """
+    block_size, causal, chunk_size = int(block_size), bool(causal), max(1, int(chunk_size))
+    lq, lk = q.shape[-2], k.shape[-2]
+    if use_decode_path(q, k, v, chunk_size, 0.0) and block_size <= lk and not (causal and lq > lk):
+        return _gathered_blocks(q, k, v, blocks, ok, block_size, causal)
+    hq = q.shape[1]
+    return _BlockSparse.apply(q, k, v, per_query_head(blocks, hq), per_query_head(ok, hq), block_size, causal,
+                              chunk_size)
+
+
+# Bytes of the key and value blocks one part of :func:`_gathered_blocks` copies (it walks the
+# table rows in parts of this size, at least one row): the copies are the path's working
+# memory. Measured (bf16, Llama-3-8B heads, 131072 keys, a 1/16 budget in pages of 16: 4.2 MB
+# per table row): 10.8 ms per step with 4 MiB parts, 11.5 ms with 32, 12.1 ms with 64.
+GATHER_BYTES = 4 << 20
+
+
+def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torch.Tensor:
+    """Forward only: each table's blocks copied whole (one ``index_select`` of block-long windows), then dense attention.
+
+    A block is ``block_size`` consecutive keys, so it is copied as one row of a view whose
+    rows are windows of the flattened keys (one window starting at every key). A partial
+    last block is read as the last ``block_size`` keys, its keys of the block before masked:
+    no key is counted twice. A table shared by a group serves its G query heads with one copy.
+    """
+    b, hq, lq, d = q.shape
+    hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    ht, n = blocks.shape[1], blocks.shape[-1]
+    per = hq // ht                              # query heads per table: 1, or G when shared
+    device = q.device
+    # First key of each picked window, and the row of its kv head's key 0 in the flattened keys.
+    first = blocks * block_size                                                          # [B, Ht, Lq, n]
+    start = first.clamp(max=lk - block_size)
+    kv_head = torch.arange(ht, device=device) * per // (hq // hkv)
+    base = ((torch.arange(b, device=device).view(b, 1) * hkv + kv_head.view(1, ht)) * lk).view(b, ht, 1, 1)
+    # Keys of each window without weight: before the block (a partial last block's window),
+    # after the query (causal), or a rejected pick.
+    pos = start.unsqueeze(-1) + torch.arange(block_size, device=device)                 # [B, Ht, Lq, n, bs]
+    masked = (pos < first.unsqueeze(-1)) | ~ok.unsqueeze(-1)
+    if causal:
+        masked = masked | (pos > query_positions(0, lq, lq, lk, device).view(1, 1, lq, 1, 1))
+    windows = (start + base).view(-1)
+    keys_of = _windows(k, block_size)
+    values_of = _windows(v, block_size)
+    # Query rows of each table: [B, Ht, Lq, per, d] (per > 1: the group's heads at one position).
+    qt = q.view(b, ht, per, lq, d).transpose(2, 3).reshape(b * ht * lq, per, d)
+    masked = masked.view(b * ht * lq, 1, n * block_size)
+    rows = b * ht * lq
+    step = max(1, GATHER_BYTES // max(1, n * block_size * (d + dv) * k.element_size()))
+    out = q.new_empty(rows, per, dv)
+    for r0 in range(0, rows, step):
+        r1 = min(r0 + step, rows)
+        keys = keys_of.index_select(0, windows[r0 * n: r1 * n]).view(r1 - r0, n * block_size, d)
+        scores = torch.bmm(qt[r0:r1], keys.transpose(1, 2)).to(stat_dtype(q.dtype))
+        del keys
+        # Every row keeps its own block's first key (causal: the query sees it), so no row is all -inf.
+        weights = torch.softmax(scores.masked_fill_(masked[r0:r1], float("-inf")), dim=-1).to(v.dtype)
+        values = values_of.index_select(0, windows[r0 * n: r1 * n]).view(r1 - r0, n * block_size, dv)
+        torch.bmm(weights, values, out=out[r0:r1])
+    return out.view(b, ht, lq, per, dv).transpose(2, 3).reshape(b, hq, lq, dv)
+
+
+def _windows(x: torch.Tensor, size: int) -> torch.Tensor:
+    """``[B*H*L - size + 1, size*d]``: row ``r`` is rows ``r .. r+size-1`` of ``x.reshape(-1, d)`` (a view)."""
+    flat = x.contiguous().view(-1)
+    d = x.shape[-1]
+    return flat.as_strided((flat.numel() // d - size + 1, size * d), (d, 1))
