@@ -172,14 +172,16 @@ def test_fork_hazard_lets_fork_aware_pools_stop_and_refuses_other_threads():
 
 
 @pytest.mark.slow  # a fresh interpreter importing torch and warming up
-def test_the_template_warms_up_without_initialising_cuda():
+@pytest.mark.parametrize("cuda_build", [True, False], ids=["cuda-build", "cpu-build"])
+def test_the_template_warms_up_without_initialising_cuda(cuda_build):
     # FakeTensorMode asks torch.cuda.is_available(): in the template only NVML may answer it
     # (the default, cudaGetDeviceCount, initialises the driver, and forked children could not use CUDA).
-    # And no backward: in a CUDA build the autograd engine's first run counts the GPUs (initialising
+    # And in a CUDA build no backward: the autograd engine's first run counts the GPUs (initialising
     # the driver) and starts a thread per GPU (seen on an H100: threads `cuda00001800007` and
-    # `pt_autograd_0`), and a template with threads must not fork.
+    # `pt_autograd_0`), and a template with threads must not fork. A CPU build warms backward up too.
     code = textwrap.dedent("""
         import os, socket, torch
+        torch.backends.cuda.is_built = lambda: CUDA_BUILD
         calls = []
         def record(name):
             def fake(*args, **kwargs):
@@ -204,9 +206,10 @@ def test_the_template_warms_up_without_initialising_cuda():
         template.serve(ours.detach(), run=None, warm_up=warm_up)
         assert sorted(warm_up.done) == sorted(s.name for s in implementations.all_specs() if s.predictable)
         print(sorted(set(calls)), torch.cuda.is_initialized())
-    """)
+    """).replace("CUDA_BUILD", str(cuda_build))
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
-    assert fresh_interpreter(code, env={**env, **CHILD_ENV}) == "[('is_available', '1')] False"
+    backward = [] if cuda_build else [("backward", "1")]
+    assert fresh_interpreter(code, env={**env, **CHILD_ENV}) == f"{sorted(backward + [('is_available', '1')])} False"
 
 
 def test_templates_are_forgotten_in_a_forked_copy_of_the_parent():

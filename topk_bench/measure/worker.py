@@ -139,11 +139,21 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
 
 # -- child process -----------------------------------------------------------
 
+def backward_may_run_before_fork() -> bool:
+    """A build without accelerators: the autograd engine's first run starts no thread.
+
+    In a CUDA (or XPU) build it counts the devices, which initialises the driver, and starts
+    a thread per device (on an H100: ``cuda00001800007``, ``pt_autograd_0``): a template
+    with threads cannot fork, so there its warm-up stays forward-only and each child pays
+    its own first backward (about 40 ms of a predicted case here).
+    """
+    return not torch.backends.cuda.is_built() and not getattr(torch._C, "_has_xpu", False)
+
+
 def _warm_up_case(impl: str) -> Case:
-    # Forward only: in a CUDA build the autograd engine's first run initialises the driver and starts
-    # a thread per GPU, and a template with threads cannot fork (each child pays its first backward).
     spec = implementations.spec(impl)
-    return Case.make(suite="warm-up", workload="mha", impl=impl, method="predicted", mode="fwd", causal=spec.causal,
+    mode = "fwd_bwd" if backward_may_run_before_fork() else "fwd"
+    return Case.make(suite="warm-up", workload="mha", impl=impl, method="predicted", mode=mode, causal=spec.causal,
                      activation=spec.activations[0], params={"seq_len": 16, "d_model": 16, "heads": 2},
                      warmup=0, repeats=1)
 
@@ -154,7 +164,8 @@ class WarmUp:
     At start, a tiny prediction: the first one imports torch._dynamo and sympy
     (seconds). Before the first child of each built-in implementation, a tiny
     prediction of it (its own modules: performer-pytorch, its first dispatches).
-    Forward-only predictions, on the CPU: fake tensors touch no CUDA and run no kernel
+    Predictions only (forward-only in a CUDA build: :func:`backward_may_run_before_fork`), on the
+    CPU: fake tensors touch no CUDA and run no kernel
     (but for the few ops FakeTensorMode runs for real on zeros, which run on one
     thread here). Plug-ins are never imported here: each child imports its own.
     """
