@@ -22,7 +22,8 @@ What this torch cannot do raises ``NotImplementedError`` (the harness records th
 ``unsupported``): FlexAttention's backward on CPU (torch's CPU path compiles the
 forward only) and float64 on CPU; activations other than softmax are a ``ValueError``
 as elsewhere.
-Not predictable: a compiled call is not run under ``FakeTensorMode``.
+Not predictable: a compiled call is not run under ``FakeTensorMode`` (nor under any
+dispatch mode: the harness measures its CPU memory from the allocator's reports).
 """
 
 from __future__ import annotations

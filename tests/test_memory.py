@@ -13,7 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from topk_bench.measure.memory import CUDA_ALLOCATION_GRANULE, LiveBytes, OverBudget
+from topk_bench.measure.memory import CUDA_ALLOCATION_GRANULE, AllocatorBytes, LiveBytes, OverBudget
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -108,6 +108,30 @@ def test_rounding_to_the_cuda_granule():
         big = torch.ones(1000)  # 4000 bytes -> 4096
     assert tracker.current_bytes == 512 + 4096
     del small, big
+
+
+def test_allocator_bytes_follow_the_allocators_own_reports_and_agree_with_live_bytes():
+    # What a compiled call is measured by: every allocation and free of the region, in order.
+    mib = 1 << 20
+    kept = torch.ones(1000)
+
+    def region():
+        a = torch.empty(mib, dtype=torch.uint8)
+        b = torch.empty(2 * mib, dtype=torch.uint8)
+        del a
+        c = torch.empty(mib, dtype=torch.uint8)
+        d = torch.empty(mib, dtype=torch.uint8)                  # live: b, c, d = 4 MiB, the peak
+        del b, c, d
+        e = torch.empty(3 * mib, dtype=torch.uint8)
+        return e
+
+    peaks = []
+    for tracker in (AllocatorBytes(), LiveBytes()):
+        tracker.register(kept)
+        with tracker:
+            region()
+        peaks.append((tracker.baseline_bytes, tracker.peak_bytes))
+    assert peaks[0] == peaks[1] == (4000, 4000 + 4 * mib)
 
 
 def test_limit_raises_from_the_op_that_crosses_it():

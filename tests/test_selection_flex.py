@@ -119,9 +119,25 @@ def test_flex_compile_time_is_its_own_column_and_not_in_the_timed_samples():
     assert not iterations.compiles(dataclasses.replace(case, impl="sdpa"))
 
 
+@pytest.mark.slow  # compiles FlexAttention (about 5-20 s on 2 cores)
+def test_flex_forward_is_measured_on_the_cpu_with_its_compile_time_apart():
+    # No dispatch mode can follow the compiled call: its peak comes from the allocator's reports.
+    from topk_bench.measure.worker import execute
+    from topk_bench.results.columns import COMPILE_COLUMN
+
+    case = Case.make(suite="t", workload="prefill", impl="flex", params={"seq_len": 64, "q_heads": 2, "kv_heads": 1,
+                     "head_dim": 16}, mode="fwd", causal=True, dtype="float32", warmup=1, repeats=3)
+    result = execute(case)
+    assert result.status == "ok", result.error
+    assert result.extra[COMPILE_COLUMN] > 10 * max(result.times_s)
+    output = 2 * 64 * 16 * 4                                          # [1, 2, 64, 16] float32
+    assert result.peak_bytes - result.baseline_bytes >= output
+    assert result.flops is None                                       # the FLOP counter is a mode too
+
+
 def test_what_this_torch_cannot_do_is_an_unsupported_row_not_an_error():
     # flex.py documents it: its NotImplementedError (here: no FlexAttention backward on CPU) is the
-    # harness's `unsupported`, as is torch's own (a higher-order op the CPU tracker cannot follow).
+    # harness's `unsupported`, as is torch's own (a higher-order op a mode cannot follow).
     from topk_bench.case import Budget, Case
     from topk_bench.measure.worker import classify, execute
 

@@ -40,7 +40,7 @@ from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
 from topk_bench.protocol import OURS
 from topk_bench.measure import cuda_allocator, iterations, metadata
-from topk_bench.measure.memory import AllocationTrace, LiveBytes
+from topk_bench.measure.memory import AllocationTrace, AllocatorBytes, LiveBytes
 from topk_bench.results.columns import COMPILE_COLUMN
 from topk_bench.status import Status
 from topk_bench.workloads import Workload
@@ -136,7 +136,7 @@ class CpuSteps(iterations.Steps):
 
     def __init__(self, case: Case, budget: Budget):
         self.case, self.budget = case, budget
-        self.tracker: LiveBytes | None = None
+        self.tracker: LiveBytes | AllocatorBytes | None = None
         self.flops: int | None = None
         self.losses: list[torch.Tensor] = []
         self.problem = ""
@@ -145,6 +145,12 @@ class CpuSteps(iterations.Steps):
         return build(self.case, "cpu")
 
     def profile(self, wl: Workload) -> None:
+        if iterations.compiles(self.case):  # no mode can follow a compiled call: the allocator's own reports
+            self.tracker = AllocatorBytes()
+            self.tracker.register(wl.model, wl.inputs, wl.kept)
+            with self.tracker:
+                iteration(wl, self.case)
+            return  # FLOPs unknown (the FLOP counter is a mode too)
         self.tracker = LiveBytes(limit=self.budget.max_memory_bytes)
         self.tracker.register(wl.model, wl.inputs, wl.kept)
         with FlopCounterMode(display=False) as flops, self.tracker:

@@ -11,6 +11,8 @@ configuration without allocating anything.
 
 Not seen: scratch buffers a kernel allocates and frees internally (below the
 dispatcher), and memory held by libraries (BLAS packing buffers, thread stacks).
+A compiled call (FlexAttention) is measured by :class:`AllocatorBytes` instead, from
+the allocator's own reports to the profiler.
 """
 
 from __future__ import annotations
@@ -137,6 +139,41 @@ class LiveBytes(TorchDispatchMode):
             if isinstance(leaf, torch.Tensor):
                 self._track(leaf)
         return out
+
+
+class AllocatorBytes:
+    """Peak CPU bytes as the allocator reports them to ``torch.profiler``: for a compiled call.
+
+    A ``TorchDispatchMode`` cannot follow a compiled call (FlexAttention's: under a mode,
+    torch.compile skips the frame, and the higher-order operator it leaves has no eager rule
+    on this path). The profiler's memory events come from the CPU allocator itself, below
+    any mode: every allocation and free of the region, in order, kernels' scratch included
+    (which :class:`LiveBytes` does not see). ``register`` and ``baseline_bytes`` as there.
+    """
+
+    def __init__(self) -> None:
+        self.baseline_bytes = 0
+        self.peak_bytes = 0
+        self._profile = None
+
+    def register(self, *objects) -> None:
+        counted = LiveBytes()
+        counted.register(*objects)
+        self.baseline_bytes = self.peak_bytes = counted.baseline_bytes
+
+    def __enter__(self) -> "AllocatorBytes":
+        self._profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+        self._profile.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._profile.__exit__(*exc)
+        events = sorted((e.time_range.start, e.cpu_memory_usage) for e in self._profile.events() if e.cpu_memory_usage)
+        live = highest = 0
+        for _, change in events:  # + an allocation, - a free
+            live += change
+            highest = max(highest, live)
+        self.peak_bytes = self.baseline_bytes + highest
 
 
 Event = tuple[int, int]  # (serial, nbytes): an allocation of nbytes; (serial, FREE): its free
