@@ -125,6 +125,7 @@ FLEX = register(
         predictable=False,
         gqa="native",
         selection=flex_selection,
+        budget=lambda tokens, options: {"window": max(1, int(tokens))},  # the last `tokens` keys
         compiles=True,
     )
 )

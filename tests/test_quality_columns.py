@@ -70,7 +70,8 @@ def test_the_budget_sets_each_methods_own_option():
     for case in cases:
         budget, o = case.param_dict["budget"], case.option_dict
         expected = {"page_topk": ("token_budget", budget), "topk_fast": ("topk", budget),
-                    "sink_window": ("window", budget - 4), "block_topk": ("topk_blocks", budget // 64)}.get(case.impl)
+                    "sink_window": ("window", budget - 4), "block_topk": ("topk_blocks", budget // 64),
+                    "flex": ("window", budget)}.get(case.impl)
         if expected:
             assert o[expected[0]] == expected[1], case
     assert {c.quality for c in cases} == {("random", "minilm")}
