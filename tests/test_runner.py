@@ -319,9 +319,12 @@ def _wait_rows(path: Path, n: int, proc: subprocess.Popen, limit_s: float = 60) 
 def test_interrupted_run_keeps_complete_rows_and_a_rerun_completes_without_duplicates(tmp_path, sig):
     suite, out = write_suite(tmp_path), tmp_path / "out"
     csv_path = out / "fake.csv"
-    command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "0.3"]
+    # 1 s a case: 5 s of cases left when the third row is in, so that even a starved test process
+    # interrupts the run before it ends.
+    command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "1.0"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     _wait_rows(csv_path, 3, proc)
+    assert proc.poll() is None, "the run ended before the test could interrupt it"
     proc.send_signal(sig)
     code = proc.wait(30)
     assert code == (130 if sig == signal.SIGINT else -signal.SIGKILL)
