@@ -6,6 +6,7 @@ for tests that interrupt a real process (SIGINT, SIGKILL) in the middle of a run
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -13,6 +14,13 @@ from pathlib import Path
 from typing import Callable
 
 from topk_bench.case import Budget, Case, Measurement
+
+def interruptible() -> None:
+    """``preexec_fn`` of a process a test interrupts: SIGINT as in a foreground process. A background
+    job of a non-interactive shell (``make test &``) inherits SIGINT ignored, and Python then installs
+    no KeyboardInterrupt handler: the test's SIGINT would interrupt nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 SUITE = """
 name = "{name}"

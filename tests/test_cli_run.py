@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from runner_fakes import interruptible
 
 SUITE = """
 name = "tiny"
@@ -32,7 +33,7 @@ CASES = 8  # enough left after the first that a starved test process still inter
 
 def cli(*args, **kwargs):
     return subprocess.Popen([sys.executable, "-m", "topk_bench", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible, **kwargs)
 
 
 def rows(path: Path) -> list[dict[str, str]]:

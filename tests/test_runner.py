@@ -14,7 +14,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from runner_fakes import FakeRun, write_suite
+from runner_fakes import FakeRun, interruptible, write_suite
 from topk_bench import load_results
 from topk_bench.run import plan as planning
 from topk_bench.run import runner
@@ -322,7 +322,7 @@ def test_interrupted_run_keeps_complete_rows_and_a_rerun_completes_without_dupli
     # 1 s a case: 5 s of cases left when the third row is in, so that even a starved test process
     # interrupts the run before it ends.
     command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "1.0"]
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     _wait_rows(csv_path, 3, proc)
     assert proc.poll() is None, "the run ended before the test could interrupt it"
     proc.send_signal(sig)
