@@ -189,7 +189,7 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
     keys_of = _windows(k, block_size)
     values_of = _windows(v, block_size)
     # Query rows of each table: [B, Ht, Lq, per, d] (per > 1: the group's heads at one position).
-    qt = q.view(b, ht, per, lq, d).transpose(2, 3).reshape(b * ht * lq, per, d)
+    qt = q.reshape(b, ht, per, lq, d).transpose(2, 3).reshape(b * ht * lq, per, d)
     masked = masked.view(b * ht * lq, 1, n * block_size)
     rows = b * ht * lq
     step = max(1, GATHER_BYTES // max(1, n * block_size * (d + dv) * k.element_size()))

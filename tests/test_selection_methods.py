@@ -218,6 +218,18 @@ def test_a_step_without_gradients_is_dense_softmax_over_the_selection(name, opti
     torch.testing.assert_close(got, want, **TOL)
 
 
+@pytest.mark.parametrize("name", ["page_topk", "block_topk"])
+def test_a_step_takes_queries_in_any_layout(name):
+    # Queries as a projection leaves them ([B, L, H, d] transposed): the decode path must not need a view.
+    q, k, v = inputs(1, 4, 2, 3, 20, seed=4)
+    q = q.detach().transpose(1, 2).contiguous().transpose(1, 2)
+    assert not q.is_contiguous()
+    fn = implementations.get(name)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(q, k, v, causal=True, **METHODS[name]),
+                                   fn(q.contiguous(), k, v, causal=True, **METHODS[name]), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", ["topk", "topk_sparse", "topk_fast"])
 def test_exact_topk_attention_is_dense_softmax_over_its_selection(name, causal):
