@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from implementations.decode import use_decode_path
-from implementations.selection import per_query_head, query_positions, stat_dtype
+from implementations.masking import stat_dtype
+from implementations.selection import per_query_head, query_positions
 
 
 def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):

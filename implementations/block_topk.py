@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import torch
 
-from implementations.registry import Implementation, register
 from implementations.block_attention import block_sparse_attention
-from implementations.selection import (
-    check_gqa, check_softmax, n_blocks, select_blocks, stat_dtype, table_selection,
-)
+from implementations.masking import stat_dtype
+from implementations.registry import Implementation, register
+from implementations.selection import check_gqa, check_softmax, n_blocks, select_blocks, table_selection
 
 OPTIONS = {"block_size": 512, "topk_blocks": 3, "means": None, "chunk_size": 64}
 

@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import torch
 
-from implementations.registry import Implementation, register
 from implementations.block_attention import block_sparse_attention
+from implementations.masking import stat_dtype
+from implementations.registry import Implementation, register
 from implementations.selection import (
-    check_gqa, check_softmax, n_blocks, per_query_head, select_blocks, stat_dtype, table_selection,
+    check_gqa, check_softmax, n_blocks, per_query_head, select_blocks, table_selection,
 )
 
 OPTIONS = {"page_size": 16, "token_budget": 1024, "group_pages": True, "summaries": None, "chunk_size": 64}

@@ -30,12 +30,7 @@ from typing import Callable
 
 import torch
 
-HALF = (torch.float16, torch.bfloat16)
-
-
-def stat_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of selection scores and softmax statistics: float32 for half inputs."""
-    return torch.float32 if dtype in HALF else dtype
+from implementations.masking import stat_dtype
 
 
 def check_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:

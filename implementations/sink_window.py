@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from implementations.masking import stat_dtype
 from implementations.registry import Implementation, register
 from implementations.selection import (
-    allowed_keys, check_gqa, check_softmax, grouped, query_positions, safe_softmax, stat_dtype, ungrouped,
+    allowed_keys, check_gqa, check_softmax, grouped, query_positions, safe_softmax, ungrouped,
 )
 
 OPTIONS = {"sinks": 4, "window": 1024}
