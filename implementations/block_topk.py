@@ -42,7 +42,7 @@ import torch
 from implementations.block_attention import block_sparse_attention
 from implementations.masking import stat_dtype
 from implementations.registry import Implementation, register
-from implementations.selection import check_gqa, check_softmax, n_blocks, select_blocks, table_selection
+from implementations.selection import check_gqa, check_softmax, kept_state, n_blocks, select_blocks, table_selection
 
 OPTIONS = {"block_size": 512, "topk_blocks": 3, "means": None, "chunk_size": 64}
 
@@ -67,12 +67,9 @@ def _table(q, k, causal, block_size, topk_blocks, means, chunk_size):
         raise ValueError(f"block_topk needs block_size >= 1, topk_blocks >= 0, chunk_size >= 1, got "
                          f"block_size={block_size}, topk_blocks={topk_blocks}, chunk_size={chunk_size}")
     b, hkv, lk, d = k.shape
-    if means is None:
-        means = block_means(k.detach(), block_size)
-    elif tuple(means.shape) != (b, hkv, n_blocks(lk, block_size), d):
-        raise ValueError(f"means must be [B, Hkv, P, d] = {(b, hkv, n_blocks(lk, block_size), d)} "
-                         f"(block_means(k, {block_size})), got {tuple(means.shape)}")
-    means = means.detach().transpose(-2, -1)                                          # [B, Hkv, d, P]
+    means = kept_state(means, lambda: block_means(k.detach(), block_size), "means", "[B, Hkv, P, d]",
+                       (b, hkv, n_blocks(lk, block_size), d), f"block_means(k, {block_size})")
+    means = means.transpose(-2, -1)                                                   # [B, Hkv, d, P]
     return select_blocks(q.detach(), k.shape[1], k.shape[2], block_size, topk_blocks, causal, chunk_size,
                          lambda qg: qg.to(means.dtype) @ means)
 

@@ -44,7 +44,7 @@ from implementations.block_attention import block_sparse_attention
 from implementations.masking import stat_dtype
 from implementations.registry import Implementation, register
 from implementations.selection import (
-    check_gqa, check_softmax, n_blocks, per_query_head, select_blocks, table_selection,
+    check_gqa, check_softmax, kept_state, n_blocks, per_query_head, select_blocks, table_selection,
 )
 
 OPTIONS = {"page_size": 16, "token_budget": 1024, "group_pages": True, "summaries": None, "chunk_size": 64}
@@ -90,12 +90,8 @@ def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_
         raise ValueError(f"page_topk needs page_size >= 1, token_budget >= 0, chunk_size >= 1, got "
                          f"page_size={page_size}, token_budget={token_budget}, chunk_size={chunk_size}")
     b, hkv, lk, d = k.shape
-    if summaries is None:
-        summaries = page_summaries(k, page_size)
-    elif tuple(summaries.shape) != (b, hkv, n_blocks(lk, page_size), 2, d):
-        raise ValueError(f"summaries must be [B, Hkv, P, 2, d] = {(b, hkv, n_blocks(lk, page_size), 2, d)} "
-                         f"(page_summaries(k, {page_size})), got {tuple(summaries.shape)}")
-    summaries = summaries.detach()
+    summaries = kept_state(summaries, lambda: page_summaries(k, page_size), "summaries", "[B, Hkv, P, 2, d]",
+                           (b, hkv, n_blocks(lk, page_size), 2, d), f"page_summaries(k, {page_size})")
     return select_blocks(q.detach(), hkv, lk, page_size, token_budget // page_size, causal, chunk_size,
                          lambda qg: page_bounds(qg, summaries), shared=bool(group_pages))
 

@@ -181,6 +181,16 @@ def select_blocks(q: torch.Tensor, hkv: int, lk: int, block_size: int, n_top: in
     return blocks, ok
 
 
+def kept_state(state, build: Callable[[], torch.Tensor], name: str, layout: str, shape: tuple, how: str):
+    """What a block method keeps with a decode cache (page summaries, block means), not differentiated:
+    ``build()`` when None, else ``state`` checked to be ``shape`` (``layout`` and ``how`` name it in the error)."""
+    if state is None:
+        return build().detach()
+    if tuple(state.shape) != shape:
+        raise ValueError(f"{name} must be {layout} = {shape} ({how}), got {tuple(state.shape)}")
+    return state.detach()
+
+
 def per_query_head(table: torch.Tensor, hq: int) -> torch.Tensor:
     """A block table (or its ``ok``) per query head: a table shared by a group (``[B, Hkv, ...]``) repeated G times."""
     b, h = table.shape[:2]

@@ -145,17 +145,15 @@ class CpuSteps(iterations.Steps):
         return build(self.case, "cpu")
 
     def profile(self, wl: Workload) -> None:
-        if iterations.compiles(self.case):  # no mode can follow a compiled call: the allocator's own reports
-            self.tracker = AllocatorBytes()
-            self.tracker.register(wl.model, wl.inputs, wl.kept)
-            with self.tracker:
-                iteration(wl, self.case)
-            return  # FLOPs unknown (the FLOP counter is a mode too)
-        self.tracker = LiveBytes(limit=self.budget.max_memory_bytes)
+        # No dispatch mode can follow a compiled call (flex): the allocator's own reports, and no
+        # FLOPs (the FLOP counter is a mode too).
+        compiled = iterations.compiles(self.case)
+        self.tracker = AllocatorBytes() if compiled else LiveBytes(limit=self.budget.max_memory_bytes)
         self.tracker.register(wl.model, wl.inputs, wl.kept)
-        with FlopCounterMode(display=False) as flops, self.tracker:
+        counter = None if compiled else FlopCounterMode(display=False)
+        with counter or contextlib.nullcontext(), self.tracker:
             iteration(wl, self.case)
-        self.flops = flops.get_total_flops()
+        self.flops = counter.get_total_flops() if counter else None
 
     def warm_up(self, wl: Workload) -> None:
         iteration(wl, self.case)
