@@ -1,0 +1,71 @@
+"""Where a top-k decode step spends its time: the phases of ``topk_fast``'s decode path, timed apart.
+
+One decode step of Llama-3-8B's attention (32 query heads on 8 K/V heads of 128), bfloat16,
+batch 1, over ``--kv-len`` cached tokens, keeping ``--topk`` keys per query: the score product
+over every key (float32 ranking: keys converted tile by tile; bf16 ranking: one bf16 GEMM),
+the pruned exact top-k (run maxima, top-k of runs, their members, top-k of members), the
+softmax and the bag of the chosen V rows; beside them, dense attention's second product
+(weights @ V over every key), which is what a top-k step saves. Medians of ``--rounds``
+calls of each phase, after one untimed; ``uptime`` before and after.
+
+    python benchmarks/bench_topk_decode_phases.py --kv-len 131072 --topk 8192 --rounds 11
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import time
+
+import torch
+
+from implementations import decode
+from implementations.topk_fast import _segments
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kv-len", type=int, default=131072)
+    parser.add_argument("--topk", type=int, default=8192)
+    parser.add_argument("--rounds", type=int, default=11)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 8, args.kv_len, 128, dtype=torch.bfloat16) for _ in range(2))
+    kk, s = args.topk, _segments(args.kv_len, args.topk)
+    times: dict[str, list[float]] = {}
+
+    def timed(name, fn):
+        fn()
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            out = fn()
+            times.setdefault(name, []).append(time.perf_counter() - t0)
+        return out
+
+    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    with torch.no_grad():
+        for ranking, float_scores in (("float32", True), ("bf16", False)):
+            timed(f"scores ({ranking} ranking)", lambda: decode.decode_scores(
+                q, k, 4, causal=True, multiple=s, float_scores=float_scores))
+        scores = decode.decode_scores(q, k, 4, causal=True, multiple=s)
+        rows, width = scores.shape[-2:]
+        runs = scores.view(-1, s)
+        maxima = timed("run maxima", lambda: runs.amax(dim=-1))
+        best = timed("top-k of runs", lambda: maxima.view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices)
+        first = torch.arange(0, best.shape[0] * rows * (width // s), width // s).view(best.shape[0], rows, 1)
+        members = timed("their members", lambda: runs.index_select(0, (best + first).view(-1)))
+        top, pos = timed("top-k of members", lambda: members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False))
+        where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
+        weights = timed("softmax", lambda: torch.softmax(top, dim=-1))
+        timed("bag of the chosen V rows", lambda: decode.decode_output(weights, where, q, v))
+        dense_weights = torch.softmax(scores, dim=-1).to(torch.bfloat16).view(8, 4, -1)[..., : args.kv_len]
+        timed("dense: weights @ V (all keys)", lambda: dense_weights @ v.view(8, args.kv_len, 128))
+    for name, samples in times.items():
+        print(f"{name:34s} {statistics.median(samples) * 1e3:8.1f} ms")
+    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+if __name__ == "__main__":
+    main()
