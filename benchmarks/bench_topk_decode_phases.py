@@ -5,7 +5,8 @@ batch 1, over ``--kv-len`` cached tokens, keeping ``--topk`` keys per query: the
 over every key (float32 ranking: keys converted tile by tile; bf16 ranking: one bf16 GEMM),
 the pruned exact top-k (run maxima, top-k of runs, their members, top-k of members), the
 softmax and the bag of the chosen V rows; beside them, dense attention's second product
-(weights @ V over every key), which is what a top-k step saves. Medians of ``--rounds``
+(weights @ V over every key), which is what a top-k step saves; then whole steps of
+``topk_fast`` (both rankings), vanilla and SDPA. Medians of ``--rounds``
 calls of each phase, after one untimed; ``uptime`` before and after.
 
     python benchmarks/bench_topk_decode_phases.py --kv-len 131072 --topk 8192 --rounds 11
@@ -21,7 +22,8 @@ import time
 import torch
 
 from implementations import decode
-from implementations.topk_fast import _segments
+from implementations.topk_fast import _segments, topk_fast_attention
+from implementations.vanilla import vanilla_attention
 
 
 def main() -> None:
@@ -62,6 +64,12 @@ def main() -> None:
         timed("bag of the chosen V rows", lambda: decode.decode_output(weights, where, q, v))
         dense_weights = torch.softmax(scores, dim=-1).to(torch.bfloat16).view(8, 4, -1)[..., : args.kv_len]
         timed("dense: weights @ V (all keys)", lambda: dense_weights @ v.view(8, args.kv_len, 128))
+        for ranking, float_scores in (("float32", True), ("bf16", False)):
+            timed(f"whole step, topk_fast ({ranking} ranking)", lambda: topk_fast_attention(
+                q, k, v, causal=True, topk=kk, float_scores=float_scores))
+        timed("whole step, vanilla", lambda: vanilla_attention(q, k, v, causal=True))
+        timed("whole step, SDPA", lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=False, enable_gqa=True))
     for name, samples in times.items():
         print(f"{name:34s} {statistics.median(samples) * 1e3:8.1f} ms")
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

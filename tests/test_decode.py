@@ -16,6 +16,8 @@ from live_bytes import LiveBytes
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 DECODING = ["topk", "topk_fast"]
+# Half inputs ranked by float32 scores (topk always; topk_fast on request), for the tile loop's tests.
+FLOAT32_RANKING = {"topk": {}, "topk_fast": {"float_scores": True}}
 
 
 @pytest.fixture
@@ -106,9 +108,9 @@ def test_half_decode_never_copies_all_of_k_to_float32(name, monkeypatch):
     fn = implementations.get(name)
     k_float32 = k.numel() * 4
 
-    def largest(**kw):
+    def largest():
         with LiveBytes(q, k, v) as tracker:
-            fn(q, k, v, causal=True, topk=32, **kw)
+            fn(q, k, v, causal=True, topk=32, **FLOAT32_RANKING[name])
         return tracker.largest
 
     with torch.no_grad():
@@ -146,7 +148,7 @@ def test_prediction_takes_one_product_with_the_tile_loops_peak_and_flops(name, d
         with fake:
             q, k, v = (torch.randn(2, h, n, 16, dtype=dtype) for h, n in ((8, 3), (2, 1000), (2, 1000)))
         with fake, torch.no_grad(), FlopCounterMode(display=False) as flops, LiveBytes(q, k, v) as tracker:
-            implementations.get(name)(q, k, v, causal=True, topk=16)
+            implementations.get(name)(q, k, v, causal=True, topk=16, **FLOAT32_RANKING[name])
         return tracker.peak, flops.get_total_flops(), len(products)
 
     peak, flops, calls = predicted()

@@ -25,6 +25,8 @@ CASES = [
 ]
 IDS = [name for name, _ in CASES]
 SELECTING = ["topk", "topk_sparse", "topk_fast"]
+# What makes each rank half inputs by float32 scores (topk_fast ranks by the half product unless asked).
+FLOAT32_RANKING = {"topk": {}, "topk_sparse": {}, "topk_fast": {"float_scores": True}}
 
 
 def half_inputs(lq, lk, hq, hkv, dtype, d=8, dv=6, b=2, seed=0):
@@ -132,7 +134,8 @@ def test_half_inputs_select_the_keys_of_float32(name, grad, dtype):
     assert margin > 1e-5
     eye = torch.eye(lk, dtype=dtype).expand(2, 2, lk, lk)
     with torch.set_grad_enabled(grad):  # decode: no gradient and chunk_size >= Lq
-        out = implementations.get(name)(q.requires_grad_(grad), k, eye, topk=topk, chunk_size=3 if grad else 64)
+        out = implementations.get(name)(q.requires_grad_(grad), k, eye, topk=topk, chunk_size=3 if grad else 64,
+                                        **FLOAT32_RANKING[name])
     assert torch.equal(selected(out), want)
     # Guards the test: scores rounded to the input dtype would select other keys somewhere.
     if dtype == torch.bfloat16:

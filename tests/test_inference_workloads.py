@@ -231,8 +231,10 @@ def test_rates_are_the_traffic_over_the_median_time():
 def test_half_precision_through_the_workload_is_close_to_float32(workload, impl, dtype):
     size = {"seq_len": 40} if workload == "prefill" else {"kv_len": 40, "new_tokens": 2}
     params = dict(batch=1, q_heads=4, kv_heads=2, head_dim=16, **size)
-    half = _build(_case(workload, impl, dtype=dtype, **params))
-    full = _build(_case(workload, impl, dtype="float32", **params))
+    # The same keys as float32 (topk_fast ranks half inputs by their own product unless asked).
+    options = {"float_scores": True} if impl == "topk_fast" else None
+    half = _build(_case(workload, impl, dtype=dtype, options=options, **params))
+    full = _build(_case(workload, impl, dtype="float32", options=options, **params))
     full.model.load_state_dict(half.model.state_dict())
     with torch.no_grad():
         for mine, theirs in zip(half.inputs, full.inputs):

@@ -83,7 +83,7 @@ def test_the_budget_sets_each_methods_own_option():
     for c in cases:
         labels[entry(c)].add(c.label)
     assert all(len(v) == 1 for v in labels.values()), labels
-    assert {c.label for c in cases if c.impl == "topk_fast"} == {"topk_fast", "topk_fast (bf16 scores)"}
+    assert {c.label for c in cases if c.impl == "topk_fast"} == {"topk_fast", "topk_fast (float32 ranking)"}
 
 
 @pytest.mark.parametrize("page_size, kv_len", [(16, 4095), (8, 4096), (16, 100)])

@@ -237,7 +237,7 @@ def test_exact_topk_attention_is_dense_softmax_over_its_selection(name, causal):
     shape = (2, 3, 3, 8, 8) if causal else (2, 3, 3, 5, 11)
     q, k, v = inputs(*shape, seed=3)
     spec = implementations.spec(name)
-    assert spec.selection is core.topk_selection
+    assert getattr(spec.selection, "func", spec.selection) is core.topk_selection
     options = {"topk": 3, "chunk_size": 3}
     selected = spec.selection(q, k, causal=causal, **options)
     # min(k, allowed keys) per row
@@ -404,16 +404,20 @@ def test_half_precision_runs_and_selects_as_float32(name, dtype):
 
 
 @pytest.mark.parametrize("lq", [1, 3, 70], ids=["decode", "decode-3", "training-path"])
-def test_topk_fast_can_rank_the_half_products_themselves(lq):
-    # float_scores=False: keys ranked by the bf16 product (as dense bf16 attention rounds its scores).
+def test_topk_fast_ranks_the_half_products_themselves(lq):
+    # By default (float_scores=False) keys are ranked by the bf16 product, as dense bf16 attention rounds
+    # its scores; float_scores=True ranks by float32 scores, as topk.
     q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(1, 8, 2, lq, 300, d=16, dv=8, seed=5,
                                                               dtype=torch.float32))
     spec, kk = implementations.spec("topk_fast"), 40
     with torch.no_grad():
-        chosen = spec.selection(q, k, causal=True, topk=kk, float_scores=False)
-        exact = spec.selection(q, k, causal=True, topk=kk)
-        out = spec.fn(q, k, v, causal=True, topk=kk, float_scores=False)
+        chosen = spec.selection(q, k, causal=True, topk=kk)
+        exact = spec.selection(q, k, causal=True, topk=kk, float_scores=True)
+        out = spec.fn(q, k, v, causal=True, topk=kk)
+        float32_ranked = spec.fn(q, k, v, causal=True, topk=kk, float_scores=True)
         products = (q @ k.repeat_interleave(4, dim=1).transpose(-2, -1)).float()     # rounded to bf16
+    assert torch.equal(chosen, implementations.spec("topk").selection(q, k, causal=True, topk=kk, float_scores=False))
+    assert torch.equal(exact, implementations.spec("topk").selection(q, k, causal=True, topk=kk))
     ok = allowed(lq, 300, True)
     worst_chosen = products.masked_fill(~chosen, float("inf")).amin(-1)
     best_left = products.masked_fill(chosen | ~ok, float("-inf")).amax(-1)
@@ -423,9 +427,14 @@ def test_topk_fast_can_rank_the_half_products_themselves(lq):
     # Softmax over the rounded scores of the chosen keys (the weights come from the same rounded values).
     weights = torch.softmax(products.double().masked_fill(~chosen, float("-inf")), dim=-1)
     torch.testing.assert_close(out.double(), weights @ v.double().repeat_interleave(4, dim=1), rtol=0, atol=2e-2)
+    # float32 ranking: softmax over the float32 scores of the float32 top-k
+    scores = q.double() @ k.double().repeat_interleave(4, dim=1).transpose(-2, -1)
+    weights = torch.softmax(scores.masked_fill(~exact, float("-inf")), dim=-1)
+    torch.testing.assert_close(float32_ranked.double(), weights @ v.double().repeat_interleave(4, dim=1),
+                               rtol=0, atol=2e-2)
     # float32 inputs: the option changes nothing
     q32, k32, v32 = q.float(), k.float(), v.float()
-    assert torch.equal(spec.fn(q32, k32, v32, causal=True, topk=kk, float_scores=False),
+    assert torch.equal(spec.fn(q32, k32, v32, causal=True, topk=kk, float_scores=True),
                        spec.fn(q32, k32, v32, causal=True, topk=kk))
 
 
@@ -445,8 +454,11 @@ def test_registry_entries_describe_selection_methods():
         spec = implementations.spec(name)
         assert spec.selection is not None and spec.gqa == "native" and not spec.exact
         assert spec.activations == ("softmax",) and spec.predictable
-    for name in ("topk", "topk_sparse", "topk_fast"):
+    for name in ("topk", "topk_sparse"):
         assert implementations.spec(name).selection is core.topk_selection
+    fast = implementations.spec("topk_fast").selection  # ranked as topk_fast ranks half inputs by default
+    assert fast.func is core.topk_selection and fast.keywords == {"float_scores": False}
+    assert implementations.spec("topk_fast").options["float_scores"] is False
     assert implementations.spec("page_topk").legend() == "Page top-k (page=16, budget=1024)"
     assert implementations.spec("block_topk").legend({"topk_blocks": 2}) == "Block top-k (block=512, top-2)"
     assert implementations.spec("sink_window").legend() == "Sinks + window (sinks=4, window=1024)"
