@@ -7,17 +7,19 @@ budget ``--budget`` of the cache (1/16 by default):
 * ``page_topk``: Quest, ``page_size`` 16, ``token_budget`` = budget, its page
   summaries built with the cache (outside the timed step, as a server keeps them);
 * ``sink_window``: StreamingLLM, 4 sinks + a window of budget - 4 tokens;
-* ``topk_fast``: exact top-k attention with k = budget (K/V repeated per query
-  head before timing when the entry has no native grouped-query path);
+* ``topk_fast``: exact top-k attention with k = budget, keys ranked by their bf16
+  product (its default); ``topk_fast_f32``: the same ranked by float32 scores;
 * dense references: ``einsum`` (two einsums and a float32 softmax, written here),
-  ``sdpa`` (``scaled_dot_product_attention(enable_gqa=True)``) and ``vanilla``
-  (K/V repeated per query head before timing unless it handles GQA natively).
-  The dense references and topk_fast run non-causal: one new token at the end sees every key.
-  The reference is the fastest of them.
+  ``sdpa`` (the registry's entry: one ``scaled_dot_product_attention`` call with each
+  K/V head's query heads folded into its rows; ``enable_gqa=True`` is 10x slower here)
+  and ``vanilla``. The dense references and top-k run non-causal: one new token at the
+  end sees every key. The reference is the fastest of them.
 
 Implementations are interleaved within each round (the machine is shared, load
 drifts); the table gives medians over rounds, ratios of medians to the reference,
-and ``uptime``'s load average before and after.
+the quartiles of the per-round ratio (each against the reference's time in the same
+round) and the share of rounds in which a method beat it, and ``uptime``'s load
+average before and after.
 
     python benchmarks/bench_kv_selection.py --kv-len 131072 --rounds 9
 """
@@ -33,7 +35,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -72,27 +73,28 @@ def build(args):
     summaries = page_summaries(k, args.page_size)
     steps = {
         "einsum": lambda: einsum_decode(q, k, v),
-        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, scale=1.0, is_causal=False, enable_gqa=True),
+        "sdpa": lambda: implementations.get("sdpa")(q, k, v, causal=False),
         "page_topk": lambda: implementations.get("page_topk")(
             q, k, v, causal=True, page_size=args.page_size, token_budget=budget, summaries=summaries),
         "sink_window": lambda: implementations.get("sink_window")(q, k, v, causal=True, sinks=4, window=budget - 4),
     }
     notes = []
-    for name, options in (("vanilla", {}), ("topk_fast", {"topk": budget})):
-        if name not in args.impls:
+    for label, name, options in (("vanilla", "vanilla", {}), ("topk_fast", "topk_fast", {"topk": budget}),
+                                 ("topk_fast_f32", "topk_fast", {"topk": budget, "float_scores": True})):
+        if label not in args.impls:
             continue
         kr, vr = repeated(name, k, v, groups)  # outside the timed step
-        steps[name] = (lambda fn, kr, vr, options: lambda: fn(q, kr, vr, causal=False, **options))(
+        steps[label] = (lambda fn, kr, vr, options: lambda: fn(q, kr, vr, causal=False, **options))(
             implementations.get(name), kr, vr, options)
         if kr is not k:
             notes.append(f"{name}: no native GQA, K/V repeated x{groups} before timing")
     cache = 2 * k.numel() * k.element_size()
     summary_bytes = summaries.numel() * summaries.element_size()
-    # Each query head picks its own pages: a kv head's G query heads read up to G budgets.
-    picked = 2 * b * hq * args.new_tokens * (budget + args.page_size) * d * k.element_size()
+    # The G query heads of a kv head share its pages (group_pages, the default): one budget per kv head.
+    picked = 2 * b * hkv * args.new_tokens * (budget + args.page_size) * d * k.element_size()
     notes = [f"token budget {budget} (1/{args.budget} of {lk}); K+V cache {cache / 2**20:.0f} MiB; page_topk reads "
              f"its summaries {summary_bytes / 2**20:.0f} MiB ({summaries.dtype}) + at most "
-             f"{picked / 2**20:.0f} MiB of K/V rows ({groups} query heads per kv head, each its own pages): "
+             f"{picked / 2**20:.0f} MiB of K/V rows (pages shared by the {groups} query heads of a kv head): "
              f"{(summary_bytes + picked) / cache:.2f} of the cache"] + notes
     return {n: steps[n] for n in args.impls}, notes
 
@@ -114,7 +116,8 @@ def main(argv=None):
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--impls", nargs="+", default=list(DENSE) + ["page_topk", "sink_window", "topk_fast"])
+    parser.add_argument("--impls", nargs="+",
+                        default=list(DENSE) + ["page_topk", "sink_window", "topk_fast", "topk_fast_f32"])
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     steps, notes = build(args)
@@ -140,10 +143,17 @@ def main(argv=None):
     med = {n: statistics.median(ts) for n, ts in times.items()}
     dense = [n for n in names if n in DENSE]
     ref = min(dense, key=med.get) if dense else None
-    print(f"\n{'impl':<12} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'/ ' + (ref or '-'):>12}")
+    # Per round: each method against the reference's time in that same round.
+    per_round = {n: [t / r for t, r in zip(times[n], times[ref])] for n in names} if ref else {}
+    print(f"\n{'impl':<14} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'/ ' + (ref or '-'):>10} "
+          f"{'round ratio q1-q3':>18} {'rounds < 1':>10}")
     for name in names:
-        ratio = f"{med[name] / med[ref]:12.3f}" if ref else f"{'':>12}"
-        print(f"{name:<12} {med[name] * 1e3:10.2f} {min(times[name]) * 1e3:8.2f} {max(times[name]) * 1e3:8.2f} {ratio}")
+        line = f"{name:<14} {med[name] * 1e3:10.2f} {min(times[name]) * 1e3:8.2f} {max(times[name]) * 1e3:8.2f}"
+        if ref:
+            q1, _, q3 = statistics.quantiles(per_round[name], n=4)
+            below = sum(x < 1 for x in per_round[name]) / len(per_round[name])
+            line += f" {med[name] / med[ref]:10.3f} {q1:8.3f}-{q3:<9.3f} {below:10.0%}"
+        print(line)
 
 
 if __name__ == "__main__":

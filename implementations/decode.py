@@ -9,8 +9,9 @@ keeps what backward needs. A decode step has a handful of queries and no backwar
    head are the positions of its G query heads (row ``g*Lq + i`` is query head
    ``h*G + g`` at position ``i``), so one GEMM serves a whole group and K is read in
    place (grouped-query heads need no repeated K/V);
-2. on the CPU by cache-sized tiles of keys (``DECODE_TILE_BYTES``), half inputs in
-   float32 from one reused float32 copy of the tile, never of all of K;
+2. half inputs ranked in float32 (``float_scores``): on the CPU by cache-sized tiles of
+   keys (``DECODE_TILE_BYTES``), each from one reused float32 copy of the tile, never of
+   all of K; ranked in their own dtype: one product, scores kept in that dtype;
 3. mask (bottom-right causal, padding) once, on all scores; the caller selects its top-k
    (``topk``: plain, ``topk_fast``: pruned);
 4. take the output as a weighted bag of the ``k`` selected V rows (``embedding_bag``),
@@ -53,7 +54,8 @@ def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, mul
 
     ``width``: ``Lk`` rounded up to a ``multiple`` (the extra columns are ``-inf``).
     ``float_scores=False``: half inputs' product in their own dtype (one product with every
-    key, rounded as dense attention in that dtype rounds its scores), stored as float32.
+    key, rounded as dense attention in that dtype rounds its scores), kept in that dtype:
+    the selection reads half the bytes, and no float32 copy is made.
     """
     lq, d = q.shape[-2], q.shape[-1]
     lk = k.shape[-2]
@@ -63,9 +65,9 @@ def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, mul
     rows = groups * lq
     device = q.device
     qf = upcast(q.reshape(bkv, rows, d)) if float_scores else q.reshape(bkv, rows, d)
-    scores = torch.empty(bkv, rows, width, dtype=stat_dtype(q.dtype), device=device)
-    if qf.dtype != scores.dtype:  # half scores: one product in the input dtype, stored as float32
-        scores[:, :, :lk].copy_(torch.matmul(qf, k3.transpose(1, 2)))
+    scores = torch.empty(bkv, rows, width, dtype=qf.dtype, device=device)
+    if qf.dtype != stat_dtype(qf.dtype):  # half inputs ranked in their dtype: one product
+        torch.matmul(qf, k3.transpose(1, 2), out=scores[:, :, :lk])
     else:
         _float_products(qf, k3, scores)
     if width > lk:

@@ -46,6 +46,42 @@ def test_pruned_row_topk_equals_plain_topk_with_masked_ties():
     torch.testing.assert_close(scores.gather(-1, where), values, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_topk_ranks_floats_by_their_bits_exactly(dtype):
+    # Negative values (flipped magnitude bits), -inf masks, both zeros and a +inf: the same
+    # values as torch.topk, each at its index, and the map back is exact.
+    x = torch.randn(6, 300, dtype=torch.float64).mul(40).to(dtype)
+    x[:, :50] = float("-inf")
+    x[0, 60], x[0, 61], x[1, 7] = -0.0, 0.0, float("inf")
+    x[2] = -x[2].abs()  # a row of negatives only
+    values, indices = module._topk(x, 40)
+    assert values.dtype == dtype
+    assert torch.equal(values.sort(dim=-1, descending=True).values, x.topk(40, dim=-1).values)
+    assert torch.equal(x.gather(-1, indices), values)
+    assert torch.equal(module._ordered_bits(module._ordered_bits(x)).view(dtype), x)
+    assert module._ordered_bits(x).dtype.itemsize == x.element_size()
+
+
+def test_half_ranked_decode_keeps_its_scores_in_the_input_dtype():
+    # bf16 ranking: the step's scores (8 query rows of 2 K/V heads x 4096 keys: 128 KiB in bf16)
+    # stay bf16, no float32 buffer of all scores (256 KiB) or copy of K (1 MiB).
+    from live_bytes import LiveBytes
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, 1, 32, generator=g).bfloat16()
+    k, v = (torch.randn(1, 2, 4096, 32, generator=g).bfloat16() for _ in range(2))
+    fn = implementations.get("topk_fast")
+    with torch.no_grad(), LiveBytes(q, k, v) as tracker:
+        out = fn(q, k, v, causal=True, topk=256)
+    scores_bf16 = 2 * 4 * 4096 * 2
+    assert tracker.largest == scores_bf16, tracker.largest
+    with torch.no_grad(), LiveBytes(q, k, v) as tracker:
+        want = fn(q, k, v, causal=True, topk=256, float_scores=True)
+    assert tracker.largest >= 2 * scores_bf16  # guards the bound: float32 ranking keeps float32 scores
+    # Keys may swap only at ties within a bf16 rounding of the k-th score: outputs agree to bf16 precision.
+    torch.testing.assert_close(out.float(), want.float(), rtol=0, atol=5e-2)
+
+
 def test_only_some_inputs_require_grad():
     q, k, v = qkv(11, 11, seed=3)
     k = k.detach()
