@@ -2,11 +2,12 @@
 
 One decode step of Llama-3-8B's attention (32 query heads on 8 K/V heads of 128), bfloat16,
 batch 1, over ``--kv-len`` cached tokens, keeping ``--topk`` keys per query: the score product
-over every key (float32 ranking: keys converted tile by tile; bf16 ranking: one bf16 GEMM),
-the pruned exact top-k (run maxima, top-k of runs, their members, top-k of members), the
-softmax and the bag of the chosen V rows; beside them, dense attention's second product
+over every key (float32 ranking: keys converted tile by tile; bf16 ranking, the default: one
+bf16 GEMM), then on the default's bf16 scores the pruned exact top-k (run maxima, top-k of
+runs, their members, top-k of members, ranked by their int16 bits), the softmax and the bag
+of the chosen V rows; beside them, dense attention's second product
 (weights @ V over every key), which is what a top-k step saves; then whole steps of
-``topk_fast`` (both rankings), vanilla and SDPA. Medians of ``--rounds``
+``topk_fast`` (both rankings), vanilla and SDPA (the registry's entries). Medians of ``--rounds``
 calls of each phase, after one untimed; ``uptime`` before and after.
 
     python benchmarks/bench_topk_decode_phases.py --kv-len 131072 --topk 8192 --rounds 11
@@ -22,8 +23,8 @@ import time
 import torch
 
 from implementations import decode
-from implementations.topk_fast import _segments, topk_fast_attention
-from implementations.vanilla import vanilla_attention
+import implementations
+from implementations.topk_fast import _segments, _topk
 
 
 def main() -> None:
@@ -51,25 +52,24 @@ def main() -> None:
         for ranking, float_scores in (("float32", True), ("bf16", False)):
             timed(f"scores ({ranking} ranking)", lambda: decode.decode_scores(
                 q, k, 4, causal=True, multiple=s, float_scores=float_scores))
-        scores = decode.decode_scores(q, k, 4, causal=True, multiple=s)
+        scores = decode.decode_scores(q, k, 4, causal=True, multiple=s, float_scores=False)
         rows, width = scores.shape[-2:]
         runs = scores.view(-1, s)
         maxima = timed("run maxima", lambda: runs.amax(dim=-1))
-        best = timed("top-k of runs", lambda: maxima.view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices)
+        best = timed("top-k of runs", lambda: _topk(maxima.view(-1, rows, width // s), kk)[1])
         first = torch.arange(0, best.shape[0] * rows * (width // s), width // s).view(best.shape[0], rows, 1)
         members = timed("their members", lambda: runs.index_select(0, (best + first).view(-1)))
-        top, pos = timed("top-k of members", lambda: members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False))
+        top, pos = timed("top-k of members", lambda: _topk(members.view(*best.shape[:-1], kk * s), kk))
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
-        weights = timed("softmax", lambda: torch.softmax(top, dim=-1))
+        weights = timed("softmax", lambda: torch.softmax(top.float(), dim=-1))
         timed("bag of the chosen V rows", lambda: decode.decode_output(weights, where, q, v))
-        dense_weights = torch.softmax(scores, dim=-1).to(torch.bfloat16).view(8, 4, -1)[..., : args.kv_len]
+        dense_weights = torch.softmax(scores.float(), dim=-1).to(torch.bfloat16).view(8, 4, -1)[..., : args.kv_len]
         timed("dense: weights @ V (all keys)", lambda: dense_weights @ v.view(8, args.kv_len, 128))
         for ranking, float_scores in (("float32", True), ("bf16", False)):
-            timed(f"whole step, topk_fast ({ranking} ranking)", lambda: topk_fast_attention(
+            timed(f"whole step, topk_fast ({ranking} ranking)", lambda: implementations.get("topk_fast")(
                 q, k, v, causal=True, topk=kk, float_scores=float_scores))
-        timed("whole step, vanilla", lambda: vanilla_attention(q, k, v, causal=True))
-        timed("whole step, SDPA", lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=False, enable_gqa=True))
+        for name in ("vanilla", "sdpa"):
+            timed(f"whole step, {name}", lambda: implementations.get(name)(q, k, v, causal=True))
     for name, samples in times.items():
         print(f"{name:34s} {statistics.median(samples) * 1e3:8.1f} ms")
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

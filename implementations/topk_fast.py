@@ -232,17 +232,25 @@ def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=Tr
     scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask, multiple=s,
                            float_scores=float_scores)
     rows, width = scores.shape[-2:]
+    dtype = scores.dtype
+    # Half scores are ranked by their int16 bits, converted once: the runs' maxima, copies and
+    # top-k all run on integers (bf16, 131072 keys: the maxima of runs of 4 take 1.0 ms on the
+    # integers, 3.3 ms on bf16; the conversion 0.5 ms). Float32 scores stay as they are.
+    ranks = _ordered_bits(scores) if scores.element_size() == 2 else scores
+    del scores
     if s == 1:
-        top, where = _topk(scores, kk)
+        top, where = ranks.topk(kk, dim=-1, sorted=False)
     else:
-        runs = scores.view(-1, s)                                                            # [rows * width/s, s]
-        best = _topk(runs.amax(dim=-1).view(-1, rows, width // s), kk)[1]                    # [.., k]
+        runs = ranks.view(-1, s)                                                             # [rows * width/s, s]
+        best = runs.amax(dim=-1).view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices  # [.., k]
         first = torch.arange(0, best.shape[0] * rows * (width // s), width // s, device=best.device)
         members = runs.index_select(0, (best + first.view(best.shape[0], rows, 1)).view(-1))  # [.. * k, s]
-        top, pos = _topk(members.view(*best.shape[:-1], kk * s), kk)
+        top, pos = members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False)
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
         del runs, best, first, members, pos
-    del scores
+    del ranks
+    if top.dtype != dtype:  # the integers back to the scores they rank
+        top = _ordered_bits(top).view(dtype)
     if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
         where.clamp_(max=lk - 1)
     weights = _activate(upcast(top), relu, rows_may_be_empty(q.shape[-2], lk, causal=causal,
