@@ -39,8 +39,8 @@ branches), so it runs under ``FakeTensorMode`` for the predict backend.
   ranks by float32 scores from float32 copies of the queries and of K (whole for
   training, one key tile at a time when decoding): the keys float32 inputs would pick,
   as ``topk`` ranks. Measured (CPU, one bf16 decode step of Llama-3-8B's heads over
-  131072 keys, 1/16 budget): float32 ranking takes 1.5-1.6x the step, the dense
-  reference's time and more; on MiniLM's activations both rankings keep the same
+  131072 keys, 1/16 budget): float32 ranking takes 1.5-1.9x the step of bf16 ranking,
+  1.2-1.7x the dense reference's; on MiniLM's activations both rankings keep the same
   attention mass to 5 digits and 99.5-99.9% of the same keys (the rest tie within a
   bf16 rounding of the k-th score; ``suites/kv_selection.toml``).
 - Decoding (no gradient, no dropout, at most ``min(64, chunk_size)`` query
