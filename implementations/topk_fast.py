@@ -85,7 +85,7 @@ def _segments(n: int, k: int) -> int:
     return s if s >= 3 else 1
 
 
-# Integers of a half float's width, for ranking half scores by their bits (:func:`_ordered_bits`).
+# Integers of a float's width, for ranking scores by their bits (:func:`_ordered_bits`).
 _SAME_WIDTH_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -218,7 +218,7 @@ def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1, float_scores=Tru
     return top, idx
 
 
-def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=True):
+def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=False):
     """Forward only, few query rows (:mod:`implementations.decode`): all scores, then the pruned top-k.
 
     Pruned as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
