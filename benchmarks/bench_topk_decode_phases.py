@@ -4,8 +4,8 @@ One decode step of Llama-3-8B's attention (32 query heads on 8 K/V heads of 128)
 batch 1, over ``--kv-len`` cached tokens, keeping ``--topk`` keys per query: the score product
 over every key (float32 ranking: keys converted tile by tile; bf16 ranking, the default: one
 bf16 GEMM), then on the default's bf16 scores the pruned exact top-k (run maxima, top-k of
-runs, their members, top-k of members, ranked by their int16 bits), the softmax and the bag
-of the chosen V rows; beside them, dense attention's second product
+runs, their members, top-k of members, all on the scores' int16 bits, converted once), the
+softmax and the bag of the chosen V rows; beside them, dense attention's second product
 (weights @ V over every key), which is what a top-k step saves; then whole steps of
 ``topk_fast`` (both rankings), vanilla and SDPA (the registry's entries). Medians of ``--rounds``
 calls of each phase, after one untimed; ``uptime`` before and after.
@@ -24,7 +24,7 @@ import torch
 
 from implementations import decode
 import implementations
-from implementations.topk_fast import _segments, _topk
+from implementations.topk_fast import _ordered_bits, _segments
 
 
 def main() -> None:
@@ -54,14 +54,15 @@ def main() -> None:
                 q, k, 4, causal=True, multiple=s, float_scores=float_scores))
         scores = decode.decode_scores(q, k, 4, causal=True, multiple=s, float_scores=False)
         rows, width = scores.shape[-2:]
-        runs = scores.view(-1, s)
+        ranks = timed("scores to their int16 bits", lambda: _ordered_bits(scores))
+        runs = ranks.view(-1, s)
         maxima = timed("run maxima", lambda: runs.amax(dim=-1))
-        best = timed("top-k of runs", lambda: _topk(maxima.view(-1, rows, width // s), kk)[1])
+        best = timed("top-k of runs", lambda: maxima.view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices)
         first = torch.arange(0, best.shape[0] * rows * (width // s), width // s).view(best.shape[0], rows, 1)
         members = timed("their members", lambda: runs.index_select(0, (best + first).view(-1)))
-        top, pos = timed("top-k of members", lambda: _topk(members.view(*best.shape[:-1], kk * s), kk))
+        top, pos = timed("top-k of members", lambda: members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False))
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
-        weights = timed("softmax", lambda: torch.softmax(top.float(), dim=-1))
+        weights = timed("softmax", lambda: torch.softmax(_ordered_bits(top).view(scores.dtype).float(), dim=-1))
         timed("bag of the chosen V rows", lambda: decode.decode_output(weights, where, q, v))
         dense_weights = torch.softmax(scores.float(), dim=-1).to(torch.bfloat16).view(8, 4, -1)[..., : args.kv_len]
         timed("dense: weights @ V (all keys)", lambda: dense_weights @ v.view(8, args.kv_len, 128))
