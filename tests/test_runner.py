@@ -14,7 +14,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from runner_fakes import FakeRun, interruptible, write_suite
+from runner_fakes import MARK_VARIABLE, SUITE, FakeRun, interruptible, write_suite
 from topk_bench import load_results
 from topk_bench.run import plan as planning
 from topk_bench.run import runner
@@ -442,3 +442,84 @@ def test_the_next_command_is_suggested_after_a_run(tmp_path, capsys):
     runner.print_summary(result)
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("next: topk-bench show ") and "--predict" in lines[-1]
+
+
+def test_rounds_interleave_the_cases_and_each_row_pools_every_rounds_times(tmp_path):
+    fake = FakeRun()
+    result = run(write_suite(tmp_path), tmp_path / "out", fake, rounds=3)
+    ids = [c.case_id for c in fake.ran]
+    first = ids[:8]
+    # Round 1 in the plan's order (smaller sizes first), round 2 backwards, round 3 forwards again.
+    assert len(ids) == 24 and ids[8:16] == first[::-1] and ids[16:] == first
+    written = rows(result.csv_path)
+    assert len(written) == 8 and result.written == {"ok": 8}
+    smallest = next(r for r in written if r["impl"] == "vanilla" and r["seq_len"] == "16")
+    assert smallest["repeats"] == "9" and smallest["times_s"] == ";".join(["0.016;0.032;0.048"] * 3)
+
+
+def test_a_round_that_fails_writes_its_row_at_once_and_the_case_runs_no_more(tmp_path):
+    calls = {}
+
+    def status(case):  # vanilla at 32 times out in its second round
+        calls[case.case_id] = calls.get(case.case_id, 0) + 1
+        slow = case.impl == "vanilla" and case.param_dict["seq_len"] == 32 and calls[case.case_id] == 2
+        return "timeout" if slow else "ok"
+
+    fake = FakeRun(status)
+    result = run(write_suite(tmp_path), tmp_path / "out", fake, rounds=3)
+    by_size = {(r["impl"], int(r["seq_len"])): r for r in rows(result.csv_path)}
+    assert len(by_size) == 8 and result.written == {"ok": 7, "timeout": 1}
+    failed = by_size[("vanilla", 32)]
+    assert failed["status"] == "timeout" and failed["error"] == "round 2 of 3: scripted timeout"
+    assert sum(c.case_id == failed["case_id"] for c in fake.ran) == 2
+    # A later round skips nothing: the larger sizes were ok in round 1 and keep their 3 rounds.
+    assert by_size[("vanilla", 64)]["status"] == "ok" and by_size[("vanilla", 64)]["repeats"] == "9"
+
+
+def test_rounds_in_the_first_round_keep_the_skip_larger_rule(tmp_path):
+    fake = FakeRun(lambda c: "oom" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 64 else "ok")
+    result = run(write_suite(tmp_path), tmp_path / "out", fake, rounds=2)
+    assert result.written == {"ok": 6, "oom": 1, "skipped": 1}
+    assert len(fake.ran) == 7 + 6  # the oom case once, the 6 ok cases twice; the skipped one never
+
+
+def test_a_prediction_runs_each_case_once_whatever_the_rounds(tmp_path):
+    fake = FakeRun()
+    result = run(write_suite(tmp_path), tmp_path / "out", fake, rounds=4, predict=True)
+    assert len(fake.ran) == 8 and result.written == {"ok": 8}
+    assert any("a prediction is exact, each case is predicted once" in note for note in result.plan.notes)
+
+
+def test_pooled_rounds_take_the_largest_peak_and_the_load_from_first_to_last():
+    from topk_bench.case import Measurement
+
+    rounds = [Measurement(status="ok", peak_bytes=10, reserved_bytes=None, times_s=[1.0], fwd_times_s=[0.4],
+                          metadata={"load_start": 0.1, "load_end": 0.2, "steal": 0.0, "git_sha": "a"}),
+              Measurement(status="ok", peak_bytes=12, reserved_bytes=None, times_s=[2.0, 3.0], fwd_times_s=[0.5],
+                          metadata={"load_start": 0.5, "load_end": 0.9, "steal": 0.3, "git_sha": "a"})]
+    merged = runner.pooled(rounds)
+    assert merged.times_s == [1.0, 2.0, 3.0] and merged.fwd_times_s == [0.4, 0.5]
+    assert merged.peak_bytes == 12 and merged.reserved_bytes is None
+    assert merged.metadata == {"load_start": 0.1, "load_end": 0.9, "steal": 0.3, "git_sha": "a"}
+
+
+@pytest.mark.slow
+def test_a_run_interrupted_between_rounds_writes_no_partial_row_and_a_rerun_completes(tmp_path):
+    suite = write_suite(tmp_path, text=SUITE.replace('causal = true', 'causal = true\nrounds = 2'))
+    out, marks = tmp_path / "out", tmp_path / "marks"
+    command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "0.3"]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
+                            env={**os.environ, MARK_VARIABLE: str(marks)})
+    deadline = time.monotonic() + 60
+    while not marks.exists() or len(marks.read_text().splitlines()) < 10:  # in round 2 of 2
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the test could interrupt it"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 130 and "Traceback" not in proc.stderr.read()
+    # Every case was still in its rounds: no row (not even a one-round row), so no file yet.
+    assert not (out / "fake.csv").exists() or rows(out / "fake.csv") == []
+    again = subprocess.run(command[:-1] + ["0"], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    final = rows(out / "fake.csv")
+    assert len({r["case_id"] for r in final}) == len(final) == 8
+    assert {r["repeats"] for r in final} == {"6"}  # 2 rounds of 3

@@ -125,6 +125,33 @@ def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, 
     assert rows["vanilla"]["status"] == rows["sdpa"]["status"] == "ok"
 
 
+@pytest.mark.timeout(900)
+def test_rounds_through_slurm_pool_every_rounds_samples(slurm_conf, tmp_path):
+    suite = tmp_path / "rounds.toml"
+    suite.write_text(textwrap.dedent("""
+        name = "slurm_rounds"
+        workload = "mha"
+        repeats = 2
+        warmup = 0
+        rounds = 2
+        [shape]
+        batch = 1
+        d_model = 32
+        heads = 2
+        [sweep]
+        seq_len = [16, 32]
+        [[impl]]
+        name = "vanilla"
+    """))
+    result = runner.run(suite, config=_bench_toml(tmp_path), out=tmp_path / "out", executor="slurm", device="cpu",
+                        resume=False, progress=False, max_case_seconds=600)
+    rows = read_rows(result.csv_path)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert {r["repeats"] for r in rows} == {"4"}  # 2 rounds of 2 samples
+    # Each round of each case went through a job of its own.
+    assert len(list((tmp_path / "slurm-logs").glob("*_*/*_result.pkl"))) == 4
+
+
 TINY_SUITE = """
 name = "slurm_gpus"
 workload = "mha"

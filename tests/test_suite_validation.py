@@ -147,6 +147,7 @@ def test_malformed_bench_toml(tmp_path, capsys, text, key, words):
 
 @pytest.mark.parametrize("flags,key", [
     (["--repeats", "0"], "--repeats"),
+    (["--rounds", "0"], "--rounds"),
     (["--max-memory", "0"], "--max-memory"),
     (["--max-case-seconds", "-1"], "--max-case-seconds"),
     (["--jobs", "0"], "--jobs"),
@@ -158,6 +159,18 @@ def test_bad_flags(tmp_path, capsys, flags, key):
     suite.write_text(GOOD)
     code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), *flags)
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"error: {key}: " in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_rounds_are_refused_under_the_paper_protocol(tmp_path, capsys):
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"'))
+    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--rounds", "3")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "error: --rounds: protocol 'paper' fixes how each case is measured" in err
+    suite.write_text(GOOD.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\nrounds = 2'))
+    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"))
+    assert code == 2 and f"{suite}: rounds: protocol 'paper'" in err
     assert not (tmp_path / "out").exists()
 
 

@@ -42,6 +42,10 @@ def run(
     predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: through a model of the CUDA caching allocator, with reserved bytes)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
     warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them."),
+    rounds: Optional[int] = typer.Option(None, "--rounds", metavar="N", help="Measure each case in N child processes, "
+                                         "round-robin over the cases; its row pools the N rounds' times (default: "
+                                         "the suite's rounds, 1). Ratios between cases then hold while the machine's "
+                                         "load drifts."),
     max_memory: Optional[float] = typer.Option(None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."),
     max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (their old rows are dropped)."),
@@ -63,7 +67,7 @@ def run(
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
             repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-            executor=executor, jobs=jobs, yes=yes,
+            executor=executor, jobs=jobs, rounds=rounds, yes=yes,
         )
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)

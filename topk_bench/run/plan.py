@@ -52,6 +52,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     # A measured CUDA run on the local executor: the GPUs its job slots spread over (run/devices.py).
     gpus: list[str] = field(default_factory=list)
+    # Child processes per case, round-robin over the cases (runner.py pools their times in one row).
+    rounds: int = 1
 
 
 def available_memory_bytes() -> int | None:
@@ -151,13 +153,15 @@ def _spread_over_gpus(executor: ExecutorSettings, notes: list[str]) -> tuple[Exe
 def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str | Path | None = None,
          device: str | None = None, predict: bool = False, repeats: int | None = None, warmup: int | None = None,
          max_memory_gib: float | None = None, max_case_seconds: float | None = None,
-         executor: str | None = None, jobs: int | str | None = None, yes: bool = False) -> Plan:
+         executor: str | None = None, jobs: int | str | None = None, rounds: int | None = None,
+         yes: bool = False) -> Plan:
     """Settings (bench.toml < suite < arguments), the cases and their budget. Raises BadInput; writes nothing.
 
     A suite of more cases than ``max_cases`` is bad input unless ``yes``, said before its cases are even built.
     """
     _check_override("--repeats", repeats, 1)
     _check_override("--warmup", warmup, 0)
+    _check_override("--rounds", rounds, 1)
     _check_override("--max-memory", max_memory_gib, 0, strict=True)
     _check_override("--max-case-seconds", max_case_seconds, 0, strict=True)
     jobs = _jobs(jobs)
@@ -179,6 +183,13 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         problem = protocol.fixed_value_problem(suite.protocol, setting, value)
         if problem:
             raise BadInput(problem, key=flag)
+    n_rounds = pick(rounds, suite.rounds, 1)
+    if n_rounds > 1 and suite.protocol != protocol.DEFAULT:
+        raise BadInput(f"protocol {suite.protocol!r} fixes how each case is measured; rounds is for ours",
+                       **({"key": "--rounds"} if rounds is not None else {"file": suite.path, "key": "rounds"}))
+    if n_rounds > 1 and predict:
+        notes.append(f"rounds = {n_rounds}: a prediction is exact, each case is predicted once")
+        n_rounds = 1
 
     updates: dict[str, Any] = {}
     if executor is not None:
@@ -228,7 +239,7 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, out: str |
         suite=suite, settings=settings, cases=cases, budget=Budget(memory, seconds),
         csv_path=out_dir / f"{suite.name}.csv", meta_path=out_dir / f"{suite.name}.meta.json",
         header=results_header(parameters_of(cases), optional_columns(suite, cases)),
-        executor=executor_settings, notes=notes, gpus=gpus,
+        executor=executor_settings, notes=notes, gpus=gpus, rounds=n_rounds,
     )
 
 
@@ -248,8 +259,9 @@ def estimate(n: int, seconds: float | None, executor: ExecutorSettings) -> str:
 def size_note(the_plan: Plan, todo: int) -> str:
     """The line a run starts with: how many cases, how long."""
     done = len(the_plan.cases) - todo
-    return (f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {the_plan.csv_path.name}), "
-            f"estimate {estimate(todo, the_plan.budget.max_seconds, the_plan.executor)}")
+    rounds = f", each in {the_plan.rounds} rounds" if the_plan.rounds > 1 else ""
+    return (f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {the_plan.csv_path.name}){rounds}, "
+            f"estimate {estimate(todo * the_plan.rounds, the_plan.budget.max_seconds, the_plan.executor)}")
 
 
 def within(cases: list[Case], limits: dict[str, int]) -> tuple[list[Case], int]:

@@ -5,6 +5,12 @@ cases than ``max_cases`` refused unless told yes, before any file is touched),
 refuses an existing CSV whose header does not fit its rows, takes the suite's
 lock, writes ``<suite>.meta.json``, and appends one row per case to
 ``<suite>.csv`` as each ends. It is the only writer of the CSV.
+
+With ``rounds`` > 1 every case is measured again in later rounds, each a pass over
+the cases still ok (forwards, then backwards, so that no case always follows the
+same one); a case's row, all its rounds' times pooled, is written after its last
+round, and a round that is not ok writes its row at once. An interrupted run keeps
+the rows written; the cases still in their rounds run again on resume.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import collections
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +85,72 @@ class _Writer:
         self.reporter.finished(self.what(case), row)
 
 
+class _Rounds:
+    """Stands in for the writer while a case has rounds to go: holds its ok measurements, then writes them pooled."""
+
+    def __init__(self, writer: _Writer, rounds: int):
+        self.writer, self.rounds, self.round = writer, rounds, 1
+        self.keys, self.reporter, self.what = writer.keys, writer.reporter, writer.what
+        self.held: dict[str, tuple[Case, list[Measurement]]] = {}
+
+    def write(self, case: Case, measurement: Measurement) -> None:
+        if measurement.status != Status.OK:  # this round failed: the case's row says so, and it runs no more
+            self.held.pop(case.case_id, None)
+            if self.round > 1:
+                measurement = replace(measurement, error=f"round {self.round} of {self.rounds}: {measurement.error}")
+            self.writer.write(case, measurement)
+        else:
+            self.held.setdefault(case.case_id, (case, []))[1].append(measurement)
+
+    def pending(self, cases: list[Case]) -> list[Case]:
+        """Of ``cases``, those ok in every round so far, in that order."""
+        return [c for c in cases if c.case_id in self.held]
+
+    def flush(self, cases: list[Case]) -> None:
+        for case in self.pending(cases):
+            self.writer.write(case, pooled(self.held.pop(case.case_id)[1]))
+
+
+def pooled(rounds: list[Measurement]) -> Measurement:
+    """One measurement of a case's rounds: every round's times, the largest peaks, the load from first to last."""
+    first, last = rounds[0], rounds[-1]
+
+    def most(name: str) -> int | None:
+        values = [getattr(m, name) for m in rounds if getattr(m, name) is not None]
+        return max(values) if values else None
+
+    steal = [m.metadata.get("steal") for m in rounds if m.metadata.get("steal") is not None]
+    metadata = {**first.metadata, "load_end": last.metadata.get("load_end"), **({"steal": max(steal)} if steal else {})}
+    return replace(first, times_s=[t for m in rounds for t in m.times_s],
+                   fwd_times_s=[t for m in rounds for t in m.fwd_times_s],
+                   bwd_times_s=[t for m in rounds for t in m.bwd_times_s],
+                   peak_bytes=most("peak_bytes"), reserved_bytes=most("reserved_bytes"), metadata=metadata)
+
+
+def _run_rounds(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
+                writer: _Writer) -> None:
+    """Round 1 as a run of one round (the skip-larger rule included), then the later rounds over what stayed ok."""
+    if plan.rounds == 1:
+        _schedule(plan, todo, stoppers, executor, writer)
+        return
+    rounds = _Rounds(writer, plan.rounds)
+    _schedule(plan, todo, stoppers, executor, rounds)
+    for number in range(2, plan.rounds + 1):
+        rounds.round = number
+        cases = rounds.pending(todo)
+        if not cases:
+            break
+        writer.reporter.note(f"round {number} of {plan.rounds}: {len(cases)} case(s)")
+        _schedule(plan, cases[::-1] if number % 2 == 0 else cases, [], executor, rounds, skip_rule=False)
+    rounds.flush(todo)
+
+
 def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
-              writer: _Writer) -> None:
-    """Submit cases when no smaller size of their implementation is pending; skip those above a stopper."""
+              writer: _Writer | _Rounds, skip_rule: bool = True) -> None:
+    """Submit cases when no smaller size of their implementation is pending; skip those above a stopper.
+
+    ``skip_rule=False`` (later rounds, whose cases were all ok once): submit in the given order, skip nothing.
+    """
     order = Order(plan.cases, writer.keys)
     batch = bool(getattr(executor, "prefers_batches", False))  # e.g. Slurm: one array, cancel what is not needed
     waiting = list(todo)
@@ -104,7 +173,8 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
     while waiting or running:
         if changed:  # what became ready only changes when a case ends or is skipped
             pending = [c for c, _ in running] + waiting
-            ready = waiting if batch else [c for c in waiting if not any(order.larger(c, p) for p in pending)]
+            ready = waiting if batch or not skip_rule else [
+                c for c in waiting if not any(order.larger(c, p) for p in pending)]
             if ready:
                 waiting = [c for c in waiting if c not in ready]
                 running += list(zip(ready, executor.submit(ready, plan.budget)))
@@ -118,7 +188,7 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
             running.remove((case, handle))
             measurement = handle.result()
             writer.write(case, measurement)
-            if measurement.status in STOPPING:
+            if measurement.status in STOPPING and skip_rule:
                 skip_larger(case, measurement.status)
         if not finished:
             time.sleep(POLL_S)
@@ -198,7 +268,7 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
             if todo:
                 executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
                 try:
-                    _schedule(the_plan, todo, stoppers, executor, writer)
+                    _run_rounds(the_plan, todo, stoppers, executor, writer)
                 finally:
                     executor.close()
         ids = {c.case_id for c in the_plan.cases}

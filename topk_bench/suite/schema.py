@@ -81,6 +81,9 @@ class Suite(Strict):
     seed: int = Field(0, ge=0)
     repeats: int | None = Field(None, ge=1)
     warmup: int | None = Field(None, ge=0)
+    # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
+    # every round's times (load that drifts over minutes spreads over all cases alike).
+    rounds: int | None = Field(None, ge=1)
     max_memory_gib: float | None = Field(None, gt=0)
     max_case_seconds: float | None = Field(None, gt=0)
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes
