@@ -101,18 +101,26 @@ def _ordered_bits(x: torch.Tensor) -> torch.Tensor:
     return flip.bitwise_xor_(bits)
 
 
-def _topk(x: torch.Tensor, k: int):
-    """``x.topk(k, dim=-1, sorted=False)``; half ``x`` ranked as integers of its width.
+def _ranks(scores: torch.Tensor) -> torch.Tensor:
+    """What scores are ranked by: half scores as their int16 bits (:func:`_ordered_bits`), others as they are.
 
     The CPU's ``topk`` on bfloat16 scores (32 rows of 32768, k=8192) took 5.7 ms, on their
     int16 bits 3.9 ms (its float comparisons handle NaN and widen each half value). For
     float32 the gain (5.6 to 4.0 ms, then 0.4 ms to convert) is not worth an integer copy
     of the input at the peak of a training tile (the CI gate's exact peaks saw +2%).
     """
-    if x.element_size() != 2:
-        return x.topk(k, dim=-1, sorted=False)
-    values, indices = _ordered_bits(x).topk(k, dim=-1, sorted=False)
-    return _ordered_bits(values).view(x.dtype), indices
+    return _ordered_bits(scores) if scores.element_size() == 2 else scores
+
+
+def _scores(ranks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The ``dtype`` scores that :func:`_ranks` gave ``ranks`` for."""
+    return ranks if ranks.dtype == dtype else _ordered_bits(ranks).view(dtype)
+
+
+def _topk(x: torch.Tensor, k: int):
+    """``x.topk(k, dim=-1, sorted=False)``, ranked by :func:`_ranks`."""
+    values, indices = _ranks(x).topk(k, dim=-1, sorted=False)
+    return _scores(values, x.dtype), indices
 
 
 def _row_topk(scores: torch.Tensor, k: int, s: int):
@@ -233,10 +241,9 @@ def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=Fa
                            float_scores=float_scores)
     rows, width = scores.shape[-2:]
     dtype = scores.dtype
-    # Half scores are ranked by their int16 bits, converted once: the runs' maxima, copies and
-    # top-k all run on integers (bf16, 131072 keys: the maxima of runs of 4 take 1.0 ms on the
-    # integers, 3.3 ms on bf16; the conversion 0.5 ms). Float32 scores stay as they are.
-    ranks = _ordered_bits(scores) if scores.element_size() == 2 else scores
+    # Converted once (:func:`_ranks`): the runs' maxima, copies and top-k all run on the ranks
+    # (bf16, 131072 keys: the maxima of runs of 4 take 1.0 ms on int16 bits, 3.3 ms on bf16).
+    ranks = _ranks(scores)
     del scores
     if s == 1:
         top, where = ranks.topk(kk, dim=-1, sorted=False)
@@ -249,8 +256,7 @@ def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=Fa
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
         del runs, best, first, members, pos
     del ranks
-    if top.dtype != dtype:  # the integers back to the scores they rank
-        top = _ordered_bits(top).view(dtype)
+    top = _scores(top, dtype)
     if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
         where.clamp_(max=lk - 1)
     weights = _activate(upcast(top), relu, rows_may_be_empty(q.shape[-2], lk, causal=causal,

@@ -91,7 +91,7 @@ class _Rounds:
     def __init__(self, writer: _Writer, rounds: int):
         self.writer, self.rounds, self.round = writer, rounds, 1
         self.keys, self.reporter, self.what = writer.keys, writer.reporter, writer.what
-        self.held: dict[str, tuple[Case, list[Measurement]]] = {}
+        self.held: dict[str, list[Measurement]] = {}  # case_id: its ok rounds so far
 
     def write(self, case: Case, measurement: Measurement) -> None:
         if measurement.status != Status.OK:  # this round failed: the case's row says so, and it runs no more
@@ -100,7 +100,7 @@ class _Rounds:
                 measurement = replace(measurement, error=f"round {self.round} of {self.rounds}: {measurement.error}")
             self.writer.write(case, measurement)
         else:
-            self.held.setdefault(case.case_id, (case, []))[1].append(measurement)
+            self.held.setdefault(case.case_id, []).append(measurement)
 
     def pending(self, cases: list[Case]) -> list[Case]:
         """Of ``cases``, those ok in every round so far, in that order."""
@@ -108,7 +108,7 @@ class _Rounds:
 
     def flush(self, cases: list[Case]) -> None:
         for case in self.pending(cases):
-            self.writer.write(case, pooled(self.held.pop(case.case_id)[1]))
+            self.writer.write(case, pooled(self.held.pop(case.case_id)))
 
 
 def pooled(rounds: list[Measurement]) -> Measurement:
