@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from topk_bench.measure.cuda_allocator import FREE, MIB, CachingAllocator, simulate_measurement
+from topk_bench.measure.cuda_allocator import FREE, MIB, CachingAllocator
+from topk_bench.measure.simulated import simulate_measurement
 
 DATA = Path(__file__).parent / "data"
 

@@ -6,6 +6,7 @@ import contextlib
 from typing import Callable, Iterator
 
 from topk_bench.doctor.check import Check, Result
+from topk_bench.types import DeviceKind
 
 
 @contextlib.contextmanager
@@ -40,7 +41,7 @@ def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (),
             if progress:
                 progress(c)
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if DeviceKind.of(device) is DeviceKind.CUDA and not torch.cuda.is_available():
         note([Check("cuda", Result.SKIPPED, "CUDA is not available on this machine: ran the CPU checks")])
         device = "cpu"
     oom_checks = oom.start(device)  # children in the background while this process checks the rest
@@ -48,7 +49,7 @@ def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (),
         note(agreement.checks(device))
         note(peaks.checks(device, plugins))
         note(oom_checks())
-        if device.startswith("cuda"):
+        if DeviceKind.of(device) is DeviceKind.CUDA:
             note([cuda.check(device)])
         else:
             note([Check("TF32 off while measuring", Result.SKIPPED, "CUDA only (no TF32 on the CPU)")])

@@ -32,6 +32,8 @@ from topk_bench.results.frame import left_out, load_results
 from topk_bench.status import Status
 from topk_bench.units import missing
 from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
+from topk_bench.results import columns as col
+from topk_bench.types import Method
 
 # Worst first: a case's verdict is the worst of its metrics.
 SEVERITY = (Verdict.REGRESSION, Verdict.INVALID, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
@@ -98,7 +100,7 @@ def load(path: str | Path) -> pd.DataFrame:
     """A results CSV or directory, one row per ``case_id`` (``load_results``: the last one, the others left out)."""
     data = load_results(path)
     attrs = data.attrs
-    data = data.set_index("case_id", drop=False)
+    data = data.set_index(col.CASE_ID, drop=False)
     data.attrs = attrs
     return data
 
@@ -121,11 +123,10 @@ def varying_parameters(*frames: pd.DataFrame) -> list[str]:
 
 def case_name(row: pd.Series, params: list[str]) -> str:
     """Human-readable and stable: label (or impl), mode, then the non-empty parameter values."""
-    label = row.get("label")
-    label = label if isinstance(label, str) and label else row["impl"]
+    label = col.legend(row.get(col.LABEL), row[col.IMPL])
     values = [f"{p}={_plain(row[p])}" for p in params if p in row.index and not missing(row[p])]
-    mode = row.get("mode")
-    head = f"{row.get('workload')}/{label}" if isinstance(row.get("workload"), str) else label
+    mode = row.get(col.MODE)
+    head = f"{row.get('workload')}/{label}" if isinstance(row.get(col.WORKLOAD), str) else label
     head += f" {mode}" if isinstance(mode, str) else ""
     return " ".join([head, *values])
 
@@ -144,8 +145,8 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
     cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label)
              for cid in common]
     warnings = [_differs(base.loc[common], new.loc[common], column, why)
-                for column, why in (("device_name", "times (and CUDA memory) are not comparable"),
-                                    ("torch_version", "kernels and allocator may differ"))]
+                for column, why in ((col.DEVICE_NAME, "times (and CUDA memory) are not comparable"),
+                                    (col.TORCH_VERSION, "kernels and allocator may differ"))]
     warnings += [f"{side}: {line}" for side, frame in (("BASE", base), ("NEW", new))
                  for line in [_contended(frame.loc[common])] if line]
     failures = [f"{side} {line}" for side, frame in (("BASE", base), ("NEW", new)) for line in left_out(frame)]
@@ -174,9 +175,9 @@ def first_run(new: pd.DataFrame, thresholds: Thresholds = Thresholds(), base_lab
 
 def _contended(rows: pd.DataFrame) -> str | None:
     """One warning line when times of these rows were measured under contention (None: none were)."""
-    if "trust" not in rows.columns:
+    if col.TRUST not in rows.columns:
         return None
-    return trust.warning(rows.loc[rows["method"] == "measured", "trust"])
+    return trust.warning(rows.loc[rows[col.METHOD] == Method.MEASURED, col.TRUST])
 
 
 def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> str:
@@ -191,18 +192,18 @@ def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> st
 
 def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
                   base_label: str, new_label: str) -> CaseComparison:
-    case = CaseComparison(str(n["case_id"]), case_name(n, params), str(n["device"]), str(n["method"]),
-                          str(b["status"]), str(n["status"]))
+    case = CaseComparison(str(n[col.CASE_ID]), case_name(n, params), str(n[col.DEVICE]), str(n[col.METHOD]),
+                          str(b[col.STATUS]), str(n[col.STATUS]))
     if case.base_status != Status.OK or case.new_status != Status.OK:
         return case  # nothing to measure on a failed side; the status verdict says it all
-    if not (missing(b["peak_bytes"]) or missing(n["peak_bytes"])):
-        case.metrics.append(classify_ratio("peak_bytes", float(b["peak_bytes"]), float(n["peak_bytes"]),
+    if not (missing(b[col.PEAK_BYTES]) or missing(n[col.PEAK_BYTES])):
+        case.metrics.append(classify_ratio(col.PEAK_BYTES, float(b[col.PEAK_BYTES]), float(n[col.PEAK_BYTES]),
                                            t.memory_factor))
-    if not (missing(b["reserved_bytes"]) or missing(n["reserved_bytes"])):
-        case.metrics.append(classify_ratio("reserved_bytes", float(b["reserved_bytes"]),
-                                           float(n["reserved_bytes"]), t.reserved_factor))
-    base_times = parse_times(b["times_s"], file=base_label, case_id=case.case_id)
-    new_times = parse_times(n["times_s"], file=new_label, case_id=case.case_id)
+    if not (missing(b[col.RESERVED_BYTES]) or missing(n[col.RESERVED_BYTES])):
+        case.metrics.append(classify_ratio(col.RESERVED_BYTES, float(b[col.RESERVED_BYTES]),
+                                           float(n[col.RESERVED_BYTES]), t.reserved_factor))
+    base_times = parse_times(b[col.TIMES_S], file=base_label, case_id=case.case_id)
+    new_times = parse_times(n[col.TIMES_S], file=new_label, case_id=case.case_id)
     if base_times and new_times:
         case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha))
     return case

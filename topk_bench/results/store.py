@@ -27,7 +27,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from topk_bench import fileio
 from topk_bench.errors import BadInput, file_error
-from topk_bench.results.columns import REQUIRED_COLUMNS, cell_problem, holds_numbers
+from topk_bench.results import columns as col
+from topk_bench.results.columns import REQUIRED_COLUMNS, cell_problem, holds_numbers, migrate
 from topk_bench.status import STATUSES
 
 
@@ -123,8 +124,8 @@ def _header(first: bytes, path: Path) -> list[str]:
                        file=path)
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
-        raise BadInput(f"not a topk-bench results file: no column {missing[0]!r}", file=path)
-    return header
+        raise BadInput(f"not a topk-bench results file: no column {str(missing[0])!r}", file=path)
+    return migrate(header)  # an older file's renamed columns, as this version names them
 
 
 def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | None:
@@ -133,9 +134,9 @@ def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | 
         why = "a line cut by a crash?" if len(record) < len(header) else "a damaged header?"
         return f"{len(record)} fields where the header has {len(header)} ({why})"
     row = dict(zip(header, record))
-    if row["status"] not in STATUSES:
-        return f"unknown status {row['status']!r}"
-    if not row["case_id"]:
+    if row[col.STATUS] not in STATUSES:
+        return f"unknown status {row[col.STATUS]!r}"
+    if not row[col.CASE_ID]:
         return "no case_id"
     for i in numbers:
         problem = cell_problem(header[i], record[i])
@@ -227,7 +228,7 @@ def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset()) -> int
             lines.append(line + b"\n")
             continue
         row = dict(zip(old, fields))
-        if row["case_id"] in drop:
+        if row[col.CASE_ID] in drop:
             removed += 1
         else:
             lines.append(_line(row.get(c, "") for c in header))

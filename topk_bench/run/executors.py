@@ -8,7 +8,7 @@ once instead, and the runner cancels what the skip-larger rule removes. The
 runner is the only writer of the results CSV: executors only return
 ``Measurement``s.
 
-Protocol (what a new executor, e.g. ``topk_bench.run.slurm.SlurmExecutor``, implements):
+The interface (what a new executor, e.g. ``topk_bench.run.slurm.SlurmExecutor``, implements):
 
 - ``executor.submit(cases: list[Case], budget: Budget) -> list[Handle]`` — one
   handle per case, same order. May be called more than once.
@@ -39,7 +39,8 @@ from topk_bench.run import devices
 from topk_bench.run.launcher import run_isolated
 from topk_bench.status import Status
 
-RunFn = Callable[[Case, Budget], Measurement]
+# What measures one case in a process of its own (default: the launcher's run_isolated).
+CaseRunner = Callable[[Case, Budget], Measurement]
 
 
 class Handle(Protocol):
@@ -94,7 +95,7 @@ class LocalExecutor:
     (``run(case, budget, env=...)``), e.g. its GPU (:mod:`topk_bench.run.devices`).
     """
 
-    def __init__(self, jobs: int = 1, run: RunFn | None = None,
+    def __init__(self, jobs: int = 1, run: CaseRunner | None = None,
                  slots: Sequence[Mapping[str, str]] | None = None):
         if jobs < 1:
             raise BadInput(f"expected at least 1, got {jobs}", key="jobs")
@@ -108,7 +109,7 @@ class LocalExecutor:
         self._closed = False
         self._threads: list[threading.Thread] = []
 
-    def _run_fn(self) -> RunFn:
+    def _run_fn(self) -> CaseRunner:
         return self._run or run_isolated
 
     def submit(self, cases: Sequence[Case], budget: Budget) -> list[LocalHandle]:
@@ -138,7 +139,7 @@ class LocalExecutor:
                     return None
                 self._wakeup.wait()
 
-    def _work(self, run: RunFn, env: Mapping[str, str] | None) -> None:
+    def _work(self, run: CaseRunner, env: Mapping[str, str] | None) -> None:
         while (handle := self._next()) is not None:
             try:
                 handle._result = run(handle.case, handle.budget, env=env) if env else run(handle.case, handle.budget)
@@ -160,7 +161,7 @@ class LocalExecutor:
             self._wakeup.notify_all()
 
 
-def get_executor(settings, run: RunFn | None = None, gpus: Sequence[str] = ()) -> Executor:
+def get_executor(settings, run: CaseRunner | None = None, gpus: Sequence[str] = ()) -> Executor:
     """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml); ``gpus``: those a local
     measured CUDA run spreads its job slots over (Slurm gives each task its own)."""
     if settings.kind == "local":

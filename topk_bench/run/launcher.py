@@ -19,7 +19,6 @@ dies with the parent.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import select
 import signal
@@ -29,13 +28,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Mapping
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.measure import metadata
 from topk_bench.status import Status
+from topk_bench.types import READY, Exited, Kill, Refused, Start, Started, decode, encode
 
 # A child that has not even started its measurement after this long is hung
 # (it includes starting the template: importing torch, on a loaded machine).
@@ -154,22 +153,22 @@ class Template:
                 data = b""
             if not data:
                 break
-            message = json.loads(data)
-            child = self._children.get(message["id"])
+            message = decode(data)
+            child = self._children.get(message.id)
             if child is None:
                 continue
-            if "pid" in message:
-                child.pid = message["pid"]
-                if "fresh" in message and not self.fresh:
-                    self.fresh = message["fresh"]
+            if isinstance(message, Started):
+                child.pid = message.pid
+                if message.fresh and not self.fresh:
+                    self.fresh = message.fresh
                     print(f"topk-bench: cases start as fresh interpreters (slower), not forks of the warm template: "
                           f"{self.fresh}", file=sys.stderr, flush=True)
-            elif "exit" in message:
+            elif isinstance(message, Exited):
                 self._children.pop(child.id, None)
-                child.end(message["exit"])
-            elif "error" in message:
+                child.end(message.code)
+            elif isinstance(message, Refused):
                 self._children.pop(child.id, None)
-                child.end(lost=f"the template refused to fork: {message['error']}")
+                child.end(lost=f"the template refused to fork: {message.error}")
         self._closed = True
         self.proc.wait()
         code = self.proc.returncode
@@ -183,8 +182,7 @@ class Template:
         child = _Child(next(self._ids))
         self._children[child.id] = child
         settings = {k: v for k, v in env.items() if k in CHILD_VARIABLES}
-        message = json.dumps({"op": "start", "id": child.id, "argv": argv, "env": settings,
-                              "threads": torch_threads(settings)}).encode()
+        message = encode(Start(child.id, tuple(argv), settings, torch_threads(settings)))
         try:
             with self._send_lock:
                 socket.send_fds(self._sock, [message], [ready_fd, log_fd])
@@ -202,7 +200,7 @@ class Template:
             return
         try:
             with self._send_lock:
-                self._sock.send(json.dumps({"op": "kill", "id": child.id}).encode())
+                self._sock.send(encode(Kill(child.id)))
         except OSError:
             pass  # the template is gone, and its children with it (the reader ends them)
         child.wait()
@@ -276,7 +274,7 @@ def _wait_ready(fd: int, limit_s: float) -> bool | None:
     readable, _, _ = select.select([fd], [], [], limit_s)
     if not readable:
         return None
-    return os.read(fd, 1) == b"r"
+    return os.read(fd, 1) == READY
 
 
 def _failure(case: Case, status: str, error: str) -> Measurement:
@@ -303,7 +301,7 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
         try:
             with open(log_path, "wb") as log:
                 child = template.start(
-                    [str(case_path), str(result_path), "--budget", json.dumps(asdict(budget))],
+                    [str(case_path), str(result_path), "--budget", budget.to_json()],
                     child_env, write_fd, log.fileno(),
                 )
         finally:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 from topk_bench.suite.files import Strict
-from topk_bench.suite.settings import DTYPES
+from topk_bench.types import DType, Mode
 
 
 class PlotSection(Strict):
@@ -60,7 +60,7 @@ class ImplEntry(BaseModel):
     workload: str | None = None
     causal: bool | None = None
     activation: Literal["softmax", "relu"] | None = None
-    mode: Literal["fwd", "fwd_bwd"] | None = None  # default: the suite's
+    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # default: the suite's
     feedforward: str | None = None  # workloads with a feed-forward sublayer: its implementation
     feedforward_options: dict[str, Any] = Field(default_factory=dict)
 
@@ -74,10 +74,10 @@ class Suite(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
     title: str = ""
     workload: str                       # a registered workload (topk_bench.workloads)
-    mode: Literal["fwd", "fwd_bwd"] | None = None  # default: the workload's (fwd_bwd; fwd for prefill, decode)
+    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # default: the workload's (fwd_bwd; fwd for prefill, decode)
     causal: bool | None = None          # default: the workload's
     activation: Literal["softmax", "relu"] | None = None  # default: the workload's
-    dtype: Literal[DTYPES] | None = None  # type: ignore[valid-type]
+    dtype: Literal[DType.values()] | None = None  # type: ignore[valid-type]
     seed: int = Field(0, ge=0)
     repeats: int | None = Field(None, ge=1)
     warmup: int | None = Field(None, ge=0)

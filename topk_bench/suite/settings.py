@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr
 
 from topk_bench.suite.files import Strict, read_toml, validate
+from topk_bench.types import DType
 
 CONFIG_NAME = "bench.toml"
-DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 class ExecutorSettings(Strict):
@@ -38,7 +38,7 @@ class Settings(Strict):
     """bench.toml: defaults of every run."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+    dtype: Literal[DType.values()] = "float32"  # type: ignore[valid-type]
     warmup: int = Field(1, ge=0)
     repeats: int = Field(3, ge=1)
     max_memory_gib: float = Field(30.0, gt=0)

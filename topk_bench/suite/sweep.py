@@ -25,17 +25,17 @@ def entry_settings(suite: Suite, entry: ImplEntry) -> tuple[str, bool, str]:
     same = workload == suite.workload
     causal = entry.causal if entry.causal is not None else (suite.causal if same else None)
     activation = entry.activation or (suite.activation if same else None)
-    return (workload, *workloads.get(workload).settings(causal, activation))
+    return (workload, *workloads.lookup(workload).settings(causal, activation))
 
 
 def entry_mode(suite: Suite, entry: ImplEntry) -> str:
     """``fwd`` or ``fwd_bwd`` of an ``[[impl]]``: its own, else the suite's (filled in from its workload when it names none)."""
-    return entry.mode or suite.mode or workloads.get(entry_settings(suite, entry)[0]).default_mode()
+    return entry.mode or suite.mode or workloads.lookup(entry_settings(suite, entry)[0]).default_mode()
 
 
 def feedforward(suite: Suite, entry: ImplEntry) -> str | None:
     """The feed-forward implementation an entry names, else its workload's default (None: none, or the model's own)."""
-    spec = workloads.get(entry_settings(suite, entry)[0])
+    spec = workloads.lookup(entry_settings(suite, entry)[0])
     return (entry.feedforward or spec.default_feedforward) if spec.feedforward else None
 
 
@@ -48,7 +48,7 @@ def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, 
     the two has that option; a workload with open parameters takes the rest. A
     preset (``model = "llama-3-8b"``) fills in the parameters it sets.
     """
-    spec = workloads.get(entry_settings(suite, entry)[0])
+    spec = workloads.lookup(entry_settings(suite, entry)[0])
     impl = implementations.spec(entry.name)
     ff_name = feedforward(suite, entry)
     ff = implementations.spec(ff_name) if ff_name and spec.swept_options_reach_feedforward else None
@@ -93,7 +93,7 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
 def _resolved(impl: implementations.Implementation, given: dict[str, Any], suite: Suite) -> dict[str, Any]:
     # Defaults included, so that the CSV shows what ran; None means "not used" and is left out,
     # as are the options the suite's protocol sets itself (the workload passes them).
-    owned = protocol.get(suite.protocol).owned_options
+    owned = protocol.lookup(suite.protocol).owned_options
     return {k: v for k, v in impl.resolve(given).items() if v is not None and k not in owned}
 
 
@@ -105,7 +105,7 @@ def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: st
     # So would a swept token budget, which sets a selection method's own option.
     swept = any(key in impl.options for key in suite.sweep) or (BUDGET in suite.sweep and impl.budget is not None)
     legend = impl.name if swept else impl.legend(options)
-    spec = workloads.get(workload)
+    spec = workloads.lookup(workload)
     if spec.legend is not None:
         ff_name = feedforward(suite, entry)
         ff_legend = implementations.spec(ff_name).legend(entry.feedforward_options) if ff_name else None

@@ -16,6 +16,7 @@ import torch
 
 from topk_bench.protocol import OURS
 from topk_bench.case import Budget, Case
+from topk_bench.types import Mode
 
 
 @dataclass
@@ -102,7 +103,7 @@ class WorkloadSpec:
     causal: bool = False
     activation: str = "softmax"
     fixed: Mapping[str, Fixed] = field(default_factory=dict)
-    mode: str = "fwd_bwd"
+    mode: Mode = Mode.FWD_BWD
     presets: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     grouped_heads: Callable[[Mapping[str, Any]], bool] | None = None
     traffic: Callable[[Case], Traffic] | None = None
@@ -128,9 +129,9 @@ class WorkloadSpec:
         activation = activation or self.fixed.get("activation", Fixed(self.activation, "")).value
         return bool(causal), str(activation)
 
-    def default_mode(self) -> str:
+    def default_mode(self) -> Mode:
         """The mode a suite gets when it names none: what the workload imposes, else its default."""
-        return str(self.fixed.get("mode", Fixed(self.mode, "")).value)
+        return Mode(self.fixed.get("mode", Fixed(self.mode, "")).value)
 
     def violation(self, causal: bool, activation: str, mode: str | None = None) -> tuple[str, str] | None:
         """(setting, problem) when ``causal`` / ``activation`` / ``mode`` contradict what the workload imposes."""
@@ -173,7 +174,7 @@ def register(spec: WorkloadSpec) -> WorkloadSpec:
     return spec
 
 
-def get(name: str) -> WorkloadSpec:
+def lookup(name: str) -> WorkloadSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -186,7 +187,7 @@ def names() -> list[str]:
 
 def build(case: Case, device, dtype) -> Workload:
     """The case's model and inputs, seeded from ``case.seed`` (the same case always gets the same weights)."""
-    spec = get(case.workload)
+    spec = lookup(case.workload)
     torch.manual_seed(case.seed)
     # Built directly on the device in the dtype (no ``.to()`` copy, which FakeTensorMode refuses).
     previous = torch.get_default_dtype()
@@ -200,7 +201,7 @@ def build(case: Case, device, dtype) -> Workload:
 
 def traffic(case: Case) -> Traffic | None:
     """What one iteration of ``case`` does by its workload's cost model; None when the workload states none."""
-    spec = get(case.workload)
+    spec = lookup(case.workload)
     return spec.traffic(case) if spec.traffic is not None else None
 
 
