@@ -23,8 +23,12 @@ def doctor(
 
     from topk_bench.errors import BadInput
 
-    if device.split(":")[0] not in ("cpu", "cuda"):
-        raise BadInput(f"unknown device {device!r} (known: cpu, cuda)", key="--device")
+    from topk_bench.types import DeviceKind
+
+    try:
+        DeviceKind.of(device)
+    except ValueError as exc:
+        raise BadInput(str(exc), key="--device") from None
     # torch only once the command runs: --help stays fast.
     from topk_bench import plugins as plugin_loader
     from topk_bench.doctor.check import Result, failed

@@ -1,4 +1,4 @@
-"""Where cases run: the executor protocol, the local executor, and choosing one from settings.
+"""Where cases run: the executor interface, the local executor, and choosing one from settings.
 
 The runner submits a case once no smaller size of its implementation is still
 pending (so that after an ``oom`` the larger sizes are skipped, never run), in
@@ -31,16 +31,14 @@ from __future__ import annotations
 import collections
 import threading
 import traceback
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
 from topk_bench.run import devices
-from topk_bench.run.launcher import run_isolated
+from topk_bench.run.launcher import CaseRunner, run_isolated
 from topk_bench.status import Status
 
-# What measures one case in a process of its own (default: the launcher's run_isolated).
-CaseRunner = Callable[[Case, Budget], Measurement]
 
 
 class Handle(Protocol):

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO, Callable, Mapping
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.measure import metadata
@@ -48,6 +48,9 @@ CHILD_VARIABLES = (*THREAD_VARIABLES, "CUDA_VISIBLE_DEVICES")
 # Variables that change without changing what a child does: pytest names the running test in one, and a
 # template per test would cost every test an interpreter importing torch.
 VOLATILE_VARIABLES = ("PYTEST_CURRENT_TEST",)
+
+# What measures one case in a process of its own (:func:`run_isolated`, or a test's stand-in).
+CaseRunner = Callable[[Case, Budget], Measurement]
 
 # Templates of other environments kept alive at once (each holds torch's memory, ~0.5 GB).
 MAX_TEMPLATES = 2
@@ -282,6 +285,43 @@ def _failure(case: Case, status: str, error: str) -> Measurement:
     return Measurement(status=status, error=error, device_name=meta["device_name"], metadata=meta)
 
 
+def _supervise(template: Template, child: _Child, ready_fd: int, budget: Budget) -> tuple[str, float | None]:
+    """Wait for ``child`` to start, then to end within the time budget; (why it was killed or "", start-up
+    seconds). Whatever interrupts the wait (Ctrl-C) kills the child first: none outlives the parent's wait."""
+    t0 = time.monotonic()
+    try:
+        ready = _wait_ready(ready_fd, STARTUP_LIMIT_S)
+        startup_s = time.monotonic() - t0
+        if ready is None:
+            template.kill(child)
+            return f"the worker did not start within {STARTUP_LIMIT_S:g} s", startup_s
+        if not child.wait(budget.max_seconds):
+            template.kill(child)
+            return f"killed after the per-case time budget of {budget.max_seconds:g} s", startup_s
+        child.wait()
+        return "", startup_s
+    except BaseException:
+        template.kill(child)
+        raise
+
+
+def _outcome(case: Case, child: _Child, result_path: Path, log_path: Path, timed_out: str) -> Measurement:
+    """The case's measurement: the child's result, else why there is none (a status)."""
+    code = child.returncode
+    if timed_out:
+        return _failure(case, Status.TIMEOUT, timed_out)
+    if result_path.exists():
+        return Measurement.from_json(result_path.read_text())
+    if child.lost:
+        return _failure(case, Status.CRASHED, child.lost)
+    tail = _log_tail(log_path)
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        hint = " (the kernel's OOM killer?)" if name == "SIGKILL" else ""
+        return _failure(case, Status.CRASHED, f"worker killed by {name}{hint}" + (f": {tail}" if tail else ""))
+    return _failure(case, Status.ERROR, f"worker exited with code {code} and no result" + (f": {tail}" if tail else ""))
+
+
 def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, str] | None = None) -> Measurement:
     """Measure ``case`` in a new worker process (``python -m topk_bench.measure.worker``, forked from
     the warm template); ``env`` adds variables for the child.
@@ -300,48 +340,16 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
         t0 = time.monotonic()
         try:
             with open(log_path, "wb") as log:
-                child = template.start(
-                    [str(case_path), str(result_path), "--budget", budget.to_json()],
-                    child_env, write_fd, log.fileno(),
-                )
+                child = template.start([str(case_path), str(result_path), "--budget", budget.to_json()],
+                                       child_env, write_fd, log.fileno())
         finally:
             os.close(write_fd)  # the child (or nobody) holds the write end: end of file when it ends
-        timed_out = ""
-        startup_s = None
         try:
-            ready = _wait_ready(read_fd, STARTUP_LIMIT_S)
-            startup_s = time.monotonic() - t0
-            if ready is None:
-                template.kill(child)
-                timed_out = f"the worker did not start within {STARTUP_LIMIT_S:g} s"
-            elif not child.wait(budget.max_seconds):
-                template.kill(child)
-                timed_out = f"killed after the per-case time budget of {budget.max_seconds:g} s"
-            else:
-                child.wait()
-        except BaseException:
-            template.kill(child)  # KeyboardInterrupt or the like: no child outlives the parent's wait
-            raise
+            timed_out, startup_s = _supervise(template, child, read_fd, budget)
         finally:
             os.close(read_fd)
         wall_s = time.monotonic() - t0
-
-        code = child.returncode
-        if timed_out:
-            result = _failure(case, Status.TIMEOUT, timed_out)
-        elif result_path.exists():
-            result = Measurement.from_json(result_path.read_text())
-        elif child.lost:
-            result = _failure(case, Status.CRASHED, child.lost)
-        elif code is not None and code < 0:
-            name = signal.Signals(-code).name
-            hint = " (the kernel's OOM killer?)" if name == "SIGKILL" else ""
-            tail = _log_tail(log_path)
-            result = _failure(case, Status.CRASHED, f"worker killed by {name}{hint}" + (f": {tail}" if tail else ""))
-        else:
-            tail = _log_tail(log_path)
-            result = _failure(case, Status.ERROR, f"worker exited with code {code} and no result"
-                              + (f": {tail}" if tail else ""))
+        result = _outcome(case, child, result_path, log_path, timed_out)
     result.metadata["child_startup_s"] = startup_s
     result.metadata["child_wall_s"] = wall_s
     return result

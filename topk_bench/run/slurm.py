@@ -28,8 +28,7 @@ from typing import Any, Iterable, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
-from topk_bench.run.executors import CaseRunner
-from topk_bench.run.launcher import run_isolated
+from topk_bench.run.launcher import CaseRunner, run_isolated
 from topk_bench.status import Status
 from topk_bench.types import DeviceKind
 
