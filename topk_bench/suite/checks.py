@@ -253,7 +253,8 @@ def _check_quality(suite: Suite, path: Path, entries) -> None:
     if not suite.quality:
         return
     if suite.fidelity:
-        raise BadInput("quality and fidelity = true both write rel_err: ask for one of them", file=path, key="quality")
+        raise BadInput("quality and fidelity = true: ask for one of them (quality judges the attention call against "
+                       "float64 exact attention, fidelity the layer against vanilla's)", file=path, key="quality")
     lacking = sorted({s.name for s, _ in entries if s.attention_inputs is None})
     if lacking:
         raise BadInput(f"selection quality needs a workload with one attention call (prefill, decode), "
