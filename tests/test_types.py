@@ -68,3 +68,11 @@ def test_budget_round_trips_and_ready_is_one_byte():
     budget = Budget(max_memory_bytes=2**30, max_seconds=1.5)
     assert Budget.from_json(budget.to_json()) == budget and Budget.from_json(Budget().to_json()) == Budget()
     assert READY == b"r" and len(READY) == 1
+
+
+def test_a_reader_takes_any_device_cell_and_a_damaged_method_is_no_method():
+    from topk_bench.protocol import drawn_metric
+
+    assert DeviceKind.read("cuda:0") is DeviceKind.CUDA and DeviceKind.read("tpu") is None and DeviceKind.read(None) is None
+    assert drawn_metric("memory", "paper", "cuda", "mesured") == "memory"  # a damaged row draws what it has
+    assert drawn_metric("memory", "paper", "gpu?", "measured") == "memory"

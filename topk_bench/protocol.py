@@ -69,6 +69,6 @@ def drawn_metric(metric: str, protocol: str, device: str, method: str) -> str:
     p = lookup(protocol)
     if metric == "time":
         return p.time_metric
-    if metric == "memory" and Method(method) is Method.MEASURED and DeviceKind.of(device) is DeviceKind.CUDA:
+    if metric == "memory" and method == Method.MEASURED and DeviceKind.read(device) is DeviceKind.CUDA:
         return p.cuda_memory_metric
     return metric

@@ -72,7 +72,16 @@ class DeviceKind(Word):
 
     @classmethod
     def of(cls, device: str) -> "DeviceKind":
+        """The kind of ``device``; ValueError for a device the harness does not run on."""
         return cls.parse(str(device).split(":")[0], "device")
+
+    @classmethod
+    def read(cls, device: object) -> "DeviceKind | None":
+        """The kind a results file's ``device`` cell names, None for anything else (a reader never raises)."""
+        try:
+            return cls(str(device).split(":")[0])
+        except ValueError:
+            return None
 
 
 class DType(Word):

@@ -110,7 +110,7 @@ def _chunks(widths: list[int], room: int) -> list[list[int]]:
 
 
 def what_of(method: str) -> str:
-    return "median time / peak memory" if Method(method) is Method.MEASURED else "peak memory"
+    return "median time / peak memory" if method == Method.MEASURED else "peak memory"
 
 
 def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]:

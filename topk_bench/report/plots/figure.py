@@ -289,7 +289,7 @@ def _not_shown(rows: pd.DataFrame) -> list[str]:
 
 def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
     """Suite title wrapped to the figure's width, then how the numbers were obtained."""
-    if Method(method) is Method.PREDICTED:
+    if method == Method.PREDICTED:
         how = "predicted: allocated bytes at full scale, no time"
     else:
         names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
@@ -320,7 +320,7 @@ def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
 
 def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
     """The default renderer: rows = metrics that have values, columns = spec.panels."""
-    predicted = Method(method) is Method.PREDICTED
+    predicted = method == Method.PREDICTED
     # The protocol's own statistics: the paper's time is a mean, its measured CUDA memory reserved bytes;
     # otherwise "memory" is the allocated or reserved peak, as the spec asks.
     memory = memory_metric(spec, rows)
