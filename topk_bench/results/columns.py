@@ -145,7 +145,8 @@ _OPTIONAL: dict[str, Column] = {c: c for c in (
     TOKENS_PER_S, TIME_PER_TOKEN_S,
 )}
 _EVERY_ROW: dict[str, Column] = {c: c for c in (*REQUIRED_COLUMNS, *CONTEXT_COLUMNS)}
-TEXT_COLUMNS: tuple[Column, ...] = tuple(c for c in _EVERY_ROW.values() if c.cells is Cells.TEXT)
+# Never turned into numbers by a reader (a case_id can be all digits; times_s is a list of them).
+TEXT_COLUMNS: tuple[Column, ...] = tuple(c for c in _EVERY_ROW.values() if c.cells in (Cells.TEXT, Cells.SAMPLES))
 MEASUREMENT_COLUMNS: tuple[Column, ...] = tuple(
     c for c in (*_EVERY_ROW.values(), *_OPTIONAL.values()) if c.cells is Cells.MEASUREMENT)
 
