@@ -61,6 +61,7 @@ class LiveBytes(TorchDispatchMode):
         self.peak_bytes = 0
         self.baseline_bytes = 0
         self._live: dict[int, int] = {}  # StorageImpl address -> counted bytes
+        self._op = None  # the op whose outputs are being counted (None: registered tensors)
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -79,7 +80,7 @@ class LiveBytes(TorchDispatchMode):
             return [s for part in parts for s in self._storages(part)]
         return [tensor.untyped_storage()]
 
-    def _track(self, tensor: torch.Tensor, op=None) -> None:
+    def _track(self, tensor: torch.Tensor) -> None:
         for storage in self._storages(tensor):
             key = storage._cdata
             nbytes = self._rounded(storage.nbytes())
@@ -92,7 +93,7 @@ class LiveBytes(TorchDispatchMode):
                 self._released(key)  # resized in place (``out=`` ops): a new allocation replaces the old
             self._live[key] = nbytes
             self.current_bytes += nbytes - (known or 0)
-            self._allocated(key, storage.nbytes(), op)
+            self._allocated(key, storage.nbytes(), self._op)
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
         if self.limit is not None and self.current_bytes > self.limit:
@@ -144,9 +145,13 @@ class LiveBytes(TorchDispatchMode):
         kwargs = kwargs or {}
         self._op_started(func, args, kwargs)
         out = func(*args, **kwargs)
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self._track(leaf, func)
+        self._op = func
+        try:
+            for leaf in tree_leaves(out):
+                if isinstance(leaf, torch.Tensor):
+                    self._track(leaf)
+        finally:
+            self._op = None
         self._op_finished(func, args, kwargs, out)
         return out
 
