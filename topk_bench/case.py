@@ -58,6 +58,9 @@ class Case:
     protocol: str = DEFAULT_PROTOCOL
     # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
     quality: tuple[str, ...] = ()
+    # Where the case's profile goes (topk_bench.profile: `topk-bench profile`, `run --profile`); empty: none.
+    # Not in the case id: a profile changes what is written, not what is measured.
+    profile: str = ""
 
     def __post_init__(self) -> None:
         # Spelled as in a suite or a JSON file, held as members (``case.method is Method.MEASURED``).

@@ -2,6 +2,7 @@
 
 from topk_bench.cli import list_cmd  # noqa: F401
 from topk_bench.cli import plot_cmd  # noqa: F401
+from topk_bench.cli import profile_cmd  # noqa: F401
 from topk_bench.cli import compare_cmd  # noqa: F401
 from topk_bench.cli import doctor_cmd  # noqa: F401
 from topk_bench.cli import run_cmd  # noqa: F401

@@ -55,6 +55,9 @@ def run(
     jobs: Optional[str] = typer.Option(None, "--jobs", metavar="N|auto", help="Cases at once on the local executor: N, or auto for one per core "
                                        "(default: bench.toml's, 1; auto with --predict)."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."),
+    profile: bool = typer.Option(False, "--profile", help="Also profile each case (as `topk-bench profile`): "
+                                 "OUT/profile/<case_id>/ gets peak.csv, timeline.png, profile.json, and where measured "
+                                 "ops.csv and trace.json. The rows are the same."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."),
 ) -> None:
@@ -67,7 +70,7 @@ def run(
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
             repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-            executor=executor, jobs=jobs, rounds=rounds, yes=yes,
+            executor=executor, jobs=jobs, rounds=rounds, yes=yes, profile=profile,
         )
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)

@@ -145,12 +145,16 @@ class CpuSteps(iterations.Steps):
         # No dispatch mode can follow a compiled call (flex): the allocator's own reports, and no
         # FLOPs (the FLOP counter is a mode too).
         compiled = iterations.compiles(self.case)
-        self.tracker = AllocatorBytes() if compiled else LiveBytes(limit=self.budget.max_memory_bytes)
+        self.tracker = AllocatorBytes() if compiled else self.live_bytes()
         self.tracker.register(wl.model, wl.inputs, wl.kept)
         counter = None if compiled else FlopCounterMode(display=False)
         with counter or contextlib.nullcontext(), self.tracker:
             iteration(wl, self.case)
         self.flops = counter.get_total_flops() if counter else None
+
+    def live_bytes(self) -> LiveBytes:
+        """The tracker of the profiling iteration (a profile's counts more: :mod:`topk_bench.profile`)."""
+        return LiveBytes(limit=self.budget.max_memory_bytes)
 
     def warm_up(self, wl: Workload) -> None:
         iteration(wl, self.case)
@@ -162,9 +166,9 @@ class CpuSteps(iterations.Steps):
         self.problem = nonfinite(wl, self.losses[-1])
 
 
-def measure_cpu(case: Case, budget: Budget) -> Measurement:
+def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget], CpuSteps] = CpuSteps) -> Measurement:
     check_supported(case, predict=False)
-    steps = CpuSteps(case, budget)
+    steps = make_steps(case, budget)
     samples = iterations.run(case, steps)
     result = _result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
                      flops=steps.flops, **_timings(samples, case))
@@ -173,10 +177,11 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
     return _checked(result, steps.problem)
 
 
-def predict(case: Case, budget: Budget) -> Measurement:
+def predict(case: Case, budget: Budget, tracker: LiveBytes | None = None) -> Measurement:
     """Peak bytes of ``case`` without allocating; on CUDA, through the caching allocator (:func:`predict_cuda`).
 
     One iteration: every iteration of either protocol starts from the same live set, so it has the same peak.
+    ``tracker``: a fresh :class:`LiveBytes` that counts more (a profile's), for the CPU.
     """
     check_supported(case, predict=True)
     if case.device_kind is DeviceKind.CUDA:
@@ -184,7 +189,7 @@ def predict(case: Case, budget: Budget) -> Measurement:
     fake = FakeTensorMode()
     with fake:
         wl = build(case, "cpu")
-    tracker = LiveBytes()
+    tracker = tracker or LiveBytes()
     tracker.register(wl.model, wl.inputs, wl.kept)
     with fake, FlopCounterMode(display=False) as flops, tracker:
         iteration(wl, case)
@@ -204,18 +209,22 @@ def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, 
     if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
         raise Unsupported(f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
                           f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)")
+    setup, body, loss, flops = trace_iteration(case, AllocationTrace())
+    sim = simulate(case, setup, body, loss=loss, empty_cache=empty_cache, workspace=workspace)
+    return _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
+                   baseline_bytes=sim.baseline_bytes, flops=flops)
+
+
+def trace_iteration(case: Case, trace: AllocationTrace) -> tuple[list, list, int, int]:
+    """(the build's events, one iteration's events, the serial of its loss, its FLOPs), under FakeTensorMode."""
     fake = FakeTensorMode()
-    trace = AllocationTrace()
     with fake, trace:
         wl = build(case, "cpu")
     setup = trace.take()
     losses: list[torch.Tensor] = []
     with fake, FlopCounterMode(display=False) as flops, trace:
         iteration(wl, case, losses=losses)
-    body, loss = trace.take(), trace.serial(losses[0])
-    sim = simulate(case, setup, body, loss=loss, empty_cache=empty_cache, workspace=workspace)
-    return _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
-                   baseline_bytes=sim.baseline_bytes, flops=flops.get_total_flops())
+    return setup, trace.take(), trace.serial(losses[0]), flops.get_total_flops()
 
 
 class CudaSteps(iterations.Steps):
@@ -270,7 +279,8 @@ class CudaSteps(iterations.Steps):
         self.problem = nonfinite(wl, self.losses[-1])  # after the peaks: the check allocates
 
 
-def measure_cuda(case: Case, budget: Budget) -> Measurement:
+def measure_cuda(case: Case, budget: Budget,
+                 make_steps: Callable[[Case, torch.device], CudaSteps] = CudaSteps) -> Measurement:
     """The paper's method; under our protocol with its weaknesses fixed (warm-up, peak reset, baseline and
     workspace reported). Under the paper protocol: no warm-up, no reset, no ``empty_cache``, no workspace
     column (the first, cold iteration allocates it inside the measured region, as theirs did).
@@ -297,7 +307,7 @@ def measure_cuda(case: Case, budget: Budget) -> Measurement:
         device = torch.device("cuda", torch.cuda.current_device())
     # Events record on the current device's current stream: make the case's device current.
     with torch.cuda.device(device):
-        steps = CudaSteps(case, device)
+        steps = make_steps(case, device)
         samples = iterations.run(case, steps)
         result = _result(
             case, peak_bytes=steps.peak, reserved_bytes=steps.reserved, baseline_bytes=steps.baseline,

@@ -107,6 +107,16 @@ def over_budget(result: Measurement, budget: Budget) -> str:
     return f"{name} {value} bytes exceeds the memory budget of {limit} bytes"
 
 
+def _measuring(case: Case):
+    """How ``case`` is measured: by its backend, or, with a profile directory, by the profile's capture (which
+    measures the same way and writes the profile; imported only then: it draws figures)."""
+    if case.profile:
+        from topk_bench.profile.capture import measure as measure_and_profile
+
+        return measure_and_profile
+    return measure
+
+
 def execute(case: Case, budget: Budget | None = None) -> Measurement:
     """Measure ``case`` in this process, then its optional columns; never raises for a failing case.
 
@@ -117,7 +127,7 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
     start = machine.read()  # the machine's load around the measurement: the row's trust flag
     try:
         plugins.load(case.plugins)
-        result = measure(case, budget)
+        result = _measuring(case)(case, budget)
         result.metadata.update(machine.context(start, machine.read()))
         # Outside the measured region: fidelity against vanilla, a workload's own columns.
         if result.status == Status.OK:  # issue 18: not for a nonfinite case (its error metrics are NaN)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ from topk_bench.suite.settings import ExecutorSettings, load_settings
 from topk_bench.types import DeviceKind, Method
 from topk_bench.units import GIB, format_duration
 
+# Where a run's profiles go, under its results directory (``run --profile``, ``topk-bench profile``).
+PROFILE_DIR = "profile"
 # A new interpreter importing torch (the local template, once; each Slurm task): 2 to 5 s on 2 loaded cores.
 INTERPRETER_S = 3.0
 # A child forked from the warm template, before it measures (scripts/bench_child_overhead.py: tens of ms).
@@ -135,6 +137,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, yes: bool 
     check_suite(suite, suite.path)
     cases = sweep.expand(suite, device=run.device, method=run.method, dtype=run.dtype, warmup=run.warmup,
                          repeats=run.repeats)
+    if run.profile:  # each case writes its profile where `topk-bench profile` would put it
+        cases = [replace(c, profile=str(run.out_dir / PROFILE_DIR / c.case_id)) for c in cases]
     notes = ([capped] if capped else []) + list(run.notes)
     if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)

@@ -53,6 +53,7 @@ class Flags:
     executor: str | None = None
     jobs: int | str | None = None
     out: str | Path | None = None
+    profile: bool = False
 
     def check(self) -> None:
         """Each flag's value on its own (what it means against the suite is :func:`resolve`'s)."""
@@ -111,6 +112,7 @@ class RunSettings:
     gpus: tuple[str, ...]      # a measured CUDA run on the local executor: the GPUs its job slots spread over
     out_dir: Path
     notes: tuple[str, ...]     # what the run says before it starts about how these were resolved
+    profile: bool = False      # each case also writes its profile, to out_dir/profile/<case_id>/
 
     @property
     def predicted(self) -> bool:
@@ -203,5 +205,5 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
         warmup=warmup, repeats=repeats, rounds=rounds, max_memory_gib=layered("max_memory_gib", flags, suite, settings),
         max_case_seconds=layered("max_case_seconds", flags, suite, settings),
         max_cases=layered("max_cases", None, suite, settings), executor=executor, gpus=gpus, out_dir=out,
-        notes=(*notes, *executor_notes),
+        notes=(*notes, *executor_notes), profile=flags.profile,
     )

@@ -1,0 +1,121 @@
+"""``topk-bench profile``: the parent's side. The suite planned as ``run`` plans it, the cases picked by
+``--case``, each run in its own child (as ``run`` runs it) with a profile directory, then told.
+
+A profile lives in ``DIR/<case_id>/`` (:mod:`.files`); before a case runs, the files of an earlier
+profile there are removed, so that none is left from another method or device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from topk_bench.case import Case, Measurement
+from topk_bench.profile import files, select, summary
+from topk_bench.status import Status
+from topk_bench.units import format_seconds
+
+_FILES = (files.META, files.PEAK, files.TIMELINE, files.SNAPSHOT, "ops.csv", "trace.json")
+
+
+@dataclass
+class Outcome:
+    case: Case
+    measurement: Measurement
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.case.profile)
+
+    @property
+    def ok(self) -> bool:
+        return self.measurement.status == Status.OK and (self.directory / files.META).is_file()
+
+
+def with_profile(cases: list[Case], directory: Path) -> list[Case]:
+    """The cases, each with its profile directory ``directory/<case_id>``."""
+    return [dataclasses.replace(c, profile=str(directory / c.case_id)) for c in cases]
+
+
+def clear(directory: Path) -> None:
+    """Remove an earlier profile's files from ``directory`` (nothing else)."""
+    for name in _FILES:
+        path = directory / name
+        if path.is_file():
+            path.unlink()
+
+
+def profile(suite: Path, selector: str, *, predict: bool, device: str | None, out: Path | None,
+            config: Path | None, run_case: Callable | None = None) -> list[Outcome]:
+    """Plan ``suite``, pick the cases ``selector`` names, and profile each in a child. Raises BadInput."""
+    from topk_bench.run import launcher
+    from topk_bench.run.plan import PROFILE_DIR, plan
+
+    wanted = select.parse(selector)
+    the_plan = plan(suite, config=config, predict=predict, device=device, out=out, yes=True)
+    directory = out if out is not None else the_plan.settings.out_dir / PROFILE_DIR
+    chosen = select.select(the_plan.cases, wanted, suite=str(suite))
+    run_case = run_case or launcher.run_isolated
+    outcomes = []
+    for case in with_profile(chosen, Path(directory)):
+        clear(Path(case.profile))
+        outcomes.append(Outcome(case, run_case(case, the_plan.budget)))
+    return outcomes
+
+
+def _ops_table(directory: Path, limit: int = 8):
+    import csv
+
+    from rich import box
+    from rich.table import Table
+
+    path = directory / "ops.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="") as handle:
+        ops = [r for r in csv.DictReader(handle) if r["op"].startswith("aten::")]
+    device = any(r["self_device_s"] for r in ops)
+    table = Table(title="time by op (one more iteration, under torch.profiler)", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    for name in ("op", "calls", "self host", "total host", *(("self device", "total device") if device else ())):
+        table.add_column(name, justify="left" if name == "op" else "right")
+    for r in ops[:limit]:
+        cells = [r["op"], r["calls"], format_seconds(r["self_host_s"]), format_seconds(r["total_host_s"])]
+        if device:
+            cells += [format_seconds(r["self_device_s"]), format_seconds(r["total_device_s"])]
+        table.add_row(*cells)
+    return table
+
+
+def tell(outcome: Outcome, console: Console) -> None:
+    """The summary of one profiled case: the story, the grouped table, time where measured, the files."""
+    m = outcome.measurement
+    if not outcome.ok:
+        console.print(f"{files.what(outcome.case)}: {m.status}: {m.error or 'no profile written'}", markup=False,
+                      highlight=False)
+        return
+    info, rows = files.read(outcome.directory)
+    console.print(summary.headline(info), markup=False, highlight=False)
+    console.print(summary.table(rows, info, width=console.width))
+    console.print(info["story"], markup=False, highlight=False)
+    counts = [f"{info['ops_per_iteration']} aten ops per iteration"] if info.get("ops_per_iteration") else []
+    if info.get("kernel_launches") is not None:
+        counts.append(f"{info['kernel_launches']} kernel launches")
+    share = info.get("user_share")
+    if share is not None:
+        counts.append(f"{100 * share:.2f}% of the bytes above the inputs named by a line of the user's code")
+    if counts:
+        console.print("; ".join(counts), markup=False, highlight=False)
+    ops = _ops_table(outcome.directory)
+    if ops is not None:
+        console.print(ops)
+    for note in info.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
+    written = ", ".join(name for name in _FILES if (outcome.directory / name).is_file())
+    console.print(f"profile: {outcome.directory}/ ({written})", markup=False, highlight=False)
+    console.print()
+
