@@ -25,7 +25,9 @@ import pytest
 import implementations
 from topk_bench.case import Budget, Case
 from topk_bench.measure import backends
+from topk_bench.cli import main
 from topk_bench.profile import capture, files, select
+from topk_bench.profile.attribution import Attribution
 from topk_bench.profile.rows import Category
 from topk_bench.profile.sources import PROJECT_ROOT, Sources, user_files
 from topk_bench.workloads.support import unsupported
@@ -91,10 +93,11 @@ def test_measured_cpu_rows_sum_to_the_peak_above_the_baseline(name, tmp_path):
     assert result.status == "ok", result.error
     assert sum(r.bytes for r in rows) == result.peak_bytes - result.baseline_bytes
     # The same peak as predicted (the CPU tracker and the prediction agree to the byte), and the same rows.
-    predicted, _, predicted_rows = profiled(small_case(name, "predicted", tmp_path))
+    predicted = Attribution(Sources(user_files((name,))))
+    backends.predict(small_case(name, "predicted", tmp_path), Budget(), tracker=predicted)
     assert (result.peak_bytes, result.baseline_bytes) == (predicted.peak_bytes, predicted.baseline_bytes)
     assert sorted((r.bytes, r.source, r.category) for r in rows) == sorted(
-        (r.bytes, r.source, r.category) for r in predicted_rows)
+        (r.bytes, r.source, r.category) for r in predicted.rows())
     assert user_share(case, rows) >= 0.99
     ops = list(csv.DictReader(open(Path(case.profile) / "ops.csv")))
     assert any(r["op"].startswith("aten::") and int(r["calls"]) > 0 for r in ops)
@@ -229,14 +232,26 @@ def test_the_selector_picks_cases_by_their_parameters(tmp_path):
                     r".*; seq_len = 512\|1024\|2048\|4096\|8192\|16384\|32768\|65536; "),
     ("impl", r"--case: expected KEY=VALUE\[,KEY=VALUE...\], got 'impl'$"),
 ])
-def test_the_selector_errors_are_one_line_and_exit_2(cli, tmp_path, selector, message):
+def test_the_selector_errors_are_one_line_and_exit_2(capsys, monkeypatch, tmp_path, selector, message):
+    monkeypatch.chdir(PROJECT_ROOT)
     out = tmp_path / "profiles"
-    result = cli("profile", "suites/mha.toml", "--case", selector, "--predict", "--out", str(out))
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+    with pytest.raises(SystemExit) as exited:
+        main(["profile", "suites/mha.toml", "--case", selector, "--predict", "--out", str(out)])
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 2, stderr
+    lines = stderr.strip().splitlines()
     assert len(lines) == 1 and re.search(message, lines[0]), lines
     assert lines[0].startswith("topk-bench: error: suites/mha.toml: --case: ") or selector == "impl"
-    assert not out.exists() and "Traceback" not in result.stderr
+    assert not out.exists() and "Traceback" not in stderr
+
+
+def test_no_match_from_the_command_line(cli, tmp_path):
+    """The same in a process of its own: one line on stderr, exit 2, nothing on stdout, nothing written."""
+    result = cli("profile", "suites/mha.toml", "--case", "impl=topk,topk=64", "--predict", "--out", str(tmp_path / "p"))
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == ("topk-bench: error: suites/mha.toml: --case: no case has impl=topk,topk=64: "
+                             "topk is one of 128 where impl=topk\n")
+    assert not (tmp_path / "p").exists()
 
 
 def test_profile_command_prints_the_peak_by_line_and_writes_the_files(cli, tmp_path):
@@ -249,15 +264,44 @@ def test_profile_command_prints_the_peak_by_line_and_writes_the_files(cli, tmp_p
     assert "vanilla at seq_len=64: 3 × [1, 4, 64, 64] float32" in result.stdout
 
 
+TINY = """
+name = "tiny"
+workload = "mha"
+causal = true
+[shape]
+d_model = 32
+heads = 2
+[sweep]
+seq_len = [32, 64]
+[[impl]]
+name = "vanilla"
+[[impl]]
+name = "topk"
+topk = 4
+chunk_size = 16
+"""
+
+
 def test_run_profile_writes_a_profile_per_case_and_the_same_rows(cli, tmp_path):
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(TINY)
+    _run_with_and_without_profile(cli, tmp_path, suite, "tiny", 4)
+
+
+@pytest.mark.slow
+def test_run_profile_of_every_workload(cli, tmp_path):
+    _run_with_and_without_profile(cli, tmp_path, PROJECT_ROOT / "suites" / "smoke.toml", "smoke", 10)
+
+
+def _run_with_and_without_profile(cli, tmp_path, suite, name, count):
     plain, profiled_dir = tmp_path / "plain", tmp_path / "profiled"
     for out, extra in ((plain, ()), (profiled_dir, ("--profile",))):
-        result = cli("run", "suites/smoke.toml", "--predict", "--out", str(out), "-q", *extra)
+        result = cli("run", str(suite), "--predict", "--out", str(out), "-q", *extra)
         assert result.returncode == 0, result.stderr
     keys = ("case_id", "impl", "workload", "status", "peak_bytes", "baseline_bytes", "flops")
-    rows = {name: sorted(tuple(r[k] for k in keys) for r in csv.DictReader(open(out / "smoke.csv")))
-            for name, out in (("plain", plain), ("profiled", profiled_dir))}
-    assert rows["plain"] == rows["profiled"] and len(rows["plain"]) == 10
+    rows = {side: sorted(tuple(r[k] for k in keys) for r in csv.DictReader(open(out / f"{name}.csv")))
+            for side, out in (("plain", plain), ("profiled", profiled_dir))}
+    assert rows["plain"] == rows["profiled"] and len(rows["plain"]) == count
     assert all(r[3] == "ok" for r in rows["plain"])
     assert not (plain / "profile").exists()
     for case_id, *_, peak, baseline, _ in rows["profiled"]:
@@ -265,3 +309,18 @@ def test_run_profile_writes_a_profile_per_case_and_the_same_rows(cli, tmp_path):
         total = sum(int(r["bytes"]) for r in csv.DictReader(open(directory / "peak.csv")))
         assert total == int(peak) - int(baseline)
         assert (directory / "timeline.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_compiled_call_is_profiled_from_the_allocators_events(tmp_path):
+    """flex (torch.compile, no dispatch mode sees its storages) measured on the CPU: its rows are the
+    allocations the profiler saw live at the peak, and they sum to it."""
+    case = Case.make(suite="profile-test", workload="prefill", impl="flex", options={"window": 16}, causal=True,
+                     mode="fwd", params={"seq_len": 64, "batch": 1, "q_heads": 4, "kv_heads": 2, "head_dim": 16},
+                     method="measured", warmup=1, repeats=1)
+    case = dataclasses.replace(case, profile=str(tmp_path / case.case_id))
+    result, info, rows = profiled(case)
+    assert result.status == "ok", result.error
+    assert rows and sum(r.bytes for r in rows) == result.peak_bytes - result.baseline_bytes
+    assert user_share(case, rows) >= 0.99 and not info["notes"]
+    assert all(r.source.startswith("implementations/flex.py:") for r in rows)

@@ -251,7 +251,7 @@ def test_the_cli_starts_the_template_early_only_for_the_local_executor(tmp_path,
     for config, flag, expected in [(None, None, 1), (None, "slurm", 0), (slurm, None, 0), (slurm, "local", 1),
                                    (broken, None, 0)]:
         started.clear()
-        run_cmd._start_template_early(config, flag)
+        run_cmd.start_template_early(config, flag)
         assert len(started) == expected, (config, flag)
 
 

@@ -26,6 +26,9 @@ def profile(
     """Profile the cases of SUITE that --case picks: DIR/<case_id>/ gets peak.csv (every storage live at the peak:
     bytes, op, source line, shape, dtype, category), timeline.png, profile.json, and where measured ops.csv and
     trace.json (torch.profiler; on CUDA also snapshot.pickle). Prints the peak by source line."""
+    from topk_bench.cli.run_cmd import start_template_early
+
+    start_template_early(config, None)  # the template imports torch while this process does, to plan
     from rich.console import Console
 
     from topk_bench.profile import command

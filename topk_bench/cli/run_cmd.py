@@ -16,7 +16,7 @@ def _terminate_as_interrupt(signum, frame):  # SIGTERM (e.g. from a scheduler) e
     raise KeyboardInterrupt
 
 
-def _start_template_early(config: Optional[Path], executor: Optional[str]) -> None:
+def start_template_early(config: Optional[Path], executor: Optional[str]) -> None:
     """Start the warm template (it imports torch) before this process imports torch to plan: they overlap.
 
     Local executor only: a Slurm job starts its own on its node. A run that then
@@ -62,7 +62,7 @@ def run(
     yes: bool = typer.Option(False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."),
 ) -> None:
     """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
-    _start_template_early(config, executor)
+    start_template_early(config, executor)
     from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
 
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)

@@ -145,7 +145,7 @@ class CpuSteps(iterations.Steps):
         # No dispatch mode can follow a compiled call (flex): the allocator's own reports, and no
         # FLOPs (the FLOP counter is a mode too).
         compiled = iterations.compiles(self.case)
-        self.tracker = AllocatorBytes() if compiled else self.live_bytes()
+        self.tracker = self.allocator_bytes() if compiled else self.live_bytes()
         self.tracker.register(wl.model, wl.inputs, wl.kept)
         counter = None if compiled else FlopCounterMode(display=False)
         with counter or contextlib.nullcontext(), self.tracker:
@@ -155,6 +155,10 @@ class CpuSteps(iterations.Steps):
     def live_bytes(self) -> LiveBytes:
         """The tracker of the profiling iteration (a profile's counts more: :mod:`topk_bench.profile`)."""
         return LiveBytes(limit=self.budget.max_memory_bytes)
+
+    def allocator_bytes(self) -> AllocatorBytes:
+        """The tracker of a compiled call's profiling iteration (a profile's names its allocations)."""
+        return AllocatorBytes()
 
     def warm_up(self, wl: Workload) -> None:
         iteration(wl, self.case)

@@ -183,12 +183,24 @@ class AllocatorBytes:
 
     def __exit__(self, *exc) -> None:
         self._profile.__exit__(*exc)
-        events = sorted((e.time_range.start, e.cpu_memory_usage) for e in self._profile.events() if e.cpu_memory_usage)
         live = highest = 0
-        for _, change in events:  # + an allocation, - a free
-            live += change
+        for event in allocation_events(self._profile):  # + an allocation, - a free
+            live += event.extra_fields.alloc_size
             highest = max(highest, live)
         self.peak_bytes = self.baseline_bytes + highest
+
+
+def allocation_events(profile: torch.profiler.profile) -> list:
+    """The allocator's events of a profile taken with ``profile_memory=True``, in order, each allocation and free
+    once. (Not the ops' ``cpu_memory_usage``: an op's includes its children's, so ``matmul`` and the ``mm`` inside
+    it would each count the product.)"""
+    found, pending = [], list(profile.profiler.kineto_results.experimental_event_tree())
+    while pending:
+        node = pending.pop()
+        pending.extend(node.children)
+        if type(node.extra_fields).__name__ == "_ExtraFields_Allocation" and node.extra_fields.alloc_size:
+            found.append(node)
+    return sorted(found, key=lambda n: (n.start_time_ns, n.id))
 
 
 Event = tuple[int, int]  # (serial, nbytes): an allocation of nbytes; (serial, FREE): its free

@@ -175,7 +175,8 @@ class WarmUp:
     Predictions only (forward-only in a CUDA build: :func:`backward_may_run_before_fork`), on the
     CPU: fake tensors touch no CUDA and run no kernel
     (but for the few ops FakeTensorMode runs for real on zeros, which run on one
-    thread here). Plug-ins are never imported here: each child imports its own.
+    thread here). Before the first profiled case (``Case.profile``), matplotlib, which each draws with.
+    Plug-ins are never imported here: each child imports its own.
     """
 
     def __init__(self) -> None:
@@ -192,6 +193,11 @@ class WarmUp:
         for impl in (case.impl, case.ff_impl):
             if impl:
                 self._predict(impl)
+        if case.profile and "matplotlib.pyplot" not in sys.modules:  # each profile draws a figure: import once
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
 
     def _predict(self, impl: str) -> None:
         """A tiny prediction of ``impl``, once; nothing for a plug-in's or an unpredictable one."""

@@ -33,6 +33,7 @@ from topk_bench.profile import sources as src
 from topk_bench.profile.rows import Category, Row, shape_text
 
 _current_node = torch._C._current_autograd_node
+_graph_task = torch._C._current_graph_task_id
 _sequence_nr = torch._C._autograd._get_sequence_nr
 _UNSET = object()
 
@@ -54,7 +55,7 @@ class Storage:
     shape: tuple[int, ...]
     dtype: str
     phase: Phase
-    run: int               # backward: which node run made it (0: none)
+    run: tuple[int, int]   # backward: (graph task, which of its node runs) made it; forward: (0, 0)
     saved: bool = False
     freed_in_run: bool = False
 
@@ -87,8 +88,8 @@ class Attribution(AllocationTrace):
         self.peak_at = 0                     # how many steps of the timeline the peak includes
         self._node_where: dict[int, src.Where | None] = {}  # autograd sequence number -> forward source
         self._node = None
-        self._node_key: tuple[int, str] | None = None
-        self._run = 0
+        self._task = 0
+        self._runs: dict[int, tuple[tuple[int, str], int]] = {}  # graph task -> (its current node, its run number)
         self._op_where = _UNSET
         self._tensor: torch.Tensor | None = None
 
@@ -106,9 +107,13 @@ class Attribution(AllocationTrace):
             return
         if self.backward_from is None:
             self.backward_from = self.ops
+        # Runs are counted per graph task: a custom Function's backward that calls autograd.grad runs a nested
+        # task, and its own node is still running when that returns.
+        self._task = _graph_task()
         key = (node._sequence_nr(), node.name())
-        if key != self._node_key:
-            self._node_key, self._run = key, self._run + 1
+        current = self._runs.get(self._task)
+        if current is None or current[0] != key:
+            self._runs[self._task] = (key, (current[1] + 1) if current else 1)
 
     def _track(self, tensor: torch.Tensor) -> None:
         self._tensor = tensor
@@ -132,7 +137,7 @@ class Attribution(AllocationTrace):
         self.storages[serial] = Storage(
             serial=serial, nbytes=self._live[key], op=str(op) if op is not None else "", where=where,
             shape=tuple(tensor.shape) if tensor is not None else (), dtype=_dtype(tensor),
-            phase=phase, run=self._run if phase is Phase.BACKWARD else 0)
+            phase=phase, run=self._run() if phase is Phase.BACKWARD else (0, 0))
         self.steps.append((self.ops, serial))
 
     def _released(self, key: int) -> None:
@@ -141,9 +146,13 @@ class Attribution(AllocationTrace):
         storage = self.storages.get(serial)
         if storage is None:
             return
-        if storage.phase is Phase.BACKWARD and storage.run == self._run:
+        task, run = storage.run
+        if storage.phase is Phase.BACKWARD and self._runs.get(task, (None, None))[1] == run:
             storage.freed_in_run = True
         self.steps.append((self.ops, -serial))
+
+    def _run(self) -> tuple[int, int]:
+        return self._task, self._runs[self._task][1]
 
     def _where(self) -> src.Where | None:
         """User code on the stack; else, in a backward node, its forward op's line; else the harness's line."""

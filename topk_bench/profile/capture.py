@@ -24,6 +24,7 @@ from topk_bench.case import Budget, Case, Measurement
 from topk_bench.measure import backends, iterations, metadata
 from topk_bench.measure.cuda_allocator import FREE
 from topk_bench.profile import files, sources as src, timing
+from topk_bench.profile.allocator import AllocatorRows
 from topk_bench.profile.attribution import Attribution, Phase
 from topk_bench.profile.cuda_snapshot import SnapshotCudaSteps, peak_rows
 from topk_bench.profile.rows import Row
@@ -79,6 +80,9 @@ class _ProfiledCpuSteps(backends.CpuSteps):
     def live_bytes(self) -> Attribution:
         return Attribution(self.sources, limit=self.budget.max_memory_bytes)
 
+    def allocator_bytes(self) -> AllocatorRows:
+        return AllocatorRows(self.sources)
+
     def finish(self, wl) -> None:
         super().finish(wl)
         self.timing = timing.profile_iteration(lambda: backends.iteration(wl, self.case), cuda=False)
@@ -93,9 +97,8 @@ def _measured_cpu(case: Case, budget: Budget, sources: src.Sources) -> tuple[Mea
 
     result = backends.measure_cpu(case, budget, make_steps=steps)
     tracker = made[0].tracker
-    if not isinstance(tracker, Attribution):  # a compiled call (flex): no dispatch mode sees its storages
-        return result, Captured([], None, made[0].timing, notes=[
-            "a compiled call: its storages are not seen one by one (the allocator's total is the row's peak)"])
+    if isinstance(tracker, AllocatorRows):  # a compiled call (flex): the profiler's allocations, no timeline
+        return result, Captured(tracker.rows, None, made[0].timing, notes=tracker.notes)
     return result, Captured(tracker.rows(), tracker, made[0].timing)
 
 

@@ -33,7 +33,8 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.measurement.status == Status.OK and (self.directory / files.META).is_file()
+        """A profile was written (a case over its memory budget is profiled all the same: it ran)."""
+        return (self.directory / files.META).is_file()
 
 
 def with_profile(cases: list[Case], directory: Path) -> list[Case]:
@@ -100,6 +101,8 @@ def tell(outcome: Outcome, console: Console) -> None:
         return
     info, rows = files.read(outcome.directory)
     console.print(summary.headline(info), markup=False, highlight=False)
+    if m.status != Status.OK:
+        console.print(f"status {m.status}: {m.error}", markup=False, highlight=False)
     console.print(summary.table(rows, info, width=console.width))
     console.print(info["story"], markup=False, highlight=False)
     counts = [f"{info['ops_per_iteration']} aten ops per iteration"] if info.get("ops_per_iteration") else []

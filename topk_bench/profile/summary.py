@@ -10,7 +10,9 @@ family of storages of one shape and dtype, each by the variable its line assigns
 from __future__ import annotations
 
 import collections
+import linecache
 import re
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -18,7 +20,7 @@ from rich import box
 from rich.table import Table
 
 from topk_bench.profile.rows import Category, Row
-from topk_bench.profile.sources import code_line
+from topk_bench.profile.sources import PROJECT_ROOT, code_line
 from topk_bench.units import format_bytes
 
 _ASSIGNED = re.compile(r"\s*([A-Za-z_][\w.]*(?:\[[^\]]*\])?(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*(?::[^=]+)?[+\-*/@]?=(?!=)")
@@ -48,19 +50,42 @@ def groups(rows: Iterable[Row]) -> list[Group]:
     return sorted(out, key=lambda g: (-g.bytes, g.source))
 
 
+def _function(source: str) -> str:
+    """The function a source line is in (the nearest ``def`` above it, less indented), or ''."""
+    file, _, line = source.rpartition(":")
+    if not line.isdigit():
+        return ""
+    number = int(line)
+    indent = len(linecache.getline(_path(file), number)) - len(linecache.getline(_path(file), number).lstrip())
+    for above in range(number - 1, 0, -1):
+        candidate = linecache.getline(_path(file), above)
+        stripped = candidate.lstrip()
+        if stripped.startswith(("def ", "async def ")) and len(candidate) - len(stripped) < indent:
+            return stripped.split("def ", 1)[1].split("(", 1)[0]
+    return ""
+
+
+def _path(file: str) -> str:
+    path = Path(file) if Path(file).is_absolute() else PROJECT_ROOT / file
+    return str(path if path.is_file() else Path.cwd() / file)
+
+
 def variable(source: str, op: str = "") -> str:
-    """What a source line makes: the variable it assigns, else its op's name (``bmm``)."""
+    """What a source line makes: the variable it assigns, else its op in its function (``bmm in sampled_mm``)."""
     match = _ASSIGNED.match(code_line(source))
     if match:
         return match.group(1)
-    return op.split(".")[1] if op.count(".") >= 1 else (op or "?")
+    name = op.split(".")[1] if op.count(".") >= 1 else (op or "?")
+    function = _function(source)
+    return f"{name} in {function}" if function else name
 
 
 def describe(row: Row) -> str:
     name, where = variable(row.source, row.op), row.source.rpartition("/")[2]
+    assigned = bool(_ASSIGNED.match(code_line(row.source)))
     return {
         Category.SAVED: f"{name} saved for backward ({where})",
-        Category.GRADIENTS: f"the gradient through {name} ({where})",
+        Category.GRADIENTS: (f"the gradient through {name}" if assigned else f"a gradient: {name}") + f" ({where})",
         Category.TEMPORARIES: f"{name}, a temporary ({where})",
         Category.WORKSPACE: f"a workspace ({where})",
         Category.INPUTS: f"{name}, built in the region ({where})",

@@ -18,7 +18,8 @@ from topk_bench.profile.attribution import Attribution, Phase
 from topk_bench.profile.sources import code_line, label
 from topk_bench.units import GIB, KIB, MIB
 
-BANDS = 8  # source lines drawn on their own; the others are one band
+BANDS = 10  # source lines drawn on their own; the others are one band
+POINTS = 500  # at most this many points across (each the highest moment of its span of ops)
 BASELINE_BAND = "inputs and parameters"
 OTHER_BAND = "other lines"
 
@@ -27,10 +28,11 @@ OTHER_BAND = "other lines"
 class Series:
     ops: np.ndarray            # x: op indices, each op once
     bands: list[str]           # bottom first
-    live: np.ndarray           # [bands, ops]: live bytes of each band at the highest moment of each op
+    live: np.ndarray           # [bands, points]: live bytes of each band at the highest moment of each span of ops
     backward_from: int | None  # the first op of the backward
     peak_op: int               # the op at which the peak was reached
     peak_bytes: int
+    at_peak: np.ndarray        # [bands]: live bytes of each band at the moment of the peak
 
 
 def _band_of(tracker: Attribution) -> dict[int, str]:
@@ -39,7 +41,7 @@ def _band_of(tracker: Attribution) -> dict[int, str]:
 
 
 def series(tracker: Attribution, bands: int = BANDS, least: float = 0.01) -> Series:
-    """The stacked live bytes by source line, one point per op (its highest moment: an op that allocates and frees
+    """The stacked live bytes by source line, one point per span of ops (its highest moment: an op that allocates and frees
     shows what it held). Lines drawn on their own: the ``bands`` largest at their own highest, each at least
     ``least`` of the peak above the baseline; the others are one band."""
     band_of = _band_of(tracker)
@@ -61,15 +63,18 @@ def series(tracker: Attribution, bands: int = BANDS, least: float = 0.01) -> Ser
     chosen = _highest_per_op(np.array([op for op, _ in steps], dtype=np.int64), stacked.sum(axis=0))
     labels = [BASELINE_BAND, *(names[i] for i in top)] + ([OTHER_BAND] if rest else [])
     peak_op = int(steps[tracker.peak_at - 1][0]) if tracker.peak_at else 0
+    at_peak = stacked[:, tracker.peak_at - 1] if tracker.peak_at else np.zeros(len(labels))
     ops = np.array([steps[i][0] for i in chosen], dtype=np.int64)
-    return Series(ops, labels, stacked[:, chosen], tracker.backward_from, peak_op, tracker.peak_bytes)
+    return Series(ops, labels, stacked[:, chosen], tracker.backward_from, peak_op, tracker.peak_bytes, at_peak)
 
 
-def _highest_per_op(ops: np.ndarray, totals: np.ndarray) -> list[int]:
-    """For each op (steps are in op order), the step at which its total was highest."""
+def _highest_per_op(ops: np.ndarray, totals: np.ndarray, points: int = POINTS) -> list[int]:
+    """For each span of ops (each op, or ``len / points`` of them on a long iteration), the step at which the total
+    was highest: a storage that lives for a few ops stays visible, whatever the iteration's length."""
+    span = max(1, -(-int(ops.max(initial=0)) // points))
     chosen: list[int] = []
     for i, op in enumerate(ops):
-        if chosen and ops[chosen[-1]] == op:
+        if chosen and ops[chosen[-1]] // span == op // span:
             if totals[i] > totals[chosen[-1]]:
                 chosen[-1] = i
         else:
@@ -100,7 +105,8 @@ def render(data: Series, title: str) -> bytes:
     from matplotlib import pyplot as plt
 
     scale, unit = _unit(data.peak_bytes)
-    fig, ax = plt.subplots(figsize=(6.7, 4.8), dpi=200)
+    fig, (ax, bar) = plt.subplots(1, 2, figsize=(6.7, 4.8), dpi=200, sharey=True,
+                                  gridspec_kw={"width_ratios": [14, 1], "wspace": 0.04})
     palette = iter(plt.get_cmap("tab10").colors)
     colors = [{BASELINE_BAND: "#bdbdbd", OTHER_BAND: "#e8d5a9"}.get(b) or next(palette) for b in data.bands]
     ax.stackplot(data.ops, data.live / scale, labels=[_legend(b) for b in data.bands], colors=colors,
@@ -115,10 +121,16 @@ def render(data: Series, title: str) -> bytes:
                 xytext=(4, -12), textcoords="offset points", color="#c0392b", fontsize=8)
     ax.set_xlim(0, end)
     ax.set_ylim(0, data.peak_bytes / scale * 1.08)
-    ax.set_xlabel("aten ops of one iteration, in the order they ran (each at its highest)", fontsize=9)
+    ax.set_xlabel("aten ops of one iteration, in the order they ran (each span at its highest)", fontsize=9)
     ax.set_ylabel(f"live memory ({unit})", fontsize=9)
     ax.set_title(title, fontsize=9, loc="left")
     ax.tick_params(labelsize=8)
+    # The peak's own composition: a storage that lives for a few ops among thousands is a sliver on the left.
+    bar.bar([0], data.at_peak / scale, bottom=np.concatenate([[0], np.cumsum(data.at_peak)[:-1]]) / scale,
+            color=colors, width=0.8)
+    bar.set_xticks([0], ["at the\npeak"], fontsize=7)
+    bar.tick_params(left=False, labelleft=False)
+    bar.set_xlim(-0.6, 0.6)
     handles, labels_ = ax.get_legend_handles_labels()
     rows = -(-len(data.bands) // 2)
     fig.legend(handles[::-1], labels_[::-1], loc="lower left", ncol=2, fontsize=6.5, frameon=False,
