@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console
 
@@ -51,7 +50,7 @@ def clear(directory: Path) -> None:
 
 
 def profile(suite: Path, selector: str, *, predict: bool, device: str | None, out: Path | None,
-            config: Path | None, run_case: Callable | None = None) -> list[Outcome]:
+            config: Path | None) -> list[Outcome]:
     """Plan ``suite``, pick the cases ``selector`` names, and profile each in a child. Raises BadInput."""
     from topk_bench.run import launcher
     from topk_bench.run.plan import PROFILE_DIR, plan
@@ -60,11 +59,10 @@ def profile(suite: Path, selector: str, *, predict: bool, device: str | None, ou
     the_plan = plan(suite, config=config, predict=predict, device=device, out=out, yes=True)
     directory = out if out is not None else the_plan.settings.out_dir / PROFILE_DIR
     chosen = select.select(the_plan.cases, wanted, suite=str(suite))
-    run_case = run_case or launcher.run_isolated
     outcomes = []
     for case in with_profile(chosen, Path(directory)):
         clear(Path(case.profile))
-        outcomes.append(Outcome(case, run_case(case, the_plan.budget)))
+        outcomes.append(Outcome(case, launcher.run_isolated(case, the_plan.budget)))
     return outcomes
 
 

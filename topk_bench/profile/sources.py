@@ -141,4 +141,4 @@ def code_line(source: str) -> str:
     path = Path(file) if Path(file).is_absolute() else PROJECT_ROOT / file
     if not path.is_file():
         path = Path.cwd() / file
-    return linecache.getline(str(path), int(line)).strip()
+    return " ".join(linecache.getline(str(path), int(line)).split())  # one line of text, its spaces collapsed
