@@ -123,12 +123,12 @@ def table(rows: list[Row], meta: Mapping[str, Any], limit: int = 12, width: int 
     everything = groups(rows)
     widest = min(max((len(g.source) for g in everything), default=6), 60)
     # The source line and the numbers keep their width; the code gives way first, then what the storages are.
-    code = max(8, min(48, width - widest - (10 + 6 + 8) - 20 - 16))
+    code = max(8, min(48, width - widest - (10 + 6 + 8) - 22 - 16))
     out.add_column("source", no_wrap=True, min_width=widest)
     out.add_column("code", no_wrap=True, overflow="ellipsis", max_width=code)
     for name, least in (("bytes", 10), ("share", 6), ("storages", 8)):
         out.add_column(name, justify="right", no_wrap=True, min_width=least)
-    out.add_column("what", min_width=12, overflow="fold")
+    out.add_column("what", min_width=18, overflow="fold")
     for group in everything[:limit]:
         out.add_row(group.source, group.code, format_bytes(group.bytes), _share(group.bytes, above),
                     str(group.storages), ", ".join(group.categories))
