@@ -3,6 +3,7 @@
 - :func:`write_atomic`: the bytes go to a copy beside the file, are fsynced, and the
   copy is renamed over the file: a reader sees the old file or the new one, never
   half, and a failure leaves no copy behind.
+- :func:`unwritable`: whether a directory takes some bytes now (a scratch directory that filled).
 - :func:`append`: the bytes are appended whole (``os.write`` may write fewer bytes
   than asked when the disk fills) and fsynced; on any failure the file is cut back
   to its size before, so no part of them stays.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -60,6 +62,17 @@ def write_atomic(path: str | Path, data: bytes) -> None:
             os.unlink(tmp)
         raise _named(exc, path) from None
     _fsync_directory(path.parent)
+
+
+def unwritable(directory: str | Path, nbytes: int = 1 << 16) -> OSError | None:
+    """Why ``nbytes`` cannot be written in ``directory`` now (a full disk, a read-only place); None: they can."""
+    try:
+        with tempfile.TemporaryFile(dir=directory) as probe:
+            _write_all(probe.fileno(), bytes(nbytes))
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        return _named(exc, Path(directory))
+    return None
 
 
 def append(path: str | Path, data: bytes) -> None:

@@ -12,7 +12,8 @@ command line, the parent, the warm template and the child all import it.
   template), :class:`Started`, :class:`Exited` and :class:`Refused` (template to
   parent), each encoded and decoded by :func:`encode` / :func:`decode` only.
 - :data:`READY`: the one byte a child writes on its ready pipe once started (the
-  case's time budget counts from then).
+  case's time budget counts from then); :data:`RESULT_UNWRITTEN`: its exit code when
+  it could not write its result.
 
 The case itself, its budget and its measurement travel as JSON files written and
 read by their own classes (:mod:`topk_bench.case`).
@@ -111,6 +112,9 @@ class DType(Word):
 # -- parent <-> template --------------------------------------------------------------------------
 
 READY = b"r"  # child -> parent, on the ready pipe: started; the time budget counts from here
+# The child's exit code when it measured but could not write its result (sysexits' EX_TEMPFAIL): the parent
+# then asks whether its scratch directory can be written at all (a full TMPDIR is no case's failure).
+RESULT_UNWRITTEN = 75
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ start-up); it ends when this process ends, killing its children.
 the child (``timeout``), a signal death is ``crashed``, a worker that exits
 without a result is ``error``; everything else (``ok``, ``oom``,
 ``over_budget``, ``error``, ``unsupported``) comes back from the child as JSON.
+It raises ``BadInput`` only when no case could run here: the scratch directory
+(TMPDIR) takes no more files.
 The template runs in its own session and each child in its own process group,
 so a Ctrl-C meant for the parent reaches neither (the parent kills the child on
 the way out), and a child dies with the template (``PR_SET_PDEATHSIG``), which
@@ -31,10 +33,12 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Mapping
 
+from topk_bench import fileio
 from topk_bench.case import Budget, Case, Measurement
+from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
 from topk_bench.status import Status
-from topk_bench.types import READY, Exited, Kill, Refused, Start, Started, decode, encode
+from topk_bench.types import READY, RESULT_UNWRITTEN, Exited, Kill, Refused, Start, Started, decode, encode
 
 # A child that has not even started its measurement after this long is hung
 # (it includes starting the template: importing torch, on a loaded machine).
@@ -305,13 +309,23 @@ def _supervise(template: Template, child: _Child, ready_fd: int, budget: Budget)
         raise
 
 
+def _scratch_unwritable(exc: OSError) -> BadInput:
+    """A case's scratch files (in TMPDIR) cannot be written: no case is to blame, and every next case would
+    fail the same way, so the run stops (exit 2) rather than write rows that resume would keep."""
+    return file_error(exc, "cannot write a case's scratch files", file=tempfile.gettempdir(),
+                      hint="free space there (or set TMPDIR to another place) and run again to resume")
+
+
 def _outcome(case: Case, child: _Child, result_path: Path, log_path: Path, timed_out: str) -> Measurement:
-    """The case's measurement: the child's result, else why there is none (a status)."""
+    """The case's measurement: the child's result, else why there is none (a status); BadInput when the
+    child could not write its result because the scratch directory takes nothing more."""
     code = child.returncode
     if timed_out:
         return _failure(case, Status.TIMEOUT, timed_out)
     if result_path.exists():
         return Measurement.from_json(result_path.read_text())
+    if code == RESULT_UNWRITTEN and (problem := fileio.unwritable(result_path.parent)) is not None:
+        raise _scratch_unwritable(problem)
     if child.lost:
         return _failure(case, Status.CRASHED, child.lost)
     tail = _log_tail(log_path)
@@ -333,13 +347,21 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
     budget = budget or Budget()
     child_env = _child_env(env)
     template = template_for(child_env)
-    with tempfile.TemporaryDirectory(prefix="topk-bench-case-") as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="topk-bench-case-")
+    except OSError as exc:
+        raise _scratch_unwritable(exc) from None
+    with scratch as tmp:
         case_path, result_path, log_path = (Path(tmp) / name for name in ("case.json", "result.json", "log.txt"))
-        case_path.write_text(case.to_json())
+        try:
+            case_path.write_text(case.to_json())
+            log = open(log_path, "wb")
+        except OSError as exc:
+            raise _scratch_unwritable(exc) from None
         read_fd, write_fd = os.pipe()
         t0 = time.monotonic()
         try:
-            with open(log_path, "wb") as log:
+            with log:
                 child = template.start([str(case_path), str(result_path), "--budget", budget.to_json()],
                                        child_env, write_fd, log.fileno())
         finally:
