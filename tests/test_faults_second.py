@@ -206,3 +206,26 @@ def test_a_plugin_workloads_broken_cost_model_is_bad_input_before_any_file(tmp_p
     line = result.error_line
     assert result.code == 2 and "tiny.toml: workload: " in line and "traffic" in line and words in line, line
     assert not (tmp_path / "out").exists()
+
+
+# --- widening the header keeps lines of the older width readable -------------------------------------
+
+def test_widening_the_header_relays_lines_left_out_so_the_next_run_accepts_the_file(measured, cli, tmp_path):
+    """Three rows of another version (a status this one does not know) stay in the file; a run whose cases
+    need a new column widens the header. Those lines must widen with it (their cells kept, the new ones
+    empty): left at the old width they outnumber the whole lines and the next run refused the file as damaged."""
+    from topk_bench.results import store
+
+    foreign = _rewritten(measured, measured, status="preempted")
+    before = [line.split(",") for line in foreign.read_text().splitlines()[1:]]
+    suite = tiny_suite(tmp_path, sizes=(16,), file="other", impl_extra="", extra="")
+    suite.write_text(suite.read_text().replace('name = "vanilla"', 'name = "qchunk"\nchunk_size = 8'))
+    out = measured.parent
+    assert cli("run", suite, "--out", out, "-q").code == 0
+    table = store.read(measured)
+    assert "chunk_size" in table.header and table.header_problem() is None, table.header_problem()
+    assert len(table.rows) == 1 and len(table.dropped) == 3 and all("preempted" in d for d in table.dropped)
+    kept = [line.split(",") for line in measured.read_text().splitlines()[1:] if "preempted" in line]
+    assert [fields[: len(before[0])] for fields in kept] == before  # every cell as it was, new ones empty after
+    again = cli("run", suite, "--out", out, "-q")
+    assert again.code == 0, again.err

@@ -218,14 +218,19 @@ def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset()) -> int
     """Rewrite the file under ``header`` (one atomic write); returns how many rows of ``drop`` (case_ids) went.
 
     Valid rows are written again under the new header; every line a reader
-    leaves out stays as it was: a rewrite never loses a line it does not understand.
+    leaves out keeps its cells: a rewrite never loses a line it does not understand. One
+    of the old header's width (a row of another version) is laid out under the new header
+    with the rest, its new cells empty, so that it cannot later pass for a line cut by a
+    crash (more such lines than whole ones would make the file look damaged); any other
+    (a cut line, not CSV) stays byte for byte.
     """
     old, records = _records(_read_bytes(path) or b"", path)
     lines = [_line(header)]
     removed = 0
     for _, line, fields, problem in records:
         if problem is not None:
-            lines.append(line + b"\n")
+            whole = fields is not None and len(fields) == len(old) and header != old
+            lines.append(_line(dict(zip(old, fields)).get(c, "") for c in header) if whole else line + b"\n")
             continue
         row = dict(zip(old, fields))
         if row[col.CASE_ID] in drop:
