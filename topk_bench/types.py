@@ -155,10 +155,12 @@ class Started(Message):
 
 @dataclass(frozen=True)
 class Exited(Message):
-    """Template -> parent: the child was reaped; ``code`` as :mod:`subprocess` has it (``-SIGNAL``)."""
+    """Template -> parent: the child was reaped; ``code`` as :mod:`subprocess` has it (``-SIGNAL``);
+    ``leftovers``: processes it left running that the template then killed (``sleep 300 (pid 12)``)."""
 
     TYPE: ClassVar[str] = "exited"
     code: int = 0
+    leftovers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -183,8 +185,9 @@ def decode(data: bytes) -> Message:
         kind = MESSAGES[raw.pop("type")]
         known = {f.name for f in fields(kind)}
         values = {k: v for k, v in raw.items() if k in known}
-        if "argv" in values:
-            values["argv"] = tuple(values["argv"])
+        for name in ("argv", "leftovers"):
+            if name in values:
+                values[name] = tuple(values[name])
         return kind(**values)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ValueError(f"not a template message: {data[:200]!r} ({exc})") from None

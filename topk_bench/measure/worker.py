@@ -31,7 +31,7 @@ import implementations
 from topk_bench import machine, plugins
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import NonFinite, Unsupported
-from topk_bench.measure import metadata, template
+from topk_bench.measure import leftovers, metadata, template
 from topk_bench.measure.backends import measure
 from topk_bench.measure.extras import extra_columns
 from topk_bench.measure.memory import OverBudget
@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.case is None or args.result is None:
         parser.error("expected CASE and RESULT, or --template FD")
     die_with_parent(args.parent_pid)
+    leftovers.become_subreaper()  # whatever the case starts, however detached, stays ours to kill
     case = Case.from_json(args.case.read_text())
     budget = Budget.from_json(args.budget)
     limit_address_space(case, budget)
@@ -266,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         os.write(args.ready_fd, READY)
         os.close(args.ready_fd)
     result = execute(case, budget)
+    left = leftovers.note(leftovers.sweep())
+    if left:
+        result.error = f"{result.error}; {left}" if result.error else left
     partial = args.result.with_suffix(".partial")
     try:
         partial.write_text(result.to_json())

@@ -37,6 +37,7 @@ from topk_bench import fileio
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
+from topk_bench.measure.leftovers import note as leftovers_note
 from topk_bench.status import Status
 from topk_bench.types import READY, RESULT_UNWRITTEN, Exited, Kill, Refused, Start, Started, decode, encode
 
@@ -102,10 +103,11 @@ class _Child:
         self.pid: int | None = None
         self.returncode: int | None = None
         self.lost = ""  # why no exit code will come (the template failed or died)
+        self.leftovers: tuple[str, ...] = ()  # what it left running, killed by the template
         self._ended = threading.Event()
 
-    def end(self, returncode: int | None = None, lost: str = "") -> None:
-        self.returncode, self.lost = returncode, lost
+    def end(self, returncode: int | None = None, lost: str = "", leftovers: tuple[str, ...] = ()) -> None:
+        self.returncode, self.lost, self.leftovers = returncode, lost, leftovers
         self._ended.set()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -172,7 +174,7 @@ class Template:
                           f"{self.fresh}", file=sys.stderr, flush=True)
             elif isinstance(message, Exited):
                 self._children.pop(child.id, None)
-                child.end(message.code)
+                child.end(message.code, leftovers=message.leftovers)
             elif isinstance(message, Refused):
                 self._children.pop(child.id, None)
                 child.end(lost=f"the template refused to fork: {message.error}")
@@ -372,6 +374,9 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
             os.close(read_fd)
         wall_s = time.monotonic() - t0
         result = _outcome(case, child, result_path, log_path, timed_out)
+    if child.leftovers:  # a case killed before its end could not sweep its own
+        note = leftovers_note(list(child.leftovers))
+        result.error = f"{result.error}; {note}" if result.error else note
     result.metadata["child_startup_s"] = startup_s
     result.metadata["child_wall_s"] = wall_s
     return result
