@@ -307,3 +307,84 @@ def test_processes_a_case_started_are_killed_with_it_and_said_in_its_row(tmp_pat
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+# --- plug-ins that end the process, at import or when called -------------------------------------------
+
+def _topk_bench(*args, timeout=600):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "topk_bench", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "250"})
+
+
+def test_a_plugin_ending_the_process_at_import_is_one_line_for_run_list_and_doctor(tmp_path):
+    """os._exit(0) at import made run, list and doctor exit 0 with no output and no files."""
+    plugin = tmp_path / "quits.py"
+    plugin.write_text("import os\nos._exit(0)\n")
+    suite = tiny_suite(tmp_path, extra='plugins = ["quits.py"]')
+    for args in (("run", suite, "--out", tmp_path / "out"), ("list", "--plugins", plugin),
+                 ("list", suite), ("doctor", "--plugins", plugin)):
+        result = _topk_bench(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
+        assert lines[-1].startswith("topk-bench: error: ") and "quits.py" in lines[-1], (args, result.stderr)
+        assert "ended the process (exit code 0" in lines[-1], (args, lines[-1])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plugin_hanging_at_import_is_bad_input_after_its_time(tmp_path):
+    from topk_bench import plugins
+    from topk_bench.errors import BadInput
+
+    plugin = tmp_path / "sleeps.py"
+    plugin.write_text("import time\ntime.sleep(600)\n")
+    with pytest.raises(BadInput, match="did not finish importing within 1 s"):
+        plugins.IMPORT_LIMIT_S, saved = 1.0, plugins.IMPORT_LIMIT_S
+        try:
+            plugins.resolve([str(plugin)], key="--plugins")
+        finally:
+            plugins.IMPORT_LIMIT_S = saved
+    assert "topk_bench_plugin_sleeps" not in " ".join(__import__("sys").modules)  # never imported here
+
+
+MISBEHAVING = PLUGINS / "misbehaving_impls.py"
+
+
+def test_the_doctor_judges_a_plugins_implementation_in_a_process_of_its_own():
+    """Called in the doctor's process, os._exit(0) ended it with exit 0 and nothing said: now it fails its
+    check, by name and with why."""
+    from topk_bench.doctor import isolated
+    from topk_bench.doctor.check import Result
+
+    [check] = isolated.checks(["test_os_exit"], "cpu", (str(MISBEHAVING),))
+    assert check.name == "agreement: test_os_exit" and check.result is Result.FAIL, check
+    assert "ended (exit code 0)" in check.detail and "os._exit" in check.detail, check
+
+
+@pytest.mark.slow
+def test_the_doctor_fails_an_exiting_or_hanging_plugin_and_still_judges_a_wrong_one():
+    """sys.exit(0) ended the doctor with exit 0, a sleep hung it; a wrong implementation keeps its real verdict."""
+    from topk_bench.doctor import isolated
+    from topk_bench.doctor.check import Result
+
+    plugins = (str(MISBEHAVING), str(PLUGINS / "wrong_attention.py"))
+    found = {c.name: c for c in isolated.checks(["test_sys_exit", "test_sleeps", "test_wrong"], "cpu", plugins,
+                                                limit_s=90)}
+    assert all(found[f"agreement: {n}"].result is Result.FAIL for n in ("test_sys_exit", "test_sleeps",
+                                                                         "test_wrong")), found
+    assert "ended (exit code 0)" in found["agreement: test_sys_exit"].detail
+    assert "did not finish within 90 s" in found["agreement: test_sleeps"].detail
+    assert "float64: max rel err" in found["agreement: test_wrong"].detail
+    assert found["peak = predicted: test_wrong"].result is Result.PASS
+
+
+@pytest.mark.slow
+def test_doctor_with_a_plugin_that_exits_fails_naming_it():
+    result = _topk_bench("doctor", "--plugins", MISBEHAVING, timeout=1200)
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if "checks failed" in line]
+    assert failed and all(f"agreement: {n}" in failed[0] for n in ("test_os_exit", "test_sys_exit", "test_sleeps"))
+    assert "agreement: vanilla" in result.stdout  # the others still ran
