@@ -572,3 +572,47 @@ def test_a_stopped_template_costs_a_case_a_row_in_bounded_time_and_the_next_case
     assert elapsed < 30, elapsed
     assert template.proc.wait(10) == -9  # it was killed, not left stopped
     assert launcher.run_isolated(case, Budget(max_seconds=60)).status == "ok"  # a new template serves the next
+
+
+# --- low: temporary names, symlinks, a byte-order mark -------------------------------------------------
+
+def test_two_processes_replacing_one_file_never_collide_on_a_temporary_name(tmp_path):
+    """Two `plot` runs into one --out wrote the same figure through one temporary name: one process's rename
+    found it gone (or renamed the other's half-written bytes)."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "figure.png"
+    script = ("import sys\nfrom topk_bench import fileio\n"
+              "data = sys.argv[2].encode() * 20000\n"
+              "for _ in range(300):\n    fileio.write_atomic(sys.argv[1], data)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(target), mark], stderr=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).parents[1]) for mark in "AB"]
+    errors = [(p.wait(300), p.stderr.read()) for p in procs]
+    assert errors == [(0, ""), (0, "")], errors
+    assert target.read_bytes() in (b"A" * 20000, b"B" * 20000)
+    assert [p.name for p in tmp_path.iterdir()] == ["figure.png"]  # no temporary file left behind
+
+
+def test_a_symlinked_results_csv_stays_a_link_when_its_header_widens(measured, cli, tmp_path):
+    elsewhere = tmp_path / "kept" / "tiny.csv"
+    elsewhere.parent.mkdir()
+    measured.rename(elsewhere)
+    measured.symlink_to(elsewhere)
+    suite = tiny_suite(tmp_path, sizes=(16,), file="other")
+    suite.write_text(suite.read_text().replace('name = "vanilla"', 'name = "qchunk"\nchunk_size = 8'))
+    assert cli("run", suite, "--out", measured.parent, "-q").code == 0
+    assert measured.is_symlink() and measured.resolve() == elsewhere.resolve()
+    assert "chunk_size" in elsewhere.read_text().splitlines()[0] and len(elsewhere.read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize("which", ["suite", "bench.toml"])
+def test_a_toml_file_with_a_byte_order_mark_is_read(tmp_path, cli, which):
+    """An editor's BOM gave "Invalid statement (at line 1, column 1)"."""
+    suite = tiny_suite(tmp_path)
+    config = tmp_path / "bench.toml"
+    config.write_text("repeats = 1\n")
+    target = suite if which == "suite" else config
+    target.write_bytes(b"\xef\xbb\xbf" + target.read_bytes())
+    result = cli("run", suite, "--out", tmp_path / "out", "--config", config, "-q")
+    assert result.code == 0, result.err

@@ -34,7 +34,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"unreadable ({exc.__class__.__name__}: {exc})", file=path) from None
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text.removeprefix("\ufeff"))  # a byte-order mark some editors write
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"invalid TOML ({exc})", file=path) from None
 

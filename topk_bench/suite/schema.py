@@ -71,7 +71,8 @@ class ImplEntry(BaseModel):
 
 
 class Suite(Strict):
-    # It names the files OUT/.<name>.meta.json.tmp and OUT/.<name>.csv.lock: they must fit a file name (255 bytes).
+    # It names the files OUT/.<name>.meta.json.<pid>.<8 hex>.tmp and OUT/.<name>.csv.lock: they must fit a file
+    # name (255 bytes).
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
     title: str = ""
     workload: str                       # a registered workload (topk_bench.workloads)
