@@ -195,8 +195,11 @@ workloads.register(workloads.WorkloadSpec(
     ("return 'lots'", "Traffic"),
     ("raise ZeroDivisionError('oops')", "ZeroDivisionError: oops"),
 ])
-def test_a_plugin_workloads_broken_cost_model_is_bad_input_before_any_file(tmp_path, cli, body, words):
+def test_a_plugin_workloads_broken_cost_model_is_bad_input_before_any_file(tmp_path, cli, body, words, monkeypatch):
     """NaN traffic wrote rows the reader rejects (resume re-ran them forever); a raising one was a traceback."""
+    from topk_bench.workloads import spec
+
+    monkeypatch.setattr(spec, "_REGISTRY", dict(spec._REGISTRY))  # the plug-in's workload goes with the test
     name = f"costly_{abs(hash(body)) % 10**6}"
     (tmp_path / "costly.py").write_text(TRAFFIC_PLUGIN.format(body=body, name=name))
     suite = tiny_suite(tmp_path, extra=f'plugins = ["costly.py"]\nworkload = "{name}"').read_text()
