@@ -106,9 +106,9 @@ def test_measured_cpu_rows_sum_to_the_peak_above_the_baseline(name, tmp_path):
 
 
 def _line(path: str, code: str) -> str:
-    """``implementations/vanilla.py:N``, N the line whose text is ``code``."""
+    """``implementations/vanilla.py:N``, N the line whose text is ``code`` (less a trailing comment)."""
     for number, text in enumerate((PROJECT_ROOT / path).read_text().splitlines(), 1):
-        if text.strip() == code:
+        if text.split("  #")[0].strip() == code:
             return f"{path}:{number}"
     raise AssertionError(f"{code!r} not in {path}")
 
@@ -118,7 +118,7 @@ def test_vanilla_by_hand(tmp_path):
 
     The peak is the softmax's backward writing dS, [1, 2, 64, 64]: live then are
     - saved by the forward: the softmax's output P (saved by the softmax and by P @ V), the causal mask
-      (bool [64, 64], saved by masked_fill), the scaled q and k (saved by q @ kᵀ; v was saved by P @ V,
+      (bool [64, 64]: the allowed keys, negated in place; saved by masked_fill), the scaled q and k (saved by q @ kᵀ; v was saved by P @ V,
       whose backward has run and let it go);
     - the layer's output, which the harness holds until the backward ends, and the loss with its seed gradient;
     - the gradients so far: dP = dO @ Vᵀ ([2, 64, 64], from bmm) and dV ([2, 64, 16]), made by P @ V's
@@ -130,7 +130,7 @@ def test_vanilla_by_hand(tmp_path):
     softmax = _line(vanilla, "weights = torch.softmax(grouped, dim=-1)")
     product = _line(vanilla, "return unfold_groups(weights @ v, groups)")
     o_proj = _line(layers, "return self.o_proj(out.transpose(1, 2).reshape(b, length, d_model))")
-    mask = _line("implementations/masking.py", "return cols > rows")
+    mask = _line("implementations/masking.py", "allowed = torch.arange(c0, c1, device=device) <= last")
     loss, backward = (_line("topk_bench/measure/backends.py", code) for code in ("loss = out.mean()", "loss.backward()"))
     saved, grad, temp = Category.SAVED, Category.GRADIENTS, Category.TEMPORARIES
     expected = sorted([
@@ -143,7 +143,7 @@ def test_vanilla_by_hand(tmp_path):
         (8192, "aten.addmm.default", _line(layers, "k = self._split(self.k_proj(x))"), "[64, 32]", "float32", saved),
         (8192, "aten.addmm.default", o_proj, "[64, 32]", "float32", temp),
         (4096, "aten.mm.default", o_proj, "[32, 32]", "float32", grad),
-        (4096, "aten.gt.Tensor", mask, "[64, 64]", "bool", saved),
+        (4096, "aten.le.Tensor", mask, "[64, 64]", "bool", saved),  # allowed keys, negated in place
         (128, "aten.sum.dim_IntList", o_proj, "[1, 32]", "float32", grad),
         (4, "aten.mean.default", loss, "[]", "float32", temp),
         (4, "aten.ones_like.default", backward, "[]", "float32", temp),
