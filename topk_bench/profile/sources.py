@@ -141,4 +141,5 @@ def code_line(source: str) -> str:
     path = Path(file) if Path(file).is_absolute() else PROJECT_ROOT / file
     if not path.is_file():
         path = Path.cwd() / file
-    return " ".join(linecache.getline(str(path), int(line)).split())  # one line of text, its spaces collapsed
+    text = linecache.getline(str(path), int(line)).split("  #")[0]  # less an inline comment (PEP 8's two spaces)
+    return " ".join(text.split())  # one line of text, its spaces collapsed
