@@ -293,3 +293,38 @@ def test_the_good_inference_suite_is_valid(tmp_path):
     (tmp_path / "good.toml").write_text(DECODE)
     suite = load_suite(tmp_path / "good.toml")
     assert suite.mode == "fwd" and suite.causal  # the workload's
+
+
+@pytest.mark.parametrize("argv,words", [
+    (("--predict", "--device", "cuda", "--gpu", "sm75"), "--gpu: expected sm80 or sm90, got 'sm75'"),
+    (("--predict", "--gpu", "sm80"), "--gpu: names the GPU a CUDA prediction models: give it with --predict --device cuda"),
+], ids=["unknown GPU", "GPU without a CUDA prediction"])
+def test_a_bad_gpu_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, words):
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    out = tmp_path / "out"
+    code, err = cli(capsys, "run", str(suite), "--out", str(out), *argv)
+    assert code == 2 and err.strip().splitlines() == [f"topk-bench: error: {words}"], err
+    assert not out.exists()
+
+
+def test_the_gpu_of_a_cuda_prediction_is_in_its_rows(tmp_path, capsys):
+    """sm80 models an A100: its rows say so and get their own case ids; sm90 (the default) keeps the ids of a
+    prediction that names none."""
+    import csv
+
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    rows = {}
+    for gpu in ("sm80", "sm90", None):
+        out = tmp_path / f"out-{gpu}"
+        code, err = cli(capsys, "run", str(suite), "--out", str(out), "--predict", "--device", "cuda", "-q",
+                        *(("--gpu", gpu) if gpu else ()))
+        assert code == 0, err
+        rows[gpu] = list(csv.DictReader(open(out / "bad.csv", newline="")))
+    assert [r["case_id"] for r in rows["sm90"]] == [r["case_id"] for r in rows[None]]
+    assert not {r["case_id"] for r in rows["sm80"]} & {r["case_id"] for r in rows["sm90"]}
+    assert {r["device_name"] for r in rows["sm80"]} == {"NVIDIA A100-SXM4-80GB (sm80, predicted)"}
+    assert {r["device_name"] for r in rows["sm90"]} == {"NVIDIA H100 80GB HBM3 (sm90, predicted)"}
+    for row in rows["sm90"]:  # the columns of a CUDA prediction: its workspaces, and every op modelled here
+        assert int(row["workspace_bytes"]) == 65 * 2**20 and row["cuda_unmodeled_ops"] == ""

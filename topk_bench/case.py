@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
-from topk_bench.types import DeviceKind, DType, Method, Mode
+from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Mode
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
@@ -58,11 +58,20 @@ class Case:
     protocol: str = DEFAULT_PROTOCOL
     # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
     quality: tuple[str, ...] = ()
+    # The GPU a CUDA prediction models (run --predict --device cuda --gpu); "" for any other case.
+    gpu: str = ""
 
     def __post_init__(self) -> None:
         # Spelled as in a suite or a JSON file, held as members (``case.method is Method.MEASURED``).
         for name, kind in (("mode", Mode), ("dtype", DType), ("method", Method)):
             object.__setattr__(self, name, kind.parse(getattr(self, name), name))
+        if self.gpu:
+            object.__setattr__(self, "gpu", GpuModel.parse(self.gpu, "GPU"))
+
+    @property
+    def gpu_model(self) -> GpuModel:
+        """The GPU a CUDA prediction of this case models (the default when none was named)."""
+        return self.gpu or DEFAULT_GPU
 
     @classmethod
     def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -112,6 +121,8 @@ class Case:
             key["protocol"] = self.protocol
         if self.quality:  # likewise
             key["quality"] = list(self.quality)
+        if self.gpu and self.gpu is not DEFAULT_GPU:  # likewise: predictions for the default GPU keep their ids
+            key["gpu"] = self.gpu
         blob = json.dumps(key, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -84,6 +84,17 @@ class DeviceKind(Word):
             return None
 
 
+class GpuModel(Word):
+    """The GPU a CUDA prediction models (``run --predict --device cuda --gpu``), by compute capability: the SXM
+    parts of topk_bench.measure.cuda_kernels.gpus (sm80: A100, sm90: H100)."""
+
+    SM80 = "sm80"
+    SM90 = "sm90"
+
+
+DEFAULT_GPU = GpuModel.SM90  # what a CUDA prediction models unless told: the GPU of the committed H100 data
+
+
 class DType(Word):
     """The dtypes a case may run in (bench.toml's and a suite's ``dtype``)."""
 

@@ -39,7 +39,8 @@ def run(
     suite: Path = typer.Argument(..., metavar="SUITE", help="Suite file, e.g. suites/mha.toml."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Results directory (default: results_dir of bench.toml)."),
     device: Optional[str] = typer.Option(None, "--device", metavar="auto|cpu|cuda", help="auto | cpu | cuda (default: bench.toml's, auto)."),
-    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: through a model of the CUDA caching allocator, with reserved bytes)."),
+    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: CUDA's kernels' own allocations through a model of the CUDA caching allocator, with reserved bytes)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", metavar="sm80|sm90", help="With --predict --device cuda: the GPU modelled (which SDPA backend runs, the kernels' block counts): sm80 (A100) or sm90 (H100, the default)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
     warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them."),
     rounds: Optional[int] = typer.Option(None, "--rounds", metavar="N", help="Measure each case in N child processes, "
@@ -67,7 +68,7 @@ def run(
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
             repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-            executor=executor, jobs=jobs, rounds=rounds, yes=yes,
+            executor=executor, jobs=jobs, rounds=rounds, yes=yes, gpu=gpu,
         )
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)

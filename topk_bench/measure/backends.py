@@ -39,8 +39,8 @@ from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
 from topk_bench.protocol import OURS
-from topk_bench.measure import iterations, metadata
-from topk_bench.measure.memory import AllocationTrace, AllocatorBytes, LiveBytes
+from topk_bench.measure import cuda_kernels, iterations, metadata
+from topk_bench.measure.memory import AllocatorBytes, LiveBytes
 from topk_bench.measure.simulated import simulate
 from topk_bench.results import columns as col
 from topk_bench.status import Status
@@ -192,30 +192,54 @@ def predict(case: Case, budget: Budget) -> Measurement:
                    flops=flops.get_total_flops())
 
 
-def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, ...] = ()) -> Measurement:
-    """``measure_cuda``'s three numbers from the fake run's allocations replayed on the simulated allocator.
+def predict_cuda(case: Case, *, empty_cache: bool = True) -> Measurement:
+    """``measure_cuda``'s numbers from the fake run's allocations replayed on the simulated allocator.
 
-    The build's and one iteration's storages, in order (the CPU kernels' storages: see
-    the README, "Predicting CUDA"), replayed step by step through the protocol's iterations
-    (:mod:`topk_bench.measure.simulated`): warm-up, gradients cleared, ``empty_cache``
-    (``empty_cache=False``: main before issue 14's change), peaks reset, the timed iterations.
-    ``workspace``: the cuBLAS workspaces (not seen by the trace, left out by default).
+    The build's and two iterations' storages (the profiling one, under ``FlopCounterMode`` as ``CudaSteps`` runs
+    it, and a plain one for the other iterations), in order, as CUDA's kernels allocate them on the case's GPU
+    (:mod:`topk_bench.measure.cuda_kernels`: the composites that branch on the device take CUDA's branch, each
+    kernel's own buffers are added, outputs CUDA sizes otherwise are resized, the cuBLAS workspaces allocated at
+    their first use and kept), replayed step by step through the protocol's iterations
+    (:mod:`topk_bench.measure.simulated`): warm-up, gradients cleared, ``empty_cache`` (``empty_cache=False``:
+    main before issue 14's change), peaks reset, the timed iterations. As measured: ``baseline_bytes`` after the
+    build, ``workspace_bytes`` what the warm-up left besides, ``peak_bytes`` and ``reserved_bytes`` of the timed
+    iterations, workspaces included. The ops whose CUDA allocations are not modelled are named in the
+    ``cuda_unmodeled_ops`` column.
     """
     if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
         raise Unsupported(f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
                           f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)")
+    gpu, adds = cuda_kernels.gpu(case.gpu_model), cuda_kernels.EngineAdds()
     fake = FakeTensorMode()
-    trace = AllocationTrace()
-    with fake, trace:
+    trace = cuda_kernels.KernelTrace(gpu, adds)
+    with fake, cuda_kernels.CudaComposites(gpu, adds), trace:
         wl = build(case, "cpu")
     setup = trace.take()
-    losses: list[torch.Tensor] = []
-    with fake, FlopCounterMode(display=False) as flops, trace:
+    profiled, flops = _traced_iteration(wl, case, fake, trace, counted=True)  # as CudaSteps.profile runs it
+    plain, _ = _traced_iteration(wl, case, fake, trace, counted=False)       # as a warm-up and a timed one
+    (body, loss) = plain
+    sim = simulate(case, setup, body, loss=loss, profile=profiled, empty_cache=empty_cache,
+                   persistent=trace.persistent)
+    result = _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
+                     baseline_bytes=sim.baseline_bytes, flops=flops)
+    result.device_name = gpu.name
+    result.extra[col.WORKSPACE_BYTES] = sim.workspace_bytes
+    result.extra[col.CUDA_UNMODELED_OPS] = ";".join(sorted(trace.unmodelled))
+    return result
+
+
+def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, counted: bool):
+    """((events, loss serial), FLOPs or None) of one fake iteration on CUDA's path, from the live set of the build
+    (the previous iteration's gradients are dropped outside the trace); ``counted``: under ``FlopCounterMode``."""
+    with fake:
+        wl.clear_grads()
+    trace.take()
+    gpu, losses = trace.gpu, []
+    counter = FlopCounterMode(display=False) if counted else contextlib.nullcontext()
+    with fake, cuda_kernels.CudaComposites(gpu, trace.adds), counter, trace:
         iteration(wl, case, losses=losses)
-    body, loss = trace.take(), trace.serial(losses[0])
-    sim = simulate(case, setup, body, loss=loss, empty_cache=empty_cache, workspace=workspace)
-    return _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
-                   baseline_bytes=sim.baseline_bytes, flops=flops.get_total_flops())
+    events = trace.take()
+    return (events, trace.serial(losses[0])), (counter.get_total_flops() if counted else None)
 
 
 class CudaSteps(iterations.Steps):

@@ -11,7 +11,7 @@ losses) lives in one place, and a change to it moves measurements and prediction
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from topk_bench.case import Case
 from topk_bench.measure import iterations
@@ -39,20 +39,27 @@ class SimulatedCudaSteps(iterations.Steps):
     events of one iteration from that state (serials distinct from the setup's; an iteration's free of a
     serial it did not allocate frees a setup one); ``loss``: the serial of the iteration's scalar loss,
     which a timed iteration keeps (``CudaSteps`` keeps each detached loss) and a warm-up frees.
-    ``workspace``: sizes allocated once after the build and never freed (the cuBLAS workspaces, which
-    the trace cannot see). ``empty_cache``: the measurement empties the cache before the peak reset.
+    ``profile``: the events and loss serial of the profiling iteration, when they differ from ``body``'s
+    (``CudaSteps.profile`` runs under ``FlopCounterMode``, whose module hooks keep some gradients longer).
+    ``persistent``: serials of the events (the profiling iteration's, as a rule) that are never freed, not even
+    with the gradients: the library workspaces a first call allocates and keeps (cuBLAS, cuBLASLt).
+    ``empty_cache``: the measurement empties the cache before the peak reset.
+    As :class:`~topk_bench.measure.backends.CudaSteps` reads them: the baseline is what the build left
+    allocated; the workspace is what the warm-up left allocated besides (gradients cleared).
     """
 
     def __init__(self, setup: Sequence[Event], body: Sequence[Event], *, loss: int | None = None,
-                 empty_cache: bool = True, workspace: Sequence[int] = ()):
+                 empty_cache: bool = True, persistent: Collection[int] = (),
+                 profile: tuple[Sequence[Event], int | None] | None = None):
         self.setup, self.body, self.loss = list(setup), list(body), loss
-        self.empty_cache, self.workspace = empty_cache, tuple(workspace)
+        self.profiled = (list(profile[0]), profile[1]) if profile is not None else (self.body, loss)
+        self.empty_cache, self.persistent = empty_cache, frozenset(persistent)
         self.alloc = CachingAllocator()
         self._handles: dict = {}
         self._setup_keys: set = set()
         self._kept: set = set()  # the timed iterations' losses
         self._count = 0
-        self.baseline = self.peak = self.reserved = None
+        self.after_build = self.baseline = self.workspace = self.peak = self.reserved = None
 
     def _replay(self, events: Sequence[Event], tag) -> None:
         for serial, nbytes in events:
@@ -63,38 +70,40 @@ class SimulatedCudaSteps(iterations.Steps):
                 self._handles[key] = self.alloc.malloc(nbytes)
 
     def clear(self) -> None:
-        """Free what the last iteration left but its kept loss (its gradients)."""
-        for key in [k for k in self._handles if k not in self._setup_keys and k not in self._kept]:
+        """Free what the last iteration left but its kept loss and the workspaces (its gradients)."""
+        for key in [k for k in self._handles
+                    if k not in self._setup_keys and k not in self._kept and k[1] not in self.persistent]:
             self.alloc.free(self._handles.pop(key))
 
-    def _iterate(self, keep_loss: bool) -> None:
+    def _iterate(self, keep_loss: bool, profiled: bool = False) -> None:
         self.clear()
         tag, self._count = self._count, self._count + 1
-        self._replay(self.body, tag)
-        if self.loss is not None:
+        body, loss = self.profiled if profiled else (self.body, self.loss)
+        self._replay(body, tag)
+        if loss is not None:
             if keep_loss:
-                self._kept.add((tag, self.loss))
+                self._kept.add((tag, loss))
             else:
-                self.alloc.free(self._handles.pop((tag, self.loss)))
+                self.alloc.free(self._handles.pop((tag, loss)))
 
     def build(self) -> _Replayed:
         self._replay(self.setup, None)
-        for size in self.workspace:
-            self.alloc.malloc(size)
+        self.after_build = self.alloc.allocated
         self._setup_keys = set(self._handles)
         return _Replayed(self)
 
     def profile(self, wl) -> None:
-        self._iterate(keep_loss=False)
+        self._iterate(keep_loss=False, profiled=True)
 
     def warm_up(self, wl) -> None:
         self._iterate(keep_loss=False)
 
     def start(self, wl, *, reset_peak: bool) -> None:
-        if reset_peak and self.empty_cache:
-            self.alloc.empty_cache()
-        self.baseline = self.alloc.allocated
+        self.baseline = self.after_build
         if reset_peak:
+            self.workspace = self.alloc.allocated - self.after_build
+            if self.empty_cache:
+                self.alloc.empty_cache()
             self.alloc.reset_peak()
 
     def timed(self, wl) -> iterations.Sample:
@@ -105,7 +114,7 @@ class SimulatedCudaSteps(iterations.Steps):
         self.peak, self.reserved = self.alloc.peak_allocated, self.alloc.peak_reserved
 
     def result(self) -> Simulated:
-        return Simulated(self.baseline, self.peak, self.reserved)
+        return Simulated(self.baseline, self.peak, self.reserved, self.workspace)
 
 
 def simulate(case: Case, setup: Sequence[Event], body: Sequence[Event], **options) -> Simulated:

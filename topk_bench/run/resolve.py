@@ -23,7 +23,7 @@ from topk_bench.machine import cores
 from topk_bench.run import devices
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
-from topk_bench.types import DeviceKind, DType, Method
+from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method
 
 DEVICE_CHOICES = ("auto", *DeviceKind.values())
 EXECUTOR_CHOICES = ("local", "slurm")
@@ -53,6 +53,7 @@ class Flags:
     executor: str | None = None
     jobs: int | str | None = None
     out: str | Path | None = None
+    gpu: str | None = None
 
     def check(self) -> None:
         """Each flag's value on its own (what it means against the suite is :func:`resolve`'s)."""
@@ -65,6 +66,8 @@ class Flags:
             raise BadInput(f"expected local or slurm, got {self.executor!r}", key="--executor")
         if self.device is not None and self.device not in DEVICE_CHOICES:
             raise BadInput(f"expected auto, cpu or cuda, got {self.device!r}", key="--device")
+        if self.gpu is not None and self.gpu not in GpuModel.values():
+            raise BadInput(f"expected {' or '.join(GpuModel.values())}, got {self.gpu!r}", key="--gpu")
         jobs(self.jobs)
 
     @property
@@ -111,6 +114,7 @@ class RunSettings:
     gpus: tuple[str, ...]      # a measured CUDA run on the local executor: the GPUs its job slots spread over
     out_dir: Path
     notes: tuple[str, ...]     # what the run says before it starts about how these were resolved
+    gpu: GpuModel | None = None  # a CUDA prediction: the GPU it models (--gpu, default sm90); None otherwise
 
     @property
     def predicted(self) -> bool:
@@ -190,11 +194,21 @@ def _spread_over_gpus(executor: ExecutorSettings, notes: list[str]) -> tuple[Exe
     return executor, gpus, notes
 
 
+def predicted_gpu(flags: Flags, device_: str) -> GpuModel | None:
+    """The GPU a CUDA prediction models; ``--gpu`` anywhere else is bad input (a measured run reads its own)."""
+    if not (flags.predict and DeviceKind(device_) is DeviceKind.CUDA):
+        if flags.gpu is not None:
+            raise BadInput("names the GPU a CUDA prediction models: give it with --predict --device cuda", key="--gpu")
+        return None
+    return GpuModel(flags.gpu) if flags.gpu is not None else DEFAULT_GPU
+
+
 def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     """Every setting of the run, each from the command line, else the suite, else bench.toml; BadInput when
     they contradict each other (a value the suite's protocol fixes)."""
     flags.check()
     device_ = device(flags.device or settings.device, flags.predict)
+    gpu = predicted_gpu(flags, device_)
     warmup, repeats, rounds, notes = _iterations(suite, flags, settings)
     executor, gpus, executor_notes = _executor(settings, flags, device_)
     out = Path(flags.out) if flags.out is not None else settings.path(settings.results_dir)
@@ -203,5 +217,5 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
         warmup=warmup, repeats=repeats, rounds=rounds, max_memory_gib=layered("max_memory_gib", flags, suite, settings),
         max_case_seconds=layered("max_case_seconds", flags, suite, settings),
         max_cases=layered("max_cases", None, suite, settings), executor=executor, gpus=gpus, out_dir=out,
-        notes=(*notes, *executor_notes),
+        notes=(*notes, *executor_notes), gpu=gpu,
     )

@@ -129,9 +129,11 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
     )
 
 
-def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int) -> list[Case]:
-    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major."""
+def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int,
+           gpu: str = "") -> list[Case]:
+    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major (``gpu``: what a CUDA prediction models)."""
     return [
-        case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup, repeats=repeats)
+        case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup, repeats=repeats,
+                gpu=gpu)
         for point in grid(suite) for entry in suite.impl
     ]
