@@ -20,6 +20,12 @@ Conventions every entry follows:
   handles ``Hkv < Hq``: ``"native"`` without materialising repeated K/V,
   ``"repeats"`` by repeating them (extra memory), ``None`` not at all (the
   harness then records the case ``unsupported``, never runs it).
+- Masks: a boolean mask is True where a query may attend a key (as the boolean
+  ``attn_mask`` of ``scaled_dot_product_attention``), in every helper and selection
+  (:mod:`implementations.masking` holds the one set of mask, position, grouping and
+  softmax helpers). The ``key_padding_mask`` option is the exception users know from
+  ``nn.MultiheadAttention``: bool ``[B, Lk]``, True marks a padding key; it is converted
+  once where it enters (:func:`implementations.masking.from_padding`).
 - Half precision (``float16``, ``bfloat16``): outputs in the input dtype; scores,
   row-wise selection and softmax statistics in float32 where rounding would
   change the result (which keys win a top-k, a softmax's normaliser).
