@@ -36,11 +36,11 @@ GAP = {
     ("mha", "qchunk_paper"): (-524288, -528896),
     ("mha", "sink_window"): (0, 19968),
 }
-# (workload, impl, empty_cache): measured / predicted reserved, where outside the tolerance (README, "Predicting
-# CUDA"): after empty_cache the H100 kept 486 MiB; the simulation keeps the segments of the first timed
-# iteration that its cache could not serve (a 20 MiB, a 12 MiB and two 2 MiB ones besides the eight 48 MiB
-# ones): 522 MiB. Without empty_cache both say 530 MiB.
-RESERVED_MISSES = {("mha", "qchunk_paper", True): 486 / 522}
+# (workload, impl, empty_cache): predicted / measured reserved, where outside the tolerance (README, "Predicting
+# CUDA"): after empty_cache the H100 reserved 486 MiB; the simulation adds, besides the eight 48 MiB segments of
+# the first timed iteration, a 20 MiB, a 12 MiB and two 2 MiB ones for requests its kept blocks could not
+# serve: 522 MiB. Without empty_cache both say 530 MiB.
+RESERVED_MISSES = {("mha", "qchunk_paper", True): 522 / 486}
 FAST = {("ff", "vanilla"), ("ff", "qchunk"), ("ff", "topk"), ("ff", "qchunk_paper")}  # under a second each
 
 
@@ -73,10 +73,10 @@ def test_prediction_against_the_h100(case):
         assert real["baseline_bytes"] == pred.baseline_bytes + workspace  # the H100 read it after the warm-up
         above = pred.peak_bytes - pred.baseline_bytes - workspace
         assert (real["peak_bytes"] - real["baseline_bytes"]) - above == gap and abs(gap) <= PEAK_TOLERANCE
-        ratio = real["reserved_bytes"] / pred.reserved_bytes
+        ratio = pred.reserved_bytes / real["reserved_bytes"]  # off by |ratio - 1| of the measurement
         miss = RESERVED_MISSES.get((case.workload, case.impl, empty_cache))
         if miss is None:
-            assert abs(ratio - 1) <= RESERVED_TOLERANCE, (empty_cache, ratio)
+            assert abs(ratio - 1) <= RESERVED_TOLERANCE + 1e-12, (empty_cache, ratio)
         else:
             assert ratio == pytest.approx(miss, abs=1e-9), empty_cache
         assert pred.extra[col.CUDA_UNMODELED_OPS] == UNMODELLED.get((case.workload, case.impl), "")
