@@ -242,6 +242,24 @@ def remove_rows(path: Path, case_ids: set[str]) -> int:
     return 0 if header is None else _rewrite(path, header, set(case_ids))
 
 
+def move_rows(path: Path, to: Path, case_ids: set[str]) -> int:
+    """Append the valid rows of ``case_ids`` to the results file ``to`` as they are (its header widened to
+    theirs), then drop them from ``path``; returns how many moved. Interrupted between the two, a row is in
+    both files, never in neither."""
+    table = read(path)
+    moving = [row for row in table.rows if row[col.CASE_ID] in case_ids]
+    if not moving:
+        return 0
+    try:
+        to.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise file_error(exc, "cannot create the folder", file=to.parent) from None
+    header = list(table.header)
+    for row in moving:
+        header = append_row(to, row, header)
+    return remove_rows(path, {row[col.CASE_ID] for row in moving})
+
+
 def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[str]:
     """Append ``row`` to ``path`` (created with ``header`` if absent); returns the file's header.
 

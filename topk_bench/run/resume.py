@@ -7,6 +7,9 @@ memory budget for ``oom`` and ``over_budget``, both recorded in the row); with
 the same budget it would fail the same way, so it stays and its larger sizes
 stay ``skipped``. A ``skipped`` row runs again once no standing failure is
 smaller than it. Every other row stays (``--no-resume`` measures them all again).
+
+``--remeasure FLAGS`` (:func:`remeasured`) runs exactly the cases whose row carries one of
+those ``trust`` flags, and nothing else.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from topk_bench.case import Budget, Case
+from topk_bench.results import trust
 from topk_bench.run.order import Order
 from topk_bench.status import STOPPING, Status
 from topk_bench.units import format_bytes
@@ -58,6 +62,8 @@ class Resume:
     retried: list[tuple[Case, str]] = field(default_factory=list)   # failed rows run again, and why
     kept: list[tuple[Case, str]] = field(default_factory=list)      # failed rows not run again (same budget)
     rerun_skipped: list[Case] = field(default_factory=list)         # skipped rows whose failure is retried
+    remeasured: list[Case] = field(default_factory=list)            # --remeasure: flagged rows measured again
+    left: int = 0                                                   # --remeasure: cases without a row, not run
 
     @property
     def replaced(self) -> set[str]:
@@ -90,6 +96,13 @@ def what_runs(cases: list[Case], rows: list[Mapping[str, str]], budget: Budget, 
     return Resume(todo, stoppers, retried, kept, rerun)
 
 
+def remeasured(cases: list[Case], rows: list[Mapping[str, str]], flags: frozenset[str]) -> Resume:
+    """``--remeasure FLAGS``: exactly the cases whose row carries one of ``flags`` (``trust``), in plan order."""
+    existing = {r[col.CASE_ID]: r for r in rows}
+    again = [c for c in cases if c.case_id in existing and trust.named(existing[c.case_id].get(col.TRUST)) & flags]
+    return Resume(again, [], remeasured=again, left=sum(c.case_id not in existing for c in cases))
+
+
 def notes(r: Resume) -> list[str]:
     """What the end of a run says about failed rows: which ran again, which did not, and how to force it."""
     out = []
@@ -103,4 +116,7 @@ def notes(r: Resume) -> list[str]:
                    "raise --max-case-seconds or --max-memory to retry them")
     if out:
         out.append("to measure every case again (not only the failed ones): --no-resume")
+    if r.left:
+        out.append(f"{r.left} case(s) without a row were not run (--remeasure runs only flagged rows): "
+                   "run again without it to complete the suite")
     return out

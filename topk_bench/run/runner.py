@@ -16,11 +16,12 @@ the rows written; the cases still in their rounds run again on resume.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import filelock
 
@@ -35,7 +36,7 @@ from topk_bench.run.executors import Executor, get_executor
 from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
 from topk_bench.run.progress import Reporter, summary
-from topk_bench.run.resume import Resume, notes as resume_notes, what_runs
+from topk_bench.run.resume import Resume, notes as resume_notes, remeasured, what_runs
 from topk_bench.status import STOPPING, Status
 from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
@@ -113,15 +114,19 @@ class _Rounds:
 
 
 def pooled(rounds: list[Measurement]) -> Measurement:
-    """One measurement of a case's rounds: every round's times, the largest peaks, the load from first to last."""
+    """One measurement of a case's rounds: every round's times, the largest peaks, the load from first to last,
+    the contention of the worst round."""
     first, last = rounds[0], rounds[-1]
 
     def most(name: str) -> int | None:
         values = [getattr(m, name) for m in rounds if getattr(m, name) is not None]
         return max(values) if values else None
 
-    steal = [m.metadata.get(col.STEAL) for m in rounds if m.metadata.get(col.STEAL) is not None]
-    metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END), **({col.STEAL: max(steal)} if steal else {})}
+    metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END)}
+    for key, worst in trust.WORST_OF_ROUNDS.items():  # the machine as the worst round saw it
+        values = [m.metadata.get(key) for m in rounds if m.metadata.get(key) is not None]
+        if values:
+            metadata[key] = worst(values)
     return replace(first, times_s=[t for m in rounds for t in m.times_s],
                    fwd_times_s=[t for m in rounds for t in m.fwd_times_s],
                    bwd_times_s=[t for m in rounds for t in m.bwd_times_s],
@@ -219,17 +224,9 @@ def _left_out_note(table: store.Table) -> str:
     return f"left out {table.dropped[0]}{more}; a case without a valid row runs again"
 
 
-def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
-        executor_obj: Executor | None = None, yes: bool = False, **overrides: Any) -> RunResult:
-    """Run (or resume) a suite; ``overrides`` are :func:`~.plan.plan`'s keyword arguments.
-
-    A suite of more cases than ``max_cases`` is bad input unless ``yes``.
-    Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
-    """
-    started = time.monotonic()
-    the_plan = plan(suite_path, yes=yes, **overrides)
-    csv_path = the_plan.csv_path
-    _existing(csv_path)  # a damaged file is refused before any file is touched
+@contextlib.contextmanager
+def _locked(csv_path: Path) -> Iterator[None]:
+    """Hold the suite's lock (``OUT/.<suite>.csv.lock``): one run writes a file at a time."""
     try:
         csv_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -242,6 +239,45 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
     except OSError as exc:
         raise file_error(exc, "cannot create the lock file") from None
     try:
+        yield
+    finally:
+        lock.release()
+
+
+def history_path(csv_path: Path) -> Path:
+    """Where ``--remeasure`` keeps the rows it measures again: ``OUT/history/<suite>.csv`` (a results CSV
+    of its own, which a reader of ``OUT`` does not mix with the current rows)."""
+    return csv_path.parent / "history" / csv_path.name
+
+
+def _what_runs(the_plan: Plan, table: store.Table) -> Resume:
+    """Which cases run (resume, or ``--remeasure``); the rows they replace leave the CSV first (the
+    remeasured ones into the history)."""
+    csv_path, cases = the_plan.csv_path, the_plan.cases
+    if the_plan.settings.remeasure:
+        chosen = remeasured(cases, table.rows, the_plan.settings.remeasure)
+        store.move_rows(csv_path, history_path(csv_path), {c.case_id for c in chosen.remeasured})
+        return chosen
+    chosen = what_runs(cases, table.rows, the_plan.budget, list(the_plan.suite.sweep))
+    if chosen.replaced:  # failed rows whose budget grew, and the sizes they skipped, run again
+        store.remove_rows(csv_path, chosen.replaced)
+    return chosen
+
+
+def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
+        executor_obj: Executor | None = None, yes: bool = False, **overrides: Any) -> RunResult:
+    """Run (or resume) a suite; ``overrides`` are :func:`~.plan.plan`'s keyword arguments.
+
+    A suite of more cases than ``max_cases`` is bad input unless ``yes``.
+    Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
+    """
+    started = time.monotonic()
+    the_plan = plan(suite_path, yes=yes, **overrides)
+    if the_plan.settings.remeasure and not resume:
+        raise BadInput("re-runs the flagged rows, --no-resume every row: choose one", key="--remeasure")
+    csv_path = the_plan.csv_path
+    _existing(csv_path)  # a damaged file is refused before any file is touched
+    with _locked(csv_path):
         if not resume and csv_path.exists():  # start this run's cases over; rows of other devices/methods stay
             store.remove_rows(csv_path, {c.case_id for c in the_plan.cases})
         try:
@@ -249,15 +285,12 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
         table = _existing(csv_path)  # again, under the lock
-        plan_resume: Resume = what_runs(the_plan.cases, table.rows, the_plan.budget, list(the_plan.suite.sweep))
-        if plan_resume.replaced:  # failed rows whose budget grew, and the sizes they skipped, run again
-            store.remove_rows(csv_path, plan_resume.replaced)
+        plan_resume = _what_runs(the_plan, table)
         todo, stoppers = plan_resume.todo, plan_resume.stoppers
-        size = size_note(the_plan, len(todo))
         reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
         with reporter:
-            for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else []),
-                         *filter(None, [busy_note(the_plan)])]:
+            for note in [size_note(the_plan, len(todo)), *the_plan.notes, *_remeasure_note(the_plan, plan_resume),
+                         *([_left_out_note(table)] if table.dropped else []), *filter(None, [busy_note(the_plan)])]:
                 reporter.note(note)
             writer = _Writer(the_plan, reporter)
             if the_plan.settings.predicted:
@@ -275,8 +308,14 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         ids = {c.case_id for c in the_plan.cases}
         in_file = collections.Counter(r[col.STATUS] for r in store.read_rows(csv_path) if r[col.CASE_ID] in ids)
         return RunResult(the_plan, writer.written, in_file, time.monotonic() - started, resume_notes(plan_resume))
-    finally:
-        lock.release()
+
+
+def _remeasure_note(the_plan: Plan, chosen: Resume) -> list[str]:
+    flags = the_plan.settings.remeasure
+    if not flags:
+        return []
+    return [f"--remeasure {','.join(sorted(flags))}: {len(chosen.remeasured)} flagged case(s) measured again, "
+            f"their old rows (and samples) moved to {history_path(the_plan.csv_path)}; every other row kept"]
 
 
 def next_step(result: RunResult) -> str:

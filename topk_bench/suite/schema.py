@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 from topk_bench.suite.files import Strict
+from topk_bench.suite.settings import Threads
 from topk_bench.types import DType, Mode
 
 
@@ -84,6 +85,7 @@ class Suite(Strict):
     # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
     # every round's times (load that drifts over minutes spreads over all cases alike).
     rounds: int | None = Field(None, ge=1)
+    threads: Threads | None = None      # intra-op CPU threads of a measured case: a number, or "auto"
     max_memory_gib: float | None = Field(None, gt=0)
     max_case_seconds: float | None = Field(None, gt=0)
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes

@@ -8,14 +8,24 @@ relative to the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PlainValidator, PrivateAttr
 
 from topk_bench.suite.files import Strict, read_toml, validate
 from topk_bench.types import DType
 
 CONFIG_NAME = "bench.toml"
+
+
+def _threads(value: Any) -> int | str:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f'a number >= 1 or "auto", got {value!r}')
+
+
+# A case's intra-op CPU threads: a number, or "auto" (the cores not already busy when the run starts).
+Threads = Annotated[int | str, PlainValidator(_threads)]
 
 
 class ExecutorSettings(Strict):
@@ -41,6 +51,9 @@ class Settings(Strict):
     dtype: Literal[DType.values()] = "float32"  # type: ignore[valid-type]
     warmup: int = Field(1, ge=0)
     repeats: int = Field(3, ge=1)
+    # Intra-op CPU threads of each measured case; "auto": the cores not already busy at the run's start,
+    # so that a CPU run does not oversubscribe a shared machine (run/resolve.py).
+    threads: Threads = "auto"
     max_memory_gib: float = Field(30.0, gt=0)
     # Chosen so that suites/mha.toml measured on a 2-core CPU ends in about 15 minutes.
     max_case_seconds: float = Field(60.0, gt=0)

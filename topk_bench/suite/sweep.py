@@ -129,9 +129,11 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
     )
 
 
-def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int) -> list[Case]:
+def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int,
+           threads: int | None = None) -> list[Case]:
     """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major."""
     return [
-        case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup, repeats=repeats)
+        case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup, repeats=repeats,
+                threads=threads)
         for point in grid(suite) for entry in suite.impl
     ]
