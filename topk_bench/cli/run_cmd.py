@@ -12,8 +12,13 @@ import typer
 from topk_bench.cli import Command, app
 
 
-def _terminate_as_interrupt(signum, frame):  # SIGTERM (e.g. from a scheduler) ends the run like Ctrl-C
+def _terminate_as_interrupt(signum, frame):
+    """SIGTERM (e.g. from a scheduler) and SIGHUP (the terminal went away) end the run like Ctrl-C: the
+    executor cancels what it started (Slurm jobs included) and every finished case is in the CSV."""
     raise KeyboardInterrupt
+
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _start_template_early(config: Optional[Path], executor: Optional[str]) -> None:
@@ -70,7 +75,7 @@ def run(
     _start_template_early(config, executor)
     from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
 
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in ENDING_SIGNALS}
     try:
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
@@ -81,5 +86,6 @@ def run(
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)
         raise typer.Exit(130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     runner.print_summary(result)

@@ -32,7 +32,7 @@ from topk_bench.measure import metadata
 from topk_bench.results import store
 from topk_bench.results import trust
 from topk_bench.results.row import make_row
-from topk_bench.run.executors import Executor, get_executor
+from topk_bench.run.executors import Executor, check_requests, get_executor
 from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
 from topk_bench.run.progress import Reporter, summary
@@ -43,6 +43,7 @@ from topk_bench.workloads.support import unsupported
 from topk_bench.results import columns as col
 
 POLL_S = 0.05
+PROGRESS_EVERY_S = 2.0
 
 
 @dataclass
@@ -133,6 +134,28 @@ def pooled(rounds: list[Measurement]) -> Measurement:
                    peak_bytes=most(col.PEAK_BYTES), reserved_bytes=most(col.RESERVED_BYTES), metadata=metadata)
 
 
+class _Watch:
+    """While cases wait on an executor that can say how they do (Slurm): its line when it changes (at most
+    every :data:`PROGRESS_EVERY_S`), and the end of the run when it says they cannot go on."""
+
+    def __init__(self, executor: Executor, reporter: Reporter):
+        self.progress = getattr(executor, "progress", None)
+        self.stuck = getattr(executor, "stuck", None)
+        self.reporter = reporter
+        self.shown, self.at = "", float("-inf")
+
+    def check(self) -> None:
+        if self.stuck is not None:
+            problem = self.stuck()
+            if problem:
+                raise BadInput(problem, key="executor")
+        if self.progress is not None and time.monotonic() - self.at >= PROGRESS_EVERY_S:
+            line = self.progress()
+            if line != self.shown:
+                self.reporter.waiting(line)
+                self.shown, self.at = line, time.monotonic()
+
+
 def _run_rounds(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
                 writer: _Writer) -> None:
     """Round 1 as a run of one round (the skip-larger rule included), then the later rounds over what stayed ok."""
@@ -161,6 +184,7 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
     batch = bool(getattr(executor, "prefers_batches", False))  # e.g. Slurm: one array, cancel what is not needed
     waiting = list(todo)
     running: list[tuple[Case, Any]] = []
+    watch = _Watch(executor, writer.reporter)
 
     def skip_larger(than: Case, status: str) -> None:
         nonlocal waiting
@@ -197,6 +221,7 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
             if measurement.status in STOPPING and skip_rule:
                 skip_larger(case, measurement.status)
         if not finished:
+            watch.check()
             time.sleep(POLL_S)
 
 
@@ -244,6 +269,11 @@ def _locked(csv_path: Path) -> Iterator[None]:
         lock.release()
 
 
+def journal_path(csv_path: Path) -> Path:
+    """Where a Slurm run writes down its jobs for the next run (``OUT/.<suite>.slurm-jobs.jsonl``)."""
+    return csv_path.with_name(f".{csv_path.stem}.slurm-jobs.jsonl")
+
+
 def history_path(csv_path: Path) -> Path:
     """Where ``--remeasure`` keeps the rows it measures again: ``OUT/history/<suite>.csv`` (a results CSV
     of its own, which a reader of ``OUT`` does not mix with the current rows)."""
@@ -277,6 +307,8 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         raise BadInput("re-runs the flagged rows, --no-resume every row: choose one", key="--remeasure")
     csv_path = the_plan.csv_path
     _existing(csv_path)  # a damaged file is refused before any file is touched
+    if executor_obj is None:
+        check_requests(the_plan.executor, the_plan.cases)  # Slurm: a request no node can satisfy, before any job
     with _locked(csv_path):
         if not resume and csv_path.exists():  # start this run's cases over; rows of other devices/methods stay
             store.remove_rows(csv_path, {c.case_id for c in the_plan.cases})
@@ -300,7 +332,9 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
                         todo.remove(case)
                         writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
             if todo:
-                executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
+                executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus,
+                                                        journal=journal_path(csv_path),
+                                                        adopt=resume and the_plan.rounds == 1)
                 try:
                     _run_rounds(the_plan, todo, stoppers, executor, writer)
                 finally:
