@@ -12,7 +12,7 @@ around each timed iteration (:func:`topk_bench.measure.iterations.run` calls :me
 
 :meth:`Sampler.summary` turns the readings into the row's context columns (``threads``, ``cpu_wait``,
 ``cpu_share``, ``preempt_per_s``, ``runnable``); the rule that flags a row is
-:func:`topk_bench.results.trust.flags`. Standard library only. The readings happen outside each timed
+:func:`topk_bench.results.trust.flags`. Standard library only (no torch). The readings happen outside each timed
 region (before its clock starts, after it stops), so they cost the case's wall time, not its samples.
 """
 
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from topk_bench.machine import cores
+from topk_bench.results import columns as col
 
 TASKS = Path("/proc/self/task")
 LOADAVG = Path("/proc/loadavg")
@@ -114,9 +115,9 @@ class Sampler:
         """The context columns (docs/CONTRACTS.md, "Results CSV"): medians over the timed iterations, so that
         one iteration interrupted by a passing process flags nothing; None where nothing was read."""
         return {
-            "threads": self.threads,
-            "cpu_wait": statistics.median(self.waits) if self.waits else None,
-            "cpu_share": statistics.median(self.shares) if self.shares else None,
-            "preempt_per_s": self.preempted / self.wall if self.wall > 0 else None,
-            "runnable": statistics.median(self.runnable) / cores() if self.runnable else None,
+            col.THREADS: self.threads,
+            col.CPU_WAIT: statistics.median(self.waits) if self.waits else None,
+            col.CPU_SHARE: statistics.median(self.shares) if self.shares else None,
+            col.PREEMPT_PER_S: self.preempted / self.wall if self.wall > 0 else None,
+            col.RUNNABLE: statistics.median(self.runnable) / cores() if self.runnable else None,
         }

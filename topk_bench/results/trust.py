@@ -35,6 +35,8 @@ import math
 import statistics
 from typing import Iterable, Sequence
 
+from topk_bench.results import columns as col
+
 BUSY_LOAD_PER_CORE = 1.0
 BUSY_STEAL = 0.05
 CONTENDED_WAIT = 0.25
@@ -86,7 +88,7 @@ def named(cell: object) -> set[str]:
 
 
 # How the readings of several rounds of one case make the row's (runner.pooled): the worst round's.
-WORST_OF_ROUNDS = {"steal": max, "runnable": max, "cpu_wait": max, "cpu_share": min, "preempt_per_s": max}
+WORST_OF_ROUNDS = {col.STEAL: max, col.RUNNABLE: max, col.CPU_WAIT: max, col.CPU_SHARE: min, col.PREEMPT_PER_S: max}
 
 
 def warning(cells: Iterable[object]) -> str | None:
