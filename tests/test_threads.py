@@ -70,6 +70,8 @@ def test_a_prediction_runs_on_one_thread_and_a_slurm_auto_on_its_cpus(tmp_path):
 @pytest.mark.parametrize("where, text, key", [
     ("flag", "0", "--threads"),
     ("flag", "many", "--threads"),
+    ("flag", "100000", "--threads"),  # as --jobs 100000: one bound (suite/values.py) for the flag and the keys
+    ("suite", "threads = 100000", "threads"),
     ("suite", "threads = 0", "threads"),
     ("suite", 'threads = "many"', "threads"),
     ("bench", "threads = -1", "threads"),
@@ -87,7 +89,7 @@ def test_threads_flag_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "topk_bench", "run", str(suite), "--config", str(config),
                            "--out", str(tmp_path / "out"), "--threads", "0"], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["topk-bench: error: --threads: expected a number >= 1, got 0"]
+    assert proc.stderr.strip().splitlines() == ["topk-bench: error: --threads: expected a number from 1 to 1024 or \"auto\", got 0"]
 
 
 @pytest.mark.slow

@@ -55,9 +55,9 @@ def run(
     max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."),
     remeasure: Optional[str] = typer.Option(None, "--remeasure", metavar="FLAGS", help="Measure again exactly the "
                                             "rows whose trust column carries one of these flags (contended,busy,noisy: "
-                                            "comma-separated); their old rows go to OUT/history/<suite>.csv, every "
+                                            "comma-separated); their old rows are kept in OUT/history/<suite>.csv, every "
                                             "other row stays."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (their old rows are dropped)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (each old row goes once its case has a new one)."),
     executor: Optional[str] = typer.Option(None, "--executor", metavar="local|slurm", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
                                      "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
                                      "shared with the compute nodes."),

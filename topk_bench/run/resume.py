@@ -69,9 +69,9 @@ class Resume:
 
     @property
     def replaced(self) -> set[str]:
-        """case_ids whose old row goes before they run again."""
+        """case_ids whose old row goes once they have a new one."""
         return ({c.case_id for c, _ in self.retried} | {c.case_id for c in self.rerun_skipped}
-                | {c.case_id for c, _ in self.interrupted})
+                | {c.case_id for c, _ in self.interrupted} | {c.case_id for c in self.remeasured})
 
 
 def what_runs(cases: list[Case], rows: list[Mapping[str, str]], budget: Budget, keys: list[str]) -> Resume:

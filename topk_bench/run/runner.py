@@ -280,18 +280,18 @@ def history_path(csv_path: Path) -> Path:
     return csv_path.parent / "history" / csv_path.name
 
 
-def _what_runs(the_plan: Plan, table: store.Table) -> Resume:
-    """Which cases run (resume, or ``--remeasure``); the rows they replace leave the CSV first (the
-    remeasured ones into the history)."""
+def _what_runs(the_plan: Plan, table: store.Table, resume: bool) -> Resume:
+    """Which cases run (resume, ``--no-resume`` or ``--remeasure``). The rows they replace stay until each
+    case has a new one (:func:`run` drops them then); ``--remeasure`` first copies them into the history."""
     csv_path, cases = the_plan.csv_path, the_plan.cases
     if the_plan.settings.remeasure:
         chosen = remeasured(cases, table.rows, the_plan.settings.remeasure)
-        store.move_rows(csv_path, history_path(csv_path), {c.case_id for c in chosen.remeasured})
+        store.copy_rows(csv_path, history_path(csv_path), {c.case_id for c in chosen.remeasured})
         return chosen
-    chosen = what_runs(cases, table.rows, the_plan.budget, list(the_plan.suite.sweep))
-    if chosen.replaced:  # failed rows whose budget grew, and the sizes they skipped, run again
-        store.remove_rows(csv_path, chosen.replaced)
-    return chosen
+    # --no-resume: every case of this run is measured again (rows of other devices and methods stay).
+    ids = {c.case_id for c in cases}
+    rows = table.rows if resume else [r for r in table.rows if r[col.CASE_ID] not in ids]
+    return what_runs(cases, rows, the_plan.budget, list(the_plan.suite.sweep))
 
 
 def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
@@ -309,39 +309,23 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
     _existing(csv_path)  # a damaged file is refused before any file is touched
     if executor_obj is None:
         check_requests(the_plan.executor, the_plan.cases)  # Slurm: a request no node can satisfy, before any job
+    ids = {c.case_id for c in the_plan.cases}
     with _locked(csv_path):
-        if not resume and csv_path.exists():  # start this run's cases over; rows of other devices/methods stay
-            store.remove_rows(csv_path, {c.case_id for c in the_plan.cases})
         try:
             fileio.write_atomic(the_plan.meta_path, (json.dumps(meta(the_plan), indent=2) + "\n").encode())
+            if csv_path.exists():  # an earlier run measuring cases again was killed before it tidied up
+                store.drop_superseded(csv_path, ids)
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
         table = _existing(csv_path)  # again, under the lock
-        plan_resume = _what_runs(the_plan, table)
-        todo, stoppers = plan_resume.todo, plan_resume.stoppers
-        reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
-        with reporter:
-            for note in [size_note(the_plan, len(todo)), *the_plan.notes, *_remeasure_note(the_plan, plan_resume),
-                         *([_left_out_note(table)] if table.dropped else []), *filter(None, [busy_note(the_plan)])]:
-                reporter.note(note)
-            writer = _Writer(the_plan, reporter)
-            if the_plan.settings.predicted:
-                for case in list(todo):
-                    problem = unsupported(case, predict=True)
-                    if problem:
-                        todo.remove(case)
-                        writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
-            if todo:
-                executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus,
-                                                        journal=journal_path(csv_path),
-                                                        adopt=resume and the_plan.rounds == 1)
-                try:
-                    _run_rounds(the_plan, todo, stoppers, executor, writer)
-                finally:
-                    executor.close()
-        ids = {c.case_id for c in the_plan.cases}
+        plan_resume = _what_runs(the_plan, table, resume)
+        try:
+            written = _measure(the_plan, plan_resume, table, executor_obj, progress, adopt=resume)
+        finally:  # the old rows of cases measured again go once they have new ones: an interrupted run loses none
+            with contextlib.suppress(OSError, BadInput):  # (if this fails, readers take the newest row anyway)
+                store.drop_superseded(csv_path, plan_resume.replaced if resume else ids)
         in_file = collections.Counter(r[col.STATUS] for r in store.read_rows(csv_path) if r[col.CASE_ID] in ids)
-        return RunResult(the_plan, writer.written, in_file, time.monotonic() - started, resume_notes(plan_resume))
+        return RunResult(the_plan, written, in_file, time.monotonic() - started, resume_notes(plan_resume))
 
 
 def _remeasure_note(the_plan: Plan, chosen: Resume) -> list[str]:
@@ -349,7 +333,37 @@ def _remeasure_note(the_plan: Plan, chosen: Resume) -> list[str]:
     if not flags:
         return []
     return [f"--remeasure {','.join(sorted(flags))}: {len(chosen.remeasured)} flagged case(s) measured again, "
-            f"their old rows (and samples) moved to {history_path(the_plan.csv_path)}; every other row kept"]
+            f"their old rows (and samples) copied to {history_path(the_plan.csv_path)}, each dropped here once "
+            "its case has a new row; every other row kept"]
+
+
+def _measure(the_plan: Plan, plan_resume: Resume, table: store.Table, executor_obj: Executor | None,
+             progress: bool, *, adopt: bool) -> collections.Counter:
+    """Run the cases resume left to do, one row each as it ends; the statuses of the rows written. ``adopt``:
+    Slurm jobs an earlier run of these cases left running are taken over (resume of a one-round run)."""
+    todo, stoppers = plan_resume.todo, plan_resume.stoppers
+    size = size_note(the_plan, len(todo))
+    reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
+    with reporter:
+        for note in [size, *the_plan.notes, *_remeasure_note(the_plan, plan_resume),
+                     *([_left_out_note(table)] if table.dropped else []), *filter(None, [busy_note(the_plan)])]:
+            reporter.note(note)
+        writer = _Writer(the_plan, reporter)
+        if the_plan.settings.predicted:
+            for case in list(todo):
+                problem = unsupported(case, predict=True)
+                if problem:
+                    todo.remove(case)
+                    writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
+        if todo:
+            executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus,
+                                                    journal=journal_path(the_plan.csv_path),
+                                                    adopt=adopt and the_plan.rounds == 1)
+            try:
+                _run_rounds(the_plan, todo, stoppers, executor, writer)
+            finally:
+                executor.close()
+    return writer.written
 
 
 def next_step(result: RunResult) -> str:

@@ -8,31 +8,22 @@ relative to the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, PlainValidator, PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from topk_bench.suite.files import Strict, read_toml, validate
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads
 from topk_bench.types import DType
 
 CONFIG_NAME = "bench.toml"
-
-
-def _threads(value: Any) -> int | str:
-    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return value
-    raise ValueError(f'a number >= 1 or "auto", got {value!r}')
-
-
-# A case's intra-op CPU threads: a number, or "auto" (the cores not already busy when the run starts).
-Threads = Annotated[int | str, PlainValidator(_threads)]
 
 
 class ExecutorSettings(Strict):
     """The ``[executor]`` table of bench.toml: where cases run."""
 
     kind: Literal["local", "slurm"] = "local"
-    jobs: int = Field(1, ge=1)
+    jobs: Jobs = 1
     # Slurm (topk_bench.run.slurm through submitit)
     partition: str | None = None
     gpus_per_node: int = Field(1, ge=0)  # asked for only by jobs of cases measured on CUDA
@@ -49,14 +40,14 @@ class Settings(Strict):
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal[DType.values()] = "float32"  # type: ignore[valid-type]
-    warmup: int = Field(1, ge=0)
-    repeats: int = Field(3, ge=1)
+    warmup: AtLeastZero = 1
+    repeats: AtLeastOne = 3
     # Intra-op CPU threads of each measured case; "auto": the cores not already busy at the run's start,
     # so that a CPU run does not oversubscribe a shared machine (run/resolve.py).
     threads: Threads = "auto"
-    max_memory_gib: float = Field(30.0, gt=0)
+    max_memory_gib: GiB = 30.0
     # Chosen so that suites/mha.toml measured on a 2-core CPU ends in about 15 minutes.
-    max_case_seconds: float = Field(60.0, gt=0)
+    max_case_seconds: Seconds = 60.0
     # A run with more cases to run than this is refused unless --yes: 1000 cases take
     # from about an hour (start-up alone) to 17 hours (every case using the 60 s budget).
     max_cases: int = Field(1000, ge=1)
