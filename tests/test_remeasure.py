@@ -107,3 +107,22 @@ def test_remeasure_on_the_command_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "topk-bench: error: --remeasure: expected trust flags among busy, contended, noisy, comma-separated, "
         "got 'cotended'"]
+
+
+def test_while_remeasuring_the_old_rows_stay_in_the_csv_and_are_already_in_the_history(tmp_path):
+    """Killed mid-way, a --remeasure loses no row: each old row stays until its case has a new one (main's
+    rule for every row measured again), and it is in the history before its case runs."""
+    result = _run(tmp_path, Scripted({("vanilla", 16): {"cpu_wait": 0.7}, ("qchunk", 64): {"cpu_wait": 0.8}}))
+    csv, history = result.csv_path, runner.history_path(result.csv_path)
+    seen = []
+
+    class Watching(Scripted):
+        def __call__(self, case, budget):
+            in_csv = [r["case_id"] for r in read_rows(csv)]
+            in_history = [r["case_id"] for r in read(history).rows]
+            seen.append((in_csv.count(case.case_id), in_history.count(case.case_id)))
+            return super().__call__(case, budget)
+
+    _run(tmp_path, Watching(), remeasure="contended")
+    assert seen == [(1, 1), (1, 1)]  # each case's old row in both files while it ran
+    assert len(read_rows(csv)) == 8 and len(read(history).rows) == 2  # afterwards: one row per case
