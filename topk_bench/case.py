@@ -49,6 +49,8 @@ class Case:
     seed: int = 0
     warmup: int = 1
     repeats: int = 3
+    # Intra-op CPU threads the child runs with (None: torch's default); not in the case_id, as repeats.
+    threads: int | None = None
     # Modules the worker imports before measuring, so that user implementations
     # register themselves in the child process (e.g. "my_package.my_attention").
     plugins: tuple[str, ...] = ()
@@ -106,7 +108,7 @@ class Case:
     def case_id(self) -> str:
         """Stable hash of what determines the result: parameters, implementation(s), device, method, protocol.
 
-        Not the label, warm-up or repeat count: re-running with more repeats resumes.
+        Not the label, warm-up, repeat count or threads: re-running with more repeats resumes.
         """
         key = {
             "suite": self.suite, "workload": self.workload, "impl": self.impl,

@@ -12,8 +12,13 @@ import typer
 from topk_bench.cli import Command, app
 
 
-def _terminate_as_interrupt(signum, frame):  # SIGTERM (e.g. from a scheduler) ends the run like Ctrl-C
+def _terminate_as_interrupt(signum, frame):
+    """SIGTERM (e.g. from a scheduler) and SIGHUP (the terminal went away) end the run like Ctrl-C: the
+    executor cancels what it started (Slurm jobs included) and every finished case is in the CSV."""
     raise KeyboardInterrupt
+
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _start_template_early(config: Optional[Path], executor: Optional[str]) -> None:
@@ -49,12 +54,20 @@ def run(
                                          "load drifts."),
     max_memory: Optional[float] = typer.Option(None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."),
     max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."),
+    remeasure: Optional[str] = typer.Option(None, "--remeasure", metavar="FLAGS", help="Measure again exactly the "
+                                            "rows whose trust column carries one of these flags (contended,busy,noisy: "
+                                            "comma-separated); their old rows are kept in OUT/history/<suite>.csv, every "
+                                            "other row stays."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (each old row goes once its case has a new one)."),
     executor: Optional[str] = typer.Option(None, "--executor", metavar="local|slurm", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
                                      "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
                                      "shared with the compute nodes."),
     jobs: Optional[str] = typer.Option(None, "--jobs", metavar="N|auto", help="Cases at once on the local executor: N, or auto for one per core "
                                        "(default: bench.toml's, 1; auto with --predict)."),
+    threads: Optional[str] = typer.Option(None, "--threads", metavar="N|auto", help="Intra-op CPU threads of each "
+                                          "measured case: N, or auto for the cores other processes are not keeping "
+                                          "busy at the start (default: the suite's, else bench.toml's, auto); the "
+                                          "rows record it (column threads)."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."),
@@ -63,16 +76,17 @@ def run(
     _start_template_early(config, executor)
     from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
 
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in ENDING_SIGNALS}
     try:
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
             repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-            executor=executor, jobs=jobs, rounds=rounds, yes=yes, gpu=gpu,
+            executor=executor, jobs=jobs, rounds=rounds, threads=threads, remeasure=remeasure, yes=yes, gpu=gpu,
         )
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)
         raise typer.Exit(130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     runner.print_summary(result)

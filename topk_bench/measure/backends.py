@@ -168,6 +168,7 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
     samples = iterations.run(case, steps)
     result = _result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
                      flops=steps.flops, **_timings(samples, case))
+    result.metadata.update(steps.contention.summary())
     if steps.compile_s is not None:
         result.extra[col.COMPILE_S] = steps.compile_s
     return _checked(result, steps.problem)
@@ -327,6 +328,7 @@ def measure_cuda(case: Case, budget: Budget) -> Measurement:
             case, peak_bytes=steps.peak, reserved_bytes=steps.reserved, baseline_bytes=steps.baseline,
             flops=steps.flops, **_timings(samples, case),
         )
+        result.metadata.update(steps.contention.summary())
         if steps.workspace is not None:
             result.extra[col.WORKSPACE_BYTES] = steps.workspace
         if steps.compile_s is not None:

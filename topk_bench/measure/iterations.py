@@ -23,9 +23,12 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import torch
+
 import implementations
 
 from topk_bench.case import Case
+from topk_bench.measure.contention import Sampler
 from topk_bench.protocol import OURS, PAPER
 from topk_bench.workloads import Workload
 
@@ -37,6 +40,8 @@ class Steps:
 
     # Seconds of the first call of an implementation that compiles (ours), compilation included; else None.
     compile_s: float | None = None
+    # What the case's threads got of the machine around each timed iteration (set by :func:`run`).
+    contention: Sampler
 
     def build(self) -> Workload:
         raise NotImplementedError
@@ -62,6 +67,12 @@ class Steps:
         """The timed iterations are over, the last on ``wl``: read the peaks, then check its numbers."""
 
 
+def _timed(steps: Steps, wl: Workload) -> Sample:
+    """One timed iteration, the case's contention read around it (:mod:`topk_bench.measure.contention`)."""
+    with steps.contention.around():
+        return steps.timed(wl)
+
+
 def compiles(case: Case) -> bool:
     """Whether the case's implementation compiles on its first call (registry ``compiles``: flex)."""
     return case.impl in implementations.names() and implementations.spec(case.impl).compiles
@@ -79,7 +90,7 @@ def _ours(case: Case, steps: Steps) -> list[Sample]:
         steps.warm_up(wl)
     wl.clear_grads()
     steps.start(wl, reset_peak=True)
-    samples = [steps.timed(wl) for _ in range(case.repeats)]
+    samples = [_timed(steps, wl) for _ in range(case.repeats)]
     steps.finish(wl)
     return samples
 
@@ -91,7 +102,7 @@ def _paper(case: Case, steps: Steps) -> list[Sample]:
         wl = steps.build()  # outside the timed region, as their get_inputs()
         if i == 0:
             steps.start(wl, reset_peak=False)
-        samples.append(steps.timed(wl))
+        samples.append(_timed(steps, wl))
     steps.finish(wl)
     wl = None
     steps.profile(steps.build())
@@ -107,4 +118,5 @@ def run(case: Case, steps: Steps) -> list[Sample]:
         structure = STRUCTURES[case.protocol]
     except KeyError:
         raise ValueError(f"unknown protocol {case.protocol!r} (known: {', '.join(STRUCTURES)})") from None
+    steps.contention = Sampler(torch.get_num_threads())
     return structure(case, steps)

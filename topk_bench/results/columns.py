@@ -87,14 +87,24 @@ REQUIRED_COLUMNS: tuple[Column, ...] = (
 )
 
 # -- context: written with every row since issue 19, not required of a file ------------------------
-TRUST = Column("trust", "busy, noisy, busy;noisy or empty (topk_bench.results.trust)", T)
+TRUST = Column("trust", "busy, contended, noisy, ';'-joined, or empty (topk_bench.results.trust)", T)
 TIME_CV = Column("time_cv", "coefficient of variation of times_s (standard deviation / mean)", M)
 LOAD_START = Column("load_start", "1-minute load average per core when the measurement started", M)
 LOAD_END = Column("load_end", "1-minute load average per core when it ended", M)
 STEAL = Column("steal", "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)", M)
 MAX_MEMORY_BYTES = Column("max_memory_bytes", "the memory budget the case ran under", M)
 MAX_CASE_SECONDS = Column("max_case_seconds", "the time budget the case ran under", M)
-CONTEXT_COLUMNS: tuple[Column, ...] = (TRUST, TIME_CV, LOAD_START, LOAD_END, STEAL, MAX_MEMORY_BYTES, MAX_CASE_SECONDS)
+# What the case's threads got of the machine during its timed iterations (issue 29; topk_bench.measure.contention).
+THREADS = Column("threads", "the intra-op CPU threads the case ran with", M)
+CPU_WAIT = Column("cpu_wait", "median over timed iterations of the largest share of the iteration one of the case's "
+                  "threads was runnable but waited for a CPU (Linux schedstat run delay)", M)
+CPU_SHARE = Column("cpu_share", "median over timed iterations of the process's CPU time over threads x wall time", M)
+PREEMPT_PER_S = Column("preempt_per_s", "involuntary context switches of the process per second of timed iterations", M)
+RUNNABLE = Column("runnable", "the machine's runnable threads per core (the case's own included), median of the "
+                  "samples taken after each timed iteration", M)
+CONTENTION_COLUMNS: tuple[Column, ...] = (THREADS, CPU_WAIT, CPU_SHARE, PREEMPT_PER_S, RUNNABLE)
+CONTEXT_COLUMNS: tuple[Column, ...] = (TRUST, TIME_CV, LOAD_START, LOAD_END, STEAL, MAX_MEMORY_BYTES, MAX_CASE_SECONDS,
+                                       *CONTENTION_COLUMNS)
 
 # -- optional result columns, filled when a suite or a workload asks for them ----------------------
 COMPILE_S = Column("compile_s", "seconds of the first (warm-up) call of an implementation that compiles (flex), "

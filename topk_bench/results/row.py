@@ -28,14 +28,17 @@ def parameters(case: Case) -> dict[str, Any]:
 
 def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
     """The context columns: the machine's load around the measurement, the samples' spread, the trust flag
-    (:func:`topk_bench.results.trust.flags`), and the budget the case ran under (what resume compares)."""
+    (:func:`topk_bench.results.trust.flags`), the budget the case ran under (what resume compares), and what
+    its threads got of the machine while timed (:mod:`topk_bench.measure.contention`)."""
     m, meta, budget = measurement, measurement.metadata or {}, budget or Budget()
     machine = {key: meta.get(key) for key in (col.LOAD_START, col.LOAD_END, col.STEAL)}
+    seen = {key: meta.get(key) for key in col.CONTENTION_COLUMNS}  # what the case's threads got, while timed
     spread = trust.cv(m.times_s)
+    evidence = {key: seen[key] for key in (col.RUNNABLE, col.CPU_WAIT, col.CPU_SHARE)}
     return {
-        col.TRUST: trust.flags(**machine, time_cv=spread) if m.times_s else "",
+        col.TRUST: trust.flags(**machine, **evidence, time_cv=spread) if m.times_s else "",
         col.TIME_CV: spread, **machine,
-        col.MAX_MEMORY_BYTES: budget.max_memory_bytes, col.MAX_CASE_SECONDS: budget.max_seconds,
+        col.MAX_MEMORY_BYTES: budget.max_memory_bytes, col.MAX_CASE_SECONDS: budget.max_seconds, **seen,
     }
 
 

@@ -17,13 +17,14 @@ from typing import Any
 
 import torch
 
-from topk_bench import protocol
+from topk_bench import machine, protocol
 from topk_bench.errors import BadInput
 from topk_bench.machine import cores
+from topk_bench.results import trust
 from topk_bench.run import devices
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, check_flag
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, check_flag
 from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method
 
 DEVICE_CHOICES = ("auto", *DeviceKind.values())
@@ -43,6 +44,8 @@ class Flags:
     max_case_seconds: float | None = None
     executor: str | None = None
     jobs: int | str | None = None
+    threads: int | str | None = None
+    remeasure: str | tuple[str, ...] | None = None
     out: str | Path | None = None
     gpu: str | None = None
 
@@ -61,6 +64,8 @@ class Flags:
         if self.gpu is not None and self.gpu not in GpuModel.values():
             raise BadInput(f"expected {' or '.join(GpuModel.values())}, got {self.gpu!r}", key="--gpu")
         jobs(self.jobs)
+        threads_value(self.threads, "--threads")
+        remeasure_flags(self.remeasure)
 
     @property
     def method(self) -> Method:
@@ -78,6 +83,27 @@ def jobs(value: int | str | None) -> int | None:
             raise BadInput(f"expected a number >= 1 or auto, got {value!r}", key="--jobs") from None
     check_flag("--jobs", value, Jobs)
     return value
+
+
+def threads_value(value: int | str | None, key: str) -> int | str | None:
+    """A thread setting: a number, or ``auto`` (None: not given); the command line's text read as one."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        value = "auto" if text == "auto" else int(text) if text.isdigit() else value
+    check_flag(key, value, Threads)
+    return value
+
+
+def remeasure_flags(value: str | tuple[str, ...] | None) -> frozenset[str]:
+    """``--remeasure``: trust flags (``contended,busy,noisy``), comma-separated; empty when not given."""
+    if value is None:
+        return frozenset()
+    names = [v.strip() for v in (value.split(",") if isinstance(value, str) else value)]
+    unknown = [n for n in names if n not in trust.FLAGS]
+    if unknown or not names:
+        raise BadInput(f"expected trust flags among {', '.join(trust.FLAGS)}, comma-separated, got {value!r}",
+                       key="--remeasure")
+    return frozenset(names)
 
 
 def layered(name: str, flags: Flags | None, suite: Suite | None, settings: Settings | None) -> Any:
@@ -99,6 +125,8 @@ class RunSettings:
     warmup: int
     repeats: int
     rounds: int                # child processes per case, round-robin over the cases
+    threads: int               # intra-op CPU threads of each case (a prediction: 1)
+    remeasure: frozenset[str]  # trust flags whose rows run again (--remeasure); empty: resume as usual
     max_memory_gib: float      # the memory budget asked (the plan caps it to what the device has)
     max_case_seconds: float
     max_cases: int
@@ -193,6 +221,24 @@ def predicted_gpu(flags: Flags, device_: str) -> GpuModel | None:
             raise BadInput("names the GPU a CUDA prediction models: give it with --predict --device cuda", key="--gpu")
         return None
     return GpuModel(flags.gpu) if flags.gpu is not None else DEFAULT_GPU
+def _threads(settings: Settings, suite: Suite, flags: Flags, executor: ExecutorSettings) -> tuple[int, list[str]]:
+    """(threads of each case, notes). A prediction computes nothing: one. ``auto``: on Slurm the CPUs a job
+    is given (``cpus_per_task``); here, the cores other processes are not keeping busy now, shared by the
+    job slots, so that a measured run does not oversubscribe a shared machine."""
+    if flags.predict:
+        return 1, []
+    asked = threads_value(layered("threads", flags, suite, settings), "threads")
+    if asked != "auto":
+        return asked, []
+    if executor.kind == "slurm":
+        return executor.cpus_per_task, [f"threads = auto: {executor.cpus_per_task} per case (cpus_per_task of "
+                                         "bench.toml's [executor], what each Slurm job is given)"]
+    busy = machine.busy_now()
+    free = machine.free_cores(busy)
+    threads = max(1, free // executor.jobs)
+    seen = f"{busy:.1f} of {cores()} cores kept busy by other processes" if busy is not None else "load unknown"
+    slots = f", shared by {executor.jobs} jobs" if executor.jobs > 1 else ""
+    return threads, [f"threads = auto: {threads} per case ({seen}{slots}; --threads N to choose)"]
 
 
 def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
@@ -203,11 +249,13 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     gpu = predicted_gpu(flags, device_)
     warmup, repeats, rounds, notes = _iterations(suite, flags, settings)
     executor, gpus, executor_notes = _executor(settings, flags, device_)
+    threads, thread_notes = _threads(settings, suite, flags, executor)
     out = Path(flags.out) if flags.out is not None else settings.path(settings.results_dir)
     return RunSettings(
         method=flags.method, device=device_, dtype=DType(layered("dtype", None, suite, settings)),
-        warmup=warmup, repeats=repeats, rounds=rounds, max_memory_gib=layered("max_memory_gib", flags, suite, settings),
+        warmup=warmup, repeats=repeats, rounds=rounds, threads=threads, remeasure=remeasure_flags(flags.remeasure),
+        max_memory_gib=layered("max_memory_gib", flags, suite, settings),
         max_case_seconds=layered("max_case_seconds", flags, suite, settings),
         max_cases=layered("max_cases", None, suite, settings), executor=executor, gpus=gpus, out_dir=out,
-        notes=(*notes, *executor_notes), gpu=gpu,
+        notes=(*notes, *executor_notes, *thread_notes), gpu=gpu,
     )

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 from topk_bench.suite.files import Strict
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds, Threads
 from topk_bench.types import DType, Mode
 
 
@@ -86,6 +86,7 @@ class Suite(Strict):
     # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
     # every round's times (load that drifts over minutes spreads over all cases alike).
     rounds: AtLeastOne | None = None
+    threads: Threads | None = None      # intra-op CPU threads of a measured case: a number, or "auto"
     max_memory_gib: GiB | None = None
     max_case_seconds: Seconds | None = None
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes

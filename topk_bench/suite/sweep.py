@@ -131,14 +131,14 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
 
 
 def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int,
-           gpu: str = "") -> list[Case]:
+           gpu: str = "", threads: int | None = None) -> list[Case]:
     """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major (``gpu``: what a CUDA prediction models);
     BadInput when two entries give one case."""
     cases, first = [], {}  # case_id -> the entry that gave it first
     for point in grid(suite):
         for i, entry in enumerate(suite.impl):
             case = case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup,
-                           repeats=repeats, gpu=gpu)
+                           repeats=repeats, gpu=gpu, threads=threads)
             _distinct(suite, first.setdefault(case.case_id, i), i, point)
             cases.append(case)
     return cases
