@@ -24,6 +24,7 @@ from topk_bench.types import Timer
 
 STEP_S = 0.010    # an eager iteration on the stand-in GPU
 REPLAY_S = 0.002  # a replay of the captured iteration (no host dispatch)
+FLUSH_S = 0.004   # a cache flush: inside an iteration's events, it would show in its sample
 L2_BYTES = 4096
 
 
@@ -146,10 +147,11 @@ def runtime(monkeypatch):
 
 
 class ObservedSteps(backends.CudaSteps):
-    """The CUDA steps on the CPU, logging each cache flush."""
+    """The CUDA steps on the CPU, logging each cache flush; a flush moves the stand-in's clock by FLUSH_S."""
 
     def flush(self):
         self.cuda.calls.append(("flush",))
+        self.cuda.t += FLUSH_S
         super().flush()
 
 
@@ -221,6 +223,29 @@ def test_the_cache_is_flushed_before_each_timed_iteration_outside_its_events_aft
     # The buffer zeroed is larger than the device's L2 (twice).
     assert steps._flush.numel() * steps._flush.element_size() == 2 * L2_BYTES
     assert samples == [pytest.approx((STEP_S, 0.0))] * 3
+
+
+def test_a_flush_inside_the_events_would_show_in_the_samples(runtime):
+    """The stand-in tells a flush outside the timing from one inside: the checks above can fail."""
+
+    class FlushInside(ObservedSteps):
+        def timed(self, wl):  # as CudaSteps.timed, but flushing right after the start event is recorded
+            start, mid, end = self._events(3)
+            marks = iter((start, mid, end))
+
+            def clock():
+                event = next(marks)
+                event.record()
+                if event is start:
+                    self.flush()
+                return 0.0
+
+            backends.iteration(wl, self.case, clock=clock, losses=self.losses)
+            return lambda: (start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3)
+
+    case = make_case(flush_l2=True)
+    samples = iterations.run(case, FlushInside(case, torch.device("cpu"), cuda=runtime, clock=runtime.clock))
+    assert samples == [pytest.approx((STEP_S + FLUSH_S, 0.0))] * 3
 
 
 def test_a_cuda_graph_is_captured_after_the_memory_pass_and_replayed_for_each_sample(runtime):
