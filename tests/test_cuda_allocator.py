@@ -112,7 +112,18 @@ def test_a_measurement_keeps_timed_losses_frees_gradients_and_can_empty_the_cach
     big = [(20, 30 * MIB), (20, FREE)]  # a warm-up temporary in its own segment: empty_cache returns it
     assert simulate_measurement(setup, big, empty_cache=False).reserved_bytes == 52 * MIB
     assert simulate_measurement(setup, big, empty_cache=True).reserved_bytes == 52 * MIB
-    assert simulate_measurement(setup, big, warmup=1, repeats=0, empty_cache=True).reserved_bytes == 22 * MIB
+    # Even with no timed iteration the measured region holds the untimed one after the reset (its blocks come
+    # from cudaMalloc again): the peak is an iteration's whatever the cache held ...
+    assert simulate_measurement(setup, big, warmup=1, repeats=0, empty_cache=True).reserved_bytes == 52 * MIB
+    # ... and empty_cache gave the warm-up's segment back before the reset: 22 MiB reserved then, not 52.
+    from topk_bench.measure.simulated import SimulatedCudaSteps
+
+    for empty, reserved in ((True, 22 * MIB), (False, 52 * MIB)):
+        steps = SimulatedCudaSteps(setup, big, empty_cache=empty)
+        wl = steps.build()
+        steps.profile(wl)
+        steps.start(wl, reset_peak=True)
+        assert steps.alloc.peak_reserved == reserved
 
 
 def test_a_cuda_prediction_runs_the_protocol_s_own_iterations(monkeypatch):
@@ -136,7 +147,9 @@ def test_a_cuda_prediction_runs_the_protocol_s_own_iterations(monkeypatch):
     case = Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
                      device="cuda", method="predicted", warmup=2, repeats=3)
     predicted = backends.predict(case, None)
-    assert calls == ["SimulatedCudaSteps", "build", "profile", "warm_up", "start", "timed", "timed", "timed", "finish"]
+    # The warm-up (2 iterations: the profiling one and one more), the reset, one untimed iteration, 3 timed.
+    assert calls == ["SimulatedCudaSteps", "build", "profile", "warm_up", "start", "warm_up", "timed", "timed", "timed",
+                     "finish"]
     # A change of the protocol's structure moves the prediction with it: one more timed iteration keeps one
     # more loss (a 512-byte block) through the timed region.
     more = backends.predict(dataclasses.replace(case, repeats=4), None)

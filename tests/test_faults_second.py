@@ -135,6 +135,7 @@ def test_a_full_tmpdir_stops_the_run_with_its_reason_and_a_rerun_completes(tmp_p
     ("--max-case-seconds", "nan", "finite"),
     ("--max-case-seconds", "1e10", "less than or equal to"),
     ("--jobs", "100000", "less than or equal to"),
+    ("--warmup-s", "inf", "finite"),
 ])
 def test_a_flag_out_of_range_is_one_line_and_writes_nothing(tmp_path, cli, flag, value, words):
     suite = tiny_suite(tmp_path)
@@ -150,6 +151,8 @@ def test_a_flag_out_of_range_is_one_line_and_writes_nothing(tmp_path, cli, flag,
     ("max_memory_gib", "nan", "finite"),
     ("max_case_seconds", "inf", "finite"),
     ("max_case_seconds", "1e10", "less than or equal to"),
+    ("warmup_s", "inf", "finite"),
+    ("warmup_s", "-1", "greater than or equal to 0"),
 ])
 def test_a_setting_out_of_range_is_one_line_naming_its_file(tmp_path, cli, where, key, value, words):
     config = tmp_path / "bench.toml"

@@ -77,6 +77,18 @@ CASES = [
     ("a workload that does not follow the paper protocol", lambda s: f'plugins = ["{PLUGINS}/cross_attention_workload.py"]\n'
      + s.replace('workload = "mha"', 'workload = "cross_attention"\nprotocol = "paper"').replace("causal = true", "causal = false"),
      "protocol", "the cross_attention workload does not follow protocol 'paper' (workloads that do: decoder, ff, mha)"),
+    ("an unknown timer", lambda s: s.replace('name = "bad"', 'name = "bad"\ntimer = "wallclock"'), "timer",
+     "'events' or 'cudagraph'"),
+    ("a flush that is no boolean", lambda s: s.replace('name = "bad"', 'name = "bad"\nflush_l2 = "yes"'), "flush_l2",
+     "valid boolean"),
+    ("a negative warm-up time", lambda s: s.replace('name = "bad"', 'name = "bad"\nwarmup_s = -1'), "warmup_s",
+     "greater than or equal to 0"),
+    ("a timer under the paper protocol",
+     lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\ntimer = "cudagraph"')
+     .replace('name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "topk_paper"'),
+     "timer", "protocol 'paper' fixes timer = events (each eager iteration is timed as theirs was)"),
+    ("compile_mode without compile", lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\ncompile_mode = "max-autotune"'),
+     "impl[0] (topk).compile_mode", "compile_mode without compile = true"),
     ("invalid TOML", lambda s: s.replace("[shape]", "[shape"), None, "invalid TOML"),
     ("unreadable file", lambda s: b"\xff\xfe\x00 not utf-8", None, "unreadable"),
 ]
@@ -153,6 +165,8 @@ def test_malformed_bench_toml(tmp_path, capsys, text, key, words):
     (["--jobs", "0"], "--jobs"),
     (["--device", "tpu"], "--device"),
     (["--executor", "cloud"], "--executor"),
+    (["--timer", "wallclock"], "--timer"),
+    (["--warmup-s", "-0.5"], "--warmup-s"),
 ])
 def test_bad_flags(tmp_path, capsys, flags, key):
     suite = tmp_path / "good.toml"
@@ -174,7 +188,8 @@ def test_rounds_are_refused_under_the_paper_protocol(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("flags", [["--warmup", "1"], ["--repeats", "10"]])
+@pytest.mark.parametrize("flags", [["--warmup", "1"], ["--repeats", "10"], ["--timer", "cudagraph"], ["--flush-l2"],
+                                   ["--warmup-s", "0.5"]])
 def test_flags_the_paper_protocol_fixes(tmp_path, capsys, flags):
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"'))

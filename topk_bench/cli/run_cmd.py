@@ -47,7 +47,10 @@ def run(
     predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: CUDA's kernels' own allocations through a model of the CUDA caching allocator, with reserved bytes)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", metavar="sm80|sm90", help="With --predict --device cuda: the GPU modelled (which SDPA backend runs, the kernels' block counts): sm80 (A100) or sm90 (H100, the default)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them, at least (the profiling one included)."),
+    warmup_s: Optional[float] = typer.Option(None, "--warmup-s", metavar="S", help="... and at least this many seconds of them (default: bench.toml's, 0.025)."),
+    timer: Optional[str] = typer.Option(None, "--timer", metavar="events|cudagraph", help="How CUDA times an iteration: CUDA events around it (default), or around a replay of it captured in a CUDA graph (no host dispatch in the time). The CPU uses perf_counter."),
+    flush_l2: Optional[bool] = typer.Option(None, "--flush-l2/--no-flush-l2", help="Flush the device's cache (zero a buffer twice its size) before each timed iteration, outside the timing (default: the suite's, off)."),
     rounds: Optional[int] = typer.Option(None, "--rounds", metavar="N", help="Measure each case in N child processes, "
                                          "round-robin over the cases; its row pools the N rounds' times (default: "
                                          "the suite's rounds, 1). Ratios between cases then hold while the machine's "
@@ -80,8 +83,9 @@ def run(
     try:
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
-            repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-            executor=executor, jobs=jobs, rounds=rounds, threads=threads, remeasure=remeasure, yes=yes, gpu=gpu,
+            repeats=repeats, warmup=warmup, warmup_s=warmup_s, timer=timer, flush_l2=flush_l2,
+            max_memory_gib=max_memory, max_case_seconds=max_case_seconds, executor=executor, jobs=jobs,
+            rounds=rounds, threads=threads, remeasure=remeasure, yes=yes, gpu=gpu,
         )
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)

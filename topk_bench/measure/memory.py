@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_leaves
 
 from topk_bench.measure import cuda_allocator
 from topk_bench.measure.cuda_allocator import GRANULE as CUDA_ALLOCATION_GRANULE  # noqa: F401 (re-exported)
+from topk_bench.measure.ops import OpCount, profiled
 
 _DEVICE = torch.ops.prim.device.default
 
@@ -183,6 +184,7 @@ class AllocatorBytes:
 
     def __exit__(self, *exc) -> None:
         self._profile.__exit__(*exc)
+        self.counted = profiled(self._profile.events())
         events = sorted((e.time_range.start, e.cpu_memory_usage) for e in self._profile.events() if e.cpu_memory_usage)
         live = highest = 0
         for _, change in events:  # + an allocation, - a free

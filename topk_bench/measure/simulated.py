@@ -5,8 +5,12 @@ The fake run of a case records, in order, the storages its build and one iterati
 free (:class:`~topk_bench.measure.memory.AllocationTrace`). :class:`SimulatedCudaSteps` does each
 step of :func:`topk_bench.measure.iterations.run` by replaying them, as
 :class:`~topk_bench.measure.backends.CudaSteps` does each step on a GPU: so the iteration structure
-(warm-up, gradients cleared, ``empty_cache`` and the peak reset, the timed iterations keeping their
-losses) lives in one place, and a change to it moves measurements and predictions together.
+(warm-up, gradients cleared, ``empty_cache`` and the peak reset, the untimed iteration after it, the timed
+iterations keeping their losses) lives in one place, and a change to it moves measurements and predictions
+together. Time is simulated too, as one second per iteration: a warm-up by time then runs as many
+iterations as its count asks, at least two when it asks for any seconds (every warm-up iteration frees all
+it allocates, so their number changes no peak). The timing pass after the peaks are read (a CUDA graph's
+replays, cache flushes) changes nothing that is read.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class SimulatedCudaSteps(iterations.Steps):
         self._handles: dict = {}
         self._setup_keys: set = set()
         self._kept: set = set()  # the timed iterations' losses
-        self._count = 0
+        self._count = 0  # iterations so far: also the simulated clock, one second each
         self.after_build = self.baseline = self.workspace = self.peak = self.reserved = None
 
     def _replay(self, events: Sequence[Event], tag) -> None:
@@ -98,6 +102,9 @@ class SimulatedCudaSteps(iterations.Steps):
     def warm_up(self, wl) -> None:
         self._iterate(keep_loss=False)
 
+    def now(self) -> float:
+        return float(self._count)
+
     def start(self, wl, *, reset_peak: bool) -> None:
         self.baseline = self.after_build
         if reset_peak:
@@ -106,12 +113,18 @@ class SimulatedCudaSteps(iterations.Steps):
                 self.alloc.empty_cache()
             self.alloc.reset_peak()
 
-    def timed(self, wl) -> iterations.Sample:
+    def timed(self, wl) -> iterations.Pending:
         self._iterate(keep_loss=True)
-        return 0.0, 0.0
+        return lambda: (0.0, 0.0)
 
     def finish(self, wl) -> None:
         self.peak, self.reserved = self.alloc.peak_allocated, self.alloc.peak_reserved
+
+    def capture(self, wl) -> None:
+        """After the peaks are read: nothing to simulate (the graph's private pool is no peak of the row)."""
+
+    def replay(self) -> iterations.Pending:
+        return lambda: (0.0, 0.0)
 
     def result(self) -> Simulated:
         return Simulated(self.baseline, self.peak, self.reserved, self.workspace)

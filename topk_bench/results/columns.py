@@ -103,11 +103,30 @@ PREEMPT_PER_S = Column("preempt_per_s", "involuntary context switches of the pro
 RUNNABLE = Column("runnable", "the machine's runnable threads per core (the case's own included), median of the "
                   "samples taken after each timed iteration", M)
 CONTENTION_COLUMNS: tuple[Column, ...] = (THREADS, CPU_WAIT, CPU_SHARE, PREEMPT_PER_S, RUNNABLE)
+# How the time was taken (issue 26): measured rows only.
+TIMER = Column("timer", "perf_counter (CPU), events or cudagraph (CUDA): what timed each sample", T)
+FLUSH_L2 = Column("flush_l2", "True when the device's cache was flushed before each timed iteration", T)
+# What an iteration dispatched (every backend: cpu, cuda, predict).
+OPS_PER_ITER = Column("ops_per_iter", "aten ops one iteration dispatches (measure/ops.py): with a few µs of host "
+                      "time each, what makes a method dispatch-bound", M)
+SDPA_BACKEND = Column("sdpa_backend", "the backend SDPA ran (flash_attention, efficient_attention, cudnn_attention, "
+                      "math, overrideable), from the op it dispatched; empty: no SDPA call", T)
+# The machine and its software beyond device_name and torch_version (compare warns when they differ).
+CPU_CAPABILITY = Column("cpu_capability", "the instruction set ATen's CPU kernels use (AVX2, AVX512...)", T)
+CPU_FLAGS = Column("cpu_flags", "bf16/AMX flags of the CPU (/proc/cpuinfo), ';'-separated, or none", T)
+CUDA_VERSION = Column("cuda_version", "the CUDA torch was built with (torch.version.cuda)", T)
+CUDNN_VERSION = Column("cudnn_version", "cuDNN's version (measured on CUDA)", T)
+DRIVER_VERSION = Column("driver_version", "the NVIDIA driver (measured on CUDA)", T)
+GPU_SM_CLOCK_MHZ = Column("gpu_sm_clock_mhz", "the GPU's SM clock when the measurement ended (MHz)", M)
+GPU_SM_CLOCK_MAX_MHZ = Column("gpu_sm_clock_max_mhz", "the GPU's maximum SM clock (MHz)", M)
+MACHINE_COLUMNS: tuple[Column, ...] = (CPU_CAPABILITY, CPU_FLAGS, CUDA_VERSION, CUDNN_VERSION, DRIVER_VERSION,
+                                       GPU_SM_CLOCK_MHZ, GPU_SM_CLOCK_MAX_MHZ)
 CONTEXT_COLUMNS: tuple[Column, ...] = (TRUST, TIME_CV, LOAD_START, LOAD_END, STEAL, MAX_MEMORY_BYTES, MAX_CASE_SECONDS,
-                                       *CONTENTION_COLUMNS)
+                                       *CONTENTION_COLUMNS, TIMER, FLUSH_L2, OPS_PER_ITER, SDPA_BACKEND,
+                                       *MACHINE_COLUMNS)
 
 # -- optional result columns, filled when a suite or a workload asks for them ----------------------
-COMPILE_S = Column("compile_s", "seconds of the first (warm-up) call of an implementation that compiles (flex), "
+COMPILE_S = Column("compile_s", "seconds of the first (warm-up) call of a case that compiles (flex, compile = true), "
                    "compilation included", N)
 WORKSPACE_BYTES = Column("workspace_bytes", "what the first iterations left allocated besides parameters and inputs "
                          "(CUDA: cuBLAS workspaces); peak_bytes - workspace_bytes compares with the CPU and --predict; "
@@ -260,7 +279,7 @@ def parameter_columns(columns: Iterable[str]) -> list[str]:
 # Parameter columns first and last in a header; implementation options in between.
 _PARAMETERS_FIRST = ("model", "seq_len", "kv_len", "new_tokens", "budget", "batch", "q_heads", "kv_heads", "head_dim",
                      "d_model", "heads", "d_ff", "layers")
-_PARAMETERS_LAST = ("causal", "activation", "dtype", "protocol")
+_PARAMETERS_LAST = ("causal", "activation", "dtype", "compile", "compile_mode", "protocol")
 
 
 def order_parameters(names: Iterable[str]) -> list[str]:

@@ -134,7 +134,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, yes: bool 
                        "bench.toml", file=suite.path, key="max_cases")
     check_suite(suite, suite.path)
     cases = sweep.expand(suite, device=run.device, method=run.method, dtype=run.dtype, warmup=run.warmup,
-                         repeats=run.repeats, gpu=run.gpu or "", threads=run.threads)
+                         repeats=run.repeats, gpu=run.gpu or "", threads=run.threads, warmup_s=run.warmup_s,
+                         timer=run.timer, flush_l2=run.flush_l2)
     notes = ([capped] if capped else []) + list(run.notes)
     if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)

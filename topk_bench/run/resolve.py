@@ -24,8 +24,8 @@ from topk_bench.results import trust
 from topk_bench.run import devices
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, check_flag
-from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, WarmupSeconds, check_flag
+from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Timer
 
 DEVICE_CHOICES = ("auto", *DeviceKind.values())
 EXECUTOR_CHOICES = ("local", "slurm")
@@ -39,6 +39,9 @@ class Flags:
     predict: bool = False
     repeats: int | None = None
     warmup: int | None = None
+    warmup_s: float | None = None
+    timer: str | None = None
+    flush_l2: bool | None = None
     rounds: int | None = None
     max_memory_gib: float | None = None
     max_case_seconds: float | None = None
@@ -54,6 +57,9 @@ class Flags:
         # The types of the suite's and bench.toml's keys (topk_bench.suite.values): the same rules, the flag named.
         check_flag("--repeats", self.repeats, AtLeastOne)
         check_flag("--warmup", self.warmup, AtLeastZero)
+        check_flag("--warmup-s", self.warmup_s, WarmupSeconds)
+        if self.timer is not None and self.timer not in Timer.cuda_choices():
+            raise BadInput(f"expected {' or '.join(Timer.cuda_choices())}, got {self.timer!r}", key="--timer")
         check_flag("--rounds", self.rounds, AtLeastOne)
         check_flag("--max-memory", self.max_memory_gib, GiB)
         check_flag("--max-case-seconds", self.max_case_seconds, Seconds)
@@ -123,7 +129,10 @@ class RunSettings:
     device: str                # "cpu" or "cuda": where cases run, or the device predicted for
     dtype: DType
     warmup: int
+    warmup_s: float            # the warm-up lasts at least this long too (ours)
     repeats: int
+    timer: Timer | None        # measured on CUDA: events (None: the default) or cudagraph; None elsewhere
+    flush_l2: bool             # the device's cache flushed between timed iterations (measured runs)
     rounds: int                # child processes per case, round-robin over the cases
     threads: int               # intra-op CPU threads of each case (a prediction: 1)
     remeasure: frozenset[str]  # trust flags whose rows run again (--remeasure); empty: resume as usual
@@ -160,7 +169,8 @@ def device(requested: str, predict: bool = False) -> str:
 def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, int, int, list[str]]:
     """(warmup, repeats, rounds, notes): what the protocol fixes, else the layers' values."""
     fixed = protocol.lookup(suite.protocol)
-    for flag, setting in (("--warmup", "warmup"), ("--repeats", "repeats")):
+    for flag, setting in (("--warmup", "warmup"), ("--repeats", "repeats"), ("--warmup-s", "warmup_s"),
+                          ("--timer", "timer"), ("--flush-l2", "flush_l2")):
         problem = protocol.fixed_value_problem(suite.protocol, setting, getattr(flags, setting))
         if problem:
             raise BadInput(problem, key=flag)
@@ -175,6 +185,22 @@ def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, in
         notes.append(f"rounds = {rounds}: a prediction is exact, each case is predicted once")
         rounds = 1
     return warmup, repeats, rounds, notes
+
+
+def _timing(suite: Suite, flags: Flags, settings: Settings, device_: str) -> tuple[float, Timer | None, bool, list[str]]:
+    """(warmup_s, timer, flush_l2, notes): how a measured case is timed. A prediction times nothing (its memory
+    is the eager iterations', whatever the timer); the CPU has one timer, perf_counter."""
+    fixed = protocol.lookup(suite.protocol)
+    warmup_s = fixed.warmup_s if fixed.warmup_s is not None else layered("warmup_s", flags, suite, settings)
+    asked = layered("timer", flags, suite, None)
+    flush = bool(layered("flush_l2", flags, suite, None))
+    if flags.predict:
+        return warmup_s, None, False, []
+    if DeviceKind(device_) is DeviceKind.CPU:
+        notes = [f"timer = {asked}: a CUDA timer; the CPU times each iteration with perf_counter"] \
+            if asked == Timer.CUDAGRAPH else []
+        return warmup_s, None, flush, notes
+    return warmup_s, Timer(asked) if asked else None, flush, []
 
 
 def _executor(settings: Settings, flags: Flags, device_: str) -> tuple[ExecutorSettings, tuple[str, ...], list[str]]:
@@ -248,14 +274,16 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     device_ = device(flags.device or settings.device, flags.predict)
     gpu = predicted_gpu(flags, device_)
     warmup, repeats, rounds, notes = _iterations(suite, flags, settings)
+    warmup_s, timer, flush_l2, timing_notes = _timing(suite, flags, settings, device_)
     executor, gpus, executor_notes = _executor(settings, flags, device_)
     threads, thread_notes = _threads(settings, suite, flags, executor)
     out = Path(flags.out) if flags.out is not None else settings.path(settings.results_dir)
     return RunSettings(
         method=flags.method, device=device_, dtype=DType(layered("dtype", None, suite, settings)),
-        warmup=warmup, repeats=repeats, rounds=rounds, threads=threads, remeasure=remeasure_flags(flags.remeasure),
+        warmup=warmup, warmup_s=warmup_s, repeats=repeats, timer=timer, flush_l2=flush_l2, rounds=rounds,
+        threads=threads, remeasure=remeasure_flags(flags.remeasure),
         max_memory_gib=layered("max_memory_gib", flags, suite, settings),
         max_case_seconds=layered("max_case_seconds", flags, suite, settings),
         max_cases=layered("max_cases", None, suite, settings), executor=executor, gpus=gpus, out_dir=out,
-        notes=(*notes, *executor_notes, *thread_notes), gpu=gpu,
+        notes=(*notes, *timing_notes, *executor_notes, *thread_notes), gpu=gpu,
     )
