@@ -247,8 +247,28 @@ def test_runs_from_different_devices_are_warned_about():
     base = frame(make_row("a", device_name="NVIDIA A100"))
     new = frame(make_row("a", device_name="NVIDIA H100"))
     (warning,) = compare_frames(base, new).warnings
-    assert "device_name differs: BASE NVIDIA A100 vs NEW NVIDIA H100" in warning
+    assert "device_name NVIDIA A100 vs NVIDIA H100" in warning
     assert not compare_frames(base, base).warnings
+
+
+def test_runs_on_different_hardware_or_software_get_one_warning_line():
+    """The CPU pool mixes AVX2-only and AVX-512-BF16 machines of one name: the instruction set tells them apart."""
+    same = dict(device_name="AMD EPYC", torch_version="2.13.0")
+    base = frame(make_row("a", cpu_capability="AVX2", cpu_flags="none", **same),
+                 make_row("b", cpu_capability="AVX2", cpu_flags="none", **same))
+    new = frame(make_row("a", cpu_capability="AVX512", cpu_flags="avx512_bf16", cuda_version="13.0", **same),
+                make_row("b", cpu_capability="AVX512", cpu_flags="avx512_bf16", cuda_version="13.0", **same))
+    (warning,) = compare_frames(base, new).warnings
+    assert "\n" not in warning and warning.startswith("BASE and NEW ran on different hardware or software")
+    assert "cpu_capability AVX2 vs AVX512" in warning and "cpu_flags none vs avx512_bf16" in warning
+    assert "device_name" not in warning and "cuda_version" not in warning  # the same, or BASE does not say
+    # Software is judged on every row, hardware on measured rows only (a prediction depends on no hardware).
+    def predicted(**changes):
+        return frame({**make_row("a", cpu_capability="AVX2", **same), "method": "predicted", **changes})
+
+    assert not compare_frames(predicted(), predicted(cpu_capability="AVX512")).warnings
+    (software,) = compare_frames(predicted(), predicted(torch_version="2.14.0")).warnings
+    assert "torch_version 2.13.0 vs 2.14.0" in software
 
 
 def _check_action_format(entries):

@@ -107,16 +107,18 @@ def test_cuda_protocol(fake_cuda):
     # The warm-up's cached segments are given back first: the reserved peak is the timed region's.
     reset = fake_cuda.calls.index(("reset_peak", 2))
     assert fake_cuda.calls[reset - 1] == ("empty_cache", 2)
-    assert fake_cuda.iterations == 2 + 3
+    # 2 warm-up iterations, one untimed after the reset (its blocks come from cudaMalloc), 3 timed.
+    assert fake_cuda.iterations == 2 + 1 + 3
     assert (m.peak_bytes, m.reserved_bytes) == (5000, 8192)
     # Baseline before the first iteration (parameters and inputs, as on the CPU); what the warm-up left is its own.
     assert m.baseline_bytes == 1000 and m.extra["workspace_bytes"] == 4096
     assert len(m.times_s) == len(m.fwd_times_s) == len(m.bwd_times_s) == 3
     # Events recorded back to back: 1 call apart = 1 "ms" x 1000 in the stand-in = 1 s.
     assert m.fwd_times_s == [1.0] * 3 and m.bwd_times_s == [1.0] * 3 and m.times_s == [2.0] * 3
-    timed = fake_cuda.calls[reset:]
-    assert timed[1:5] == [("record",), ("record",), ("record",), ("synchronize",)]
-    assert m.flops > 0
+    # The timed iterations run back to back: 9 events, then one synchronisation, then the peaks.
+    timed = fake_cuda.calls[reset + 1:]
+    assert timed[:10] == [("record",)] * 9 + [("synchronize",)] and timed[10] == ("read_peak", 6)
+    assert m.flops > 0 and m.extra["ops_per_iter"] > 0 and m.extra["timer"] == "events"
 
 
 def test_a_reserved_peak_over_the_budget_keeps_its_numbers_as_over_budget(fake_cuda):

@@ -81,12 +81,12 @@ def test_a_measured_cuda_run_on_one_gpu_keeps_one_job_and_says_so_once(suite, mo
     assert [n for n in the_plan.notes if "GPU" in n] == [
         "one GPU visible: --jobs 4 lowered to 1 for this measured CUDA run "
         "(cases sharing a GPU corrupt each other's times and peaks)"]
-    assert planning.plan(suite, device="cuda").notes == []  # one job asked: nothing to say
+    assert planning.plan(suite, device="cuda", threads=1).notes == []  # one job asked: nothing to say
 
 
 def test_a_measured_cuda_run_spreads_its_jobs_over_the_gpus(suite, monkeypatch):
     fake_gpus(monkeypatch, 2)
-    the_plan = planning.plan(suite, device="cuda", jobs=2)
+    the_plan = planning.plan(suite, device="cuda", jobs=2, threads=1)  # threads given: no note of auto's
     assert the_plan.executor.jobs == 2 and the_plan.gpus == ["0", "1"] and the_plan.notes == []
     crowded = planning.plan(suite, device="cuda", jobs=3)
     assert crowded.executor.jobs == 3 and any("share GPUs" in n for n in crowded.notes)

@@ -135,6 +135,7 @@ def test_a_full_tmpdir_stops_the_run_with_its_reason_and_a_rerun_completes(tmp_p
     ("--max-case-seconds", "nan", "finite"),
     ("--max-case-seconds", "1e10", "less than or equal to"),
     ("--jobs", "100000", "less than or equal to"),
+    ("--warmup-s", "inf", "finite"),
 ])
 def test_a_flag_out_of_range_is_one_line_and_writes_nothing(tmp_path, cli, flag, value, words):
     suite = tiny_suite(tmp_path)
@@ -150,6 +151,8 @@ def test_a_flag_out_of_range_is_one_line_and_writes_nothing(tmp_path, cli, flag,
     ("max_memory_gib", "nan", "finite"),
     ("max_case_seconds", "inf", "finite"),
     ("max_case_seconds", "1e10", "less than or equal to"),
+    ("warmup_s", "inf", "finite"),
+    ("warmup_s", "-1", "greater than or equal to 0"),
 ])
 def test_a_setting_out_of_range_is_one_line_naming_its_file(tmp_path, cli, where, key, value, words):
     config = tmp_path / "bench.toml"
@@ -219,7 +222,7 @@ def test_widening_the_header_relays_lines_left_out_so_the_next_run_accepts_the_f
     empty): left at the old width they outnumber the whole lines and the next run refused the file as damaged."""
     from topk_bench.results import store
 
-    foreign = _rewritten(measured, measured, status="preempted")
+    foreign = _rewritten(measured, measured, status="frobnicated")  # (not "preempted": a status since issue 29 part A)
     before = [line.split(",") for line in foreign.read_text().splitlines()[1:]]
     suite = tiny_suite(tmp_path, sizes=(16,), file="other", impl_extra="", extra="")
     suite.write_text(suite.read_text().replace('name = "vanilla"', 'name = "qchunk"\nchunk_size = 8'))
@@ -227,8 +230,8 @@ def test_widening_the_header_relays_lines_left_out_so_the_next_run_accepts_the_f
     assert cli("run", suite, "--out", out, "-q").code == 0
     table = store.read(measured)
     assert "chunk_size" in table.header and table.header_problem() is None, table.header_problem()
-    assert len(table.rows) == 1 and len(table.dropped) == 3 and all("preempted" in d for d in table.dropped)
-    kept = [line.split(",") for line in measured.read_text().splitlines()[1:] if "preempted" in line]
+    assert len(table.rows) == 1 and len(table.dropped) == 3 and all("frobnicated" in d for d in table.dropped)
+    kept = [line.split(",") for line in measured.read_text().splitlines()[1:] if "frobnicated" in line]
     assert [fields[: len(before[0])] for fields in kept] == before  # every cell as it was, new ones empty after
     again = cli("run", suite, "--out", out, "-q")
     assert again.code == 0, again.err

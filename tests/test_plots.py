@@ -43,7 +43,8 @@ def _write(path, points):
 
 
 def _mha_rows(method):
-    """Vanilla stops by OOM, qchunk by a time-out, performer is unsupported then NaN, topk crashes once then errors."""
+    """Vanilla stops by OOM, qchunk by a time-out, performer is unsupported then NaN, topk crashes once then errors;
+    three Slurm jobs ended before their cases (cancelled, preempted, lost)."""
     timed = method == "measured"
     t = (lambda s: s) if timed else (lambda s: None)
     rows = []
@@ -61,6 +62,10 @@ def _mha_rows(method):
         _row("mha", "performer", method, "nonfinite", 1024, 0.3, t(0.02)),
         _row("mha", "topk", method, "crashed", 8192),
         _row("mha", "topk", method, "error", 16384),
+        # What happened to a Slurm job, not to the case: nothing to draw (a resume runs them again).
+        _row("mha", "qchunk", method, "cancelled", 4096),
+        _row("mha", "performer", method, "preempted", 2048),
+        _row("mha", "performer", method, "lost", 4096),
     ]
     return rows
 

@@ -1,15 +1,16 @@
 """``--predict --device cuda`` against an H100: suites/ci.toml at L = 2048, case by case.
 
-Data (tests/data/README.md): ``h100-ci.csv``, measured by ``measure_cuda`` as on main
+Data (tests/data/README.md): ``h100-ci.csv``, measured by ``measure_cuda`` as on main then
 (peaks reset after the warm-up, no ``empty_cache``); ``h100-ci-empty-cache.csv``, the
-same cases with ``empty_cache()`` just before the reset (issue 14's change).
+same cases with ``empty_cache()`` just before the reset (issue 14's change). Both read the
+baseline after the warm-up, so it holds the cuBLAS workspaces the warm-up allocated; the
+prediction reads it after the build, as ``measure_cuda`` does now, and predicts the
+workspaces apart (``workspace_bytes``): the measured baseline is the predicted baseline plus
+the predicted workspace, to the byte.
 
-Allocated: the peak above the baseline, predicted and measured (the measured baseline
-holds the cuBLAS workspaces, the prediction's does not). It is exact where the CUDA
-kernels allocate what the CPU kernels of the fake run allocate; ``GAP`` lists, to the
-byte, where they do not, and why. Reserved: within ``RESERVED_TOLERANCE`` of the
-measurement, with the two 32 MiB cuBLAS workspaces added, for every case whose
-allocated peak agrees within 2 MiB (a case whose kernels allocate more reserves more).
+Allocated: the peak above that baseline, predicted and measured. ``GAP`` lists, to the byte,
+where they differ (all within :data:`PEAK_TOLERANCE`) and why. Reserved: within
+:data:`RESERVED_TOLERANCE` of the measurement, but for :data:`RESERVED_MISSES`.
 """
 
 import csv
@@ -19,31 +20,27 @@ from pathlib import Path
 import pytest
 
 from topk_bench.measure.backends import predict_cuda
+from topk_bench.results import columns as col
 from topk_bench.run.plan import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 MIB = 1 << 20
-WORKSPACE = (32 * MIB, 32 * MIB)  # cuBLAS: one per thread, forward and autograd's (H100, torch 2.11)
-RESERVED_TOLERANCE = 0.15
+PEAK_TOLERANCE = 1 * MIB       # issue 26's targets
+RESERVED_TOLERANCE = 0.05
 
-# measured - predicted peak above baseline, in bytes: the CUDA kernels' own allocations (a pair: without,
-# with empty_cache, where the cache's state changes which blocks are handed out whole).
+# measured - predicted peak above baseline, in bytes, (without, with empty_cache): where the H100's allocator
+# handed out a block whole (a remainder of at most 1 MiB) that the simulation split, or the other way round,
+# because a block of the same size was free elsewhere in its cache.
 GAP = {
-    ("mha", "vanilla"): 201326592,   # 192 MiB = one more [1, 12, 2048, 2048] float tensor in CUDA's causal softmax path
-    ("decoder", "vanilla"): 202113024,  # the same, and 0.75 MiB more
-    ("mha", "vanilla_paper"): -12582912,
-    ("mha", "qchunk_paper"): (50331648, 50327040),
-    ("mha", "sdpa"): 6488064,        # CUDA runs SDPA's efficient-attention kernels (logsumexp, no L x L), not the math path
-    ("mha", "topk_fast"): 24969216,
-    ("mha", "topk"): 5150208,
-    ("mha", "block_topk"): 2162688,
-    ("mha", "topk_paper"): 1835008,
-    ("mha", "page_topk"): 1703936,
-    ("mha", "topk_sparse"): (1048576, -262144),
-    ("mha", "qchunk"): -262144,
-    ("mha", "sink_window"): (-24576, -4608),
+    ("mha", "qchunk_paper"): (-524288, -528896),
+    ("mha", "sink_window"): (0, 19968),
 }
+# (workload, impl, empty_cache): predicted / measured reserved, where outside the tolerance (README, "Predicting
+# CUDA"): after empty_cache the H100 reserved 486 MiB; the simulation adds, besides the eight 48 MiB segments of
+# the first timed iteration, a 20 MiB, a 12 MiB and two 2 MiB ones for requests its kept blocks could not
+# serve: 522 MiB. Without empty_cache both say 530 MiB.
+RESERVED_MISSES = {("mha", "qchunk_paper", True): 522 / 486}
 FAST = {("ff", "vanilla"), ("ff", "qchunk"), ("ff", "topk"), ("ff", "qchunk_paper")}  # under a second each
 
 
@@ -68,12 +65,37 @@ def test_the_data_covers_every_case_of_the_suite_but_the_inference_workloads():
 
 @pytest.mark.parametrize("case", PARAMS)
 def test_prediction_against_the_h100(case):
-    gaps = GAP.get((case.workload, case.impl), 0)
-    gaps = gaps if isinstance(gaps, tuple) else (gaps, gaps)
+    gaps = GAP.get((case.workload, case.impl), (0, 0))
     for rows, empty_cache, gap in ((MEASURED, False, gaps[0]), (EMPTIED, True, gaps[1])):
         real = {k: int(rows[case.case_id][k]) for k in ("peak_bytes", "reserved_bytes", "baseline_bytes")}
-        pred = predict_cuda(case, empty_cache=empty_cache, workspace=WORKSPACE)
-        assert (real["peak_bytes"] - real["baseline_bytes"]) - (pred.peak_bytes - pred.baseline_bytes) == gap
-        assert pred.reserved_bytes >= pred.peak_bytes
-        if abs(gap) <= 2 * MIB:
-            assert pred.reserved_bytes == pytest.approx(real["reserved_bytes"], rel=RESERVED_TOLERANCE), empty_cache
+        pred = predict_cuda(case, empty_cache=empty_cache)
+        workspace = pred.extra[col.WORKSPACE_BYTES]
+        assert real["baseline_bytes"] == pred.baseline_bytes + workspace  # the H100 read it after the warm-up
+        above = pred.peak_bytes - pred.baseline_bytes - workspace
+        assert (real["peak_bytes"] - real["baseline_bytes"]) - above == gap and abs(gap) <= PEAK_TOLERANCE
+        ratio = pred.reserved_bytes / real["reserved_bytes"]  # off by |ratio - 1| of the measurement
+        miss = RESERVED_MISSES.get((case.workload, case.impl, empty_cache))
+        if miss is None:
+            assert abs(ratio - 1) <= RESERVED_TOLERANCE + 1e-12, (empty_cache, ratio)
+        else:
+            assert ratio == pytest.approx(miss, abs=1e-9), empty_cache
+        assert pred.extra[col.CUDA_UNMODELED_OPS] == UNMODELLED.get((case.workload, case.impl), "")
+
+
+# The ops the prediction says it does not model, per case (empty: all of them are).
+UNMODELLED = {
+    ("mha", "performer"): "aten.linalg_qr.default",
+    ("mha", "topk_sparse"): "aten._sparse_addmm.default;aten._sparse_coo_tensor_with_dims_and_tensors.default;"
+                            "aten.addmm_.default",
+}
+
+
+def test_the_workspaces_are_those_of_the_h100_one_cublas_per_thread_and_cublaslt_for_a_bias():
+    """65 MiB on the H100 for a layer with a biased projection (forward and backward threads' cuBLAS, the
+    forward's cuBLASLt), 64 MiB for the feed-forward, whose linears have no bias; 32 MiB less without backward
+    GEMMs; the baseline holds none."""
+    sizes = {}
+    for case in SUITE:
+        if (case.workload, case.impl) in (("mha", "vanilla"), ("ff", "vanilla")):
+            sizes[case.workload] = predict_cuda(case).extra[col.WORKSPACE_BYTES]
+    assert sizes == {"mha": 65 * MIB, "ff": 64 * MIB}

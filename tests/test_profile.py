@@ -4,7 +4,8 @@
   ``peak.csv`` sum to ``peak_bytes - baseline_bytes`` to the byte, the profile's numbers are the plain
   backend's, and a line of the implementation's code names at least 99% of the bytes above the baseline;
 - a hand-worked case: vanilla at L = 64, every row by shape, op, source line and category;
-- the CUDA prediction's rows sum to its simulated peak above its baseline; the CUDA snapshot's replay;
+- the CUDA prediction is `run --predict --device cuda`'s, its rows sum to its simulated peak above its baseline,
+  the kernels' own buffers and the cuBLAS workspaces named by their ops; the CUDA snapshot's replay;
 - the selector: a match, no match and an unknown key (one line, exit 2, nothing written);
 - ``run --profile``: a profile per case, the same rows as without.
 """
@@ -30,6 +31,7 @@ from topk_bench.profile import capture, files, select
 from topk_bench.profile.attribution import Attribution
 from topk_bench.profile.rows import Category
 from topk_bench.profile.sources import PROJECT_ROOT, Sources, user_files
+from topk_bench.results import columns as col
 from topk_bench.workloads.support import unsupported
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -167,17 +169,39 @@ def test_the_csv_lists_the_largest_first_and_reads_back(tmp_path):
     assert {r.category for r in rows} >= {Category.SAVED, Category.GRADIENTS}
 
 
+# The kernel's own buffer live at the CUDA peak (its rule's, no storage of the fake run), and the op of its rule.
+KERNEL_BUFFERS = {
+    "vanilla": ("aten._softmax_backward_data.default", 2 * 64 * 64 * 4),  # SoftMax.cu: tmp = grad * output
+    "sdpa": ("aten._scaled_dot_product_efficient_attention_backward.default", None),  # delta, CUTLASS workspace
+}
+
+
 @pytest.mark.parametrize("name", ["vanilla", "qchunk", "topk", "sdpa"])
 def test_cuda_prediction_rows_sum_to_its_simulated_peak(name, tmp_path):
+    """The profile runs ``run --predict --device cuda``'s own prediction (kernel rules, workspaces): the same numbers,
+    and its rows, the simulated allocator's blocks at the peak, sum to its peak above its baseline, the kernels'
+    own buffers and the cuBLAS workspaces among them, each named by the op whose rule allocated it."""
     case = small_case(name, "predicted", tmp_path, device="cuda")
     result, info, rows = profiled(case)
-    plain = backends.measure(case)
-    assert (result.peak_bytes, result.baseline_bytes, result.reserved_bytes) == (
-        plain.peak_bytes, plain.baseline_bytes, plain.reserved_bytes)
+    plain = backends.measure(case)  # what a run's child does for this case
+    assert (result.peak_bytes, result.baseline_bytes, result.reserved_bytes, result.flops, result.extra) == (
+        plain.peak_bytes, plain.baseline_bytes, plain.reserved_bytes, plain.flops, plain.extra)
     assert sum(r.bytes for r in rows) == plain.peak_bytes - plain.baseline_bytes
     assert all(r.bytes % 512 == 0 for r in rows)  # blocks, as the caching allocator hands them out
     # (No share asserted here: at this size the harness's two scalars, 512 B blocks each, are 1% of the peak.)
     assert all(r.source.startswith(("implementations/", "topk_bench/measure/backends.py")) for r in rows)
+    workspaces = [r for r in rows if r.category is Category.WORKSPACE]
+    assert sum(r.bytes for r in workspaces) == plain.extra[col.WORKSPACE_BYTES] > 0  # cuBLAS's, cuBLASLt's
+    assert {r.op for r in workspaces} <= {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
+    assert all(r.shape == r.dtype == "" and r.source.startswith("implementations/layers.py") for r in workspaces)
+    if name in KERNEL_BUFFERS:
+        op, nbytes = KERNEL_BUFFERS[name]
+        buffers = [r for r in rows if r.op == op and r.category is Category.TEMPORARIES and r.shape == ""]
+        assert buffers and all(r.source.startswith(f"implementations/{name}.py:") for r in buffers)
+        if nbytes is not None:
+            assert [r.bytes for r in buffers] == [nbytes]
+            assert buffers[0].source == _line("implementations/vanilla.py",
+                                              "weights = torch.softmax(grouped, dim=-1)")
 
 
 def test_cuda_snapshot_replay_finds_the_peak_blocks():

@@ -256,7 +256,7 @@ def test_memory_budget_is_capped_to_what_the_device_or_machine_has(monkeypatch):
     assert planning.memory_cap("cuda", predict=True) == (None, "")  # predicting allocates nothing
 
 
-def test_a_measured_cuda_run_has_a_workspace_column_and_cpu_and_predicted_runs_do_not(tmp_path):
+def test_a_cuda_run_has_a_workspace_column_measured_or_predicted_and_a_cpu_run_does_not(tmp_path):
     import dataclasses
 
     plan = planning.plan(write_suite(tmp_path), device="cpu")
@@ -264,8 +264,9 @@ def test_a_measured_cuda_run_has_a_workspace_column_and_cpu_and_predicted_runs_d
     assert "workspace_bytes" not in planning.plan(write_suite(tmp_path), predict=True).header
     cuda = [dataclasses.replace(c, device="cuda") for c in plan.cases]
     assert "workspace_bytes" in planning.optional_columns(plan.suite, cuda)
-    predicted = [dataclasses.replace(c, method="predicted") for c in cuda]
-    assert "workspace_bytes" not in planning.optional_columns(plan.suite, predicted)
+    assert "cuda_unmodeled_ops" not in planning.optional_columns(plan.suite, cuda)
+    predicted = [dataclasses.replace(c, method="predicted") for c in cuda]  # the cuBLAS workspaces predicted
+    assert {"workspace_bytes", "cuda_unmodeled_ops"} <= set(planning.optional_columns(plan.suite, predicted))
 
 
 def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):

@@ -1,66 +1,24 @@
-"""The Slurm executor against a real Slurm: Debian's slurm-wlm started on localhost.
-
-The ``slurm_conf`` fixture uses the cluster ``$SLURM_CONF`` points to when it
-answers (``.ci/run`` starts one), else starts one with scripts/slurm/start.sh
-(installing slurm-wlm and munge if missing, as root). Only when that fails are
-the cluster tests skipped, with the script's reason. The cluster is left
-running for other sessions; scripts/slurm/stop.sh stops it.
-"""
+"""The Slurm executor against a real Slurm: Debian's slurm-wlm started on localhost (tests/slurm_clusters.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from slurm_clusters import REPO, slurm_cluster, slurm_conf  # noqa: F401 -- fixtures
 
 from topk_bench.run import runner
 from topk_bench.case import Budget, Case
 from topk_bench.suite.settings import ExecutorSettings
 from topk_bench.results.store import read_rows
 
-REPO = Path(__file__).resolve().parents[1]
-SLURM_DIR = os.environ.get("TOPK_SLURM_DIR", "/tmp/topk-bench-slurm")
-
 # Every test here drives a real (local) Slurm cluster.
 pytestmark = pytest.mark.slow
-
-
-def _answers(conf: str) -> bool:
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15,
-                              env={**os.environ, "SLURM_CONF": conf})
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0 and any(s in proc.stdout for s in ("idle", "mix", "alloc"))
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """The slurm.conf of a cluster that answers; started once per session if needed."""
-    conf = os.environ.get("SLURM_CONF")
-    if not (conf and _answers(conf)):
-        if not sys.platform.startswith("linux"):
-            pytest.skip("Slurm cannot start: the test cluster needs Linux")
-        proc = subprocess.run(["bash", str(REPO / "scripts/slurm/start.sh"), SLURM_DIR],
-                              capture_output=True, text=True, timeout=900)
-        conf = f"{SLURM_DIR}/slurm.conf"
-        if proc.returncode != 0 or not _answers(conf):
-            reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"Slurm cannot start on this machine (scripts/slurm/start.sh: {reason})")
-    return conf
-
-
-@pytest.fixture
-def slurm_conf(slurm_cluster, monkeypatch):
-    # Only for this test: sbatch/squeue/scancel (run by submitit and the executor) read it.
-    monkeypatch.setenv("SLURM_CONF", slurm_cluster)
-    return slurm_cluster
 
 
 def _bench_toml(tmp_path: Path, **executor) -> Path:
@@ -92,7 +50,7 @@ def test_smoke_suite_through_slurm_matches_local(slurm_conf, tmp_path):
         other = slurm_rows[case_id]
         assert (other["impl"], other["status"], other["peak_bytes"]) == (row["impl"], row["status"], row["peak_bytes"])
     # Every case went through a job: one submitit result per array task.
-    assert len(list((tmp_path / "slurm-logs").glob("*_*/*_result.pkl"))) == len(slurm_rows)
+    assert len(list((tmp_path / "slurm-logs").glob("run-*/*_*/*_result.pkl"))) == len(slurm_rows)
 
 
 @pytest.mark.timeout(900)
@@ -149,7 +107,7 @@ def test_rounds_through_slurm_pool_every_rounds_samples(slurm_conf, tmp_path):
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert {r["repeats"] for r in rows} == {"4"}  # 2 rounds of 2 samples
     # Each round of each case went through a job of its own.
-    assert len(list((tmp_path / "slurm-logs").glob("*_*/*_result.pkl"))) == 4
+    assert len(list((tmp_path / "slurm-logs").glob("run-*/*_*/*_result.pkl"))) == 4
 
 
 TINY_SUITE = """
@@ -246,8 +204,8 @@ def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_c
         assert died.status == "crashed"
         assert "FAILED" in died.error and "Aborted" in died.error  # Slurm's state and srun's line from the log
         killed = hang.result()
-        assert killed.status == "crashed"
-        assert "CANCELLED" in killed.error
+        assert killed.status == "cancelled"  # issue 29: not a crash of the case; a resume runs it again
+        assert "CANCELLED" in killed.error and "resume" in killed.error
         assert never.done() and never.result().status == "skipped"
     finally:
         executor.close()
@@ -256,22 +214,29 @@ def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_c
 # ------------------------------------------------------ no cluster needed
 
 def test_state_parsing_and_sbatch_parameters():
-    from topk_bench.run.slurm import _parse_states, sbatch_parameters
+    from topk_bench.run.slurm_jobs import parse_states
+    from topk_bench.run.slurm_requests import Request, request, sbatch_parameters
 
-    text = "12_0|COMPLETED\n12_1|CANCELLED by 0\n12_1.batch|CANCELLED\n13|TIMEOUT\n"
-    assert _parse_states(text) == {"12_0": "COMPLETED", "12_1": "CANCELLED", "13": "TIMEOUT"}
-    settings = ExecutorSettings(kind="slurm", partition="gpu", gpus_per_node=2, mem_gb=1.5, timeout_min=30,
-                                extra_sbatch={"account": "abc", "exclusive": True})
-    params = sbatch_parameters(settings, gpu=True)
+    text = "12_0|COMPLETED|None\n12_1|CANCELLED by 0\n12_1.batch|CANCELLED\n13|TIMEOUT\n14_2|PENDING|BeginTime\n"
+    assert parse_states(text) == {"12_0": ("COMPLETED", "None"), "12_1": ("CANCELLED", ""), "13": ("TIMEOUT", ""),
+                                  "14_2": ("PENDING", "BeginTime")}
+    settings = ExecutorSettings(kind="slurm", partition="gpu", gpus_per_node=2, cpus_per_task=4, mem_gb=1.5,
+                                timeout_min=30, extra_sbatch={"account": "abc", "exclusive": True})
+    cuda = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda", threads=3)
+    params = sbatch_parameters(settings, request(cuda, settings))
     assert params["partition"] == "gpu" and params["gpus_per_node"] == 2 and params["time"] == 30
-    assert params["mem"] == "1536M"
-    assert params["additional_parameters"] == {"account": "abc", "exclusive": True}
-    without = sbatch_parameters(settings, gpu=False)
+    assert params["mem"] == "1536M" and params["cpus_per_task"] == 3  # the threads it runs with
+    assert params["additional_parameters"] == {"no_requeue": True, "account": "abc", "exclusive": True}
+    cpu = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cpu", threads=3)
+    without = sbatch_parameters(settings, request(cpu, settings))
     assert "gpus_per_node" not in without and {k: v for k, v in params.items() if k != "gpus_per_node"} == without
+    predicted = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda",
+                          method="predicted", threads=1)
+    assert request(predicted, settings) == Request(1, 2048, 0)  # one CPU and its own needs, whatever bench.toml says
 
 
 def test_only_cases_measured_on_cuda_need_a_gpu():
-    from topk_bench.run.slurm import needs_gpu
+    from topk_bench.run.slurm_requests import needs_gpu
 
     def case(**fields):
         return Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, **fields)
@@ -282,7 +247,8 @@ def test_only_cases_measured_on_cuda_need_a_gpu():
 
 
 def test_job_killed_at_the_time_limit_is_a_timeout_with_its_log(tmp_path):
-    from topk_bench.run.slurm import JobStates, SlurmHandle
+    from topk_bench.run.slurm import SlurmHandle
+    from topk_bench.run.slurm_jobs import JobStates
 
     log = tmp_path / "1_0_0_log.err"
     log.write_text("slurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-01-01 DUE TO TIME LIMIT ***\n")

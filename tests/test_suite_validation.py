@@ -77,6 +77,18 @@ CASES = [
     ("a workload that does not follow the paper protocol", lambda s: f'plugins = ["{PLUGINS}/cross_attention_workload.py"]\n'
      + s.replace('workload = "mha"', 'workload = "cross_attention"\nprotocol = "paper"').replace("causal = true", "causal = false"),
      "protocol", "the cross_attention workload does not follow protocol 'paper' (workloads that do: decoder, ff, mha)"),
+    ("an unknown timer", lambda s: s.replace('name = "bad"', 'name = "bad"\ntimer = "wallclock"'), "timer",
+     "'events' or 'cudagraph'"),
+    ("a flush that is no boolean", lambda s: s.replace('name = "bad"', 'name = "bad"\nflush_l2 = "yes"'), "flush_l2",
+     "valid boolean"),
+    ("a negative warm-up time", lambda s: s.replace('name = "bad"', 'name = "bad"\nwarmup_s = -1'), "warmup_s",
+     "greater than or equal to 0"),
+    ("a timer under the paper protocol",
+     lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\ntimer = "cudagraph"')
+     .replace('name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "topk_paper"'),
+     "timer", "protocol 'paper' fixes timer = events (each eager iteration is timed as theirs was)"),
+    ("compile_mode without compile", lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\ncompile_mode = "max-autotune"'),
+     "impl[0] (topk).compile_mode", "compile_mode without compile = true"),
     ("invalid TOML", lambda s: s.replace("[shape]", "[shape"), None, "invalid TOML"),
     ("unreadable file", lambda s: b"\xff\xfe\x00 not utf-8", None, "unreadable"),
 ]
@@ -153,6 +165,8 @@ def test_malformed_bench_toml(tmp_path, capsys, text, key, words):
     (["--jobs", "0"], "--jobs"),
     (["--device", "tpu"], "--device"),
     (["--executor", "cloud"], "--executor"),
+    (["--timer", "wallclock"], "--timer"),
+    (["--warmup-s", "-0.5"], "--warmup-s"),
 ])
 def test_bad_flags(tmp_path, capsys, flags, key):
     suite = tmp_path / "good.toml"
@@ -174,7 +188,8 @@ def test_rounds_are_refused_under_the_paper_protocol(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("flags", [["--warmup", "1"], ["--repeats", "10"]])
+@pytest.mark.parametrize("flags", [["--warmup", "1"], ["--repeats", "10"], ["--timer", "cudagraph"], ["--flush-l2"],
+                                   ["--warmup-s", "0.5"]])
 def test_flags_the_paper_protocol_fixes(tmp_path, capsys, flags):
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"'))
@@ -293,3 +308,38 @@ def test_the_good_inference_suite_is_valid(tmp_path):
     (tmp_path / "good.toml").write_text(DECODE)
     suite = load_suite(tmp_path / "good.toml")
     assert suite.mode == "fwd" and suite.causal  # the workload's
+
+
+@pytest.mark.parametrize("argv,words", [
+    (("--predict", "--device", "cuda", "--gpu", "sm75"), "--gpu: expected sm80 or sm90, got 'sm75'"),
+    (("--predict", "--gpu", "sm80"), "--gpu: names the GPU a CUDA prediction models: give it with --predict --device cuda"),
+], ids=["unknown GPU", "GPU without a CUDA prediction"])
+def test_a_bad_gpu_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, words):
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    out = tmp_path / "out"
+    code, err = cli(capsys, "run", str(suite), "--out", str(out), *argv)
+    assert code == 2 and err.strip().splitlines() == [f"topk-bench: error: {words}"], err
+    assert not out.exists()
+
+
+def test_the_gpu_of_a_cuda_prediction_is_in_its_rows(tmp_path, capsys):
+    """sm80 models an A100: its rows say so and get their own case ids; sm90 (the default) keeps the ids of a
+    prediction that names none."""
+    import csv
+
+    suite = tmp_path / "good.toml"
+    suite.write_text(GOOD)
+    rows = {}
+    for gpu in ("sm80", "sm90", None):
+        out = tmp_path / f"out-{gpu}"
+        code, err = cli(capsys, "run", str(suite), "--out", str(out), "--predict", "--device", "cuda", "-q",
+                        *(("--gpu", gpu) if gpu else ()))
+        assert code == 0, err
+        rows[gpu] = list(csv.DictReader(open(out / "bad.csv", newline="")))
+    assert [r["case_id"] for r in rows["sm90"]] == [r["case_id"] for r in rows[None]]
+    assert not {r["case_id"] for r in rows["sm80"]} & {r["case_id"] for r in rows["sm90"]}
+    assert {r["device_name"] for r in rows["sm80"]} == {"NVIDIA A100-SXM4-80GB (sm80, predicted)"}
+    assert {r["device_name"] for r in rows["sm90"]} == {"NVIDIA H100 80GB HBM3 (sm90, predicted)"}
+    for row in rows["sm90"]:  # the columns of a CUDA prediction: its workspaces, and every op modelled here
+        assert int(row["workspace_bytes"]) == 65 * 2**20 and row["cuda_unmodeled_ops"] == ""

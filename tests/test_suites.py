@@ -206,3 +206,19 @@ def test_max_cases_counts_only_the_cases_a_measured_cpu_run_keeps_under_cpu_max(
     with pytest.raises(BadInput, match="6 cases"):
         planning.plan(suite, predict=True, out=tmp_path / "o")
     assert len(planning.plan(suite, predict=True, out=tmp_path / "o", yes=True).cases) == 6
+
+
+def test_compile_is_kv_targets_point_eager_and_compiled_side_by_side():
+    p = plan("compile")
+    targets = plan("kv_targets")
+    assert {c.params for c in p.cases} == {targets.cases[0].params}  # the same decode step, the same budget
+    assert all(c.dtype == "bfloat16" and c.workload == "decode" for c in p.cases)
+    entries = [(c.impl, c.compile, c.compile_mode) for c in p.cases]
+    assert entries == [("sdpa", False, None), ("page_topk", False, None), ("page_topk", True, None),
+                       ("page_topk", True, "max-autotune-no-cudagraphs"), ("topk_fast", False, None),
+                       ("topk_fast", True, None)]
+    # Each compiled entry beside an eager one with the same options; rounds interleave them.
+    for c in p.cases:
+        if c.compile:
+            assert any(e.impl == c.impl and not e.compile and e.options == c.options for e in p.cases)
+    assert p.rounds == 3

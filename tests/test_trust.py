@@ -28,6 +28,28 @@ def test_flag_rule(load_start, load_end, steal, time_cv, expected):
     assert trust.flags(load_start=load_start, load_end=load_end, steal=steal, time_cv=time_cv) == expected
 
 
+@pytest.mark.parametrize("runnable, cpu_wait, cpu_share, expected", [
+    (0.5, 0.02, 0.98, ""),
+    (1.0, 0.25, 0.5, ""),                       # at the thresholds: not flagged
+    (1.5, 0.02, 0.98, "busy"),                  # more runnable threads than cores while it ran
+    (0.5, 0.26, 0.98, "contended"),             # a thread waited for a CPU a quarter of the median iteration
+    (0.5, 0.02, 0.10, ""),                      # run delay known and small: a low CPU share is idle threads
+    (0.5, None, 0.49, "contended"),             # no run delay from the kernel: CPU time per thread instead
+    (0.5, float("nan"), 0.9, ""),
+    (2.0, 0.87, 0.14, "busy;contended"),        # issue 29's 55x decode step: flagged whatever the load said
+])
+def test_contention_rule(runnable, cpu_wait, cpu_share, expected):
+    quiet = dict(load_start=0.2, load_end=0.2, steal=0.0, time_cv=0.01)
+    assert trust.flags(**quiet, runnable=runnable, cpu_wait=cpu_wait, cpu_share=cpu_share) == expected
+    assert trust.flags(**{**quiet, "time_cv": 0.5}, runnable=runnable, cpu_wait=cpu_wait,
+                       cpu_share=cpu_share) == ";".join(filter(None, [expected, "noisy"]))
+
+
+def test_flags_read_back_from_any_cell():
+    assert trust.named("busy;contended") == {"busy", "contended"}
+    assert trust.named("") == set() and trust.named(float("nan")) == set() and trust.named(3) == set()
+
+
 def test_cv_needs_two_samples():
     assert trust.cv([1.0]) is None and trust.cv([]) is None
     assert trust.cv([1.0, 1.0, 1.0]) == 0.0
@@ -36,8 +58,9 @@ def test_cv_needs_two_samples():
 
 def test_one_warning_line_counts_the_flagged_cases():
     assert trust.warning(["", "", float("nan")]) is None
-    line = trust.warning(["busy", "", "busy;noisy", "noisy", ""])
-    assert line.startswith("3 of 5 case(s) measured under contention: 2 on a busy machine")
+    line = trust.warning(["busy", "", "busy;noisy", "noisy", "", "contended"])
+    assert line.startswith("4 of 6 case(s) measured under contention: 2 on a busy machine")
+    assert "1 whose threads waited for a CPU (contended)" in line
     assert "2 with noisy samples (CV above 10%)" in line
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
-from topk_bench.types import DeviceKind, DType, Method, Mode
+from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Mode, Timer
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
@@ -49,6 +49,18 @@ class Case:
     seed: int = 0
     warmup: int = 1
     repeats: int = 3
+    # Intra-op CPU threads the child runs with (None: torch's default); not in the case_id, as repeats.
+    threads: int | None = None
+    # Our protocol warms up until both: ``warmup`` untimed iterations (the profiling one included) and
+    # ``warmup_s`` seconds of them (measure/iterations.py).
+    warmup_s: float = 0.0
+    # How a measured CUDA case is timed (None: the device's default, events; the CPU: perf_counter), and
+    # whether the device's cache is flushed between timed iterations (outside the timing).
+    timer: Timer | None = None
+    flush_l2: bool = False
+    # torch.compile the case's attention modules (``compile_mode``: torch.compile's ``mode``, None its default).
+    compile: bool = False
+    compile_mode: str | None = None
     # Modules the worker imports before measuring, so that user implementations
     # register themselves in the child process (e.g. "my_package.my_attention").
     plugins: tuple[str, ...] = ()
@@ -58,6 +70,8 @@ class Case:
     protocol: str = DEFAULT_PROTOCOL
     # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
     quality: tuple[str, ...] = ()
+    # The GPU a CUDA prediction models (run --predict --device cuda --gpu); "" for any other case.
+    gpu: str = ""
     # Where the case's profile goes (topk_bench.profile: `topk-bench profile`, `run --profile`); empty: none.
     # Not in the case id: a profile changes what is written, not what is measured.
     profile: str = ""
@@ -66,6 +80,15 @@ class Case:
         # Spelled as in a suite or a JSON file, held as members (``case.method is Method.MEASURED``).
         for name, kind in (("mode", Mode), ("dtype", DType), ("method", Method)):
             object.__setattr__(self, name, kind.parse(getattr(self, name), name))
+        if self.gpu:
+            object.__setattr__(self, "gpu", GpuModel.parse(self.gpu, "GPU"))
+
+    @property
+    def gpu_model(self) -> GpuModel:
+        """The GPU a CUDA prediction of this case models (the default when none was named)."""
+        return self.gpu or DEFAULT_GPU
+        if self.timer is not None:
+            object.__setattr__(self, "timer", Timer.parse(self.timer, "timer"))
 
     @classmethod
     def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -98,9 +121,10 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        """Stable hash of what determines the result: parameters, implementation(s), device, method, protocol.
+        """Stable hash of what determines the result: parameters, implementation(s), device, method, protocol,
+        and, only when set, fidelity, quality, a CUDA-graph timer, the cache flush, compilation.
 
-        Not the label, warm-up or repeat count: re-running with more repeats resumes.
+        Not the label, warm-up, repeat count or threads: re-running with more repeats resumes.
         """
         key = {
             "suite": self.suite, "workload": self.workload, "impl": self.impl,
@@ -115,6 +139,14 @@ class Case:
             key["protocol"] = self.protocol
         if self.quality:  # likewise
             key["quality"] = list(self.quality)
+        if self.gpu and self.gpu is not DEFAULT_GPU:  # likewise: predictions for the default GPU keep their ids
+            key["gpu"] = self.gpu
+        if self.timer is Timer.CUDAGRAPH:  # likewise: a graph replay's time is another quantity than events'
+            key["timer"] = self.timer
+        if self.flush_l2:
+            key["flush_l2"] = True
+        if self.compile:  # eager and compiled side by side in one suite
+            key["compile"] = self.compile_mode or True
         blob = json.dumps(key, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

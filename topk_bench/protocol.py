@@ -31,6 +31,11 @@ class Protocol:
     # Fixed by the protocol; None: bench.toml, the suite or the flags decide.
     warmup: int | None = None
     repeats: int | None = None
+    warmup_s: float | None = None
+    timer: str | None = None
+    flush_l2: bool | None = None
+    # Cases may compile their attention (torch.compile once, before the timed iterations).
+    compiles: bool = True
     # The metrics a figure draws for "time", and for "memory" of a row measured on CUDA.
     time_metric: str = "time"
     cuda_memory_metric: str = "memory"
@@ -41,8 +46,10 @@ class Protocol:
 
 OURS = Protocol("ours")
 # Their loop: `for i in range(args.n_iters)` (3), every iteration timed, max_memory_reserved, np.mean(times).
-PAPER = Protocol("paper", warmup=0, repeats=3, time_metric="time_mean", cuda_memory_metric="reserved",
-                 owned_options=("scale", "mask"))
+# Their timer: synchronise, time.time() around the eager iteration, no cache flush; a model per timed iteration
+# (so nothing compiled once could serve the next).
+PAPER = Protocol("paper", warmup=0, repeats=3, warmup_s=0.0, timer="events", flush_l2=False, compiles=False,
+                 time_metric="time_mean", cuda_memory_metric="reserved", owned_options=("scale", "mask"))
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (OURS, PAPER)}
 DEFAULT = OURS.name
 
@@ -54,12 +61,18 @@ def lookup(name: str) -> Protocol:
         raise ValueError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})") from None
 
 
-def fixed_value_problem(name: str, setting: str, value: int | None) -> str | None:
-    """Why ``value`` of ``setting`` (``warmup`` or ``repeats``) contradicts protocol ``name``, or None."""
+_WHY_FIXED = {"warmup": "the first, cold iteration is timed", "repeats": "the time is the mean of 3 runs",
+              "warmup_s": "the first, cold iteration is timed", "timer": "each eager iteration is timed as theirs was",
+              "flush_l2": "theirs flushed no cache"}
+
+
+def fixed_value_problem(name: str, setting: str, value: object) -> str | None:
+    """Why ``value`` of ``setting`` (``warmup``, ``repeats``, ``warmup_s``, ``timer``, ``flush_l2``) contradicts
+    protocol ``name``, or None."""
     fixed = getattr(lookup(name), setting)
     if value is None or fixed is None or value == fixed:
         return None
-    why = {"warmup": "the first, cold iteration is timed", "repeats": "the time is the mean of 3 runs"}[setting]
+    why = _WHY_FIXED[setting]
     return (f"protocol {name!r} fixes {setting} = {fixed} ({why}), got {value}: "
             f"leave it out, or set protocol = {DEFAULT!r}")
 

@@ -3,7 +3,7 @@
 Floor 1: this module imports nothing of the harness (and not torch), so that the
 command line, the parent, the warm template and the child all import it.
 
-- :class:`Mode`, :class:`Method`, :class:`DeviceKind`, :class:`DType`: ``str``
+- :class:`Mode`, :class:`Method`, :class:`DeviceKind`, :class:`Timer`, :class:`DType`: ``str``
   enums. Each member *is* its CSV/JSON/TOML spelling (``Mode.FWD == "fwd"``), so
   rows and case ids read and hash as before; code compares members, never bare
   strings (``case.method is Method.MEASURED``).
@@ -83,6 +83,29 @@ class DeviceKind(Word):
             return cls(str(device).split(":")[0])
         except ValueError:
             return None
+
+
+class GpuModel(Word):
+    """The GPU a CUDA prediction models (``run --predict --device cuda --gpu``), by compute capability: the SXM
+    parts of topk_bench.measure.cuda_kernels.gpus (sm80: A100, sm90: H100)."""
+
+    SM80 = "sm80"
+    SM90 = "sm90"
+
+
+DEFAULT_GPU = GpuModel.SM90  # what a CUDA prediction models unless told: the GPU of the committed H100 data
+class Timer(Word):
+    """How a measured iteration is timed: ``perf_counter`` on the CPU; on CUDA, events around each eager
+    iteration (``events``, the default) or around each replay of one iteration captured in a CUDA graph
+    (``cudagraph``: no host dispatch in the time). A suite and ``--timer`` choose the CUDA one."""
+
+    PERF_COUNTER = "perf_counter"
+    EVENTS = "events"
+    CUDAGRAPH = "cudagraph"
+
+    @classmethod
+    def cuda_choices(cls) -> tuple[str, ...]:
+        return (cls.EVENTS.value, cls.CUDAGRAPH.value)
 
 
 class DType(Word):

@@ -12,8 +12,13 @@ import typer
 from topk_bench.cli import Command, app
 
 
-def _terminate_as_interrupt(signum, frame):  # SIGTERM (e.g. from a scheduler) ends the run like Ctrl-C
+def _terminate_as_interrupt(signum, frame):
+    """SIGTERM (e.g. from a scheduler) and SIGHUP (the terminal went away) end the run like Ctrl-C: the
+    executor cancels what it started (Slurm jobs included) and every finished case is in the CSV."""
     raise KeyboardInterrupt
+
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def start_template_early(config: Optional[Path], executor: Optional[str]) -> None:
@@ -39,21 +44,33 @@ def run(
     suite: Path = typer.Argument(..., metavar="SUITE", help="Suite file, e.g. suites/mha.toml."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Results directory (default: results_dir of bench.toml)."),
     device: Optional[str] = typer.Option(None, "--device", metavar="auto|cpu|cuda", help="auto | cpu | cuda (default: bench.toml's, auto)."),
-    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: through a model of the CUDA caching allocator, with reserved bytes)."),
+    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: CUDA's kernels' own allocations through a model of the CUDA caching allocator, with reserved bytes)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", metavar="sm80|sm90", help="With --predict --device cuda: the GPU modelled (which SDPA backend runs, the kernels' block counts): sm80 (A100) or sm90 (H100, the default)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them, at least (the profiling one included)."),
+    warmup_s: Optional[float] = typer.Option(None, "--warmup-s", metavar="S", help="... and at least this many seconds of them (default: bench.toml's, 0.025)."),
+    timer: Optional[str] = typer.Option(None, "--timer", metavar="events|cudagraph", help="How CUDA times an iteration: CUDA events around it (default), or around a replay of it captured in a CUDA graph (no host dispatch in the time). The CPU uses perf_counter."),
+    flush_l2: Optional[bool] = typer.Option(None, "--flush-l2/--no-flush-l2", help="Flush the device's cache (zero a buffer twice its size) before each timed iteration, outside the timing (default: the suite's, off)."),
     rounds: Optional[int] = typer.Option(None, "--rounds", metavar="N", help="Measure each case in N child processes, "
                                          "round-robin over the cases; its row pools the N rounds' times (default: "
                                          "the suite's rounds, 1). Ratios between cases then hold while the machine's "
                                          "load drifts."),
     max_memory: Optional[float] = typer.Option(None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."),
     max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."),
+    remeasure: Optional[str] = typer.Option(None, "--remeasure", metavar="FLAGS", help="Measure again exactly the "
+                                            "rows whose trust column carries one of these flags (contended,busy,noisy: "
+                                            "comma-separated); their old rows are kept in OUT/history/<suite>.csv, every "
+                                            "other row stays."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (each old row goes once its case has a new one)."),
     executor: Optional[str] = typer.Option(None, "--executor", metavar="local|slurm", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
                                      "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
                                      "shared with the compute nodes."),
     jobs: Optional[str] = typer.Option(None, "--jobs", metavar="N|auto", help="Cases at once on the local executor: N, or auto for one per core "
                                        "(default: bench.toml's, 1; auto with --predict)."),
+    threads: Optional[str] = typer.Option(None, "--threads", metavar="N|auto", help="Intra-op CPU threads of each "
+                                          "measured case: N, or auto for the cores other processes are not keeping "
+                                          "busy at the start (default: the suite's, else bench.toml's, auto); the "
+                                          "rows record it (column threads)."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."),
     profile: bool = typer.Option(False, "--profile", help="Also profile each case (as `topk-bench profile`): "
                                  "OUT/profile/<case_id>/ gets peak.csv, timeline.png, profile.json, and where measured "
@@ -65,16 +82,18 @@ def run(
     start_template_early(config, executor)
     from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
 
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in ENDING_SIGNALS}
     try:
         result = runner.run(
             suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
-            repeats=repeats, warmup=warmup, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-            executor=executor, jobs=jobs, rounds=rounds, yes=yes, profile=profile,
+            repeats=repeats, warmup=warmup, warmup_s=warmup_s, timer=timer, flush_l2=flush_l2,
+            max_memory_gib=max_memory, max_case_seconds=max_case_seconds, executor=executor, jobs=jobs,
+            rounds=rounds, threads=threads, remeasure=remeasure, yes=yes, gpu=gpu, profile=profile,
         )
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)
         raise typer.Exit(130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     runner.print_summary(result)

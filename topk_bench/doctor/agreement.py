@@ -16,7 +16,7 @@ import torch
 import implementations
 from topk_bench import workloads
 from topk_bench.doctor import tiny
-from topk_bench.doctor.check import Check, Result
+from topk_bench.doctor.check import Check, Result, compile_failure
 from topk_bench.measure.fidelity import rel_err
 from topk_bench.measure.placement import DevicePlacement
 from topk_bench.workloads.support import unsupported
@@ -101,6 +101,11 @@ def check(name: str, device: str) -> Check:
             skipped += 1
             continue
         except Exception as exc:  # noqa: BLE001 -- a broken implementation is a failed check, not a crash
+            refused = compile_failure(exc)
+            if refused:  # what this torch cannot compile here is skipped, with its reason
+                parts.append(f"{dtype}: skipped (compile failed: {refused})")
+                skipped += 1
+                continue
             parts.append(f"{dtype}: raised {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             passed = False
             continue

@@ -28,3 +28,18 @@ class Check:
 
 def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.result == Result.FAIL]
+
+
+def compile_failure(problem: BaseException | str) -> str | None:
+    """The reason when ``problem`` (an exception, or a failed case's one-line error) is torch.compile's backend
+    refusing to compile (``BackendCompilerFailed``: e.g. FlexAttention on CUDA below head_dim 16): what this
+    torch cannot compile is skipped, not failed; None for anything else."""
+    if isinstance(problem, BaseException):
+        seen = problem
+        while seen is not None and not any(c.__name__ == "BackendCompilerFailed" for c in type(seen).__mro__):
+            seen = seen.__cause__ or seen.__context__  # raised while handling it, or from it
+        if seen is None:
+            return None
+        problem = f"BackendCompilerFailed: {seen}"
+    text = " ".join(problem.split())  # its message spans lines: "backend='inductor' raised:", then the reason
+    return text[:240] if text.startswith("BackendCompilerFailed") else None

@@ -4,27 +4,31 @@
   FakeTensorMode must agree exactly, peak and baseline (measured in this process: the
   tracker counts only the case's tensors).
 - CUDA: each case is measured in its own child process (a fresh caching allocator), as
-  ``run`` does. The baseline (parameters and inputs, allocated before the first iteration)
-  must equal the predicted one, and the allocated peak less the cuBLAS workspace the warm-up
-  left (``workspace_bytes``, shown) must equal the predicted peak. Reserved bytes are compared
-  when the prediction has them (the caching allocator's model, which leaves the
-  workspace out: it is added back), within :data:`RESERVED_TOLERANCE`.
+  ``run`` does, and compared with ``--predict --device cuda``'s numbers for it (the CUDA-aware
+  prediction: the caching allocator simulated, CUDA's kernels' own allocations and the cuBLAS workspaces
+  modelled). The baseline (parameters and inputs, allocated before the first iteration) must
+  equal the predicted one; the allocated peak above it, less the cuBLAS workspace the warm-up
+  left (``workspace_bytes``, shown), must be within :data:`PEAK_TOLERANCE` of the predicted
+  peak above its baseline less the predicted workspace; reserved bytes (both with the workspaces'
+  segments) within :data:`RESERVED_TOLERANCE` of the measured. These are the prediction's
+  stated accuracy on CUDA (docs/CONTRACTS.md), so a machine measured correctly passes.
 """
 
 from __future__ import annotations
 
 from topk_bench.case import Budget
 from topk_bench.doctor import tiny
-from topk_bench.doctor.check import Check, Result
+from topk_bench.doctor.check import Check, Result, compile_failure
 from topk_bench.measure.backends import measure
 from topk_bench.status import Status
 from topk_bench.units import MIB
 from topk_bench.types import DeviceKind, Method
 from topk_bench.results import columns as col
 
-# Reserved memory comes in segments (2 MiB for small blocks, 20 MiB and up for large ones):
-# a prediction within one large segment of the measurement is as close as block reuse allows.
-RESERVED_TOLERANCE = 20 * MIB
+# The CUDA prediction's stated accuracy (issue 26's targets): the peak above the baseline within 1 MiB, the
+# reserved peak within 5% of the measured.
+PEAK_TOLERANCE = 1 * MIB
+RESERVED_TOLERANCE = 0.05
 
 
 def _pair(name: str, device: str, plugins: tuple[str, ...]):
@@ -46,6 +50,9 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     except Exception as exc:  # noqa: BLE001
         return Check(label, Result.FAIL, f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
     if measured.status != Status.OK:
+        refused = compile_failure(measured.error)
+        if refused:
+            return Check(label, Result.SKIPPED, f"compile failed: {refused}")
         return Check(label, Result.FAIL, f"measured: {measured.status}: {measured.error}")
     above_measured = measured.peak_bytes - measured.baseline_bytes
     above_predicted = predicted.peak_bytes - predicted.baseline_bytes
@@ -57,16 +64,17 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     if workspace is None:
         return Check(label, Result.FAIL, "measured on CUDA without workspace_bytes")
     above_measured -= workspace  # the workspace stays allocated through the timed iterations
-    passed = above_measured == above_predicted and measured.baseline_bytes == predicted.baseline_bytes and workspace >= 0
+    above_predicted -= predicted.extra.get(col.WORKSPACE_BYTES) or 0  # as predicted (README)
+    passed = (abs(above_measured - above_predicted) <= PEAK_TOLERANCE
+              and measured.baseline_bytes == predicted.baseline_bytes and workspace >= 0)
     detail = (f"allocated above baseline, less the workspace: measured {above_measured:,} B, predicted "
-              f"{above_predicted:,} B; baseline measured {measured.baseline_bytes:,} B, predicted "
-              f"{predicted.baseline_bytes:,} B; workspace {workspace:,} B")
+              f"{above_predicted:,} B (tolerance {PEAK_TOLERANCE // MIB} MiB); baseline measured "
+              f"{measured.baseline_bytes:,} B, predicted {predicted.baseline_bytes:,} B; workspace {workspace:,} B")
     if predicted.reserved_bytes is not None and measured.reserved_bytes is not None:
-        # The prediction leaves the cuBLAS workspaces out (README, "Predicting CUDA"): add them back.
-        off = measured.reserved_bytes - (predicted.reserved_bytes + workspace)
-        passed &= abs(off) <= RESERVED_TOLERANCE
+        off = measured.reserved_bytes - predicted.reserved_bytes  # both with the workspaces' segments
+        passed &= abs(off) <= RESERVED_TOLERANCE * measured.reserved_bytes
         detail += (f"; reserved measured {measured.reserved_bytes:,} B, predicted {predicted.reserved_bytes:,} B "
-                   f"+ workspace (tolerance {RESERVED_TOLERANCE // MIB} MiB)")
+                   f"(tolerance {RESERVED_TOLERANCE:.0%})")
     else:
         detail += f"; reserved {measured.reserved_bytes:,} B (no reserved prediction to compare)"
     return Check.judged(label, passed, detail)

@@ -16,15 +16,20 @@ from topk_bench.case import Budget
 from topk_bench.doctor import probes, tiny
 from topk_bench.doctor.check import Check
 from topk_bench.measure.backends import measure
+from topk_bench.types import DeviceKind
 
 REPEATS = 5
 MATMULS = 8
+# The matrices' size per device: on a GPU, 256 x 256 products take microseconds, less than dispatching them,
+# so 4x the work could take less than 1.5x the time; 2048 x 2048 in float32 takes ~0.3 ms on an H100.
+SIZE = {"cpu": 256, "cuda": 2048}
 SPREAD = 10.0
 MIN_GROWTH = 1.5
 
 
 def _times(device: str, matmuls: int) -> list[float]:
-    case = tiny.case("doctor_work", device=device, option_overrides={"matmuls": matmuls},
+    size = SIZE[str(DeviceKind.of(device))]
+    case = tiny.case("doctor_work", device=device, option_overrides={"matmuls": matmuls, "size": size},
                      plugins=(probes.MODULE,), repeats=REPEATS)
     result = measure(case, Budget())
     return list(result.times_s)
@@ -41,6 +46,7 @@ def check(device: str) -> Check:
     growth = statistics.median(long) / statistics.median(short) if short and long and min(short) > 0 else 0.0
     if growth < MIN_GROWTH:
         problems.append(f"4x the work took {growth:.2f}x the time (< {MIN_GROWTH:g}x)")
-    detail = (f"median {statistics.median(short) * 1e3:.3g} ms for {MATMULS} matmuls, "
+    size = SIZE[str(DeviceKind.of(device))]
+    detail = (f"median {statistics.median(short) * 1e3:.3g} ms for {MATMULS} matmuls of {size}x{size}, "
               f"{statistics.median(long) * 1e3:.3g} ms for {4 * MATMULS} ({growth:.1f}x)")
     return Check.judged("timer", not problems, "; ".join([detail, *problems]))

@@ -5,8 +5,10 @@
   (the tracker's per-op cost would otherwise inflate small shapes).
 - ``cuda``: baseline after the build; under our protocol warm-up, the workspace it left,
   ``empty_cache`` and ``reset_peak_memory_stats``; under the paper's no warm-up and no reset;
-  ``max_memory_allocated`` / ``max_memory_reserved`` over the timed iterations, CUDA events around
-  forward and backward, TF32 off.
+  ``max_memory_allocated`` / ``max_memory_reserved`` over the measured iterations, CUDA events around
+  forward and backward (or around each replay of a CUDA graph: ``timer = "cudagraph"``), TF32 off.
+  What it calls of ``torch.cuda`` goes through one object (``cuda``), so that a stand-in can run its
+  steps on the CPU.
 - ``predict``: the tracker under ``FakeTensorMode`` on the CPU device (``meta``
   would send SDPA down another path): exact allocated bytes at any size, nothing
   allocated, FLOPs from ``FlopCounterMode``. For a CUDA case the same run's
@@ -14,7 +16,8 @@
   (:mod:`~topk_bench.measure.cuda_allocator`), replayed as ``measure_cuda`` runs them.
 
 Which iterations run, on which model and inputs, and which are timed is the case's
-protocol's: :mod:`topk_bench.measure.iterations`, for both measuring backends.
+protocol's: :mod:`topk_bench.measure.iterations`, for every backend. Each counts the ops of its
+profiling iteration (``ops_per_iter``, :mod:`topk_bench.measure.ops`).
 An iteration is the paper's: forward, ``loss = out.mean()``, backward. Mode
 ``fwd`` runs the forward under ``torch.no_grad()`` (the paper's chunk-size figure
 is forward only: no activations are kept for backward). Gradients of the
@@ -39,13 +42,23 @@ from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
 from topk_bench.protocol import OURS
-from topk_bench.measure import iterations, metadata
-from topk_bench.measure.memory import AllocationTrace, AllocatorBytes, LiveBytes
-from topk_bench.measure.simulated import simulate
+from topk_bench.measure import cuda_kernels, iterations, metadata
+from topk_bench.measure.compiled import compile_attention
+from topk_bench.measure.memory import AllocatorBytes, LiveBytes
+from topk_bench.measure.ops import OpCount, OpCounter, ProfiledOps
+from topk_bench.measure.simulated import SimulatedCudaSteps, simulate
 from topk_bench.results import columns as col
 from topk_bench.status import Status
-from topk_bench.types import DeviceKind
+from topk_bench.types import DeviceKind, Timer
+from topk_bench.units import MIB
 from topk_bench.workloads import Workload
+
+# A cache flush zeroes a buffer this many times the cache (triton.testing.do_bench: 256 MB on any GPU).
+FLUSH_FACTOR = 2
+# The CPU's largest cache when the system does not say.
+CPU_CACHE_FALLBACK = 32 * MIB
+# Eager iterations on a side stream before one is captured in a CUDA graph (torch.cuda.graph's advice).
+GRAPH_WARMUP = 2
 from topk_bench.workloads.support import unsupported
 
 
@@ -60,7 +73,8 @@ def check_supported(case: Case, *, predict: bool) -> None:
 
 
 def build(case: Case, device) -> Workload:
-    """The case's workload; for mode ``fwd`` nothing requires grad.
+    """The case's workload; for mode ``fwd`` nothing requires grad; ``compile = true``: its attention compiled
+    (:mod:`.compiled`; the compilation itself happens at the first call).
 
     (``no_grad`` alone is not enough: FlopCounterMode's module tracker trips over
     views of parameters that require grad inside ``no_grad``.)
@@ -69,6 +83,8 @@ def build(case: Case, device) -> Workload:
     if not case.mode.backward:
         for t in (*wl.model.parameters(), *wl.inputs):
             t.requires_grad_(False)
+    if case.compile:
+        compile_attention(wl.model, case.compile_mode)
     return wl
 
 
@@ -122,35 +138,51 @@ def _result(case: Case, **fields) -> Measurement:
     return Measurement(status=Status.OK, device_name=meta["device_name"], metadata=meta, **fields)
 
 
-def _timings(samples: list[tuple[float, float]], case: Case) -> dict[str, list[float]]:
-    fwd = [f for f, _ in samples]
-    bwd = [b for _, b in samples] if case.mode.backward else []
+def _timings(samples: list[tuple[float, float]], case: Case, *, split: bool = True) -> dict[str, list[float]]:
+    """The samples as a measurement's times; ``split``: forward and backward apart (not a graph replay's)."""
+    fwd = [f for f, _ in samples] if split else []
+    bwd = [b for _, b in samples] if split and case.mode.backward else []
     return {"fwd_times_s": fwd, "bwd_times_s": bwd, "times_s": [f + b for f, b in samples]}
 
 
+def _ops_columns(counted: OpCount) -> dict:
+    return {col.OPS_PER_ITER: counted.ops, col.SDPA_BACKEND: counted.sdpa_backend}
+
+
+def _measured_columns(case: Case, steps: iterations.Steps, timer: Timer) -> dict:
+    """A measured row's columns of how it was timed, what it dispatched and what its compilation took."""
+    columns = {col.TIMER: timer, col.FLUSH_L2: case.flush_l2, **_ops_columns(steps.counted)}
+    if steps.compile_s is not None:
+        columns[col.COMPILE_S] = steps.compile_s
+    return columns
+
+
 class CpuSteps(iterations.Steps):
-    """Live bytes and FLOPs from the profiling iteration, times from ``perf_counter``."""
+    """Live bytes, FLOPs and ops from the profiling iteration, times from ``perf_counter``."""
 
     def __init__(self, case: Case, budget: Budget):
         self.case, self.budget = case, budget
         self.tracker: LiveBytes | AllocatorBytes | None = None
         self.flops: int | None = None
+        self.counted = OpCount()
         self.losses: list[torch.Tensor] = []
         self.problem = ""
+        self._flush: torch.Tensor | None = None
 
     def build(self) -> Workload:
         return build(self.case, "cpu")
 
     def profile(self, wl: Workload) -> None:
-        # No dispatch mode can follow a compiled call (flex): the allocator's own reports, and no
-        # FLOPs (the FLOP counter is a mode too).
+        # No dispatch mode can follow a compiled call (flex, compile = true): the allocator's own reports and
+        # the profiler's ops, and no FLOPs (the FLOP counter is a mode too).
         compiled = iterations.compiles(self.case)
         self.tracker = self.allocator_bytes() if compiled else self.live_bytes()
         self.tracker.register(wl.model, wl.inputs, wl.kept)
-        counter = None if compiled else FlopCounterMode(display=False)
-        with counter or contextlib.nullcontext(), self.tracker:
+        flops, ops = (None, None) if compiled else (FlopCounterMode(display=False), OpCounter())
+        with flops or contextlib.nullcontext(), ops or contextlib.nullcontext(), self.tracker:
             iteration(wl, self.case)
-        self.flops = counter.get_total_flops() if counter else None
+        self.flops = flops.get_total_flops() if flops else None
+        self.counted = self.tracker.counted if compiled else ops.counted
 
     def live_bytes(self) -> LiveBytes:
         """The tracker of the profiling iteration (a profile's counts more: :mod:`topk_bench.profile`)."""
@@ -163,8 +195,16 @@ class CpuSteps(iterations.Steps):
     def warm_up(self, wl: Workload) -> None:
         iteration(wl, self.case)
 
-    def timed(self, wl: Workload) -> tuple[float, float]:
-        return iteration(wl, self.case, time.perf_counter, self.losses)
+    def timed(self, wl: Workload) -> iterations.Pending:
+        sample = iteration(wl, self.case, time.perf_counter, self.losses)
+        return lambda: sample
+
+    def flush(self) -> None:
+        """Zero a buffer of twice the CPU's largest cache."""
+        if self._flush is None:
+            size = FLUSH_FACTOR * (metadata.last_level_cache_bytes() or CPU_CACHE_FALLBACK)
+            self._flush = torch.empty(size // 4, dtype=torch.int32)
+        self._flush.zero_()
 
     def finish(self, wl: Workload) -> None:
         self.problem = nonfinite(wl, self.losses[-1])
@@ -176,8 +216,8 @@ def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget],
     samples = iterations.run(case, steps)
     result = _result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
                      flops=steps.flops, **_timings(samples, case))
-    if steps.compile_s is not None:
-        result.extra[col.COMPILE_S] = steps.compile_s
+    result.metadata.update(steps.contention.summary())
+    result.extra.update(_measured_columns(case, steps, Timer.PERF_COUNTER))
     return _checked(result, steps.problem)
 
 
@@ -195,96 +235,182 @@ def predict(case: Case, budget: Budget, tracker: LiveBytes | None = None) -> Mea
         wl = build(case, "cpu")
     tracker = tracker or LiveBytes()
     tracker.register(wl.model, wl.inputs, wl.kept)
-    with fake, FlopCounterMode(display=False) as flops, tracker:
+    with fake, FlopCounterMode(display=False) as flops, OpCounter() as ops, tracker:
         iteration(wl, case)
-    return _result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
-                   flops=flops.get_total_flops())
+    result = _result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
+                     flops=flops.get_total_flops())
+    result.extra.update(_ops_columns(ops.counted))
+    return result
 
 
-def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, ...] = ()) -> Measurement:
-    """``measure_cuda``'s three numbers from the fake run's allocations replayed on the simulated allocator.
+def predict_cuda(case: Case, *, empty_cache: bool = True,
+                 make_trace: Callable[..., cuda_kernels.KernelTrace] = cuda_kernels.KernelTrace,
+                 make_steps: Callable[..., SimulatedCudaSteps] = SimulatedCudaSteps) -> Measurement:
+    """``measure_cuda``'s numbers from the fake run's allocations replayed on the simulated allocator.
 
-    The build's and one iteration's storages, in order (the CPU kernels' storages: see
-    the README, "Predicting CUDA"), replayed step by step through the protocol's iterations
-    (:mod:`topk_bench.measure.simulated`): warm-up, gradients cleared, ``empty_cache``
-    (``empty_cache=False``: main before issue 14's change), peaks reset, the timed iterations.
-    ``workspace``: the cuBLAS workspaces (not seen by the trace, left out by default).
+    The build's and two iterations' storages (the profiling one, under ``FlopCounterMode`` as ``CudaSteps`` runs
+    it, and a plain one for the other iterations), in order, as CUDA's kernels allocate them on the case's GPU
+    (:mod:`topk_bench.measure.cuda_kernels`: the composites that branch on the device take CUDA's branch, each
+    kernel's own buffers are added, outputs CUDA sizes otherwise are resized, the cuBLAS workspaces allocated at
+    their first use and kept), replayed step by step through the protocol's iterations
+    (:mod:`topk_bench.measure.simulated`): warm-up, gradients cleared, ``empty_cache`` (``empty_cache=False``:
+    main before issue 14's change), peaks reset, the timed iterations. As measured: ``baseline_bytes`` after the
+    build, ``workspace_bytes`` what the warm-up left besides, ``peak_bytes`` and ``reserved_bytes`` of the timed
+    iterations, workspaces included. The ops whose CUDA allocations are not modelled are named in the
+    ``cuda_unmodeled_ops`` column. ``make_trace(gpu, adds)`` and ``make_steps``: the trace and the simulation's
+    steps (a profile's name every block of the peak: :mod:`topk_bench.profile.capture`).
     """
     if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
         raise Unsupported(f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
                           f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)")
-    setup, body, loss, flops = trace_iteration(case, AllocationTrace())
-    sim = simulate(case, setup, body, loss=loss, empty_cache=empty_cache, workspace=workspace)
-    return _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
-                   baseline_bytes=sim.baseline_bytes, flops=flops)
-
-
-def trace_iteration(case: Case, trace: AllocationTrace) -> tuple[list, list, int, int]:
-    """(the build's events, one iteration's events, the serial of its loss, its FLOPs), under FakeTensorMode."""
+    gpu, adds = cuda_kernels.gpu(case.gpu_model), cuda_kernels.EngineAdds()
     fake = FakeTensorMode()
-    with fake, trace:
+    trace = make_trace(gpu, adds)
+    with fake, cuda_kernels.CudaComposites(gpu, adds), trace:
         wl = build(case, "cpu")
     setup = trace.take()
-    losses: list[torch.Tensor] = []
-    with fake, FlopCounterMode(display=False) as flops, trace:
+    profiled, flops, ops = _traced_iteration(wl, case, fake, trace, counted=True)  # as CudaSteps.profile runs it
+    plain, _, _ = _traced_iteration(wl, case, fake, trace, counted=False)         # as a warm-up and a timed one
+    (body, loss) = plain
+    sim = simulate(case, setup, body, loss=loss, profile=profiled, empty_cache=empty_cache,
+                   persistent=trace.persistent, make_steps=make_steps)
+    result = _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
+                     baseline_bytes=sim.baseline_bytes, flops=flops)
+    result.device_name = gpu.name
+    result.extra[col.WORKSPACE_BYTES] = sim.workspace_bytes
+    result.extra[col.CUDA_UNMODELED_OPS] = ";".join(sorted(trace.unmodelled))
+    # The fake run's ops are what the host dispatches on CUDA too; SDPA's backend there is chosen by CUDA's
+    # rules (cuda_kernels), not the fake CPU run's: left empty.
+    result.extra[col.OPS_PER_ITER] = ops
+    return result
+
+
+def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, counted: bool):
+    """((events, loss serial), FLOPs or None, ops or None) of one fake iteration on CUDA's path, from the live set
+    of the build (the previous iteration's gradients are dropped outside the trace); ``counted``: under
+    ``FlopCounterMode`` and the op counter, as the profiling iteration runs."""
+    with fake:
+        wl.clear_grads()
+    trace.take()
+    trace.begin_iteration(counted=counted)
+    gpu, losses = trace.gpu, []
+    flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
+    with fake, cuda_kernels.CudaComposites(gpu, trace.adds), flops or contextlib.nullcontext(), \
+            ops or contextlib.nullcontext(), trace:
         iteration(wl, case, losses=losses)
-    return setup, trace.take(), trace.serial(losses[0]), flops.get_total_flops()
+    events = trace.take()
+    return ((events, trace.serial(losses[0])), flops.get_total_flops() if counted else None,
+            ops.counted.ops if counted else None)
 
 
 class CudaSteps(iterations.Steps):
-    """The caching allocator's peaks over the timed iterations, CUDA events around forward and backward."""
+    """The caching allocator's peaks over the measured iterations, CUDA events around forward and backward, or
+    around each replay of a captured iteration. ``cuda``: what is called of ``torch.cuda`` (a stand-in on the
+    CPU in tests); ``clock``: the host's clock the warm-up is timed by."""
 
-    def __init__(self, case: Case, device: torch.device):
-        self.case, self.device = case, device
+    def __init__(self, case: Case, device: torch.device, cuda=torch.cuda, clock: Callable[[], float] = time.perf_counter):
+        self.case, self.device, self.cuda, self.clock = case, device, cuda, clock
         self.flops: int | None = None
+        self.counted = OpCount()
         self.after_build = self.baseline = self.workspace = self.peak = self.reserved = None
         self.losses: list[torch.Tensor] = []
         self.problem = ""
+        self.graph = None
+        self._flush: torch.Tensor | None = None
 
     def build(self) -> Workload:
         wl = build(self.case, self.device)
-        torch.cuda.synchronize(self.device)
-        self.after_build = torch.cuda.memory_allocated(self.device)  # parameters and inputs, before any iteration
+        self.cuda.synchronize(self.device)
+        self.after_build = self.cuda.memory_allocated(self.device)  # parameters and inputs, before any iteration
         return wl
 
     def profile(self, wl: Workload) -> None:
-        with FlopCounterMode(display=False) as flops:  # ours: the first warm-up (cuBLAS workspaces, kernels)
+        """Ours: the first warm-up (cuBLAS workspaces, kernels), counting FLOPs and ops; a compiled call under the
+        profiler only (under a dispatch mode torch.compile would skip its frame and run it unfused)."""
+        if iterations.compiles(self.case):
+            with ProfiledOps() as profiled:
+                iteration(wl, self.case)
+            self.counted = profiled.counted
+            return
+        with FlopCounterMode(display=False) as flops, OpCounter() as ops:
             iteration(wl, self.case)
-        self.flops = flops.get_total_flops()
+        self.flops, self.counted = flops.get_total_flops(), ops.counted
 
     def warm_up(self, wl: Workload) -> None:
         iteration(wl, self.case)
 
     def sync(self) -> None:
-        torch.cuda.synchronize(self.device)
+        self.cuda.synchronize(self.device)
+
+    def now(self) -> float:
+        self.sync()
+        return self.clock()
 
     def start(self, wl: Workload, *, reset_peak: bool) -> None:
         """The baseline is what ``wl``'s build left allocated. With the reset (ours), the warm-up has run:
         what it left besides (cuBLAS workspaces) is ``workspace``, and ``empty_cache`` returns the segments it
-        cached so that the reserved peak is the timed region's own."""
+        cached so that the reserved peak is the measured region's own."""
         self.baseline = self.after_build
         if reset_peak:
-            torch.cuda.synchronize(self.device)
-            self.workspace = torch.cuda.memory_allocated(self.device) - self.baseline
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(self.device)
+            self.sync()
+            self.workspace = self.cuda.memory_allocated(self.device) - self.baseline
+            self.cuda.empty_cache()
+            self.cuda.reset_peak_memory_stats(self.device)
 
-    def timed(self, wl: Workload) -> tuple[float, float]:
-        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    def _events(self, n: int) -> list:
+        return [self.cuda.Event(enable_timing=True) for _ in range(n)]
+
+    def timed(self, wl: Workload) -> iterations.Pending:
+        start, mid, end = self._events(3)
         marks = iter((start, mid, end))
-        # The "clock" records the next event; durations are read from the events after synchronising.
+        # The "clock" records the next event; durations are read from the events once synchronised.
         iteration(wl, self.case, clock=lambda: next(marks).record() or 0.0, losses=self.losses)
-        torch.cuda.synchronize(self.device)
-        return start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3  # elapsed_time is in ms
+        return lambda: (start.elapsed_time(mid) / 1e3, mid.elapsed_time(end) / 1e3)  # elapsed_time is in ms
 
     def finish(self, wl: Workload) -> None:
-        self.peak = torch.cuda.max_memory_allocated(self.device)
-        self.reserved = torch.cuda.max_memory_reserved(self.device)
+        self.peak = self.cuda.max_memory_allocated(self.device)
+        self.reserved = self.cuda.max_memory_reserved(self.device)
         self.problem = nonfinite(wl, self.losses[-1])  # after the peaks: the check allocates
 
+    def flush(self) -> None:
+        """Zero a buffer of twice the device's L2, on the stream the iterations run on."""
+        if self._flush is None:
+            l2 = self.cuda.get_device_properties(self.device).L2_cache_size
+            self._flush = torch.empty(FLUSH_FACTOR * l2 // 4, dtype=torch.int32, device=self.device)
+        self._flush.zero_()
 
-def measure_cuda(case: Case, budget: Budget,
-                 make_steps: Callable[[Case, torch.device], CudaSteps] = CudaSteps) -> Measurement:
+    def capture(self, wl: Workload) -> None:
+        """As triton.testing.do_bench_cudagraph and torch.cuda.graph's documentation: eager iterations on a side
+        stream, then one iteration captured (gradients set to None first, so that backward allocates them from
+        the graph's pool); unlike do_bench_cudagraph, one iteration per graph, so that each replay is a sample
+        and a cache flush can run between replays. A case that cannot be captured is ``unsupported``."""
+        current = self.cuda.current_stream(self.device)
+        side = self.cuda.Stream(self.device)
+        side.wait_stream(current)
+        with self.cuda.stream(side):
+            for _ in range(GRAPH_WARMUP):
+                iteration(wl, self.case)
+        current.wait_stream(side)
+        wl.clear_grads()
+        self.graph = self.cuda.CUDAGraph()
+        try:
+            with self.cuda.graph(self.graph):
+                iteration(wl, self.case)
+        except RuntimeError as exc:
+            line = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise Unsupported(f"timer = 'cudagraph': this case cannot be captured in a CUDA graph ({line})") from exc
+        self.sync()
+
+    def replay(self) -> iterations.Pending:
+        start, end = self._events(2)
+        start.record()
+        self.graph.replay()
+        end.record()
+        return lambda: (start.elapsed_time(end) / 1e3, 0.0)
+
+
+def measure_cuda(case: Case, budget: Budget, make_steps: Callable[..., CudaSteps] = CudaSteps, *,
+                 cuda=torch.cuda) -> Measurement:
     """The paper's method; under our protocol with its weaknesses fixed (warm-up, peak reset, baseline and
     workspace reported). Under the paper protocol: no warm-up, no reset, no ``empty_cache``, no workspace
     column (the first, cold iteration allocates it inside the measured region, as theirs did).
@@ -294,33 +420,34 @@ def measure_cuda(case: Case, budget: Budget,
     - ``workspace_bytes`` (a result column): what the warm-up left allocated besides them (cuBLAS and
       cuBLASLt workspaces: 65 MiB on an H100 with torch 2.11), live through every timed iteration, so that
       ``peak_bytes - workspace_bytes`` compares with the CPU's and the predicted peak;
-    - ``peak_bytes`` / ``reserved_bytes``: ``max_memory_allocated`` / ``max_memory_reserved`` of the timed
-      iterations. ``empty_cache()`` before the reset gives back the segments the warm-up cached and no
-      longer uses, so that the reserved peak is the timed region's own, not the warm-up's.
+    - ``peak_bytes`` / ``reserved_bytes``: ``max_memory_allocated`` / ``max_memory_reserved`` of the measured
+      (eager) iterations. ``empty_cache()`` before the reset gives back the segments the warm-up cached and no
+      longer uses, so that the reserved peak is the measured region's own, not the warm-up's.
 
     The memory budget is checked against these peaks afterwards
     (:func:`topk_bench.measure.worker.over_budget`): a failed allocation here means the device ran out.
     """
     check_supported(case, predict=False)
-    if not torch.cuda.is_available():
+    if not cuda.is_available():
         raise RuntimeError("CUDA is not available on this machine")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = torch.device(case.device)
     if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = torch.device("cuda", cuda.current_device())
     # Events record on the current device's current stream: make the case's device current.
-    with torch.cuda.device(device):
-        steps = make_steps(case, device)
+    with cuda.device(device):
+        steps = make_steps(case, device, cuda)
         samples = iterations.run(case, steps)
+        timer = case.timer or Timer.EVENTS
         result = _result(
             case, peak_bytes=steps.peak, reserved_bytes=steps.reserved, baseline_bytes=steps.baseline,
-            flops=steps.flops, **_timings(samples, case),
+            flops=steps.flops, **_timings(samples, case, split=timer is not Timer.CUDAGRAPH),
         )
+        result.metadata.update(steps.contention.summary())
         if steps.workspace is not None:
             result.extra[col.WORKSPACE_BYTES] = steps.workspace
-        if steps.compile_s is not None:
-            result.extra[col.COMPILE_S] = steps.compile_s
+        result.extra.update(_measured_columns(case, steps, timer))
         return _checked(result, steps.problem)
 
 

@@ -29,8 +29,11 @@ limit). Written from the allocator's documented behaviour (the "CUDA semantics
 Not modelled: other streams (a block freed after use on another stream waits
 for an event), ``expandable_segments`` (one growing segment per pool),
 out-of-memory handling (freeing cached segments and retrying), CUDA graphs'
-private pools, and the address ``cudaMalloc`` returns (segments here take
-increasing addresses; that only decides ties between equal free blocks).
+private pools, and the address ``cudaMalloc`` returns: here each new segment takes
+the addresses just below the previous one's, never reused. Addresses only decide
+ties between equal free blocks (the lowest address first); placing new segments
+downwards reproduces all 8 of the H100's random sequences
+(``tests/test_cuda_allocator.py``), placing them at the lowest free gap 6.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ SMALL_SEGMENT = 2 * MIB       # the small pool's segment size
 LARGE_SEGMENT = 20 * MIB      # the large pool's segment for requests under LARGE_REQUEST
 LARGE_REQUEST = 10 * MIB      # from here on a large request gets its own segment, rounded to LARGE_ROUND
 LARGE_ROUND = 2 * MIB
+TOP = 1 << 50                 # the simulated address space's ceiling: segments are placed downwards from it
 
 
 def rounded(nbytes: int) -> int:
@@ -105,6 +109,7 @@ class CachingAllocator:
         self.peak_allocated = 0
         self.peak_reserved = 0
         self.segments: list[Segment] = []
+        self._top = TOP
         # Free blocks of each pool, ordered by (size, address): best fit is the first that is large enough.
         self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
         self._blocks: dict[int, Block] = {}  # id(block) -> block, for the free lists
@@ -128,13 +133,10 @@ class CachingAllocator:
     # -- the allocator -------------------------------------------------------
 
     def _address(self, size: int) -> int:
-        """Where a new segment of ``size`` goes: the lowest gap between live segments that fits."""
-        end = 0
-        for seg in sorted(self.segments, key=lambda s: s.address):
-            if seg.address - end >= size:
-                return end
-            end = seg.address + seg.size
-        return end
+        """Where a new segment of ``size`` goes: just below the last one (addresses only order equal free blocks:
+        the newer segment's comes first, as the H100's sequences show)."""
+        self._top -= size
+        return self._top
 
     def _new_segment(self, size: int) -> Block:
         seg = Segment(0, segment_size(size), is_small(size))
@@ -222,8 +224,10 @@ FREE = -1  # an event (serial, FREE) frees what event (serial, nbytes) allocated
 
 @dataclass(frozen=True)
 class Simulated:
-    """What ``measure_cuda`` would read: ``memory_allocated`` at the reset, and the peaks after it."""
+    """What ``measure_cuda`` would read: ``memory_allocated`` after the build; the peaks after the reset; what the
+    warm-up left allocated besides (``workspace_bytes``; None without a reset: the paper's protocol)."""
 
     baseline_bytes: int
     peak_bytes: int
     reserved_bytes: int
+    workspace_bytes: int | None = None

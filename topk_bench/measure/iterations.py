@@ -4,10 +4,20 @@ on which model and inputs, which are timed, and where the measured region starts
 A backend says how each step is done on its device (:class:`Steps`); :func:`run` decides which steps
 run, and in what order:
 
-- ``ours``: one workload, built once. For an implementation that compiles on its first call (flex), that
-  call comes first, untimed, its seconds kept (``compile_s``). Its first iteration profiles (FLOPs; on the CPU, live bytes) and
-  warms up, ``warmup - 1`` more warm up; the measured region starts (peaks restart); ``repeats``
-  timed iterations on the same workload.
+- ``ours``: one workload, built once. A case that compiles on its first call (flex, or ``compile = true``):
+  that call comes first, untimed, its seconds kept (``compile_s``). The warm-up: its first iteration
+  profiles (FLOPs, ops; on the CPU, live bytes), more follow until both ``warmup`` iterations (the
+  profiling one included) and ``warmup_s`` seconds of the others have run (triton.testing.do_bench warms
+  up for 25 ms). The measured region starts (peaks restart), and its first iteration is untimed: on CUDA
+  the cache was just emptied, so that iteration's blocks come from ``cudaMalloc``, which no timed one
+  should pay (an H100's first sample was 1.3 to 3.9x the median). Then ``repeats`` timed iterations, back
+  to back: each sample is read once all have run (CUDA: one synchronisation at the end, so the device
+  never waits for the host between them), and the row keeps every sample and their quantiles (median,
+  interquartile range). When the timing needs a pass of its own (``timer = "cudagraph"``, ``flush_l2``),
+  those eager iterations are the memory pass (the peaks are theirs, as without it), and the timing pass
+  follows: the iteration captured in a CUDA graph (graphs allocate from a private pool: their memory is
+  not the eager peak), then ``repeats`` samples, each a graph replay or an eager iteration, each after the
+  device's cache is flushed (outside its timing).
 - ``paper``, the authors' loop: ``repeats`` (3) timed iterations, each on a model and inputs built just
   before it, outside the timed region, and released before the next is built. No warm-up: the first
   timed iteration is cold. Peaks are never reset, and are read after the last timed iteration. The
@@ -23,26 +33,39 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import torch
+
 import implementations
 
 from topk_bench.case import Case
+from topk_bench.measure.contention import Sampler
 from topk_bench.protocol import OURS, PAPER
+from topk_bench.types import Timer
 from topk_bench.workloads import Workload
 
 Sample = tuple[float, float]  # (forward, backward) seconds of one timed iteration
+Pending = Callable[[], Sample]  # a timed iteration's sample, to read once the device is synchronised
 
 
 class Steps:
-    """How a backend does each step on its device (``start`` and ``finish`` do nothing unless overridden)."""
+    """How a backend does each step on its device (``start``, ``finish`` and ``flush`` do nothing unless
+    overridden)."""
 
     # Seconds of the first call of an implementation that compiles (ours), compilation included; else None.
     compile_s: float | None = None
+    # What the case's threads got of the machine around each timed iteration (set by :func:`run`).
+    contention: Sampler
 
     def build(self) -> Workload:
         raise NotImplementedError
 
     def sync(self) -> None:
         """Wait for the device's queued work (CUDA); nothing on the CPU."""
+
+    def now(self) -> float:
+        """Seconds on the host's clock once the device's queued work is done: the warm-up's clock."""
+        self.sync()
+        return time.perf_counter()
 
     def profile(self, wl: Workload) -> None:
         """One untimed iteration that counts FLOPs (on the CPU, also live bytes)."""
@@ -55,16 +78,41 @@ class Steps:
     def start(self, wl: Workload, *, reset_peak: bool) -> None:
         """The measured region starts, on ``wl``: what is live now is the baseline; peaks restart if asked."""
 
-    def timed(self, wl: Workload) -> Sample:
+    def timed(self, wl: Workload) -> Pending:
+        """One timed iteration, started; its sample is read after :meth:`sync`."""
         raise NotImplementedError
 
     def finish(self, wl: Workload) -> None:
         """The timed iterations are over, the last on ``wl``: read the peaks, then check its numbers."""
 
+    def flush(self) -> None:
+        """Flush the device's cache (zero a buffer larger than it), outside any timing."""
+
+    def capture(self, wl: Workload) -> None:
+        """Capture one iteration on ``wl`` in a CUDA graph, for :meth:`replay`."""
+        raise NotImplementedError("only CUDA captures an iteration in a graph")
+
+    def replay(self) -> Pending:
+        """One timed replay of the captured iteration; its sample (all of it in the first place) after :meth:`sync`."""
+        raise NotImplementedError("only CUDA replays a graph")
+
+
+def _timed(steps: Steps, wl: Workload) -> Pending:
+    """One timed iteration, the case's contention read around its dispatch (:mod:`topk_bench.measure.contention`:
+    on the CPU the whole iteration; on CUDA the host's part)."""
+    with steps.contention.around():
+        return steps.timed(wl)
+
 
 def compiles(case: Case) -> bool:
-    """Whether the case's implementation compiles on its first call (registry ``compiles``: flex)."""
-    return case.impl in implementations.names() and implementations.spec(case.impl).compiles
+    """Whether the case compiles on its first call: ``compile = true``, or an implementation that compiles
+    itself (registry ``compiles``: flex)."""
+    return case.compile or (case.impl in implementations.names() and implementations.spec(case.impl).compiles)
+
+
+def own_timing_pass(case: Case) -> bool:
+    """Whether the timing needs a pass of its own after the memory pass (a CUDA graph, cache flushes)."""
+    return case.timer is Timer.CUDAGRAPH or case.flush_l2
 
 
 def _ours(case: Case, steps: Steps) -> list[Sample]:
@@ -74,14 +122,44 @@ def _ours(case: Case, steps: Steps) -> list[Sample]:
         steps.warm_up(wl)
         steps.sync()
         steps.compile_s = time.perf_counter() - start
-    steps.profile(wl)
-    for _ in range(case.warmup - 1):
-        steps.warm_up(wl)
+    _warm_up(case, steps, wl)
     wl.clear_grads()
     steps.start(wl, reset_peak=True)
-    samples = [steps.timed(wl) for _ in range(case.repeats)]
+    steps.warm_up(wl)  # untimed: the first iteration after the reset allocates what the timed ones reuse
+    samples = _back_to_back(case, steps, lambda: _timed(steps, wl))
     steps.finish(wl)
+    if own_timing_pass(case):
+        samples = _timing_pass(case, steps, wl)
     return samples
+
+
+def _warm_up(case: Case, steps: Steps, wl: Workload) -> None:
+    """The profiling iteration, then more until ``warmup`` iterations and ``warmup_s`` seconds of them."""
+    steps.profile(wl)
+    done, start = 1, steps.now()
+    while done < case.warmup or steps.now() - start < case.warmup_s:
+        steps.warm_up(wl)
+        done += 1
+
+
+def _back_to_back(case: Case, steps: Steps, run: Callable[[], Pending], flush: bool = False) -> list[Sample]:
+    """``repeats`` timed iterations (``run``) queued back to back (each after a cache flush when asked), then
+    one synchronisation, then their samples."""
+    pending = []
+    for _ in range(case.repeats):
+        if flush:
+            steps.flush()
+        pending.append(run())
+    steps.sync()
+    return [read() for read in pending]
+
+
+def _timing_pass(case: Case, steps: Steps, wl: Workload) -> list[Sample]:
+    """The samples of a timing pass after the memory pass: graph replays or eager iterations, flushed if asked."""
+    if case.timer is Timer.CUDAGRAPH:
+        steps.capture(wl)
+        return _back_to_back(case, steps, steps.replay, flush=case.flush_l2)
+    return _back_to_back(case, steps, lambda: _timed(steps, wl), flush=case.flush_l2)
 
 
 def _paper(case: Case, steps: Steps) -> list[Sample]:
@@ -91,7 +169,9 @@ def _paper(case: Case, steps: Steps) -> list[Sample]:
         wl = steps.build()  # outside the timed region, as their get_inputs()
         if i == 0:
             steps.start(wl, reset_peak=False)
-        samples.append(steps.timed(wl))
+        read = _timed(steps, wl)
+        steps.sync()  # their loop synchronised around each iteration
+        samples.append(read())
     steps.finish(wl)
     wl = None
     steps.profile(steps.build())
@@ -107,4 +187,5 @@ def run(case: Case, steps: Steps) -> list[Sample]:
         structure = STRUCTURES[case.protocol]
     except KeyError:
         raise ValueError(f"unknown protocol {case.protocol!r} (known: {', '.join(STRUCTURES)})") from None
+    steps.contention = Sampler(torch.get_num_threads())
     return structure(case, steps)

@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_leaves
 
 from topk_bench.measure import cuda_allocator
 from topk_bench.measure.cuda_allocator import GRANULE as CUDA_ALLOCATION_GRANULE  # noqa: F401 (re-exported)
+from topk_bench.measure.ops import OpCount, profiled
 
 _DEVICE = torch.ops.prim.device.default
 
@@ -183,6 +184,7 @@ class AllocatorBytes:
 
     def __exit__(self, *exc) -> None:
         self._profile.__exit__(*exc)
+        self.counted = profiled(self._profile.events())
         live = highest = 0
         for event in allocation_events(self._profile):  # + an allocation, - a free
             live += event.extra_fields.alloc_size
@@ -231,6 +233,10 @@ class AllocationTrace(LiveBytes):
 
     def _released(self, key: int) -> None:
         self.events.append((self._serials.pop(key), self.FREE))
+
+    def begin_iteration(self, *, counted: bool) -> None:
+        """Hook: an iteration of the traced run begins (a CUDA prediction traces the build, then two iterations);
+        ``counted``: its ops and FLOPs are counted (a tracker adds none to it)."""
 
     def serial(self, tensor: torch.Tensor) -> int:
         """The serial number of a live tensor's storage."""

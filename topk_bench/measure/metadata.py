@@ -1,4 +1,12 @@
-"""Where a measurement was taken: software versions, device, threads, project revision, host."""
+"""Where a measurement was taken: software versions, device, threads, project revision, host, and what makes
+one machine's numbers differ from another's: the CPU's instruction set as ATen uses it, its bf16/AMX flags
+(one pool of "AMD EPYC" machines mixes AVX2-only and AVX-512-BF16 ones: a bf16 decode step 3.3 s against
+50 ms), and on CUDA the driver, cuDNN and the GPU's SM clock (current, at the end of the measurement, and
+its maximum: a throttled GPU shows).
+
+The keys other modules rely on are listed in docs/CONTRACTS.md, "Child and parent"; those a row carries as
+context columns are named by their columns (``columns.MACHINE_COLUMNS``).
+"""
 
 from __future__ import annotations
 
@@ -9,21 +17,68 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from topk_bench.results import columns as col
 from topk_bench.types import DeviceKind
+
+CPUINFO = Path("/proc/cpuinfo")
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+# The /proc/cpuinfo flags that change what a bf16 (or int8) kernel can do on this CPU.
+BF16_FLAGS = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8", "amx_tile")
 
 # The checkout (or installed tree) holding both packages: topk_bench/measure/metadata.py -> root.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name from ``/proc/cpuinfo`` (Linux), else what ``platform`` knows."""
+def _cpuinfo_field(name: str, path: Path = CPUINFO) -> str | None:
+    """The first value of ``name`` in ``/proc/cpuinfo`` (Linux), None without one."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+        for line in path.read_text().splitlines():
+            if line.split(":", 1)[0].strip() == name:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from ``/proc/cpuinfo`` (Linux), else what ``platform`` knows."""
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown CPU"
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags(path: Path = CPUINFO) -> str:
+    """The bf16/AMX flags of :data:`BF16_FLAGS` this CPU has, ``;``-separated; ``none`` when it has none
+    (AVX2-only machines), "" where ``/proc/cpuinfo`` says nothing (not Linux, not x86)."""
+    flags = _cpuinfo_field("flags", path)
+    if flags is None:
+        return ""
+    present = set(flags.split())
+    return ";".join(f for f in BF16_FLAGS if f in present) or "none"
+
+
+def cpu_capability() -> str:
+    """The instruction set ATen's CPU kernels dispatch to (``DEFAULT``, ``AVX2``, ``AVX512``...)."""
+    import torch
+
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        return ""
+
+
+def last_level_cache_bytes(caches: Path = CPU_CACHES) -> int | None:
+    """The largest CPU cache (sysfs, Linux), for the CPU's cache flush; None where it is not said."""
+    sizes = []
+    for index in caches.glob("index*"):
+        try:
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes) if sizes else None
 
 
 def device_name(device: str) -> str:
@@ -60,16 +115,73 @@ def torch_version() -> str:
     return torch.__version__
 
 
+def gpu_state(device: str, nvml: Any = None) -> dict[str, Any]:
+    """The CUDA device's driver version and SM clocks (now and its maximum, MHz) from NVML (``nvml``: the
+    ``pynvml`` module, nvidia-ml-py; imported when not given), else ``nvidia-smi``; {} when neither answers.
+    Neither initialises CUDA: NVML names the device by the UUID torch gives it."""
+    import torch
+
+    try:
+        uuid = str(torch.cuda.get_device_properties(torch.device(device)).uuid)
+    except Exception:  # noqa: BLE001 -- no device to ask about
+        return {}
+    uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    try:
+        return _nvml_state(uuid, nvml)
+    except Exception:  # noqa: BLE001 -- no NVML binding (or it failed): ask nvidia-smi
+        return _smi_state(uuid)
+
+
+def _nvml_state(uuid: str, nvml: Any = None) -> dict[str, Any]:
+    if nvml is None:
+        import pynvml as nvml
+    nvml.nvmlInit()
+    try:
+        handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+        driver = nvml.nvmlSystemGetDriverVersion()
+        return {col.DRIVER_VERSION: driver.decode() if isinstance(driver, bytes) else str(driver),
+                col.GPU_SM_CLOCK_MHZ: int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+                col.GPU_SM_CLOCK_MAX_MHZ: int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))}
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _smi_state(uuid: str) -> dict[str, Any]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={uuid}", "--query-gpu=driver_version,clocks.sm,clocks.max.sm",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10).stdout
+        driver, clock, top = (part.strip() for part in out.strip().splitlines()[0].split(","))
+        return {col.DRIVER_VERSION: driver, col.GPU_SM_CLOCK_MHZ: int(clock), col.GPU_SM_CLOCK_MAX_MHZ: int(top)}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+
+
+def cudnn_version() -> str:
+    import torch
+
+    try:
+        version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except RuntimeError:
+        version = None
+    return str(version) if version else ""
+
+
 def collect(device: str = "cpu") -> dict[str, Any]:
     """``Measurement.metadata``: the keys other modules rely on are listed in docs/CONTRACTS.md, "Child and parent"."""
     import torch
 
-    return {
+    meta = {
         "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda or "",
+        col.CUDA_VERSION: torch.version.cuda or "",
         "device_name": device_name(device),
         "threads": torch.get_num_threads(),
         "hostname": socket.gethostname(),
         "git_sha": git_sha(),
         "python_version": platform.python_version(),
+        col.CPU_CAPABILITY: cpu_capability(),
+        col.CPU_FLAGS: cpu_flags(),
     }
+    if DeviceKind.of(device) is DeviceKind.CUDA and torch.cuda.is_available():
+        meta[col.CUDNN_VERSION] = cudnn_version()
+        meta.update(gpu_state(device))
+    return meta

@@ -78,7 +78,9 @@ def classify(exc: BaseException, budget: Budget, case: Case | None = None) -> tu
     A failed allocation is ``over_budget`` only where the budget itself made it fail
     (:func:`budget_limits_allocations`); anywhere else (a CUDA device, the machine) it is ``oom``.
     """
-    first_line = (str(exc).strip().splitlines() or [""])[0][:400]
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [""]
+    # A first line that only announces the next (torch.compile's "backend='inductor' raised:") takes it along.
+    first_line = (f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0])[:400]
     message = f"{type(exc).__name__}: {first_line}{_where(exc)}"
     if isinstance(exc, OverBudget):
         return Status.OVER_BUDGET, first_line

@@ -27,6 +27,7 @@ import enum
 from dataclasses import dataclass
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from topk_bench.measure.memory import AllocationTrace
 from topk_bench.profile import sources as src
@@ -36,6 +37,7 @@ _current_node = torch._C._current_autograd_node
 _graph_task = torch._C._current_graph_task_id
 _sequence_nr = torch._C._autograd._get_sequence_nr
 _UNSET = object()
+_DETACH = torch.ops.aten.detach.default
 
 
 class Phase(enum.IntEnum):
@@ -58,8 +60,11 @@ class Storage:
     run: tuple[int, int]   # backward: (graph task, which of its node runs) made it; forward: (0, 0)
     saved: bool = False
     freed_in_run: bool = False
+    kind: Category | None = None  # a kernel's own buffer or a library workspace: what it is, whatever its phase
 
     def category(self) -> Category:
+        if self.kind is not None:
+            return self.kind
         if self.phase is Phase.BACKWARD:
             return Category.TEMPORARIES if self.freed_in_run else Category.GRADIENTS
         if self.phase is Phase.BASELINE:
@@ -67,7 +72,9 @@ class Storage:
         return Category.SAVED if self.saved else Category.TEMPORARIES
 
     def row(self) -> Row:
-        return Row(bytes=self.nbytes, op=self.op, source=src.label(self.where), shape=shape_text(self.shape),
+        # A kernel's own buffer has bytes, no shape or dtype (its rule sizes it in bytes).
+        shape = shape_text(self.shape) if self.kind is None else ""
+        return Row(bytes=self.nbytes, op=self.op, source=src.label(self.where), shape=shape,
                    dtype=self.dtype, category=self.category())
 
 
@@ -92,10 +99,13 @@ class Attribution(AllocationTrace):
         self._runs: dict[int, tuple[tuple[int, str], int]] = {}  # graph task -> (its current node, its run number)
         self._op_where = _UNSET
         self._tensor: torch.Tensor | None = None
+        self._unpacked: torch.Tensor | None = None  # a saved tensor just unpacked for the backward
+        self._marks_saved = True  # the saved-tensor hooks are on in this iteration
 
     # -- hooks of LiveBytes --------------------------------------------------
 
     def _op_started(self, func, args, kwargs) -> None:
+        super()._op_started(func, args, kwargs)
         self.ops += 1
         self._op_where = _UNSET
         node = _current_node()
@@ -127,17 +137,25 @@ class Attribution(AllocationTrace):
 
     def _allocated(self, key: int, nbytes: int, op) -> None:
         super()._allocated(key, nbytes, op)
-        serial = self._count
+        shape, dtype = self._made(key)
+        self._describe(self._count, self._live[key], op, shape, dtype)
+
+    def _made(self, key: int) -> tuple[tuple[int, ...], str]:
+        """The shape and dtype of the storage ``key`` being counted, as its tensor says."""
         tensor = self._tensor
+        return (tuple(tensor.shape) if tensor is not None else ()), _dtype(tensor)
+
+    def _describe(self, serial: int, nbytes: int, op, shape: tuple[int, ...], dtype: str,
+                  kind: Category | None = None) -> None:
+        """Record what made the storage allocated as ``serial`` (its op, source, phase), and its step."""
         if op is None:
             phase, where = Phase.BASELINE, None
         else:
             phase = Phase.FORWARD if self._node is None else Phase.BACKWARD
             where = self._where()
         self.storages[serial] = Storage(
-            serial=serial, nbytes=self._live[key], op=str(op) if op is not None else "", where=where,
-            shape=tuple(tensor.shape) if tensor is not None else (), dtype=_dtype(tensor),
-            phase=phase, run=self._run() if phase is Phase.BACKWARD else (0, 0))
+            serial=serial, nbytes=nbytes, op=str(op) if op is not None else "", where=where, shape=shape,
+            dtype=dtype, phase=phase, run=self._run() if phase is Phase.BACKWARD else (0, 0), kind=kind)
         self.steps.append((self.ops, serial))
 
     def _released(self, key: int) -> None:
@@ -176,11 +194,28 @@ class Attribution(AllocationTrace):
             serial = self._serials.get(tensor.untyped_storage()._cdata)
             if serial in self.storages:
                 self.storages[serial].saved = True
-        return tensor.detach()
+        # Below every mode: the alias is no op of the iteration (an op counter would count it; the CUDA trace
+        # would settle its pending accumulation at it).
+        with _disable_current_modes():
+            return tensor.detach()
+
+    def _unpack(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._unpacked = tensor  # autograd detaches it next (a variable of its own): no op of the iteration
+        return tensor
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DETACH and self._unpacked is not None and args and args[0] is self._unpacked:
+            self._unpacked = None
+            with _disable_current_modes():  # below every mode: not counted, not traced
+                return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
     def __enter__(self):
-        # While the tracker is on, autograd's saved tensors pass the hook that marks them (and nothing else).
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        # While the tracker is on, autograd's saved tensors pass the hook that marks them (and nothing else); not
+        # in an iteration whose ops are counted when another is attributed (the engine detaches what a hook
+        # unpacks: ops the plain iteration does not dispatch).
+        self._hooks = (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack) if self._marks_saved
+                       else contextlib.nullcontext())
         self._hooks.__enter__()
         try:
             return super().__enter__()
@@ -196,14 +231,29 @@ class Attribution(AllocationTrace):
 
     # -- results -------------------------------------------------------------
 
-    def live_at_peak(self) -> list[Storage]:
-        """The storages made during the iteration and live at the moment of the peak."""
+    def _live_after(self, count: int) -> list[int]:
+        """The serials live after the first ``count`` steps of the timeline, in the order they were made."""
         live: dict[int, None] = {}
-        for _, step in self.steps[:self.peak_at]:
+        for _, step in self.steps[:count]:
             if step > 0:
                 live[step] = None
             else:
                 live.pop(-step, None)
+        return list(live)
+
+    def begin_iteration(self, *, counted: bool) -> None:
+        """The timeline starts again from here, what is live now its first steps (of a CUDA prediction's two
+        traced iterations, the last, not counted, is the one attributed); the peak restarts from what is live.
+        Saved tensors are marked in an iteration not ``counted`` only."""
+        self._marks_saved = not counted
+        self.steps = [(0, serial) for serial in self._live_after(len(self.steps))]
+        self.ops, self.backward_from, self._runs = 0, None, {}
+        self.reset_peak()
+        self.peak_at = len(self.steps)
+
+    def live_at_peak(self) -> list[Storage]:
+        """The storages made during the iteration and live at the moment of the peak."""
+        live = self._live_after(self.peak_at)
         return [self.storages[s] for s in live if self.storages[s].phase is not Phase.BASELINE]
 
     def rows(self) -> list[Row]:
@@ -211,8 +261,6 @@ class Attribution(AllocationTrace):
         return [s.row() for s in self.live_at_peak()]
 
 
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
 
 
 def _dtype(tensor: torch.Tensor | None) -> str:

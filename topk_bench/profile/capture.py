@@ -21,16 +21,15 @@ from pathlib import Path
 import torch
 
 from topk_bench.case import Budget, Case, Measurement
-from topk_bench.measure import backends, iterations, metadata
+from topk_bench.measure import backends
 from topk_bench.measure.cuda_allocator import FREE
 from topk_bench.profile import files, sources as src, timing
 from topk_bench.profile.allocator import AllocatorRows
 from topk_bench.profile.attribution import Attribution, Phase
 from topk_bench.profile.cuda_snapshot import SnapshotCudaSteps, peak_rows
 from topk_bench.profile.rows import Row
-from topk_bench.profile.simulated import PeakSimulation
+from topk_bench.profile.simulated import KernelAttribution, PeakSimulation
 from topk_bench.protocol import OURS
-from topk_bench.status import Status
 from topk_bench.types import DeviceKind
 
 
@@ -52,21 +51,26 @@ def _predicted_cpu(case: Case, budget: Budget, sources: src.Sources) -> tuple[Me
 
 
 def _predicted_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Measurement, Captured]:
-    """:func:`backends.predict_cuda`'s trace and simulation, the simulation keeping its peak's blocks."""
+    """:func:`backends.predict_cuda` itself, its trace attributed and its simulation keeping its peak's blocks."""
     backends.check_supported(case, predict=True)
     if case.protocol != OURS.name:
         return backends.predict(case, budget), Captured([], None)  # raises Unsupported, as the prediction does
-    tracker = Attribution(sources)
-    setup, body, loss, flops = backends.trace_iteration(case, tracker)
-    for serial, nbytes in setup:  # what the build made is the baseline
+    made: dict[str, object] = {}
+
+    def trace(gpu, adds) -> KernelAttribution:
+        made["trace"] = KernelAttribution(sources, gpu, adds)
+        return made["trace"]
+
+    def steps(*args, **options) -> PeakSimulation:
+        made["steps"] = PeakSimulation(*args, **options)
+        return made["steps"]
+
+    result = backends.predict_cuda(case, make_trace=trace, make_steps=steps)
+    tracker, simulation = made["trace"], made["steps"]
+    for serial, nbytes in simulation.setup:  # what the build made is the baseline
         if nbytes != FREE and serial in tracker.storages:
             tracker.storages[serial].phase = Phase.BASELINE
-    steps = PeakSimulation(setup, body, loss=loss)
-    iterations.run(case, steps)
-    meta = metadata.collect(case.device)
-    result = Measurement(status=Status.OK, device_name=meta["device_name"], metadata=meta, peak_bytes=steps.peak,
-                         reserved_bytes=steps.reserved, baseline_bytes=steps.baseline, flops=flops)
-    return result, Captured(steps.rows(tracker), tracker)
+    return result, Captured(simulation.rows(tracker), tracker)
 
 
 class _ProfiledCpuSteps(backends.CpuSteps):
@@ -105,8 +109,8 @@ def _measured_cpu(case: Case, budget: Budget, sources: src.Sources) -> tuple[Mea
 def _measured_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Measurement, Captured]:
     made: list[SnapshotCudaSteps] = []
 
-    def steps(c: Case, device: torch.device) -> SnapshotCudaSteps:
-        made.append(SnapshotCudaSteps(c, device, sources))
+    def steps(c: Case, device: torch.device, cuda) -> SnapshotCudaSteps:
+        made.append(SnapshotCudaSteps(c, device, sources, cuda))
         return made[-1]
 
     result = backends.measure_cuda(case, budget, make_steps=steps)

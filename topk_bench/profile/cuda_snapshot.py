@@ -23,8 +23,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from topk_bench.case import Case
-from topk_bench.measure import backends
+from topk_bench.measure import backends, iterations
 from topk_bench.measure.cuda_allocator import CachingAllocator
+from topk_bench.measure.ops import OpCounter
 from topk_bench.profile import sources as src, timing
 from topk_bench.profile.attribution import Attribution, Phase
 from topk_bench.profile.rows import Category, Row
@@ -118,8 +119,8 @@ class SnapshotCudaSteps(backends.CudaSteps):
     """A CUDA measurement with the allocator's history recorded, its first warm-up attributed, and one more
     iteration profiled after the timed ones (:mod:`.timing`)."""
 
-    def __init__(self, case: Case, device: torch.device, sources: src.Sources):
-        super().__init__(case, device)
+    def __init__(self, case: Case, device: torch.device, sources: src.Sources, cuda=torch.cuda):
+        super().__init__(case, device, cuda)
         self.sources = sources
         self.attribution: Attribution | None = None
         self.builds: list[tuple[int, int]] = []
@@ -143,11 +144,14 @@ class SnapshotCudaSteps(backends.CudaSteps):
         return wl
 
     def profile(self, wl) -> None:
+        if iterations.compiles(self.case):  # no dispatch mode follows a compiled call: the history's frames only
+            super().profile(wl)
+            return
         self.attribution = Attribution(self.sources)
         self.attribution.register(wl.model, wl.inputs, wl.kept)
-        with FlopCounterMode(display=False) as flops, self.attribution:
+        with FlopCounterMode(display=False) as flops, OpCounter() as ops, self.attribution:
             backends.iteration(wl, self.case)
-        self.flops = flops.get_total_flops()
+        self.flops, self.counted = flops.get_total_flops(), ops.counted
 
     def start(self, wl, *, reset_peak: bool) -> None:
         super().start(wl, reset_peak=reset_peak)

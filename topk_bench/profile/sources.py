@@ -28,9 +28,11 @@ _SKIP, _USER, _HARNESS = 0, 1, 2
 PROJECT_ROOT = Path(implementations.__file__).resolve().parent.parent
 _IMPLEMENTATIONS = str(Path(implementations.__file__).resolve().parent) + os.sep
 _HARNESS_DIR = str(Path(topk_bench.__file__).resolve().parent) + os.sep
-# The observers themselves are no one's source: the tracker and this package.
+# The observers themselves are no one's source: the tracker, the CUDA kernels' model (its trace places a
+# kernel's allocations, its composites take CUDA's branch of a user's call) and this package.
 _OBSERVERS = (str(Path(__file__).resolve().parent) + os.sep,
-              str(Path(topk_bench.__file__).resolve().parent / "measure" / "memory.py"))
+              str(Path(topk_bench.__file__).resolve().parent / "measure" / "memory.py"),
+              str(Path(topk_bench.__file__).resolve().parent / "measure" / "cuda_kernels") + os.sep)
 
 Where = tuple[str, int]  # (file, line)
 

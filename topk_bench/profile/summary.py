@@ -80,14 +80,20 @@ def variable(source: str, op: str = "") -> str:
     return f"{name} in {function}" if function else name
 
 
+def _op_name(op: str) -> str:
+    """``_softmax_backward_data`` of ``aten._softmax_backward_data.default``."""
+    return op.split(".")[1] if op.count(".") >= 1 else op
+
+
 def describe(row: Row) -> str:
     name, where = variable(row.source, row.op), row.source.rpartition("/")[2]
     assigned = bool(_ASSIGNED.match(code_line(row.source)))
     return {
         Category.SAVED: f"{name} saved for backward ({where})",
         Category.GRADIENTS: (f"the gradient through {name}" if assigned else f"a gradient: {name}") + f" ({where})",
-        Category.TEMPORARIES: f"{name}, a temporary ({where})",
-        Category.WORKSPACE: f"a workspace ({where})",
+        Category.TEMPORARIES: (f"{name}, a temporary" if row.shape else f"a buffer of {_op_name(row.op)}'s kernel")
+        + f" ({where})",
+        Category.WORKSPACE: f"a workspace ({_op_name(row.op) + ', ' if row.op else ''}{where})",
         Category.INPUTS: f"{name}, built in the region ({where})",
     }[row.category]
 

@@ -147,9 +147,7 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
                        "(different suite, device or method?)")
     cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label)
              for cid in common]
-    warnings = [_differs(base.loc[common], new.loc[common], column, why)
-                for column, why in ((col.DEVICE_NAME, "times (and CUDA memory) are not comparable"),
-                                    (col.TORCH_VERSION, "kernels and allocator may differ"))]
+    warnings = [_machines_differ(base.loc[common], new.loc[common])]
     warnings += [f"{side}: {line}" for side, frame in (("BASE", base), ("NEW", new))
                  for line in [_contended(frame.loc[common])] if line]
     failures = [f"{side} {line}" for side, frame in (("BASE", base), ("NEW", new)) for line in left_out(frame)]
@@ -193,14 +191,37 @@ def _contended(rows: pd.DataFrame) -> str | None:
     return trust.warning(rows.loc[rows[col.METHOD] == Method.MEASURED, col.TRUST])
 
 
-def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> str:
-    """A warning when the two runs come from different machines or software: the verdicts may mislead."""
+# What makes two runs' numbers differ besides the code: the machine (judged on measured rows: a prediction
+# depends on no hardware) and the software (on every row: kernels and the allocator come with it).
+HARDWARE = (col.DEVICE_NAME, col.CPU_CAPABILITY, col.CPU_FLAGS)
+SOFTWARE = (col.TORCH_VERSION, col.CUDA_VERSION, col.CUDNN_VERSION, col.DRIVER_VERSION)
+
+
+def _machines_differ(base: pd.DataFrame, new: pd.DataFrame) -> str:
+    """One warning line when the two runs come from different hardware or software (the verdicts may mislead);
+    "" when they do not, or when a side does not say (an older CSV's empty column is no difference)."""
+    measured = [frame.loc[frame[col.METHOD] == Method.MEASURED] if col.METHOD in frame.columns else frame
+                for frame in (base, new)]
+    differences = [_difference(measured[0], measured[1], c) for c in HARDWARE]
+    differences += [_difference(base, new, c) for c in SOFTWARE]
+    differences = [d for d in differences if d]
+    if not differences:
+        return ""
+    return ("BASE and NEW ran on different hardware or software (" + "; ".join(differences)
+            + "): times (and CUDA memory) may not be comparable")
+
+
+def _difference(base: pd.DataFrame, new: pd.DataFrame, column: str) -> str:
     if column not in base.columns or column not in new.columns:
         return ""
-    values = [sorted({str(v) for v in frame[column].dropna() if str(v)}) for frame in (base, new)]
+    values = [sorted({_plain_text(v) for v in frame[column].dropna() if str(v)}) for frame in (base, new)]
     if not values[0] or not values[1] or values[0] == values[1]:
         return ""
-    return f"{column} differs: BASE {', '.join(values[0])} vs NEW {', '.join(values[1])}: {why}"
+    return f"{column} {', '.join(values[0])} vs {', '.join(values[1])}"
+
+
+def _plain_text(value: object) -> str:
+    return str(_plain(value))
 
 
 def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,

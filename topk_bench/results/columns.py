@@ -87,20 +87,54 @@ REQUIRED_COLUMNS: tuple[Column, ...] = (
 )
 
 # -- context: written with every row since issue 19, not required of a file ------------------------
-TRUST = Column("trust", "busy, noisy, busy;noisy or empty (topk_bench.results.trust)", T)
+TRUST = Column("trust", "busy, contended, noisy, ';'-joined, or empty (topk_bench.results.trust)", T)
 TIME_CV = Column("time_cv", "coefficient of variation of times_s (standard deviation / mean)", M)
 LOAD_START = Column("load_start", "1-minute load average per core when the measurement started", M)
 LOAD_END = Column("load_end", "1-minute load average per core when it ended", M)
 STEAL = Column("steal", "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)", M)
 MAX_MEMORY_BYTES = Column("max_memory_bytes", "the memory budget the case ran under", M)
 MAX_CASE_SECONDS = Column("max_case_seconds", "the time budget the case ran under", M)
-CONTEXT_COLUMNS: tuple[Column, ...] = (TRUST, TIME_CV, LOAD_START, LOAD_END, STEAL, MAX_MEMORY_BYTES, MAX_CASE_SECONDS)
+# What the case's threads got of the machine during its timed iterations (issue 29; topk_bench.measure.contention).
+THREADS = Column("threads", "the intra-op CPU threads the case ran with", M)
+CPU_WAIT = Column("cpu_wait", "median over timed iterations of the largest share of the iteration one of the case's "
+                  "threads was runnable but waited for a CPU (Linux schedstat run delay)", M)
+CPU_SHARE = Column("cpu_share", "median over timed iterations of the process's CPU time over threads x wall time", M)
+PREEMPT_PER_S = Column("preempt_per_s", "involuntary context switches of the process per second of timed iterations", M)
+RUNNABLE = Column("runnable", "the machine's runnable threads per core (the case's own included), median of the "
+                  "samples taken after each timed iteration", M)
+CONTENTION_COLUMNS: tuple[Column, ...] = (THREADS, CPU_WAIT, CPU_SHARE, PREEMPT_PER_S, RUNNABLE)
+# How the time was taken (issue 26): measured rows only.
+TIMER = Column("timer", "perf_counter (CPU), events or cudagraph (CUDA): what timed each sample", T)
+FLUSH_L2 = Column("flush_l2", "True when the device's cache was flushed before each timed iteration", T)
+# What an iteration dispatched (every backend: cpu, cuda, predict).
+OPS_PER_ITER = Column("ops_per_iter", "aten ops one iteration dispatches (measure/ops.py): with a few µs of host "
+                      "time each, what makes a method dispatch-bound", M)
+SDPA_BACKEND = Column("sdpa_backend", "the backend SDPA ran (flash_attention, efficient_attention, cudnn_attention, "
+                      "math, overrideable), from the op it dispatched; empty: no SDPA call", T)
+# The machine and its software beyond device_name and torch_version (compare warns when they differ).
+CPU_CAPABILITY = Column("cpu_capability", "the instruction set ATen's CPU kernels use (AVX2, AVX512...)", T)
+CPU_FLAGS = Column("cpu_flags", "bf16/AMX flags of the CPU (/proc/cpuinfo), ';'-separated, or none", T)
+CUDA_VERSION = Column("cuda_version", "the CUDA torch was built with (torch.version.cuda)", T)
+CUDNN_VERSION = Column("cudnn_version", "cuDNN's version (measured on CUDA)", T)
+DRIVER_VERSION = Column("driver_version", "the NVIDIA driver (measured on CUDA)", T)
+GPU_SM_CLOCK_MHZ = Column("gpu_sm_clock_mhz", "the GPU's SM clock when the measurement ended (MHz)", M)
+GPU_SM_CLOCK_MAX_MHZ = Column("gpu_sm_clock_max_mhz", "the GPU's maximum SM clock (MHz)", M)
+MACHINE_COLUMNS: tuple[Column, ...] = (CPU_CAPABILITY, CPU_FLAGS, CUDA_VERSION, CUDNN_VERSION, DRIVER_VERSION,
+                                       GPU_SM_CLOCK_MHZ, GPU_SM_CLOCK_MAX_MHZ)
+CONTEXT_COLUMNS: tuple[Column, ...] = (TRUST, TIME_CV, LOAD_START, LOAD_END, STEAL, MAX_MEMORY_BYTES, MAX_CASE_SECONDS,
+                                       *CONTENTION_COLUMNS, TIMER, FLUSH_L2, OPS_PER_ITER, SDPA_BACKEND,
+                                       *MACHINE_COLUMNS)
 
 # -- optional result columns, filled when a suite or a workload asks for them ----------------------
-COMPILE_S = Column("compile_s", "seconds of the first (warm-up) call of an implementation that compiles (flex), "
+COMPILE_S = Column("compile_s", "seconds of the first (warm-up) call of a case that compiles (flex, compile = true), "
                    "compilation included", N)
 WORKSPACE_BYTES = Column("workspace_bytes", "what the first iterations left allocated besides parameters and inputs "
-                         "(CUDA: cuBLAS workspaces); peak_bytes - workspace_bytes compares with the CPU and predict", M)
+                         "(CUDA: cuBLAS workspaces); peak_bytes - workspace_bytes compares with the CPU and --predict; "
+                         "--predict --device cuda predicts it (the workspaces at their first use)", M)
+CUDA_UNMODELED_OPS = Column("cuda_unmodeled_ops", "--predict --device cuda: the aten ops of the case whose CUDA "
+                            "kernels may allocate otherwise than predicted (no allocation rule, or one that leaves "
+                            "some buffer out: topk_bench.measure.cuda_kernels), ';'-separated; empty: all modelled",
+                            T)
 # Fidelity (fidelity = true): the layer against vanilla's, same inputs and weights.
 REL_ERR = Column("rel_err", "relative Frobenius error of the layer's output against vanilla's layer (fidelity)", N)
 GRAD_COS = Column("grad_cos", "cosine of the input gradients against vanilla's", N)
@@ -140,7 +174,7 @@ TOKENS_PER_S = Column("tokens_per_s", "tokens / time_median_s", N)
 TIME_PER_TOKEN_S = Column("time_per_token_s", "time_median_s per token of one sequence (decode: per new token)", N)
 
 _OPTIONAL: dict[str, Column] = {c: c for c in (
-    COMPILE_S, WORKSPACE_BYTES, *FIDELITY_COLUMNS, *(c for kind in QUALITY.values() for c in kind.values()),
+    COMPILE_S, WORKSPACE_BYTES, CUDA_UNMODELED_OPS, *FIDELITY_COLUMNS, *(c for kind in QUALITY.values() for c in kind.values()),
     EMB_COS, NN_AGREE, NN_SPEARMAN, KV_CACHE_BYTES, MODEL_FLOPS, BYTES_MOVED, TOKENS, FLOPS_PER_S, BYTES_PER_S,
     TOKENS_PER_S, TIME_PER_TOKEN_S,
 )}
@@ -245,7 +279,7 @@ def parameter_columns(columns: Iterable[str]) -> list[str]:
 # Parameter columns first and last in a header; implementation options in between.
 _PARAMETERS_FIRST = ("model", "seq_len", "kv_len", "new_tokens", "budget", "batch", "q_heads", "kv_heads", "head_dim",
                      "d_model", "heads", "d_ff", "layers")
-_PARAMETERS_LAST = ("causal", "activation", "dtype", "protocol")
+_PARAMETERS_LAST = ("causal", "activation", "dtype", "compile", "compile_mode", "protocol")
 
 
 def order_parameters(names: Iterable[str]) -> list[str]:

@@ -11,9 +11,11 @@ from topk_bench.results import columns as col, rates, trust
 
 
 def parameters(case: Case) -> dict[str, Any]:
-    """The case's parameter columns: shape, options, the feed-forward implementation, masking, dtype, protocol.
+    """The case's parameter columns: shape, options, the feed-forward implementation, masking, dtype, compilation,
+    protocol.
 
-    ``protocol`` only when it is not the default, so that our protocol's CSVs keep their header.
+    ``compile`` (and ``compile_mode``) only for a compiled case, ``protocol`` only when it is not the default,
+    so that other CSVs keep their header (an eager row of a suite with compiled ones has ``compile`` empty).
     """
     row: dict[str, Any] = dict(case.params)
     row.update(case.options)
@@ -21,6 +23,10 @@ def parameters(case: Case) -> dict[str, Any]:
         row["ff_impl"] = case.ff_impl
         row.update({f"ff_{k}": v for k, v in case.ff_options})
     row.update(causal=case.causal, activation=case.activation, dtype=str(case.dtype))
+    if case.compile:
+        row["compile"] = True
+        if case.compile_mode:
+            row["compile_mode"] = case.compile_mode
     if case.protocol != DEFAULT_PROTOCOL:
         row["protocol"] = case.protocol
     return row
@@ -28,14 +34,19 @@ def parameters(case: Case) -> dict[str, Any]:
 
 def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
     """The context columns: the machine's load around the measurement, the samples' spread, the trust flag
-    (:func:`topk_bench.results.trust.flags`), and the budget the case ran under (what resume compares)."""
+    (:func:`topk_bench.results.trust.flags`), the budget the case ran under (what resume compares), what its
+    threads got of the machine while timed (:mod:`topk_bench.measure.contention`), and the machine and software
+    it ran on (its metadata). How it was timed and its ops come with its ``extra``."""
     m, meta, budget = measurement, measurement.metadata or {}, budget or Budget()
     machine = {key: meta.get(key) for key in (col.LOAD_START, col.LOAD_END, col.STEAL)}
+    seen = {key: meta.get(key) for key in col.CONTENTION_COLUMNS}  # what the case's threads got, while timed
     spread = trust.cv(m.times_s)
+    evidence = {key: seen[key] for key in (col.RUNNABLE, col.CPU_WAIT, col.CPU_SHARE)}
     return {
-        col.TRUST: trust.flags(**machine, time_cv=spread) if m.times_s else "",
+        col.TRUST: trust.flags(**machine, **evidence, time_cv=spread) if m.times_s else "",
         col.TIME_CV: spread, **machine,
-        col.MAX_MEMORY_BYTES: budget.max_memory_bytes, col.MAX_CASE_SECONDS: budget.max_seconds,
+        col.MAX_MEMORY_BYTES: budget.max_memory_bytes, col.MAX_CASE_SECONDS: budget.max_seconds, **seen,
+        **{column: meta.get(column) for column in col.MACHINE_COLUMNS},
     }
 
 

@@ -251,6 +251,30 @@ def remove_rows(path: Path, case_ids: set[str]) -> int:
     return 0 if header is None else _rewrite(path, header, set(case_ids))
 
 
+def copy_rows(path: Path, to: Path, case_ids: set[str]) -> int:
+    """Append the valid rows of ``case_ids`` to the results file ``to`` as they are (its header widened to
+    theirs), leaving ``path`` as it is; a row already in ``to`` (every cell the same: a run interrupted and
+    started again) is not appended twice. Returns how many were appended."""
+    table = read(path)
+    kept = {_cells(row) for row in read(to).rows} if to.exists() else set()
+    copying = [row for row in table.rows if row[col.CASE_ID] in case_ids and _cells(row) not in kept]
+    if not copying:
+        return 0
+    try:
+        to.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise file_error(exc, "cannot create the folder", file=to.parent) from None
+    header = list(table.header)
+    for row in copying:
+        header = append_row(to, row, header)
+    return len(copying)
+
+
+def _cells(row: Mapping[str, str]) -> tuple:
+    """A row's filled cells: the same row whatever columns a header widened later adds (empty)."""
+    return tuple(sorted((name, value) for name, value in row.items() if value))
+
+
 def drop_superseded(path: Path, case_ids: set[str]) -> int:
     """Of each case in ``case_ids`` with more than one row, keep the last (the newest: rows are appended);
     returns how many went. A run measuring cases again (``--no-resume``, a retried failure) appends their new

@@ -23,6 +23,9 @@ The interface (what a new executor, e.g. ``topk_bench.run.slurm.SlurmExecutor``,
   started or finished (its result is still collected).
 - ``executor.close()`` — cancel what has not started and release resources;
   called once, also after Ctrl-C.
+- optional, for executors whose cases may wait for resources (Slurm): ``executor.progress() -> str``,
+  what the cases do now (shown on the progress line when it changes), and ``executor.stuck() -> str |
+  None``, why the run cannot go on (the runner then ends it with that line, keeping the rows written).
 
 A Slurm executor is built as ``SlurmExecutor(settings)`` with the
 ``ExecutorSettings`` of ``topk_bench.suite.settings`` (partition, gpus_per_node, ...).
@@ -33,6 +36,7 @@ from __future__ import annotations
 import collections
 import threading
 import traceback
+from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
@@ -166,15 +170,32 @@ class LocalExecutor:
             self._wakeup.notify_all()
 
 
-def get_executor(settings, run: CaseRunner | None = None, gpus: Sequence[str] = ()) -> Executor:
+def get_executor(settings, run: CaseRunner | None = None, gpus: Sequence[str] = (), journal: Path | None = None,
+                 adopt: bool = True) -> Executor:
     """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml); ``gpus``: those a local
-    measured CUDA run spreads its job slots over (Slurm gives each task its own)."""
+    measured CUDA run spreads its job slots over (Slurm gives each task its own); ``journal``, ``adopt``:
+    where a Slurm executor writes down its jobs, and whether it may adopt an earlier run's
+    (:mod:`topk_bench.run.slurm_journal`)."""
     if settings.kind == "local":
         return LocalExecutor(jobs=settings.jobs, run=run, slots=devices.slot_environments(settings.jobs, gpus))
     if settings.kind == "slurm":
-        try:
-            from topk_bench.run import slurm  # optional: needs submitit
-        except ImportError as exc:
-            raise BadInput(f"slurm executor not available ({exc})", key="executor.kind") from None
-        return slurm.SlurmExecutor(settings)
+        return _slurm().SlurmExecutor(settings, journal=journal, adopt=adopt)
     raise BadInput(f"expected 'local' or 'slurm', got {settings.kind!r}", key="executor.kind")
+
+
+def _slurm():
+    try:
+        from topk_bench.run import slurm  # optional: needs submitit
+    except ImportError as exc:
+        raise BadInput(f"slurm executor not available ({exc})", key="executor.kind") from None
+    return slurm
+
+
+def check_requests(settings, cases: Sequence[Case]) -> None:
+    """Before a run touches anything: BadInput when the executor could never run a case (Slurm: a request
+    no node of the partition can satisfy, :func:`topk_bench.run.slurm_requests.check`)."""
+    if settings.kind == "slurm" and cases:
+        _slurm()
+        from topk_bench.run.slurm_requests import check
+
+        check(cases, settings)

@@ -81,6 +81,11 @@ def torch_threads(env: Mapping[str, str]) -> int | None:
     return threads
 
 
+def thread_variables(case: Case) -> dict[str, str]:
+    """The case's thread setting as the variables a child sets for itself (None: the environment's)."""
+    return {name: str(case.threads) for name in THREAD_VARIABLES} if case.threads else {}
+
+
 def _child_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = {**os.environ, **(extra or {})}
     # The child imports this checkout's packages even when they are not installed.
@@ -394,14 +399,14 @@ def _outcome(case: Case, child: _Child, result_path: Path, log_path: Path, timed
 
 def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, str] | None = None) -> Measurement:
     """Measure ``case`` in a new worker process (``python -m topk_bench.measure.worker``, forked from
-    the warm template); ``env`` adds variables for the child.
+    the warm template); ``env`` adds variables for the child, and the case's ``threads`` its thread settings.
 
     The time budget counts from the moment the child has started, so start-up
     does not eat into it. ``metadata`` gains ``child_startup_s`` and
     ``child_wall_s`` (parent-side wall time of the whole child).
     """
     budget = budget or Budget()
-    child_env = _child_env(env)
+    child_env = _child_env({**(env or {}), **thread_variables(case)})
     template = template_for(child_env)
     try:
         scratch = tempfile.TemporaryDirectory(prefix="topk-bench-case-")

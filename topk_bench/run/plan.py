@@ -136,7 +136,8 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, yes: bool 
                        "bench.toml", file=suite.path, key="max_cases")
     check_suite(suite, suite.path)
     cases = sweep.expand(suite, device=run.device, method=run.method, dtype=run.dtype, warmup=run.warmup,
-                         repeats=run.repeats)
+                         repeats=run.repeats, gpu=run.gpu or "", threads=run.threads, warmup_s=run.warmup_s,
+                         timer=run.timer, flush_l2=run.flush_l2)
     if run.profile:  # each case writes its profile where `topk-bench profile` would put it
         cases = [replace(c, profile=str(run.out_dir / PROFILE_DIR / c.case_id)) for c in cases]
     notes = ([capped] if capped else []) + list(run.notes)
@@ -208,14 +209,18 @@ def parameters_of(cases: list[Case]) -> list[str]:
 
 
 def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
-    """The result columns this run fills: the workspace when measured on CUDA, fidelity when the suite asks,
+    """The result columns this run fills: the workspace when measured or predicted on CUDA, the unmodelled ops when
+    predicted for CUDA, fidelity when the suite asks,
     its workloads' own, and the traffic and rate columns of workloads that state a cost model."""
     cuda = any(c.measured_on(DeviceKind.CUDA) for c in cases)
+    cuda_predicted = any(c.predicted and c.device_kind is DeviceKind.CUDA for c in cases)
     own = [c for name in dict.fromkeys(case.workload for case in cases) for c in workloads.lookup(name).columns]
     traffic = {c for case in cases for c in rates.names(workloads.traffic(case))}
     quality = tuple(c for kind in dict.fromkeys(suite.quality) for c in quality_columns(kind))
     compiled = any(not c.predicted and compiles(c) for c in cases)
-    return (((col.WORKSPACE_BYTES,) if cuda else ()) + ((col.COMPILE_S,) if compiled else ())
+    return (((col.WORKSPACE_BYTES,) if cuda or cuda_predicted else ())
+            + ((col.CUDA_UNMODELED_OPS,) if cuda_predicted else ())
+            + ((col.COMPILE_S,) if compiled else ())
             + (col.FIDELITY_COLUMNS if suite.fidelity else ()) + quality
             + tuple(dict.fromkeys(own)) + tuple(c for c in rates.COLUMNS if c in traffic))
 

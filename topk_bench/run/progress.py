@@ -110,6 +110,14 @@ class Reporter:
         if self._progress is not None:
             self._progress.update(self._task, description=what)
 
+    def waiting(self, line: str) -> None:
+        """How the cases do on an executor where they wait (``slurm: 3 pending (Resources), 1 running``):
+        the bar's description on a terminal, else a line of its own."""
+        if self._progress is not None:
+            self._progress.update(self._task, description=line)
+        elif self.enabled:
+            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+
     def finished(self, what: str, row: Mapping[str, Any]) -> None:
         self.done += 1
         status = row.get(col.STATUS, "")

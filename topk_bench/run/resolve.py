@@ -17,14 +17,15 @@ from typing import Any
 
 import torch
 
-from topk_bench import protocol
+from topk_bench import machine, protocol
 from topk_bench.errors import BadInput
 from topk_bench.machine import cores
+from topk_bench.results import trust
 from topk_bench.run import devices
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, check_flag
-from topk_bench.types import DeviceKind, DType, Method
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, WarmupSeconds, check_flag
+from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Timer
 
 DEVICE_CHOICES = ("auto", *DeviceKind.values())
 EXECUTOR_CHOICES = ("local", "slurm")
@@ -38,12 +39,18 @@ class Flags:
     predict: bool = False
     repeats: int | None = None
     warmup: int | None = None
+    warmup_s: float | None = None
+    timer: str | None = None
+    flush_l2: bool | None = None
     rounds: int | None = None
     max_memory_gib: float | None = None
     max_case_seconds: float | None = None
     executor: str | None = None
     jobs: int | str | None = None
+    threads: int | str | None = None
+    remeasure: str | tuple[str, ...] | None = None
     out: str | Path | None = None
+    gpu: str | None = None
     profile: bool = False
 
     def check(self) -> None:
@@ -51,6 +58,9 @@ class Flags:
         # The types of the suite's and bench.toml's keys (topk_bench.suite.values): the same rules, the flag named.
         check_flag("--repeats", self.repeats, AtLeastOne)
         check_flag("--warmup", self.warmup, AtLeastZero)
+        check_flag("--warmup-s", self.warmup_s, WarmupSeconds)
+        if self.timer is not None and self.timer not in Timer.cuda_choices():
+            raise BadInput(f"expected {' or '.join(Timer.cuda_choices())}, got {self.timer!r}", key="--timer")
         check_flag("--rounds", self.rounds, AtLeastOne)
         check_flag("--max-memory", self.max_memory_gib, GiB)
         check_flag("--max-case-seconds", self.max_case_seconds, Seconds)
@@ -58,7 +68,11 @@ class Flags:
             raise BadInput(f"expected local or slurm, got {self.executor!r}", key="--executor")
         if self.device is not None and self.device not in DEVICE_CHOICES:
             raise BadInput(f"expected auto, cpu or cuda, got {self.device!r}", key="--device")
+        if self.gpu is not None and self.gpu not in GpuModel.values():
+            raise BadInput(f"expected {' or '.join(GpuModel.values())}, got {self.gpu!r}", key="--gpu")
         jobs(self.jobs)
+        threads_value(self.threads, "--threads")
+        remeasure_flags(self.remeasure)
 
     @property
     def method(self) -> Method:
@@ -78,6 +92,27 @@ def jobs(value: int | str | None) -> int | None:
     return value
 
 
+def threads_value(value: int | str | None, key: str) -> int | str | None:
+    """A thread setting: a number, or ``auto`` (None: not given); the command line's text read as one."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        value = "auto" if text == "auto" else int(text) if text.isdigit() else value
+    check_flag(key, value, Threads)
+    return value
+
+
+def remeasure_flags(value: str | tuple[str, ...] | None) -> frozenset[str]:
+    """``--remeasure``: trust flags (``contended,busy,noisy``), comma-separated; empty when not given."""
+    if value is None:
+        return frozenset()
+    names = [v.strip() for v in (value.split(",") if isinstance(value, str) else value)]
+    unknown = [n for n in names if n not in trust.FLAGS]
+    if unknown or not names:
+        raise BadInput(f"expected trust flags among {', '.join(trust.FLAGS)}, comma-separated, got {value!r}",
+                       key="--remeasure")
+    return frozenset(names)
+
+
 def layered(name: str, flags: Flags | None, suite: Suite | None, settings: Settings | None) -> Any:
     """The one rule of precedence: the command line's value, else the suite's, else bench.toml's (None: none)."""
     for source in (flags, suite, settings):
@@ -95,8 +130,13 @@ class RunSettings:
     device: str                # "cpu" or "cuda": where cases run, or the device predicted for
     dtype: DType
     warmup: int
+    warmup_s: float            # the warm-up lasts at least this long too (ours)
     repeats: int
+    timer: Timer | None        # measured on CUDA: events (None: the default) or cudagraph; None elsewhere
+    flush_l2: bool             # the device's cache flushed between timed iterations (measured runs)
     rounds: int                # child processes per case, round-robin over the cases
+    threads: int               # intra-op CPU threads of each case (a prediction: 1)
+    remeasure: frozenset[str]  # trust flags whose rows run again (--remeasure); empty: resume as usual
     max_memory_gib: float      # the memory budget asked (the plan caps it to what the device has)
     max_case_seconds: float
     max_cases: int
@@ -104,6 +144,7 @@ class RunSettings:
     gpus: tuple[str, ...]      # a measured CUDA run on the local executor: the GPUs its job slots spread over
     out_dir: Path
     notes: tuple[str, ...]     # what the run says before it starts about how these were resolved
+    gpu: GpuModel | None = None  # a CUDA prediction: the GPU it models (--gpu, default sm90); None otherwise
     profile: bool = False      # each case also writes its profile, to out_dir/profile/<case_id>/
 
     @property
@@ -130,7 +171,8 @@ def device(requested: str, predict: bool = False) -> str:
 def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, int, int, list[str]]:
     """(warmup, repeats, rounds, notes): what the protocol fixes, else the layers' values."""
     fixed = protocol.lookup(suite.protocol)
-    for flag, setting in (("--warmup", "warmup"), ("--repeats", "repeats")):
+    for flag, setting in (("--warmup", "warmup"), ("--repeats", "repeats"), ("--warmup-s", "warmup_s"),
+                          ("--timer", "timer"), ("--flush-l2", "flush_l2")):
         problem = protocol.fixed_value_problem(suite.protocol, setting, getattr(flags, setting))
         if problem:
             raise BadInput(problem, key=flag)
@@ -145,6 +187,22 @@ def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, in
         notes.append(f"rounds = {rounds}: a prediction is exact, each case is predicted once")
         rounds = 1
     return warmup, repeats, rounds, notes
+
+
+def _timing(suite: Suite, flags: Flags, settings: Settings, device_: str) -> tuple[float, Timer | None, bool, list[str]]:
+    """(warmup_s, timer, flush_l2, notes): how a measured case is timed. A prediction times nothing (its memory
+    is the eager iterations', whatever the timer); the CPU has one timer, perf_counter."""
+    fixed = protocol.lookup(suite.protocol)
+    warmup_s = fixed.warmup_s if fixed.warmup_s is not None else layered("warmup_s", flags, suite, settings)
+    asked = layered("timer", flags, suite, None)
+    flush = bool(layered("flush_l2", flags, suite, None))
+    if flags.predict:
+        return warmup_s, None, False, []
+    if DeviceKind(device_) is DeviceKind.CPU:
+        notes = [f"timer = {asked}: a CUDA timer; the CPU times each iteration with perf_counter"] \
+            if asked == Timer.CUDAGRAPH else []
+        return warmup_s, None, flush, notes
+    return warmup_s, Timer(asked) if asked else None, flush, []
 
 
 def _executor(settings: Settings, flags: Flags, device_: str) -> tuple[ExecutorSettings, tuple[str, ...], list[str]]:
@@ -184,18 +242,50 @@ def _spread_over_gpus(executor: ExecutorSettings, notes: list[str]) -> tuple[Exe
     return executor, gpus, notes
 
 
+def predicted_gpu(flags: Flags, device_: str) -> GpuModel | None:
+    """The GPU a CUDA prediction models; ``--gpu`` anywhere else is bad input (a measured run reads its own)."""
+    if not (flags.predict and DeviceKind(device_) is DeviceKind.CUDA):
+        if flags.gpu is not None:
+            raise BadInput("names the GPU a CUDA prediction models: give it with --predict --device cuda", key="--gpu")
+        return None
+    return GpuModel(flags.gpu) if flags.gpu is not None else DEFAULT_GPU
+def _threads(settings: Settings, suite: Suite, flags: Flags, executor: ExecutorSettings) -> tuple[int, list[str]]:
+    """(threads of each case, notes). A prediction computes nothing: one. ``auto``: on Slurm the CPUs a job
+    is given (``cpus_per_task``); here, the cores other processes are not keeping busy now, shared by the
+    job slots, so that a measured run does not oversubscribe a shared machine."""
+    if flags.predict:
+        return 1, []
+    asked = threads_value(layered("threads", flags, suite, settings), "threads")
+    if asked != "auto":
+        return asked, []
+    if executor.kind == "slurm":
+        return executor.cpus_per_task, [f"threads = auto: {executor.cpus_per_task} per case (cpus_per_task of "
+                                         "bench.toml's [executor], what each Slurm job is given)"]
+    busy = machine.busy_now()
+    free = machine.free_cores(busy)
+    threads = max(1, free // executor.jobs)
+    seen = f"{busy:.1f} of {cores()} cores kept busy by other processes" if busy is not None else "load unknown"
+    slots = f", shared by {executor.jobs} jobs" if executor.jobs > 1 else ""
+    return threads, [f"threads = auto: {threads} per case ({seen}{slots}; --threads N to choose)"]
+
+
 def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     """Every setting of the run, each from the command line, else the suite, else bench.toml; BadInput when
     they contradict each other (a value the suite's protocol fixes)."""
     flags.check()
     device_ = device(flags.device or settings.device, flags.predict)
+    gpu = predicted_gpu(flags, device_)
     warmup, repeats, rounds, notes = _iterations(suite, flags, settings)
+    warmup_s, timer, flush_l2, timing_notes = _timing(suite, flags, settings, device_)
     executor, gpus, executor_notes = _executor(settings, flags, device_)
+    threads, thread_notes = _threads(settings, suite, flags, executor)
     out = Path(flags.out) if flags.out is not None else settings.path(settings.results_dir)
     return RunSettings(
         method=flags.method, device=device_, dtype=DType(layered("dtype", None, suite, settings)),
-        warmup=warmup, repeats=repeats, rounds=rounds, max_memory_gib=layered("max_memory_gib", flags, suite, settings),
+        warmup=warmup, warmup_s=warmup_s, repeats=repeats, timer=timer, flush_l2=flush_l2, rounds=rounds,
+        threads=threads, remeasure=remeasure_flags(flags.remeasure),
+        max_memory_gib=layered("max_memory_gib", flags, suite, settings),
         max_case_seconds=layered("max_case_seconds", flags, suite, settings),
         max_cases=layered("max_cases", None, suite, settings), executor=executor, gpus=gpus, out_dir=out,
-        notes=(*notes, *executor_notes), profile=flags.profile,
+        notes=(*notes, *timing_notes, *executor_notes, *thread_notes), gpu=gpu, profile=flags.profile,
     )

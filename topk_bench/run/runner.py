@@ -21,7 +21,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import filelock
 
@@ -32,17 +32,18 @@ from topk_bench.measure import metadata
 from topk_bench.results import store
 from topk_bench.results import trust
 from topk_bench.results.row import make_row
-from topk_bench.run.executors import Executor, get_executor
+from topk_bench.run.executors import Executor, check_requests, get_executor
 from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
 from topk_bench.run.progress import Reporter, summary
-from topk_bench.run.resume import Resume, notes as resume_notes, what_runs
+from topk_bench.run.resume import Resume, notes as resume_notes, remeasured, what_runs
 from topk_bench.status import STOPPING, Status
 from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
 from topk_bench.results import columns as col
 
 POLL_S = 0.05
+PROGRESS_EVERY_S = 2.0
 
 
 @dataclass
@@ -114,19 +115,45 @@ class _Rounds:
 
 
 def pooled(rounds: list[Measurement]) -> Measurement:
-    """One measurement of a case's rounds: every round's times, the largest peaks, the load from first to last."""
+    """One measurement of a case's rounds: every round's times, the largest peaks, the load from first to last,
+    the contention of the worst round."""
     first, last = rounds[0], rounds[-1]
 
     def most(name: str) -> int | None:
         values = [getattr(m, name) for m in rounds if getattr(m, name) is not None]
         return max(values) if values else None
 
-    steal = [m.metadata.get(col.STEAL) for m in rounds if m.metadata.get(col.STEAL) is not None]
-    metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END), **({col.STEAL: max(steal)} if steal else {})}
+    metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END)}
+    for key, worst in trust.WORST_OF_ROUNDS.items():  # the machine as the worst round saw it
+        values = [m.metadata.get(key) for m in rounds if m.metadata.get(key) is not None]
+        if values:
+            metadata[key] = worst(values)
     return replace(first, times_s=[t for m in rounds for t in m.times_s],
                    fwd_times_s=[t for m in rounds for t in m.fwd_times_s],
                    bwd_times_s=[t for m in rounds for t in m.bwd_times_s],
                    peak_bytes=most(col.PEAK_BYTES), reserved_bytes=most(col.RESERVED_BYTES), metadata=metadata)
+
+
+class _Watch:
+    """While cases wait on an executor that can say how they do (Slurm): its line when it changes (at most
+    every :data:`PROGRESS_EVERY_S`), and the end of the run when it says they cannot go on."""
+
+    def __init__(self, executor: Executor, reporter: Reporter):
+        self.progress = getattr(executor, "progress", None)
+        self.stuck = getattr(executor, "stuck", None)
+        self.reporter = reporter
+        self.shown, self.at = "", float("-inf")
+
+    def check(self) -> None:
+        if self.stuck is not None:
+            problem = self.stuck()
+            if problem:
+                raise BadInput(problem, key="executor")
+        if self.progress is not None and time.monotonic() - self.at >= PROGRESS_EVERY_S:
+            line = self.progress()
+            if line != self.shown:
+                self.reporter.waiting(line)
+                self.shown, self.at = line, time.monotonic()
 
 
 def _run_rounds(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
@@ -157,6 +184,7 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
     batch = bool(getattr(executor, "prefers_batches", False))  # e.g. Slurm: one array, cancel what is not needed
     waiting = list(todo)
     running: list[tuple[Case, Any]] = []
+    watch = _Watch(executor, writer.reporter)
 
     def skip_larger(than: Case, status: str) -> None:
         nonlocal waiting
@@ -193,6 +221,7 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
             if measurement.status in STOPPING and skip_rule:
                 skip_larger(case, measurement.status)
         if not finished:
+            watch.check()
             time.sleep(POLL_S)
 
 
@@ -220,17 +249,9 @@ def _left_out_note(table: store.Table) -> str:
     return f"left out {table.dropped[0]}{more}; a case without a valid row runs again"
 
 
-def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
-        executor_obj: Executor | None = None, yes: bool = False, **overrides: Any) -> RunResult:
-    """Run (or resume) a suite; ``overrides`` are :func:`~.plan.plan`'s keyword arguments.
-
-    A suite of more cases than ``max_cases`` is bad input unless ``yes``.
-    Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
-    """
-    started = time.monotonic()
-    the_plan = plan(suite_path, yes=yes, **overrides)
-    csv_path = the_plan.csv_path
-    _existing(csv_path)  # a damaged file is refused before any file is touched
+@contextlib.contextmanager
+def _locked(csv_path: Path) -> Iterator[None]:
+    """Hold the suite's lock (``OUT/.<suite>.csv.lock``): one run writes a file at a time."""
     try:
         csv_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -242,8 +263,54 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         raise BadInput("another topk-bench run is writing this file; wait for it or use --out", file=csv_path) from None
     except OSError as exc:
         raise file_error(exc, "cannot create the lock file") from None
-    ids = {c.case_id for c in the_plan.cases}
     try:
+        yield
+    finally:
+        lock.release()
+
+
+def journal_path(csv_path: Path) -> Path:
+    """Where a Slurm run writes down its jobs for the next run (``OUT/.<suite>.slurm-jobs.jsonl``)."""
+    return csv_path.with_name(f".{csv_path.stem}.slurm-jobs.jsonl")
+
+
+def history_path(csv_path: Path) -> Path:
+    """Where ``--remeasure`` keeps the rows it measures again: ``OUT/history/<suite>.csv`` (a results CSV
+    of its own, which a reader of ``OUT`` does not mix with the current rows)."""
+    return csv_path.parent / "history" / csv_path.name
+
+
+def _what_runs(the_plan: Plan, table: store.Table, resume: bool) -> Resume:
+    """Which cases run (resume, ``--no-resume`` or ``--remeasure``). The rows they replace stay until each
+    case has a new one (:func:`run` drops them then); ``--remeasure`` first copies them into the history."""
+    csv_path, cases = the_plan.csv_path, the_plan.cases
+    if the_plan.settings.remeasure:
+        chosen = remeasured(cases, table.rows, the_plan.settings.remeasure)
+        store.copy_rows(csv_path, history_path(csv_path), {c.case_id for c in chosen.remeasured})
+        return chosen
+    # --no-resume: every case of this run is measured again (rows of other devices and methods stay).
+    ids = {c.case_id for c in cases}
+    rows = table.rows if resume else [r for r in table.rows if r[col.CASE_ID] not in ids]
+    return what_runs(cases, rows, the_plan.budget, list(the_plan.suite.sweep))
+
+
+def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
+        executor_obj: Executor | None = None, yes: bool = False, **overrides: Any) -> RunResult:
+    """Run (or resume) a suite; ``overrides`` are :func:`~.plan.plan`'s keyword arguments.
+
+    A suite of more cases than ``max_cases`` is bad input unless ``yes``.
+    Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
+    """
+    started = time.monotonic()
+    the_plan = plan(suite_path, yes=yes, **overrides)
+    if the_plan.settings.remeasure and not resume:
+        raise BadInput("re-runs the flagged rows, --no-resume every row: choose one", key="--remeasure")
+    csv_path = the_plan.csv_path
+    _existing(csv_path)  # a damaged file is refused before any file is touched
+    if executor_obj is None:
+        check_requests(the_plan.executor, the_plan.cases)  # Slurm: a request no node can satisfy, before any job
+    ids = {c.case_id for c in the_plan.cases}
+    with _locked(csv_path):
         try:
             fileio.write_atomic(the_plan.meta_path, (json.dumps(meta(the_plan), indent=2) + "\n").encode())
             if csv_path.exists():  # an earlier run measuring cases again was killed before it tidied up
@@ -251,29 +318,35 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
         table = _existing(csv_path)  # again, under the lock
-        # --no-resume: every case of this run is measured again (rows of other devices and methods stay).
-        rows = table.rows if resume else [r for r in table.rows if r[col.CASE_ID] not in ids]
-        plan_resume: Resume = what_runs(the_plan.cases, rows, the_plan.budget, list(the_plan.suite.sweep))
+        plan_resume = _what_runs(the_plan, table, resume)
         try:
-            written = _measure(the_plan, plan_resume, table, executor_obj, progress)
+            written = _measure(the_plan, plan_resume, table, executor_obj, progress, adopt=resume)
         finally:  # the old rows of cases measured again go once they have new ones: an interrupted run loses none
             with contextlib.suppress(OSError, BadInput):  # (if this fails, readers take the newest row anyway)
                 store.drop_superseded(csv_path, plan_resume.replaced if resume else ids)
         in_file = collections.Counter(r[col.STATUS] for r in store.read_rows(csv_path) if r[col.CASE_ID] in ids)
         return RunResult(the_plan, written, in_file, time.monotonic() - started, resume_notes(plan_resume))
-    finally:
-        lock.release()
+
+
+def _remeasure_note(the_plan: Plan, chosen: Resume) -> list[str]:
+    flags = the_plan.settings.remeasure
+    if not flags:
+        return []
+    return [f"--remeasure {','.join(sorted(flags))}: {len(chosen.remeasured)} flagged case(s) measured again, "
+            f"their old rows (and samples) copied to {history_path(the_plan.csv_path)}, each dropped here once "
+            "its case has a new row; every other row kept"]
 
 
 def _measure(the_plan: Plan, plan_resume: Resume, table: store.Table, executor_obj: Executor | None,
-             progress: bool) -> collections.Counter:
-    """Run the cases resume left to do, one row each as it ends; the statuses of the rows written."""
+             progress: bool, *, adopt: bool) -> collections.Counter:
+    """Run the cases resume left to do, one row each as it ends; the statuses of the rows written. ``adopt``:
+    Slurm jobs an earlier run of these cases left running are taken over (resume of a one-round run)."""
     todo, stoppers = plan_resume.todo, plan_resume.stoppers
     size = size_note(the_plan, len(todo))
     reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
     with reporter:
-        for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else []),
-                     *filter(None, [busy_note(the_plan)])]:
+        for note in [size, *the_plan.notes, *_remeasure_note(the_plan, plan_resume),
+                     *([_left_out_note(table)] if table.dropped else []), *filter(None, [busy_note(the_plan)])]:
             reporter.note(note)
         writer = _Writer(the_plan, reporter)
         if the_plan.settings.predicted:
@@ -283,7 +356,9 @@ def _measure(the_plan: Plan, plan_resume: Resume, table: store.Table, executor_o
                     todo.remove(case)
                     writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
         if todo:
-            executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
+            executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus,
+                                                    journal=journal_path(the_plan.csv_path),
+                                                    adopt=adopt and the_plan.rounds == 1)
             try:
                 _run_rounds(the_plan, todo, stoppers, executor, writer)
             finally:

@@ -1,36 +1,42 @@
 """Run cases as jobs on a Slurm cluster through submitit (``--executor slurm``).
 
-Each ``submit`` call becomes one job array (one array task per case). A task
-runs ``run_in_job``, which measures its case through the same entry point as
-the local executor (``topk_bench.run.launcher.run_isolated``: a child process per
-case, forked from a warm template on the node), so a crash or a per-case
-timeout inside the job is a normal ``Measurement`` returned through submitit's
-result pickle, exactly as locally.
-When the job itself dies (cancelled, node failure, killed for memory or for
-Slurm's time limit) there is no result pickle: the handle turns the job's final
-Slurm state into a ``crashed`` or ``timeout`` Measurement whose ``error`` holds
-the tail of the job's log.
+Each ``submit`` call becomes one job array per kind of request (one array task per case): a case asks
+what it needs (:mod:`.slurm_requests`: one CPU for a prediction, its threads for a measurement, its
+GPU on CUDA), checked against the partition before the run submits anything. A task runs
+``run_in_job``, which measures its case through the same entry point as the local executor
+(``topk_bench.run.launcher.run_isolated``: a child process per case, forked from a warm template on
+the node), so a crash or a per-case timeout inside the job is a normal ``Measurement`` returned
+through submitit's result pickle, exactly as locally.
+
+When the job itself ends without a result, the handle turns its final Slurm state into a row
+(:data:`.slurm_jobs.ENDED_AS`): ``cancelled`` (scancel), ``preempted``, ``lost`` (its node failed, or
+Slurm forgot it), ``timeout`` (Slurm's time limit), else ``crashed``, its ``error`` holding the tail
+of the job's log; a resume runs the first three again. Jobs are never requeued by Slurm
+(``--no-requeue``), so no case runs twice behind the run's back. While jobs wait, the executor says
+how many pend and run and why (:meth:`SlurmExecutor.progress`), and a reason that will not clear
+(:meth:`SlurmExecutor.stuck`) ends the run. Submitted jobs are written down (:mod:`.slurm_journal`)
+so that a run killed without cleaning up leaves them to the next run, which adopts or cancels them.
 
 The parent only submits, polls and collects: it stays the only writer of the CSV.
-Job states come from ``squeue`` (which also lists recently finished jobs, for
-``MinJobAge`` seconds), and from ``sacct`` for jobs ``squeue`` has forgotten,
-so the executor works on clusters without accounting (``sacct`` disabled).
 """
 
 from __future__ import annotations
 
+import collections
 import os
-import subprocess
-import threading
+import secrets
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
 from topk_bench.run.launcher import CaseRunner, run_isolated
-from topk_bench.status import Status
-from topk_bench.types import DeviceKind
+from topk_bench.run import slurm_jobs
+from topk_bench.run.slurm_jobs import ACTIVE_STATES, ENDED_AS, JobStates, command
+from topk_bench.run.slurm_journal import Entry, Journal
+from topk_bench.run.slurm_requests import request, sbatch_parameters
+from topk_bench.status import INTERRUPTED, Status
 
 try:  # optional dependency; get_executor turns this ImportError into one line of bad input
     import submitit
@@ -38,19 +44,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(f"submitit is not installed ({exc}); pip install 'topk-bench[slurm]'") from exc
 
 
-# Slurm states in which a job may still produce its result.
-ACTIVE_STATES = frozenset({
-    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-    "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD",
-})
-TIMEOUT_STATES = frozenset({"TIMEOUT", "DEADLINE"})
 # Default MaxArraySize is 1001: larger suites are split into several arrays.
 MAX_ARRAY = 1000
 LOG_TAIL_CHARS = 2000
-# A submitted job that squeue and sacct never list within this time is given up as lost.
-NEVER_SEEN_S = 120.0
-# submitit requeues a preempted job; one still PREEMPTED after this long will not come back.
-REQUEUE_GRACE_S = 120.0
+# What a row of a job that ended without a result says of it, by the status it becomes.
+ENDED_HOW = {
+    Status.CANCELLED: "was cancelled (scancel) before it ended", Status.PREEMPTED: "was preempted",
+    Status.LOST: "was lost (with its node, or Slurm forgot it)", Status.TIMEOUT: "reached Slurm's time limit (timeout_min)",
+}
 
 
 def run_in_job(case_json: str, budget_json: str, run: CaseRunner | None = None) -> str:
@@ -73,92 +74,6 @@ def _job_id_from_env() -> str:
     return os.environ.get("SLURM_JOB_ID", "")
 
 
-class JobStates:
-    """Slurm state of submitted jobs, refreshed at most every ``poll_s`` seconds
-    with one ``squeue`` call for all of them (thousands of ``done()`` calls
-    must not become thousands of commands)."""
-
-    def __init__(self, poll_s: float = 1.0):
-        self.poll_s = poll_s
-        self._states: dict[str, str] = {}
-        self._watched: dict[str, float] = {}  # job id -> when submitted
-        self._last = float("-inf")
-        self._lock = threading.Lock()
-
-    def watch(self, job_ids: Iterable[str]) -> None:
-        with self._lock:
-            now = time.monotonic()
-            self._watched.update((job_id, now) for job_id in job_ids)
-            self._last = float("-inf")
-
-    def forget(self, job_id: str) -> None:
-        with self._lock:
-            self._watched.pop(job_id, None)
-
-    def get(self, job_id: str, refresh: bool = False) -> str:
-        """The job's state, ``UNKNOWN`` if Slurm knows nothing of it (yet or anymore)."""
-        with self._lock:
-            if refresh or time.monotonic() - self._last >= self.poll_s:
-                self._refresh()
-            return self._states.get(job_id, "UNKNOWN")
-
-    def _refresh(self) -> None:
-        self._last = time.monotonic()
-        pending = {j for j in self._watched if self._states.get(j, "UNKNOWN") in ACTIVE_STATES | {"UNKNOWN"}}
-        if not pending:
-            return
-        arrays = sorted({j.split("_")[0] for j in pending})
-        found = _squeue(arrays)
-        if found is None:  # controller unreachable: keep what we knew, ask again later
-            return
-        missing = [j for j in pending if j not in found]
-        if missing:
-            found.update(_sacct(sorted({j.split("_")[0] for j in missing})))
-        for job_id in pending:
-            # A whole array ended before its tasks were split (e.g. cancelled while pending) is one record "123".
-            state = found.get(job_id) or found.get(job_id.split("_")[0])
-            if state:
-                self._states[job_id] = state
-            elif self._states.get(job_id) in ACTIVE_STATES or self._last - self._watched[job_id] > NEVER_SEEN_S:
-                # Purged before we saw it end (no accounting), or never listed at all.
-                self._states[job_id] = "VANISHED"
-
-
-def _run(command: list[str]) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
-def _parse_states(text: str) -> dict[str, str]:
-    states = {}
-    for line in text.splitlines():
-        job_id, _, state = line.strip().partition("|")
-        if job_id and state and "." not in job_id:  # skip job steps (123.batch)
-            # sacct prints "CANCELLED by 0"; squeue prints "CANCELLED".
-            states[job_id] = state.split()[0].rstrip("+")
-    return states
-
-
-def _squeue(array_ids: Sequence[str]) -> dict[str, str] | None:
-    """States of the array tasks of ``array_ids`` (``-r``: one line per task, pending ones too)."""
-    proc = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(array_ids)])
-    if proc is None:
-        return None
-    if proc.returncode != 0:
-        # All ids unknown to the controller (purged after MinJobAge) is an answer, not a failure.
-        return {} if "Invalid job id" in proc.stderr else None
-    return _parse_states(proc.stdout)
-
-
-def _sacct(array_ids: Sequence[str]) -> dict[str, str]:
-    proc = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(array_ids)])
-    if proc is None or proc.returncode != 0:  # e.g. "Slurm accounting storage is disabled"
-        return {}
-    return _parse_states(proc.stdout)
-
-
 def log_tail(job, limit: int = LOG_TAIL_CHARS) -> str:
     """The end of the job's stderr (where tracebacks, srun and Slurm's own kill
     messages go), or of its stdout when stderr is empty."""
@@ -173,7 +88,7 @@ def log_tail(job, limit: int = LOG_TAIL_CHARS) -> str:
 
 
 class SlurmHandle:
-    """One case = one array task."""
+    """One case = one array task (submitted by this run, or adopted from an earlier one)."""
 
     def __init__(self, job, states: JobStates, settle_s: float = 10.0):
         self.job = job
@@ -197,12 +112,9 @@ class SlurmHandle:
         if state in ACTIVE_STATES or state == "UNKNOWN":
             self._ended_at = None
             return False
-        if state in ("COMPLETED", "PREEMPTED"):
-            # COMPLETED: the result pickle is on its way through the shared filesystem (or never comes).
-            # PREEMPTED: submitit is about to requeue it.
+        if state == "COMPLETED":  # the result pickle is on its way through the shared filesystem (or never comes)
             self._ended_at = self._ended_at or time.monotonic()
-            grace = self._settle_s if state == "COMPLETED" else REQUEUE_GRACE_S
-            return time.monotonic() - self._ended_at > grace
+            return time.monotonic() - self._ended_at > self._settle_s
         return True
 
     def result(self) -> Measurement:
@@ -226,8 +138,10 @@ class SlurmHandle:
                 return Measurement(status=status, error=f"{type(exc).__name__}: {str(exc)[-LOG_TAIL_CHARS:]}",
                                    metadata=meta)
         state = self._states.get(self.job_id, refresh=True)
-        status = Status.TIMEOUT if state in TIMEOUT_STATES else Status.CRASHED
-        return Measurement(status=status, error=f"slurm job {self.job_id} ended {state} without a result; "
+        status = ENDED_AS.get(state, Status.CRASHED)
+        how = ENDED_HOW.get(status, "ended")
+        again = "; a resume runs it again" if status in INTERRUPTED else ""
+        return Measurement(status=status, error=f"slurm job {self.job_id} {how} ({state}) without a result{again}; "
                                                 f"log tail:\n{log_tail(self.job)}", metadata=meta)
 
     def cancel(self) -> bool:
@@ -237,7 +151,7 @@ class SlurmHandle:
             return True
         if self.done() or self._states.get(self.job_id, refresh=True) != "PENDING":
             return False
-        _run(["scancel", self.job_id])
+        command(["scancel", self.job_id])
         # A pending array task cancelled before Slurm split it off leaves no record (VANISHED).
         # If it started in between, it ran for a moment at most: still never measured.
         if self._states.get(self.job_id, refresh=True) in ("CANCELLED", "VANISHED") and not self._has_result():
@@ -247,90 +161,124 @@ class SlurmHandle:
         return False
 
 
-def needs_gpu(case: Case) -> bool:
-    """Whether the case's job must be given a GPU: measured on CUDA. Predicting and CPU cases need none
-    (and a cluster without GPUs configured refuses a job that asks for one)."""
-    return case.measured_on(DeviceKind.CUDA)
-
-
-def sbatch_parameters(settings, *, gpu: bool) -> dict[str, Any]:
-    """submitit's SlurmExecutor parameters from ``ExecutorSettings`` (``[executor]`` of bench.toml).
-
-    ``timeout_min`` is the Slurm time limit of each case's job: a backstop above
-    the per-case budget, which the child process in the job enforces as locally.
-    ``gpus_per_node`` is asked for only when ``gpu`` (the jobs' cases run on CUDA: :func:`needs_gpu`).
-    """
-    params: dict[str, Any] = {
-        "job_name": "topk-bench",
-        "time": settings.timeout_min,
-        "nodes": 1,
-        "ntasks_per_node": 1,
-        "cpus_per_task": settings.cpus_per_task,
-        "mem": f"{max(1, int(settings.mem_gb * 1024))}M",
-        "array_parallelism": settings.array_parallelism,
-        # submitit's warning signal before the time limit; it must come well after the
-        # start, or submitit believes the job timed out at once.
-        "signal_delay_s": min(90, settings.timeout_min * 15),
-    }
-    if settings.partition:
-        params["partition"] = settings.partition
-    if gpu and settings.gpus_per_node:
-        params["gpus_per_node"] = settings.gpus_per_node
-    if settings.extra_sbatch:
-        # {"account": "abc", "exclusive": true} -> #SBATCH --account=abc / --exclusive
-        params["additional_parameters"] = {k.replace("-", "_"): v for k, v in settings.extra_sbatch.items()}
-    return params
-
-
 class SlurmExecutor:
-    """Submits cases as Slurm job arrays with submitit; see the module docstring."""
+    """Submits cases as Slurm job arrays with submitit; see the module docstring.
+
+    Its jobs are named ``topk-bench-<token>`` and log into ``log_dir/run-<token>/<job>/`` (``token``: this
+    executor's own), so that a journal's job is told apart from another job that reuses its id.
+    ``journal``: where submitted jobs are written down (:mod:`.slurm_journal`); ``adopt``: whether jobs an
+    earlier run left there may be adopted (not after ``--no-resume``, nor with rounds: then they are
+    only cancelled).
+    """
 
     # The runner then submits the whole suite as one array and cancels (pending) larger
     # sizes after a failure, instead of submitting one size at a time.
     prefers_batches = True
 
-    def __init__(self, settings, run: CaseRunner | None = None, poll_s: float = 1.0):
+    def __init__(self, settings, run: CaseRunner | None = None, poll_s: float = 1.0, journal: Path | None = None,
+                 adopt: bool = True, stuck_after_s: float = slurm_jobs.STUCK_AFTER_S):
         if not settings.log_dir:
             raise BadInput("expected a log folder shared with the compute nodes", key="executor.log_dir")
         self.settings = settings
-        self.folder = Path(settings.log_dir).resolve()
+        token = secrets.token_hex(4)
+        self.name = f"topk-bench-{token}"
+        self.folder = Path(settings.log_dir).resolve() / f"run-{token}"
         self._run = run  # pickled into each job: a module-level function importable on the nodes
-        self._states = JobStates(poll_s)
+        self._states = JobStates(poll_s, stuck_after_s)
         self._handles: list[SlurmHandle] = []
+        self._journal = Journal(journal) if journal is not None else None
+        self._left = list(self._journal.found) if self._journal is not None else []  # an earlier run's jobs
+        self._left_states: dict[str, tuple[str, str]] | None = None  # (state, name) of those, asked once
+        self._adopt = adopt
 
     def submit(self, cases: Sequence[Case], budget: Budget) -> list[SlurmHandle]:
-        """One job array per kind of case (GPU or not: :func:`needs_gpu`), handles in the order of ``cases``."""
+        """Handles in the order of ``cases``: an earlier run's job of the same case and budget where one is
+        still alive or finished with a result, else a new array task (one array per kind of request)."""
         if not cases:
             return []
         budget_json = budget.to_json()
-        handles: list[SlurmHandle | None] = [None] * len(cases)
-        for gpu in (False, True):
-            indices = [i for i, case in enumerate(cases) if needs_gpu(case) == gpu]
-            if not indices:
-                continue
-            executor = submitit.SlurmExecutor(folder=self.folder / "%j")
-            executor.update_parameters(**sbatch_parameters(self.settings, gpu=gpu))
+        handles: list[SlurmHandle | None] = [self._adopted(case.to_json(), budget_json) for case in cases]
+        self._cancel_left()  # the runner submits every case it has at once: what was not adopted now, never is
+        by_request = collections.defaultdict(list)
+        for i, case in enumerate(cases):
+            if handles[i] is None:
+                by_request[request(case, self.settings)].append(i)
+        for asked, indices in sorted(by_request.items()):
             for start in range(0, len(indices), MAX_ARRAY):
                 chunk = indices[start:start + MAX_ARRAY]
-                try:
-                    jobs = executor.map_array(run_in_job, [cases[i].to_json() for i in chunk],
-                                              [budget_json] * len(chunk), [self._run] * len(chunk))
-                except Exception as exc:  # sbatch refused (bad partition, no controller...): a user-facing problem
-                    lines = str(exc).strip().splitlines() or [type(exc).__name__]
-                    raise BadInput(f"sbatch refused the jobs ({lines[-1].removeprefix('sbatch: error: ')}); check "
-                                   "partition, gpus_per_node, cpus_per_task, mem_gb and timeout_min",
-                                   key="executor") from None
-                for i, job in zip(chunk, jobs):
+                for i, job in zip(chunk, self._submit_array(asked, [cases[i].to_json() for i in chunk], budget_json)):
                     handles[i] = SlurmHandle(job, self._states)
         submitted = [h for h in handles if h is not None]
         self._states.watch(h.job_id for h in submitted)
         self._handles.extend(submitted)
         return submitted
 
+    def _submit_array(self, asked, case_jsons: list[str], budget_json: str) -> list:
+        pattern = self.folder / "%j"
+        executor = submitit.SlurmExecutor(folder=pattern)
+        executor.update_parameters(**sbatch_parameters(self.settings, asked, self.name))
+        try:
+            jobs = executor.map_array(run_in_job, case_jsons, [budget_json] * len(case_jsons),
+                                      [self._run] * len(case_jsons))
+        except Exception as exc:  # sbatch refused (bad partition, no controller...): a user-facing problem
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            raise BadInput(f"sbatch refused the jobs ({lines[-1].removeprefix('sbatch: error: ')}); check "
+                           "partition, gpus_per_node, cpus_per_task, mem_gb and timeout_min",
+                           key="executor") from None
+        if self._journal is not None:
+            self._journal.add(Entry(job.job_id, self.name, str(pattern), case, budget_json)
+                              for job, case in zip(jobs, case_jsons))
+        return jobs
+
+    def _left_state(self, entry: Entry) -> str:
+        """The state of an earlier run's job, "" unless it is that job (its name) and Slurm still knows it."""
+        if self._left_states is None:
+            self._left_states = slurm_jobs.names(sorted({e.job_id.split("_")[0] for e in self._left})) if self._left else {}
+        state, name = self._left_states.get(entry.job_id, ("", ""))
+        return state if name == entry.name else ""
+
+    def _adopted(self, case_json: str, budget_json: str) -> SlurmHandle | None:
+        """A handle on an earlier run's job of this case and budget, if one may still give its result."""
+        if not self._adopt:
+            return None
+        for entry in [e for e in self._left if e.key == (case_json, budget_json)]:
+            handle = SlurmHandle(submitit.SlurmJob(folder=entry.folder, job_id=entry.job_id), self._states)
+            if handle._has_result() or self._left_state(entry) in ACTIVE_STATES:
+                self._left.remove(entry)
+                return handle
+        return None
+
+    def _cancel_left(self) -> None:
+        """Cancel the earlier run's jobs not adopted that are still alive (they would compete with ours)."""
+        alive = [e.job_id for e in self._left if self._left_state(e) in ACTIVE_STATES]
+        for start in range(0, len(alive), 500):
+            command(["scancel", *alive[start:start + 500]])
+        self._left.clear()
+
+    def progress(self) -> str:
+        """What the jobs do now, for the progress line: ``slurm: 3 pending (Resources), 1 running``."""
+        pending, running, reasons = self._states.counts()
+        why = ", ".join(reason + (f" x{n}" if n > 1 else "") for reason, n in reasons.most_common(2))
+        return f"slurm: {pending} pending" + (f" ({why})" if why else "") + f", {running} running"
+
+    def stuck(self) -> str | None:
+        """Why the run cannot go on (a job waits for a reason that does not clear), or None."""
+        found = self._states.stuck()
+        if found is None:
+            return None
+        job_id, reason = found
+        partition = self.settings.partition or "the default partition"
+        return (f"slurm job {job_id} cannot start: it waits for {reason!r} ({partition}), which does not clear by "
+                "itself; the rows already written are kept, a resume runs the rest")
+
     def close(self) -> None:
-        """Cancel every job not finished: after Ctrl-C nobody would collect their results,
-        and a cluster allocation left running is wasted (a re-run resumes them)."""
+        """Cancel every job not finished (after Ctrl-C nobody would collect their results, and a
+        cluster allocation left running is wasted: a re-run resumes them), and the jobs an earlier run
+        left that this one did not adopt; the journal goes."""
         unfinished = [h.job_id for h in self._handles if not h.done()]
         for start in range(0, len(unfinished), 500):
-            _run(["scancel", *unfinished[start:start + 500]])
+            command(["scancel", *unfinished[start:start + 500]])
+        self._cancel_left()
         self._handles.clear()
+        if self._journal is not None:
+            self._journal.remove()

@@ -114,6 +114,15 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
         entries.append((spec, impl))
         _check_use(impl, activation, causal, path, key)
         _check_options(impl, entry.options, path, key, suite.protocol)
+        if entry.compile_mode is not None and not entry.compile:
+            raise BadInput("compile_mode without compile = true", file=path, key=f"{key}.compile_mode")
+        if entry.compile and not protocol.lookup(suite.protocol).compiles:
+            raise BadInput(f"protocol {suite.protocol!r} builds a model per timed iteration: nothing compiled once "
+                           f"would serve the next (compile = true is for protocol {protocol.DEFAULT!r})",
+                           file=path, key=f"{key}.compile")
+        if entry.compile and impl.compiles:
+            raise BadInput(f"{impl.name} compiles itself (torch.compile inside the implementation): compile = true "
+                           "would compile it twice", file=path, key=f"{key}.compile")
         if not spec.feedforward:
             if entry.feedforward is not None or entry.feedforward_options:
                 with_ff = ", ".join(n for n in workloads.names() if workloads.lookup(n).feedforward)
@@ -239,7 +248,7 @@ def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec
             follow = ", ".join(n for n in workloads.names() if suite.protocol in workloads.lookup(n).protocols)
             raise BadInput(f"the {spec.name} workload does not follow protocol {suite.protocol!r} "
                            f"(workloads that do: {follow})", file=path, key="protocol")
-    for setting in ("warmup", "repeats"):
+    for setting in ("warmup", "repeats", "warmup_s", "timer", "flush_l2"):
         problem = protocol.fixed_value_problem(suite.protocol, setting, getattr(suite, setting))
         if problem:
             raise BadInput(problem, file=path, key=setting)

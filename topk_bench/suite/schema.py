@@ -14,8 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 from topk_bench.suite.files import Strict
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds
-from topk_bench.types import DType, Mode
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds, Threads, WarmupSeconds
+from topk_bench.types import DType, Mode, Timer
+
+# torch.compile's modes (``compile_mode``): None is its default.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class PlotSection(Strict):
@@ -64,6 +67,10 @@ class ImplEntry(BaseModel):
     mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # default: the suite's
     feedforward: str | None = None  # workloads with a feed-forward sublayer: its implementation
     feedforward_options: dict[str, Any] = Field(default_factory=dict)
+    # torch.compile the entry's attention modules (its compile time outside the timed region: compile_s);
+    # compile_mode: torch.compile's mode. An entry without it is eager, so both can run side by side.
+    compile: bool = False
+    compile_mode: Literal[COMPILE_MODES] | None = None  # type: ignore[valid-type]
 
     @property
     def options(self) -> dict[str, Any]:
@@ -83,9 +90,15 @@ class Suite(Strict):
     seed: int = Field(0, ge=0)
     repeats: AtLeastOne | None = None
     warmup: AtLeastZero | None = None
+    warmup_s: WarmupSeconds | None = None  # the warm-up also lasts at least this many seconds
+    # Measured on CUDA: "events" around each eager iteration (default), or "cudagraph": each timed iteration a
+    # replay of one iteration captured in a CUDA graph (memory from the eager iterations before it).
+    timer: Literal[Timer.cuda_choices()] | None = None  # type: ignore[valid-type]
+    flush_l2: bool | None = None  # the device's cache flushed between timed iterations, outside the timing
     # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
     # every round's times (load that drifts over minutes spreads over all cases alike).
     rounds: AtLeastOne | None = None
+    threads: Threads | None = None      # intra-op CPU threads of a measured case: a number, or "auto"
     max_memory_gib: GiB | None = None
     max_case_seconds: Seconds | None = None
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes

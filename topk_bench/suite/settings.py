@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr
 
 from topk_bench.suite.files import Strict, read_toml, validate
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, WarmupSeconds
 from topk_bench.types import DType
 
 CONFIG_NAME = "bench.toml"
@@ -40,8 +40,14 @@ class Settings(Strict):
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal[DType.values()] = "float32"  # type: ignore[valid-type]
-    warmup: AtLeastZero = 1
+    # The warm-up (our protocol): at least `warmup` untimed iterations (the profiling one included) and at
+    # least `warmup_s` seconds of them, as triton.testing.do_bench's 25 ms.
+    warmup: AtLeastZero = 2
+    warmup_s: WarmupSeconds = 0.025
     repeats: AtLeastOne = 3
+    # Intra-op CPU threads of each measured case; "auto": the cores not already busy at the run's start,
+    # so that a CPU run does not oversubscribe a shared machine (run/resolve.py).
+    threads: Threads = "auto"
     max_memory_gib: GiB = 30.0
     # Chosen so that suites/mha.toml measured on a 2-core CPU ends in about 15 minutes.
     max_case_seconds: Seconds = 60.0

@@ -101,6 +101,15 @@ def _resolved(impl: implementations.Implementation, given: dict[str, Any], suite
 def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: str) -> str:
     if entry.label:
         return entry.label
+    return _legend(suite, entry, options, workload) + (_compiled(entry) if entry.compile else "")
+
+
+def _compiled(entry: ImplEntry) -> str:
+    """What a compiled entry's legend adds, so that it stands apart from the same entry eager."""
+    return f" (compiled, {entry.compile_mode})" if entry.compile_mode else " (compiled)"
+
+
+def _legend(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: str) -> str:
     impl = implementations.spec(entry.name)
     # A legend would freeze one swept value of an option: the bare name then.
     # So would a swept token budget, which sets a selection method's own option.
@@ -126,17 +135,21 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
         ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, options, workload),
         mode=entry_mode(suite, entry), causal=causal, activation=activation, seed=suite.seed,
         plugins=tuple(suite.plugins), fidelity=suite.fidelity, protocol=suite.protocol,
-        quality=tuple(dict.fromkeys(suite.quality)), **fields,
+        quality=tuple(dict.fromkeys(suite.quality)), compile=entry.compile, compile_mode=entry.compile_mode,
+        **fields,
     )
 
 
-def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int) -> list[Case]:
-    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major; BadInput when two entries give one case."""
+def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int,
+           gpu: str = "", threads: int | None = None, **timing: Any) -> list[Case]:
+    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major (``gpu``: what a CUDA prediction models;
+    ``timing``: the run's ``warmup_s``, ``timer`` and ``flush_l2``, :class:`~topk_bench.case.Case`'s defaults
+    when not given); BadInput when two entries give one case."""
     cases, first = [], {}  # case_id -> the entry that gave it first
     for point in grid(suite):
         for i, entry in enumerate(suite.impl):
             case = case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup,
-                           repeats=repeats)
+                           repeats=repeats, gpu=gpu, threads=threads, **timing)
             _distinct(suite, first.setdefault(case.case_id, i), i, point)
             cases.append(case)
     return cases

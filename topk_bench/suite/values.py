@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, PlainValidator, TypeAdapter, ValidationError
 
 from topk_bench.errors import BadInput
 from topk_bench.suite.files import problem
@@ -33,6 +33,18 @@ GiB = Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)]
 Jobs = Annotated[int, Field(ge=1, le=MAX_JOBS)]
 AtLeastOne = Annotated[int, Field(ge=1)]   # repeats, rounds
 AtLeastZero = Annotated[int, Field(ge=0)]  # warmup
+WarmupSeconds = Annotated[float, Field(ge=0, le=MAX_CASE_SECONDS, allow_inf_nan=False)]  # warmup_s: 0 is none
+
+
+def _threads(value: Any) -> int | str:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_THREADS):
+        return value
+    raise ValueError(f'a number from 1 to {MAX_THREADS} or "auto", got {value!r}')
+
+
+# A case's intra-op CPU threads: a number, or "auto" (the cores not already busy when the run starts).
+MAX_THREADS = 1024
+Threads = Annotated[int | str, PlainValidator(_threads)]
 
 _ADAPTERS: dict[Any, TypeAdapter] = {}
 

@@ -5,7 +5,7 @@ feed-forward implementation of a workload that has one); each must support the
 activation and masking it is called with, grouped K/V heads when the case has fewer
 K/V heads than query heads (an implementation registered with ``gqa=None``, a plug-in
 say, is then ``unsupported``: never run on inputs it would misread), and, for
-``--predict``, run under FakeTensorMode — as must the workload itself.
+``--predict``, run under FakeTensorMode — as must the workload itself, uncompiled.
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def unsupported(case: Case, *, predict: bool) -> str | None:
             return problem
         if predict and not impl.predictable:
             return f"{impl.name} cannot be predicted (data-dependent operations do not run under FakeTensorMode)"
+    if predict and case.compile:
+        return ("compile = true: a compiled case is measured, not predicted (the compiler decides what it "
+                "allocates; FakeTensorMode would run it eagerly)")
     if predict and not lookup(case.workload).predictable:
         return f"the {case.workload} workload cannot be predicted (it is measured only)"
     return None

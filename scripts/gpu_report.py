@@ -1,0 +1,159 @@
+"""Reports on results CSVs for scripts/gpu_acceptance.sh: standard library only (they run before, or without,
+the project's dependencies).
+
+    python scripts/gpu_report.py status FOLDER ALLOWED        one line per case; 1 when a status is not allowed
+    python scripts/gpu_report.py gaps MEASURED PREDICTED      measured CUDA peaks against --predict --device cuda
+    python scripts/gpu_report.py times FOLDER                 median time per case, and each against the fastest dense
+    python scripts/gpu_report.py upto LIMIT SRC DST           SRC with its [sweep] seq_len cut at LIMIT
+
+``gaps``: per case of MEASURED (a folder or CSV of a measured CUDA run), the allocated peak above the
+baseline, less the cuBLAS workspace (``workspace_bytes``), against PREDICTED's peak above its baseline,
+and the reserved peak against the predicted one plus the workspace; exit 1 when a case is off by more
+than :data:`PEAK_TOLERANCE` or :data:`RESERVED_TOLERANCE` (the CUDA prediction's stated accuracy,
+docs/CONTRACTS.md), or when nothing was compared.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import re
+import statistics
+import sys
+
+MIB = 2**20
+PEAK_TOLERANCE = 1 * MIB
+RESERVED_TOLERANCE = 0.05
+DENSE = ("vanilla", "sdpa")
+
+
+def rows(path: str) -> list[dict[str, str]]:
+    paths = sorted(glob.glob(os.path.join(path, "*.csv"))) if os.path.isdir(path) else [path]
+    found: list[dict[str, str]] = []
+    for name in paths:
+        with open(name, newline="") as fh:
+            found += list(csv.DictReader(fh))
+    return found
+
+
+def number(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / MIB:.2f}M"
+
+
+def name(row: dict[str, str]) -> str:
+    size = next((f"{k}={row[k]}" for k in ("seq_len", "kv_len") if row.get(k)), "")
+    return f"{row.get('workload', '')}/{row.get('label') or row.get('impl', '')} {size}".strip()
+
+
+def status(folder: str, allowed: str) -> int:
+    """One line per case; 1 when a status is not in ALLOWED (comma-separated) or there is no row."""
+    allowed_set, bad, found = set(allowed.split(",")), 0, rows(folder)
+    for r in found:
+        t = number(r.get("time_median_s"))
+        note = "" if r["status"] in allowed_set else "   <-- " + (r.get("error") or "")[:200]
+        bad += r["status"] not in allowed_set
+        print(f"  {name(r)[:48]:48} {r['status']:11} peak={mib(number(r.get('peak_bytes')))} "
+              f"reserved={mib(number(r.get('reserved_bytes')))} t={t * 1e3 if t else float('nan'):.3f}ms "
+              f"ops={r.get('ops_per_iter', '')} {r.get('timer', '')} {r.get('sdpa_backend', '')}{note}")
+    print(f"  {len(found)} rows, {bad} with a status outside {sorted(allowed_set)}")
+    return 1 if bad or not found else 0
+
+
+def gap(measured: dict[str, str], predicted: dict[str, str]) -> tuple[float, float | None] | None:
+    """(bytes the peak above the baseline is off, reserved ratio measured / predicted) of one case; None when
+    either side has no numbers."""
+    workspace = number(measured.get("workspace_bytes")) or 0.0
+    m_peak, m_base = number(measured.get("peak_bytes")), number(measured.get("baseline_bytes"))
+    p_peak, p_base = number(predicted.get("peak_bytes")), number(predicted.get("baseline_bytes"))
+    if None in (m_peak, m_base, p_peak, p_base):
+        return None
+    off = (m_peak - workspace - m_base) - (p_peak - p_base)
+    m_res, p_res = number(measured.get("reserved_bytes")), number(predicted.get("reserved_bytes"))
+    ratio = m_res / (p_res + workspace) if m_res and p_res is not None and p_res + workspace else None
+    return off, ratio
+
+
+# Columns that are results or context, not what a case is (docs/CONTRACTS.md, "Results CSV"): the rest (suite,
+# workload, implementation, label, mode and the parameters) pairs a measured row with its prediction, whose
+# case_id differs by the method.
+NOT_THE_CASE = {
+    "case_id", "device_name", "method", "status", "error", "peak_bytes", "reserved_bytes", "baseline_bytes",
+    "time_median_s", "time_iqr_s", "time_mean_s", "time_min_s", "repeats", "times_s", "flops", "torch_version",
+    "git_sha", "timestamp", "trust", "time_cv", "load_start", "load_end", "steal", "max_memory_bytes",
+    "max_case_seconds", "timer", "flush_l2", "ops_per_iter", "sdpa_backend", "cpu_capability", "cpu_flags",
+    "cuda_version", "cudnn_version", "driver_version", "gpu_sm_clock_mhz", "gpu_sm_clock_max_mhz", "compile_s",
+    "workspace_bytes", "rel_err", "grad_cos", "fidelity_seq_len", "kv_cache_bytes", "model_flops", "bytes_moved",
+    "tokens", "flops_per_s", "bytes_per_s", "tokens_per_s", "time_per_token_s", "topk_recall", "mass_recall",
+    "attn_rel_err", "attended_fraction", "emb_cos", "nn_agree", "nn_spearman", "device",
+}
+
+
+def _key(row: dict[str, str]) -> tuple:
+    return tuple(sorted((k, v) for k, v in row.items()
+                        if k not in NOT_THE_CASE and not k.startswith("minilm_") and v not in ("", None)))
+
+
+def gaps(measured_path: str, predicted_path: str) -> int:
+    predicted = {_key(r): r for r in rows(predicted_path) if r.get("status") == "ok"}
+    off_cases, compared = 0, 0
+    for r in rows(measured_path):
+        p = predicted.get(_key(r))
+        result = gap(r, p) if p is not None and r.get("status") == "ok" else None
+        if result is None:
+            print(f"  {name(r)[:48]:48} {r.get('status', ''):8} (no prediction to compare)")
+            continue
+        compared += 1
+        off, ratio = result
+        bad = abs(off) > PEAK_TOLERANCE or (ratio is not None and abs(ratio - 1) > RESERVED_TOLERANCE)
+        off_cases += bad
+        print(f"  {name(r)[:48]:48} above baseline off {off / MIB:+9.3f} MiB   reserved measured/predicted "
+              f"{'-' if ratio is None else f'{ratio:.3f}'}{'   <-- off' if bad else ''}")
+    print(f"  {compared} cases compared, {off_cases} off by more than {PEAK_TOLERANCE // MIB} MiB above the baseline "
+          f"or {RESERVED_TOLERANCE:.0%} reserved")
+    return 1 if off_cases or not compared else 0
+
+
+def times(folder: str) -> int:
+    """Median time per case, and its ratio to the fastest dense case of the same sizes (the targets' reference)."""
+    found = [r for r in rows(folder) if r.get("status") == "ok" and number(r.get("time_median_s"))]
+    groups: dict[tuple, list[dict[str, str]]] = {}
+    for r in found:
+        groups.setdefault((r.get("kv_len"), r.get("seq_len"), r.get("budget"), r.get("timer")), []).append(r)
+    for group in groups.values():
+        dense = [number(r["time_median_s"]) for r in group if r.get("impl") in DENSE]
+        reference = min(dense) if dense else None
+        for r in group:
+            t = number(r["time_median_s"])
+            samples = [float(x) for x in (r.get("times_s") or "").split(";") if x]
+            spread = statistics.quantiles(samples, n=4) if len(samples) > 1 else [t, t, t]
+            ratio = f"{t / reference:.3f}x dense" if reference else ""
+            print(f"  {name(r)[:48]:48} {r.get('timer', ''):10} median {t * 1e3:9.3f} ms  IQR "
+                  f"{(spread[2] - spread[0]) * 1e3:7.3f} ms  ops {r.get('ops_per_iter', ''):>5}  {ratio}")
+    return 0 if found else 1
+
+
+def upto(limit: str, src: str, dst: str) -> int:
+    """A copy of SRC whose [sweep] seq_len keeps the values <= LIMIT."""
+    text = open(src).read()
+
+    def keep(m: re.Match) -> str:
+        values = [v.strip() for v in m.group(1).split(",") if v.strip() and int(v) <= int(limit)]
+        return "seq_len = [" + ", ".join(values) + "]"
+
+    new, n = re.subn(r"^seq_len = \[([^\]]*)\]", keep, text, count=1, flags=re.M)
+    if n != 1:
+        sys.exit(f"no 'seq_len = [...]' line in {src}")
+    open(dst, "w").write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit({"status": status, "gaps": gaps, "times": times, "upto": upto}[sys.argv[1]](*sys.argv[2:]))
