@@ -28,3 +28,14 @@ class Check:
 
 def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.result == Result.FAIL]
+
+
+def brief(text: object, limit: int) -> str:
+    """The first line of ``text``, at most ``limit`` characters, cut after a whole word and marked ``...`` when
+    cut (a detail cut mid-word, "(forward only: ru)", reads as a different word)."""
+    lines = str(text).strip().splitlines()
+    line = lines[0] if lines else ""
+    if len(line) <= limit:
+        return line
+    cut = line[:limit - 3]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:(") + "..."

@@ -36,6 +36,17 @@ def csv_files(path: Path) -> list[Path]:
     return [path]
 
 
+def results_folders(path: Path) -> list[Path]:
+    """What ``show`` and ``plot`` read of a path: the path itself when it is a file or a directory with CSVs at
+    its top; else each sub-folder that has (``results/`` after ``make demo``: ``results/demo``), at any depth,
+    hidden ones left out, in order. None anywhere: :func:`csv_files`'s error."""
+    if not path.is_dir() or any(p.is_file() and not p.name.startswith(".") for p in path.glob("*.csv")):
+        return [path]
+    folders = sorted({p.parent for p in path.rglob("*.csv") if p.is_file()
+                      and not any(part.startswith(".") for part in p.relative_to(path).parts)})
+    return folders or [path]
+
+
 def _frame(table: store.Table, file: Path) -> pd.DataFrame:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
