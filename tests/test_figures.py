@@ -245,13 +245,30 @@ def test_the_pareto_figure_draws_the_csvs_points(selection, tmp_path):
             reference = drawn["pareto:Vanilla"]
             assert list(reference.get_xdata()) == pytest.approx([dense[col.TIME_PER_TOKEN_S].median() * 1e3])
             assert list(reference.get_ydata()) == pytest.approx([dense[quality].iloc[0]])
-            # Each point of a method carries its budget; the contended page_topk time is hollow, nothing else.
+            # Each point of a method carries its budget (none overlapping here); the contended page_topk time is
+            # hollow, nothing else.
             assert sorted(t.get_text() for t in ax.texts) == sorted(["2K", "4K", "8K"] * 2)
             (x, y), = _hollow_points(ax)
             assert x == pytest.approx(20.0)
         legend = _legend(fig)
         assert {pareto.REFERENCE_LEGEND, pareto.FRONT_LEGEND, marks.HOLLOW_LEGEND,
-                "small numbers: token budget of the point", "not shown: sink_window at 2K (timeout)"} <= set(legend)
+                "small numbers: token budget", "not shown: sink_window at 2K (timeout)"} <= set(legend)
+    finally:
+        plt.close(fig)
+
+
+def test_budget_labels_that_would_overlap_are_left_out_the_ends_first():
+    from topk_bench.report.plots.style import series_style
+
+    fig, ax = plt.subplots()
+    try:
+        near = pd.DataFrame({"x": [10.0, 10.2, 10.4, 50.0], "y": [0.5, 0.5, 0.5, 0.9], "budget": [1024, 2048, 4096, 8192],
+                             "hollow": False})
+        curve = pareto.Curve("m", series_style("topk", 0), near, reference=False)
+        ax.plot(near["x"], near["y"])
+        ax.set_xscale("log")
+        pareto._label_budgets(ax, [curve])
+        assert sorted(t.get_text() for t in ax.texts) == ["1K", "8K"]  # 2K and 4K sit on 1K's label
     finally:
         plt.close(fig)
 
@@ -295,15 +312,19 @@ def test_no_pareto_figure_without_a_time_or_unasked(selection, tmp_path):
 
 
 def test_plot_reads_sub_folders_into_sub_folders_of_out(tmp_path):
-    """`plot results/` after `make demo` (which wrote results/demo/): the figures go to PLOTS/demo/."""
+    """`plot results/` after `make demo` (which wrote results/demo/): the figures go to PLOTS/demo/; the
+    directory's own CSVs and deeper folders' too, each folder on its own (same suite names do not collide)."""
     results = tmp_path / "results"
     (results / "demo").mkdir(parents=True)
     (results / "other" / "deep").mkdir(parents=True)
+    (results / ".hidden").mkdir()
+    _write(results / "mha.csv", [_mha("sdpa", "SDPA", 1024, 0.1, 0.01, QUIET)])
     _write(results / "demo" / "mha.csv", [_mha("sdpa", "SDPA", 512, 0.1, 0.01, QUIET)])
     _write(results / "other" / "deep" / "mha.csv", [_mha("vanilla", "Vanilla", 512, 0.1, 0.01, QUIET)])
+    _write(results / ".hidden" / "mha.csv", [_mha("vanilla", "Vanilla", 512, 0.1, 0.01, QUIET)])
     written = plot_results(results, tmp_path / "plots")
-    assert sorted(p.relative_to(tmp_path / "plots").as_posix() for p in written) == [
-        "demo/mha-cpu-measured.png", "other/deep/mha-cpu-measured.png"]
+    assert [p.relative_to(tmp_path / "plots").as_posix() for p in written] == [
+        "mha-cpu-measured.png", "demo/mha-cpu-measured.png", "other/deep/mha-cpu-measured.png"]
     assert np.all([p.stat().st_size > 1000 for p in written])
 
 

@@ -80,7 +80,7 @@ def test_an_inference_suite_is_one_table_per_model_its_shape_said_once(tmp_path)
 
 
 def test_a_folder_of_results_folders_is_shown_folder_by_folder(tmp_path):
-    """`show results/` after `make demo` (which wrote results/demo/): no CSV at the top, the sub-folders'."""
+    """`show results/` after `make demo` (which wrote results/demo/): each sub-folder under its name."""
     _mha_results(tmp_path / "results" / "demo", predict=True)
     _mha_results(tmp_path / "results" / "more" / "cpu", predict=False)
     text, err = _shown(tmp_path / "results", width=100)

@@ -12,8 +12,7 @@ from topk_bench.cli import Command, app
 @app.command("plot", cls=Command)
 def plot(
     results_dir: Path = typer.Argument(..., metavar="RESULTS", help="Directory of results CSVs (OUT of `topk-bench run`), or one "
-                                       "CSV; a directory with none at its top: each sub-folder that has some (drawn into "
-                                       "the same sub-folder of --out)."),
+                                       "CSV; a directory's sub-folders too, each drawn into the same sub-folder of --out."),
     out: Path = typer.Option(Path("plots"), "--out", metavar="DIR", help="Where to write the figures."),
     format: str = typer.Option("png", "--format", metavar="png,pdf,svg", help="Comma-separated file formats: png, pdf, svg."),
     memory: str = typer.Option(None, "--memory", metavar="allocated|reserved", help="Which peak the memory row draws: allocated or reserved "

@@ -206,8 +206,7 @@ def show(path: str | Path, errors: bool = True, console: Console | None = None,
          warnings: Console | None = None, *, wide: bool = False, width: int | None = None) -> None:
     """The tables on ``console`` (pivots within ``width``, or the flat list when ``wide``); on ``warnings``
     (stderr), the lines of the files that are not in them and how many times were measured under contention.
-    A directory with no CSV at its top: each sub-folder that has, under its name (``results/`` after
-    ``make demo``: ``results/demo``)."""
+    A directory's sub-folders too, each under its name (``results/`` after ``make demo``: ``results/demo``)."""
     folders = results_folders(Path(path))
     frames = [load_results(folder) for folder in folders]  # every file read before anything is printed
     if wide:

@@ -37,14 +37,14 @@ def csv_files(path: Path) -> list[Path]:
 
 
 def results_folders(path: Path) -> list[Path]:
-    """What ``show`` and ``plot`` read of a path: the path itself when it is a file or a directory with CSVs at
-    its top; else each sub-folder that has (``results/`` after ``make demo``: ``results/demo``), at any depth,
-    hidden ones left out, in order. None anywhere: :func:`csv_files`'s error."""
-    if not path.is_dir() or any(p.is_file() and not p.name.startswith(".") for p in path.glob("*.csv")):
+    """What ``show`` and ``plot`` read of a path: a file itself; a directory's own CSVs and each of its
+    sub-folders' (any depth, hidden ones left out), folder by folder, the directory first (``results/`` after
+    ``make demo`` is ``results/demo``). None anywhere: :func:`csv_files`'s error."""
+    if not path.is_dir():
         return [path]
-    folders = sorted({p.parent for p in path.rglob("*.csv") if p.is_file()
-                      and not any(part.startswith(".") for part in p.relative_to(path).parts)})
-    return folders or [path]
+    folders = {p.parent for p in path.rglob("*.csv") if p.is_file()
+               and not any(part.startswith(".") for part in p.relative_to(path).parts)}
+    return sorted(folders, key=lambda f: (f != path, f)) or [path]
 
 
 def _frame(table: store.Table, file: Path) -> pd.DataFrame:

@@ -127,13 +127,13 @@ def _failure_text(status: str, value: float, unit: str) -> str:
 def _draw_failures(ax, failed: pd.DataFrame, last_ok, style, unit: str) -> list[tuple]:
     """A cross on the panel's top edge at each failed size: the case went past what could be measured
     (memory, time), so its point lies above the frame, not on it. A dotted line leaves the last measured
-    point towards it. Returns (x, text, colour) of each cross for :func:`_annotate`."""
+    point towards it. Returns (x, text, colour, size) of each cross for :func:`_annotate`."""
     top = ax.get_xaxis_transform()  # x in data, y in axes fractions: 1.0 is the top edge
     notes = []
-    for fx, fy, status in zip(failed["_dodged"], failed["_y"], failed[col.STATUS]):
+    for fx, fy, status, size in zip(failed["_dodged"], failed["_y"], failed[col.STATUS], failed["_x"]):
         ax.plot([fx], [0.97], marker=FAILURE_MARKER, color=style.colour, markersize=8, markeredgecolor="black",
                 markeredgewidth=0.6, linestyle="none", zorder=5, transform=top, clip_on=False)
-        notes.append((fx, _failure_text(status, fy, unit), style.colour))
+        notes.append((fx, _failure_text(status, fy, unit), style.colour, size))
     if last_ok is not None and len(failed):
         ax.annotate("", xy=(failed["_dodged"].iloc[0], 0.97), xycoords=top, xytext=last_ok, textcoords="data",
                     arrowprops=dict(arrowstyle="-", linestyle=":", color=style.colour, linewidth=1, shrinkA=0,
@@ -163,9 +163,9 @@ def _annotate(ax, notes: list[tuple], middle: float) -> None:
     top = ax.get_xaxis_transform()
     by_x: dict[float, list[tuple]] = {}
     for note in sorted(notes, key=lambda n: n[0]):
-        by_x.setdefault(round(float(np.log2(note[0])) if note[0] > 0 else note[0], 1), []).append(note)
+        by_x.setdefault(note[3], []).append(note)  # by the size itself: the crosses are dodged apart
     for group in by_x.values():
-        for row, (fx, text, colour) in enumerate(group):
+        for row, (fx, text, colour, _) in enumerate(group):
             left = fx < middle  # text grows towards the inside of the panel, never past its frame
             ax.annotate(text, (fx, 0.97), xycoords=top, textcoords="offset points",
                         xytext=(6 if left else -6, -4 - 10 * row), ha="left" if left else "right", va="top",

@@ -48,8 +48,8 @@ def _number(value) -> str:
 
 def figure_inputs(path: Path, warn: Callable[[str], None] | None = None) -> list[FigureInput]:
     """One FigureInput per (suite CSV, device, method, split values), in a stable order; ``warn`` hears of every
-    line left out. A directory with no CSV at its top: its sub-folders' (:func:`results_folders`), each drawn
-    into the same sub-folder of the output."""
+    line left out. A directory's sub-folders too (:func:`results_folders`), each drawn into the same sub-folder
+    of the output."""
     inputs = []
     for folder in results_folders(path):
         where = folder.relative_to(path) if folder != path else Path()

@@ -132,25 +132,52 @@ def _draw_panel(ax, panel: list[Curve], y_metric: str, x_label: str) -> set[str]
             line = marks.curve(ax, p["x"], p["y"], curve.style, curve.legend, p["hollow"])
             if p["hollow"].any():
                 used.add(marks.HOLLOW_LEGEND)
-            for x, y, budget in zip(p["x"], p["y"], p["budget"]):
-                ax.annotate(short(budget), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6,
-                            color=curve.style.colour)
         line.set_gid(f"pareto:{curve.legend}")  # tests read a curve's points back by it
     if panel:
         best = front(pd.concat([c.points for c in panel], ignore_index=True), y_metric in LOWER_IS_BETTER)
         ax.step(best["x"], best["y"], where="post", **FRONT_STYLE)
         used.add(FRONT_LEGEND)
     ax.set_xscale("log")
-    # Plain numbers (2, 5, 10, 20, 50 ms), not powers of ten.
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
     if y_metric in LOWER_IS_BETTER:
         ax.set_yscale("log")
     ax.set_xlabel(x_label)
     ax.set_ylabel(metric(y_metric).label + (" (lower is better)" if y_metric in LOWER_IS_BETTER else ""))
     ax.grid(True, which="major", alpha=0.3)
     ax.margins(x=0.08, y=0.08)
+    ax.autoscale_view()
+    _plain_ticks(ax)
+    _label_budgets(ax, [c for c in panel if not c.reference])
     return used
+
+
+def _plain_ticks(ax) -> None:
+    """Times as plain numbers (20, 50, 100 ms), not powers of ten; 2 and 5 between them where the axis spans
+    at most two decades (more would crowd)."""
+    low, high = ax.get_xlim()
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    few = high / low <= 100
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if few and f"{v:.0e}"[0] in "25" else ""))
+
+
+# Two budget labels closer than this (in axes fractions: about a label's width, and its height) would overlap.
+_LABEL_APART = (0.05, 0.035)
+
+
+def _label_budgets(ax, panel: list[Curve]) -> None:
+    """Each point labelled with its budget, small, in its curve's colour: each curve's ends first, then the
+    points between, leaving out a label that would overlap one already placed (the curve's order tells it)."""
+    to_axes = ax.transData + ax.transAxes.inverted()  # limits and scales are final: positions are fractions
+    ends = [(c, i) for c in panel for i in sorted({0, len(c.points) - 1})]
+    middles = [(c, i) for c in panel for i in range(1, len(c.points) - 1)]
+    placed: list[tuple[float, float]] = []
+    for curve, i in ends + middles:
+        x, y, budget = curve.points.loc[i, ["x", "y", "budget"]]
+        fx, fy = to_axes.transform((x, y))
+        if any(abs(fx - px) < _LABEL_APART[0] and abs(fy - py) < _LABEL_APART[1] for px, py in placed):
+            continue
+        placed.append((fx, fy))
+        ax.annotate(short(budget), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6,
+                    color=curve.style.colour)
 
 
 def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
@@ -177,7 +204,7 @@ def _legend(axes, rows: pd.DataFrame, used: set[str], spec: PlotSpec):
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    seen[f"small numbers: {spec.x_label} of the point"] = marks.text_handle()
+    seen[f"small numbers: {spec.x_label}"] = marks.text_handle()
     if REFERENCE_LEGEND in used:
         seen[REFERENCE_LEGEND] = Line2D([], [], marker="o", color="0.4", markeredgecolor="black", linestyle="none",
                                         markersize=REFERENCE_SIZE * 0.8)
