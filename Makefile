@@ -2,11 +2,13 @@
 #   make demo   set up, predict Fig. 1's memory at full scale, measure CPU times at small sizes, render both
 #   make test   set up, run the test suite
 # and, for the development loop, `make test-fast`: the tests not marked slow (no child processes
-# beyond a few, no Slurm cluster), in about a minute on 2 cores.
+# beyond a few, no Slurm cluster), in about a minute on 2 cores. `make figures` redraws the figures of
+# README.md and docs/ from the CSVs in docs/figures/data/; `make check-figures` fails when they are not
+# what `topk-bench plot` draws today (tests/test_docs_figures.py runs the same check).
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup demo test test-fast
+.PHONY: setup demo test test-fast figures check-figures
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
@@ -24,3 +26,9 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" -q
+
+figures: setup
+	$(BIN)/python scripts/docs_figures.py
+
+check-figures: setup
+	$(BIN)/python scripts/docs_figures.py --check
