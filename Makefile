@@ -20,6 +20,7 @@ demo: setup
 	$(BIN)/topk-bench run suites/demo_memory.toml --predict --out results/demo
 	$(BIN)/topk-bench run suites/demo_time.toml --device cpu --out results/demo
 	$(BIN)/topk-bench plot results/demo --out plots/demo
+	@echo "figures: plots/demo/. To run topk-bench yourself (README), in each new shell: source $(VENV)/bin/activate"
 
 test: setup
 	$(BIN)/python -m pytest
