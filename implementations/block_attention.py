@@ -14,16 +14,16 @@ import torch
 import torch.nn.functional as F
 
 from implementations.decode import use_decode_path
-from implementations.masking import stat_dtype
-from implementations.selection import per_query_head, query_positions
+from implementations.masking import query_positions, stat_dtype
+from implementations.selection import per_query_head
 
 
 def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
     """Key rows of a chunk of the block table, as the products need them.
 
     ``blocks, ok [B, Hq, C, n]`` -> ``rows [R, n*block_size]`` (global rows of
-    ``k.reshape(-1, d)``, int32 when they fit), ``masked [R, n*block_size]`` (True: no
-    weight) and ``empty`` (``[R, 1]``, rows without any key, or None when no row can
+    ``k.reshape(-1, d)``, int32 when they fit), ``allowed [R, n*block_size]`` (True: the
+    entry has weight; a fresh mask, which :func:`_weights` negates in place) and ``empty`` (``[R, 1]``, rows without any key, or None when no row can
     be empty), with ``R = B*Hq*C``. Few full-size ops: this runs at every decode step.
     """
     b, hq, c, n = blocks.shape
@@ -39,7 +39,7 @@ def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
         last = query_positions(r0, r0 + c, lq, lk, device).clamp(max=lk - 1).to(index).view(1, 1, c, 1, 1)
     else:
         last = torch.full((1, 1, c, 1, 1), lk - 1, dtype=index, device=device)
-    masked = (rows > last + base.unsqueeze(-1)) | ~ok.unsqueeze(-1)
+    allowed = (rows <= last + base.unsqueeze(-1)) & ok.unsqueeze(-1)
     if lk % block_size:  # a partial last block: keep its rows inside this head's keys
         rows = torch.minimum(rows, base.unsqueeze(-1) + (lk - 1))
     empty = None
@@ -47,7 +47,7 @@ def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
         empty = (query_positions(r0, r0 + c, lq, lk, device) < 0).view(1, 1, c, 1).expand(b, hq, c, 1)
         empty = empty.reshape(b * hq * c, 1)
     m = n * block_size
-    return rows.view(b * hq * c, m), masked.view(b * hq * c, m), empty
+    return rows.view(b * hq * c, m), allowed.view(b * hq * c, m), empty
 
 
 def _dots(x2, table2, rows):
@@ -62,9 +62,12 @@ def _dots(x2, table2, rows):
     return torch.ops.aten._embedding_bag_per_sample_weights_backward(x2, table2, flat, offsets, bag_of, 0, -1).view(r, m)
 
 
-def _weights(q2, k2, rows, masked, empty):
-    """Softmax weights ``[R, M]`` (float32 for half inputs) of each query row over its unmasked key rows."""
-    scores = _dots(q2, k2, rows).to(stat_dtype(q2.dtype)).masked_fill_(masked, float("-inf"))
+def _weights(q2, k2, rows, allowed, empty):
+    """Softmax weights ``[R, M]`` (float32 for half inputs) of each query row over its allowed key rows.
+
+    ``allowed`` (from :func:`_key_rows`) is negated in place: it is dead afterwards.
+    """
+    scores = _dots(q2, k2, rows).to(stat_dtype(q2.dtype)).masked_fill_(allowed.logical_not_(), float("-inf"))
     w = torch.softmax(scores, dim=-1)
     # A row without keys is NaN after the softmax: zeros instead (masked_fill replaces NaN).
     return w if empty is None else w.masked_fill_(empty, 0.0)
@@ -87,8 +90,8 @@ class _BlockSparse(torch.autograd.Function):
         out = q.new_empty(b, hq, lq, dv)
         for r0 in range(0, lq, chunk):
             r1 = min(r0 + chunk, lq)
-            rows, masked, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
-            w = _weights(q[:, :, r0:r1].reshape(-1, d), k2, rows, masked, empty)
+            rows, allowed, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
+            w = _weights(q[:, :, r0:r1].reshape(-1, d), k2, rows, allowed, empty)
             out[:, :, r0:r1] = F.embedding_bag(rows, v2, per_sample_weights=w.to(v.dtype), mode="sum").view(
                 b, hq, r1 - r0, dv)
         ctx.save_for_backward(q, k, v, blocks, ok)
@@ -111,9 +114,9 @@ class _BlockSparse(torch.autograd.Function):
         dout = dout.contiguous()
         for r0 in range(0, lq, chunk):
             r1 = min(r0 + chunk, lq)
-            rows, masked, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
+            rows, allowed, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
             q2, do2 = q[:, :, r0:r1].reshape(-1, d), dout[:, :, r0:r1].reshape(-1, dv)
-            w = _weights(q2, k2, rows, masked, empty)                                         # [R, M]
+            w = _weights(q2, k2, rows, allowed, empty)                                        # [R, M]
             dw = _dots(do2, v2, rows).to(sdt)                                         # dout · v_j
             ds = w * (dw - (w * dw).sum(dim=-1, keepdim=True))                        # softmax backward
             if need_q:
@@ -180,18 +183,18 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
     start = first.clamp(max=lk - block_size)
     kv_head = torch.arange(ht, device=device) * per // (hq // hkv)
     base = ((torch.arange(b, device=device).view(b, 1) * hkv + kv_head.view(1, ht)) * lk).view(b, ht, 1, 1)
-    # Keys of each window without weight: before the block (a partial last block's window),
-    # after the query (causal), or a rejected pick.
+    # Keys of each window with weight: in the block (not a partial last block's window before
+    # it), of an accepted pick, and (causal) not after the query.
     pos = start.unsqueeze(-1) + torch.arange(block_size, device=device)                 # [B, Ht, Lq, n, bs]
-    masked = (pos < first.unsqueeze(-1)) | ~ok.unsqueeze(-1)
+    allowed = (pos >= first.unsqueeze(-1)) & ok.unsqueeze(-1)
     if causal:
-        masked = masked | (pos > query_positions(0, lq, lq, lk, device).view(1, 1, lq, 1, 1))
+        allowed = allowed & (pos <= query_positions(0, lq, lq, lk, device).view(1, 1, lq, 1, 1))
     windows = (start + base).view(-1)
     keys_of = _windows(k, block_size)
     values_of = _windows(v, block_size)
     # Query rows of each table: [B, Ht, Lq, per, d] (per > 1: the group's heads at one position).
     qt = q.reshape(b, ht, per, lq, d).transpose(2, 3).reshape(b * ht * lq, per, d)
-    masked = masked.view(b * ht * lq, 1, n * block_size)
+    hidden = allowed.logical_not_().view(b * ht * lq, 1, n * block_size)  # for masked_fill_ (in place: no copy)
     rows = b * ht * lq
     step = max(1, GATHER_BYTES // max(1, n * block_size * (d + dv) * k.element_size()))
     out = q.new_empty(rows, per, dv)
@@ -201,7 +204,7 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
         scores = torch.bmm(qt[r0:r1], keys.transpose(1, 2)).to(stat_dtype(q.dtype))
         del keys
         # Every row keeps its own block's first key (causal: the query sees it), so no row is all -inf.
-        weights = torch.softmax(scores.masked_fill_(masked[r0:r1], float("-inf")), dim=-1).to(v.dtype)
+        weights = torch.softmax(scores.masked_fill_(hidden[r0:r1], float("-inf")), dim=-1).to(v.dtype)
         values = values_of.index_select(0, windows[r0 * n: r1 * n]).view(r1 - r0, n * block_size, dv)
         torch.bmm(weights, values, out=out[r0:r1])
     return out.view(b, ht, lq, per, dv).transpose(2, 3).reshape(b, hq, lq, dv)

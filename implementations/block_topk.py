@@ -40,9 +40,9 @@ from __future__ import annotations
 import torch
 
 from implementations.block_attention import block_sparse_attention
-from implementations.masking import stat_dtype
+from implementations.masking import check_activation, check_qkv, stat_dtype
 from implementations.registry import Implementation, register
-from implementations.selection import check_gqa, check_softmax, kept_state, n_blocks, select_blocks, table_selection
+from implementations.selection import kept_state, n_blocks, select_blocks, table_selection
 
 OPTIONS = {"block_size": 512, "topk_blocks": 3, "means": None, "chunk_size": 64}
 
@@ -62,7 +62,7 @@ def block_means(k: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def _table(q, k, causal, block_size, topk_blocks, means, chunk_size):
-    check_gqa(q, k, k)
+    check_qkv(q, k, k, batched=True)
     if block_size < 1 or topk_blocks < 0 or chunk_size < 1:
         raise ValueError(f"block_topk needs block_size >= 1, topk_blocks >= 0, chunk_size >= 1, got "
                          f"block_size={block_size}, topk_blocks={topk_blocks}, chunk_size={chunk_size}")
@@ -80,8 +80,8 @@ def block_topk_attention(q, k, v, *, causal=False, activation="softmax", block_s
 
     ``means``: optional ``block_means(k, block_size)``; computed here when None.
     """
-    check_softmax(activation, "block_topk")
-    check_gqa(q, k, v)
+    check_activation(activation, "block_topk", ("softmax",))
+    check_qkv(q, k, v, batched=True)
     block_size, topk_blocks, chunk_size = int(block_size), int(topk_blocks), int(chunk_size)
     blocks, ok = _table(q, k, causal, block_size, topk_blocks, means, chunk_size)
     return block_sparse_attention(q, k, v, blocks, ok, block_size, causal, chunk_size)

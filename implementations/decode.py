@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 
-from implementations.masking import causal_offset, stat_dtype, upcast
+from implementations.masking import allowed_keys, causal_offset, stat_dtype, upcast
 
 # Query positions up to which a call without gradients takes this path (all scores of
 # the step alive: ``Hq x Lq x Lk`` float32), besides the ``chunk_size`` option's bound.
@@ -48,9 +48,11 @@ def use_decode_path(q, k, v, chunk_size: int, dropout: float) -> bool:
     return not needs_grad and not dropout and q.shape[-2] <= min(DECODE_ROWS, chunk_size)
 
 
-def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, multiple: int = 1,
+def decode_scores(q, k, groups: int, *, causal: bool, real_keys=None, multiple: int = 1,
                   float_scores: bool = True):
     """Masked scores ``[B*Hkv, G*Lq, width]`` (float32 for half inputs); masked entries are ``-inf``.
+
+    ``real_keys``: bool ``[B, Lk]``, True = a real key (:func:`~implementations.masking.from_padding`), or None.
 
     ``width``: ``Lk`` rounded up to a ``multiple`` (the extra columns are ``-inf``).
     ``float_scores=False``: half inputs' product in their own dtype (one product with every
@@ -76,11 +78,11 @@ def decode_scores(q, k, groups: int, *, causal: bool, key_padding_mask=None, mul
     offset = causal_offset(lq, lk)
     lo = min(max(offset + 1, 0), lk)  # keys before lo are visible to every row
     if causal and lo < lk:
-        future = torch.arange(lo, lk, device=device) > torch.arange(offset, offset + lq, device=device).unsqueeze(1)
-        grouped[..., lo:lk].masked_fill_(future, float("-inf"))
-    if key_padding_mask is not None:  # [B, Lk] -> [B*Hkv, 1, 1, Lk]
+        allowed = allowed_keys(0, lq, lq, lk, causal=True, device=device, cols=(lo, lk))
+        grouped[..., lo:lk].masked_fill_(allowed.logical_not_(), float("-inf"))
+    if real_keys is not None:  # [B, Lk] -> [B*Hkv, 1, 1, Lk]
         shape = (k.shape[0],) + (1,) * (k.dim() - 3) + (lk,)
-        pad = key_padding_mask.view(shape).expand(*k.shape[:-2], lk).reshape(bkv, 1, 1, lk)
+        pad = real_keys.logical_not().view(shape).expand(*k.shape[:-2], lk).reshape(bkv, 1, 1, lk)
         grouped[..., :lk].masked_fill_(pad, float("-inf"))
     return scores
 

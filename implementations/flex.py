@@ -33,7 +33,7 @@ import time
 import torch
 
 from implementations.registry import Implementation, register
-from implementations.selection import allowed_keys, check_gqa, check_softmax, query_positions
+from implementations.masking import allowed_keys, check_activation, check_qkv, query_positions
 
 OPTIONS = {"window": 0}
 
@@ -78,8 +78,8 @@ def _block_mask(lq: int, lk: int, causal: bool, window: int, device):
 
 def flex_attention(q, k, v, *, causal=False, activation="softmax", window=0):
     """``softmax(q kᵀ) v`` through compiled FlexAttention (q already scaled: ``scale=1``)."""
-    check_softmax(activation, "flex")
-    check_gqa(q, k, v)
+    check_activation(activation, "flex", ("softmax",))
+    check_qkv(q, k, v, batched=True)
     window = int(window)
     if window < 0:
         raise ValueError(f"flex needs window >= 0, got {window}")
@@ -101,7 +101,7 @@ def warm_up(q, k, v, *, causal=False, window=0) -> float:
 
 def flex_selection(q, k, *, causal=False, window=0, **_ignored):
     """Bool ``[B, Hq, Lq, Lk]`` of the keys each query sees (the mask of :func:`flex_attention`)."""
-    check_gqa(q, k, k)
+    check_qkv(q, k, k, batched=True)
     b, hq, lq, _ = q.shape
     lk = k.shape[2]
     if window:
@@ -109,7 +109,9 @@ def flex_selection(q, k, *, causal=False, window=0, **_ignored):
         pos = query_positions(0, lq, lq, lk, q.device).unsqueeze(1)
         keys = (cols <= pos) & (cols > pos - int(window))
     else:
-        keys = allowed_keys(lq, lk, causal, q.device)
+        keys = allowed_keys(0, lq, lq, lk, causal=causal, device=q.device)
+        if keys is None:
+            keys = torch.ones(lq, lk, dtype=torch.bool, device=q.device)
     return keys.expand(b, hq, lq, lk).clone()
 
 

@@ -41,11 +41,9 @@ from __future__ import annotations
 import torch
 
 from implementations.block_attention import block_sparse_attention
-from implementations.masking import stat_dtype
+from implementations.masking import check_activation, check_qkv, stat_dtype
 from implementations.registry import Implementation, register
-from implementations.selection import (
-    check_gqa, check_softmax, kept_state, n_blocks, per_query_head, select_blocks, table_selection,
-)
+from implementations.selection import kept_state, n_blocks, per_query_head, select_blocks, table_selection
 
 OPTIONS = {"page_size": 16, "token_budget": 1024, "group_pages": True, "summaries": None, "chunk_size": 64}
 
@@ -85,7 +83,7 @@ def page_bounds(qg: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
 
 
 def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size):
-    check_gqa(q, k, k)
+    check_qkv(q, k, k, batched=True)
     if page_size < 1 or token_budget < 0 or chunk_size < 1:
         raise ValueError(f"page_topk needs page_size >= 1, token_budget >= 0, chunk_size >= 1, got "
                          f"page_size={page_size}, token_budget={token_budget}, chunk_size={chunk_size}")
@@ -103,8 +101,8 @@ def page_topk_attention(q, k, v, *, causal=False, activation="softmax", page_siz
     ``summaries``: optional ``page_summaries(k, page_size)``; built here when None.
     ``chunk_size``: query rows per step (bounds the ``B*Hq*C*budget`` temporaries).
     """
-    check_softmax(activation, "page_topk")
-    check_gqa(q, k, v)
+    check_activation(activation, "page_topk", ("softmax",))
+    check_qkv(q, k, v, batched=True)
     page_size, token_budget, chunk_size = int(page_size), int(token_budget), int(chunk_size)
     blocks, ok = _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size)
     return block_sparse_attention(q, k, v, blocks, ok, page_size, causal, chunk_size)

@@ -98,9 +98,7 @@ def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_featu
     head and step; larger chunks mean fewer Python steps).
     ``projection``: the random features ``[nb_features, d]``; drawn here when ``None``.
     """
-    check_activation(activation)
-    if activation != "softmax":
-        raise ValueError("performer approximates softmax attention only (activation='softmax')")
+    check_activation(activation, "performer", ("softmax",))  # FAVOR+ approximates softmax attention
     groups = check_qkv(q, k, v)
     dtype = q.dtype
     q, k, v = upcast(q), upcast(k), upcast(v)  # half inputs: everything in float32 (see module doc)

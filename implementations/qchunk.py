@@ -22,57 +22,56 @@ from __future__ import annotations
 import torch
 
 from implementations.masking import (
-    batched_addmm_t_, by_query, causal_offset, check_activation, check_qkv, chunk_mask, group_rows,
-    put_group_rows, safe_softmax_, upcast,
+    allowed_keys, batched_addmm_t_, by_query, check_activation, check_qkv, from_padding, group_rows, put_group_rows,
+    safe_softmax_, upcast,
 )
 from implementations.registry import Implementation, register
 
 
-def chunk_weights(qc, k, start, *, causal, activation, key_padding_mask, groups=1, offset=0):
-    """``activation(qc kᵀ + mask)`` for the query chunk starting at ``start``, built in place.
+def chunk_weights(qc, k, start, lq, *, causal, activation, real_keys, groups=1):
+    """``activation(qc kᵀ + mask)`` for the query chunk starting at row ``start`` of ``lq``, built in place.
 
     ``qc``: the chunk as :func:`~implementations.masking.group_rows` lays it out;
-    ``offset``: :func:`~implementations.masking.causal_offset`. Float32 for half inputs.
+    ``real_keys``: :func:`~implementations.masking.from_padding`. Float32 for half inputs.
     """
     scores = upcast(qc @ k.transpose(-2, -1))
     grouped = by_query(scores, groups)
-    mask = chunk_mask(start, grouped.shape[-2], k.shape[-2], causal=causal, key_padding_mask=key_padding_mask,
-                      device=qc.device, offset=offset, ndim=grouped.dim())
+    allowed = allowed_keys(start, start + grouped.shape[-2], lq, k.shape[-2], causal=causal, real_keys=real_keys,
+                           device=qc.device, ndim=grouped.dim())
+    hidden = None if allowed is None else allowed.logical_not_()  # for masked_fill_ (in place: no copy)
     if activation == "softmax":
-        if mask is not None:
-            grouped.masked_fill_(mask, float("-inf"))
+        if hidden is not None:
+            grouped.masked_fill_(hidden, float("-inf"))
         return safe_softmax_(scores)
     scores.relu_()
-    if mask is not None:
-        grouped.masked_fill_(mask, 0.0)
+    if hidden is not None:
+        grouped.masked_fill_(hidden, 0.0)
     return scores
 
 
 class QChunkFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, activation, chunk_size, key_padding_mask, groups):
+    def forward(ctx, q, k, v, causal, activation, chunk_size, real_keys, groups):
         lq = q.shape[-2]
-        offset = causal_offset(lq, k.shape[-2])
         # Every chunk multiplies with all of k and v: a strided view (heads split by the
         # layer) would be copied by each matmul, so copy once; the copy is what backward keeps.
         k, v = k.contiguous(), v.contiguous()
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
-            w = chunk_weights(group_rows(q, groups, s, e), k, s, causal=causal, activation=activation,
-                              key_padding_mask=key_padding_mask, groups=groups, offset=offset)
+            w = chunk_weights(group_rows(q, groups, s, e), k, s, lq, causal=causal, activation=activation,
+                              real_keys=real_keys, groups=groups)
             put_group_rows(out, groups, s, e, w.to(v.dtype) @ v)
             del w
-        ctx.save_for_backward(q, k, v, key_padding_mask)
+        ctx.save_for_backward(q, k, v, real_keys)
         ctx.options = (causal, activation, chunk_size, groups)
         return out
 
     @staticmethod
     def backward(ctx, d_out):
-        q, k, v, key_padding_mask = ctx.saved_tensors
+        q, k, v, real_keys = ctx.saved_tensors
         causal, activation, chunk_size, groups = ctx.options
         lq = q.shape[-2]
-        offset = causal_offset(lq, k.shape[-2])
         # Fresh contiguous buffers: accumulated in place with baddbmm_.
         dq = q.new_empty(q.shape)
         dk = k.new_zeros(k.shape)
@@ -80,8 +79,7 @@ class QChunkFunction(torch.autograd.Function):
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
             qc, doc = group_rows(q, groups, s, e), group_rows(d_out, groups, s, e)
-            w = chunk_weights(qc, k, s, causal=causal, activation=activation,
-                              key_padding_mask=key_padding_mask, groups=groups, offset=offset)
+            w = chunk_weights(qc, k, s, lq, causal=causal, activation=activation, real_keys=real_keys, groups=groups)
             w_in = w.to(v.dtype)  # the weights as forward multiplied them (no copy in float32)
             batched_addmm_t_(dv, w_in, doc)
             dw = upcast(doc @ v.transpose(-2, -1))
@@ -105,7 +103,7 @@ def qchunk_attention(q, k, v, *, causal=False, activation="softmax", chunk_size=
     groups = check_qkv(q, k, v)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return QChunkFunction.apply(q, k, v, causal, activation, int(chunk_size), key_padding_mask, groups)
+    return QChunkFunction.apply(q, k, v, causal, activation, int(chunk_size), from_padding(key_padding_mask), groups)
 
 
 QCHUNK = register(

@@ -21,15 +21,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from implementations.masking import (
-    causal_block_mask, causal_offset, check_activation, fold_groups, kv_groups, unfold_groups,
-)
+from implementations.masking import allowed_keys, check_activation, fold_groups, kv_groups, unfold_groups
 from implementations.registry import Implementation, register
 
 
 def _causal_mask(lq, lk, device, groups=1):
     """SDPA's boolean ``attn_mask`` (True = attend) for bottom-right causal rows, per group member."""
-    allowed = ~causal_block_mask(0, lq, lk, device, offset=causal_offset(lq, lk))
+    allowed = allowed_keys(0, lq, lq, lk, causal=True, device=device)
     return allowed if groups == 1 else allowed.repeat(groups, 1)
 
 
@@ -42,9 +40,7 @@ def _fold_is_cheap(q, k, groups, causal):
 
 
 def sdpa_attention(q, k, v, *, causal=False, activation="softmax"):
-    check_activation(activation)
-    if activation != "softmax":
-        raise ValueError("sdpa supports only activation='softmax'")
+    check_activation(activation, "sdpa", ("softmax",))
     groups = kv_groups(q, k, v)
     lq, lk = q.shape[-2], k.shape[-2]
     if causal and lq > lk:

@@ -12,11 +12,12 @@ to a subset of the keys; what differs is how the subset is chosen. Here:
   own block (the block holding its position) plus the ``n_top`` eligible blocks
   that score highest under a method-specific block score.
 
-Conventions (see :mod:`implementations.registry`): ``q [B, Hq, Lq, d]``,
-``k, v [B, Hkv, Lk, d]``; query ``i`` sits at position ``Lk - Lq + i`` (bottom-right
-causal alignment) and, when causal, sees key ``j`` iff ``j <= Lk - Lq + i``; a
-row with no allowed key gives zeros. Grouped-query heads are native: query head
-``h`` reads kv head ``h // (Hq // Hkv)`` and no repeated K/V is materialised.
+Conventions (:mod:`implementations.masking`, whose helpers this module uses):
+``q [B, Hq, Lq, d]``, ``k, v [B, Hkv, Lk, d]``; query ``i`` sits at position
+``Lk - Lq + i`` (bottom-right causal alignment) and, when causal, sees key ``j`` iff
+``j <= Lk - Lq + i``; a row with no allowed key gives zeros; a selection is a bool
+mask with True = attended. Grouped-query heads are native: query head ``h`` reads kv
+head ``h // (Hq // Hkv)`` and no repeated K/V is materialised.
 Half precision: block and top-k scores (what decides the selection) and the
 softmax are float32; outputs are in the input dtype.
 
@@ -30,56 +31,9 @@ from typing import Callable
 
 import torch
 
-from implementations.masking import stat_dtype
-
-
-def check_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
-    """Checks ``q [B, Hq, Lq, d]``, ``k [B, Hkv, Lk, d]``, ``v [B, Hkv, Lk, dv]``; returns ``Hq // Hkv``."""
-    if (q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3]
-            or q.shape[-1] != k.shape[-1] or k.shape[1] == 0 or q.shape[1] % k.shape[1] or k.shape[2] == 0):
-        raise ValueError(
-            f"expected q [B, Hq, Lq, d], k [B, Hkv, Lk, d], v [B, Hkv, Lk, dv] with Hq a multiple of Hkv "
-            f"and Lk >= 1, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    return q.shape[1] // k.shape[1]
-
-
-def check_softmax(activation: str, name: str) -> None:
-    if activation != "softmax":
-        raise ValueError(f"{name} supports only activation='softmax', got {activation!r}")
-
-
-def query_positions(r0: int, r1: int, lq: int, lk: int, device) -> torch.Tensor:
-    """Positions ``Lk - Lq + i`` of the query rows ``r0 <= i < r1`` (bottom-right alignment)."""
-    return torch.arange(lk - lq + r0, lk - lq + r1, device=device)
-
-
-def allowed_keys(lq: int, lk: int, causal: bool, device=None) -> torch.Tensor:
-    """Bool ``[Lq, Lk]``: True where the query may see the key (bottom-right causal, or all)."""
-    if not causal:
-        return torch.ones(lq, lk, dtype=torch.bool, device=device)
-    return torch.arange(lk, device=device) <= query_positions(0, lq, lq, lk, device).unsqueeze(1)
-
-
-def grouped(x: torch.Tensor, hkv: int) -> torch.Tensor:
-    """``[B, Hq, C, d]`` -> ``[B, Hkv, G*C, d]``: the rows of each kv head's query group together."""
-    b, hq, c, d = x.shape
-    return x.reshape(b, hkv, (hq // hkv) * c, d)
-
-
-def ungrouped(x: torch.Tensor, hq: int) -> torch.Tensor:
-    """Inverse of :func:`grouped`: ``[B, Hkv, G*C, n]`` -> ``[B, Hq, C, n]``."""
-    b, hkv, gc, n = x.shape
-    return x.reshape(b, hq, gc // (hq // hkv), n)
-
-
-def safe_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Differentiable softmax over the ``valid`` entries of each row; a row with none gives zeros."""
-    scores = scores.masked_fill(~valid, float("-inf"))
-    # An all -inf row has max -inf: clamping keeps exp(-inf - max) = 0, not NaN.
-    top = scores.detach().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).min)
-    e = torch.exp(scores - top)
-    return e / e.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).tiny)
+from implementations.masking import (
+    allowed_keys, fold_groups, from_padding, group_rows, query_positions, stat_dtype, unfold_groups,
+)
 
 
 # --------------------------------------------------------------------------- exact top-k
@@ -98,21 +52,22 @@ def topk_selection(q, k, *, causal=False, topk=128, chunk_size=1024, key_padding
     del dropout
     b, hq, lq, _ = q.shape
     hkv, lk = k.shape[1], k.shape[2]
+    groups = hq // hkv
     kk = min(int(topk), lk)
     sdt = stat_dtype(q.dtype) if float_scores else q.dtype
     kt = k.to(sdt).transpose(-2, -1)
     out = torch.zeros(b, hq, lq, lk, dtype=torch.bool, device=q.device)
-    pad = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+    real_keys = from_padding(key_padding_mask)
     for r0 in range(0, lq, max(1, int(chunk_size))):
         r1 = min(r0 + max(1, int(chunk_size)), lq)
-        ok = allowed_keys(lq, lk, causal, q.device)[r0:r1]                      # [C, Lk]
-        if pad is not None:
-            ok = ok & ~pad                                                      # [B, 1, C, Lk]
-        scores = ungrouped(grouped(q[:, :, r0:r1].to(sdt), hkv) @ kt, hq)       # [B, Hq, C, Lk]
-        scores = scores.masked_fill(~ok, float("-inf"))
+        ok = allowed_keys(r0, r1, lq, lk, causal=causal, real_keys=real_keys, device=q.device, ndim=4)  # [(B, 1,) C, Lk]
+        scores = unfold_groups(fold_groups(q[:, :, r0:r1].to(sdt), groups) @ kt, groups)  # [B, Hq, C, Lk]
+        if ok is not None:
+            scores = scores.masked_fill(~ok, float("-inf"))
         idx = scores.topk(kk, dim=-1, sorted=False).indices
+        picked = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True)
         # Rows with fewer than kk allowed keys pick masked ones too: the & drops them.
-        out[:, :, r0:r1] = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True) & ok
+        out[:, :, r0:r1] = picked if ok is None else picked & ok
     return out
 
 
@@ -166,7 +121,7 @@ def select_blocks(q: torch.Tensor, hkv: int, lk: int, block_size: int, n_top: in
             ok[:, :, r0:r1, n] = query_positions(r0, r1, lq, lk, q.device) >= 0 if causal else True
             if n == 0:
                 continue
-            scores = block_scores(grouped(q[:, :, r0:r1], hkv)).view(b, hkv, g, c, p)
+            scores = block_scores(group_rows(q, g, r0, r1)).view(b, hkv, g, c, p)
             if shared:
                 scores = scores.amax(dim=2, keepdim=True)                                  # [B, Hkv, 1, C, P]
             # Causal: blocks up to the own one start at or before the query; the own block
@@ -205,4 +160,5 @@ def table_selection(blocks: torch.Tensor, ok: torch.Tensor, lk: int, block_size:
     picked = torch.zeros(b, hq, lq, p, dtype=torch.uint8, device=blocks.device)
     picked.scatter_reduce_(-1, blocks, ok.to(torch.uint8), "amax")
     keys = picked.bool().repeat_interleave(block_size, dim=-1)[..., :lk]
-    return keys & allowed_keys(lq, lk, causal, blocks.device)
+    allowed = allowed_keys(0, lq, lq, lk, causal=causal, device=blocks.device)
+    return keys.contiguous() if allowed is None else keys & allowed

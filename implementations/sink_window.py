@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from implementations.masking import stat_dtype
-from implementations.registry import Implementation, register
-from implementations.selection import (
-    allowed_keys, check_gqa, check_softmax, grouped, query_positions, safe_softmax, ungrouped,
+from implementations.masking import (
+    allowed_keys, check_activation, check_qkv, group_rows, query_positions, safe_softmax, stat_dtype, unfold_groups,
 )
+from implementations.registry import Implementation, register
 
 OPTIONS = {"sinks": 4, "window": 1024}
 ROWS = 256  # query rows per tile
@@ -50,28 +49,28 @@ def _tile(q, k, v, r0, r1, lq, causal, sinks, window):
     hi = max(hi, lo)
     if s + hi - lo == 0:  # no key for any row of the tile (sinks = window = 0, or rows before the keys)
         return q.new_zeros(b, hq, c, v.shape[-1])
-    qg = grouped(q[:, :, r0:r1], hkv)                                            # [B, Hkv, G*C, d]
+    g = hq // hkv
+    qg = group_rows(q, g, r0, r1)                                                # [B, Hkv, G*C, d]
     sink_cols = torch.arange(s, device=device)
     band_cols = torch.arange(lo, hi, device=device)
     sink_ok = sink_cols <= pos if causal else torch.ones(c, s, dtype=torch.bool, device=device)
     band_ok = (band_cols <= pos) & (band_cols > pos - window)
-    valid = torch.cat((sink_ok, band_ok), dim=-1)                                 # [C, s + band]
+    allowed = torch.cat((sink_ok, band_ok), dim=-1)                               # [C, s + band]
     # Two products (sinks, band) rather than one over concatenated keys: no copy of the band.
     # Keys on the left ([n, d] @ [d, G*C]): a key slice is not contiguous across heads, and
     # this orientation measured ~3x faster than q @ kᵀ on it at decode (bf16, CPU).
     qt = qg.transpose(-2, -1)
     scores = torch.cat(((k[:, :, :s] @ qt).transpose(-2, -1), (k[:, :, lo:hi] @ qt).transpose(-2, -1)), dim=-1)
-    g = hq // hkv
     scores = scores.view(b, hkv, g, c, -1).to(stat_dtype(q.dtype))
-    w = safe_softmax(scores, valid).to(v.dtype).view(b, hkv, g * c, -1)
+    w = safe_softmax(scores, allowed).to(v.dtype).view(b, hkv, g * c, -1)
     out = w[..., :s] @ v[:, :, :s] + w[..., s:] @ v[:, :, lo:hi]
-    return ungrouped(out, hq)
+    return unfold_groups(out, g)
 
 
 def sink_window_attention(q, k, v, *, causal=False, activation="softmax", sinks=4, window=1024):
     """StreamingLLM attention: the first ``sinks`` keys plus the last ``window`` keys up to each query."""
-    check_softmax(activation, "sink_window")
-    check_gqa(q, k, v)
+    check_activation(activation, "sink_window", ("softmax",))
+    check_qkv(q, k, v, batched=True)
     sinks, window = int(sinks), int(window)
     _check(sinks, window)
     lq = q.shape[2]
@@ -81,14 +80,14 @@ def sink_window_attention(q, k, v, *, causal=False, activation="softmax", sinks=
 
 def sink_window_selection(q, k, *, causal=False, sinks=4, window=1024, **_ignored):
     """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`sink_window_attention` attends to (True = attended)."""
-    check_gqa(q, k, k)
+    check_qkv(q, k, k, batched=True)
     sinks, window = int(sinks), int(window)
     _check(sinks, window)
     b, hq, lq, _ = q.shape
     lk = k.shape[2]
     cols = torch.arange(lk, device=q.device)
     pos = query_positions(0, lq, lq, lk, q.device).unsqueeze(1)
-    keys = (cols < sinks) & (allowed_keys(lq, lk, causal, q.device) if causal else True)
+    keys = (cols < sinks) & (allowed_keys(0, lq, lq, lk, causal=True, device=q.device) if causal else True)
     keys = keys | ((cols <= pos) & (cols > pos - window))
     return keys.expand(b, hq, lq, lk).clone()
 

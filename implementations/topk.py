@@ -36,8 +36,8 @@ import torch
 
 from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.masking import (
-    HALF, batched_addmm_t_, by_query, causal_offset, check_activation, check_qkv, check_topk_args, chunk_mask,
-    group_rows, put_group_rows, safe_softmax, stat_dtype, upcast,
+    HALF, allowed_keys, batched_addmm_t_, by_query, check_activation, check_qkv, check_topk_args, from_padding,
+    group_rows, put_group_rows, safe_softmax_, stat_dtype, upcast,
 )
 from implementations.registry import Implementation, register
 from implementations.selection import topk_budget, topk_selection
@@ -45,7 +45,7 @@ from implementations.selection import topk_budget, topk_selection
 
 def activate(top_dots, activation):
     """The activation on the ``[C, k]`` top values (masked ones are -inf and get 0)."""
-    return safe_softmax(top_dots) if activation == "softmax" else torch.relu(top_dots)
+    return safe_softmax_(top_dots.clone()) if activation == "softmax" else torch.relu(top_dots)
 
 
 def activation_backward(top_dots, top_actv, d_top_actv, activation):
@@ -88,9 +88,9 @@ class TopkFunction(torch.autograd.Function):
     """``ops`` does the big products: :class:`DenseOps` here, torch.sparse in ``topk_sparse``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ops, causal, activation, topk, chunk_size, key_padding_mask, dropout, groups):
+    def forward(ctx, q, k, v, ops, causal, activation, topk, chunk_size, real_keys, dropout, groups):
+        """``real_keys``: bool ``[B, Lk]``, True = a real key (the ``key_padding_mask`` option converted), or None."""
         lq, lk = q.shape[-2], k.shape[-2]
-        offset = causal_offset(lq, lk)
         # Every chunk multiplies with all of k and v: a strided view (heads split by the
         # layer) would be copied by each matmul, so copy once; the copy is what backward keeps.
         k, v = k.contiguous(), v.contiguous()
@@ -105,11 +105,11 @@ class TopkFunction(torch.autograd.Function):
             e = min(s + chunk_size, lq)
             dots = upcast(group_rows(q, groups, s, e)) @ k_dots.transpose(-2, -1)   # [C, Lk] (G*C rows)
             grouped = by_query(dots, groups)
-            mask = chunk_mask(s, e - s, lk, causal=causal, key_padding_mask=key_padding_mask, device=q.device,
-                              offset=offset, ndim=grouped.dim())
-            if mask is not None:
-                grouped.masked_fill_(mask, float("-inf"))
-            del mask, grouped
+            allowed = allowed_keys(s, e, lq, lk, causal=causal, real_keys=real_keys, device=q.device,
+                                   ndim=grouped.dim())
+            if allowed is not None:
+                grouped.masked_fill_(allowed.logical_not_(), float("-inf"))
+            del allowed, grouped
             top_dots, top_indices = dots.topk(kk, dim=-1, sorted=False)        # [C, k]
             top_actv = activate(top_dots, activation)
             if dropout:
@@ -161,10 +161,10 @@ class TopkFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
-def decode_topk(q, k, v, causal, activation, kk, key_padding_mask, groups):
+def decode_topk(q, k, v, causal, activation, kk, real_keys, groups):
     """Forward only, few query rows (:mod:`implementations.decode`): the same selection and
     weights as :class:`TopkFunction`, without its ``C x Lk`` scatter and dense product with V."""
-    scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask)
+    scores = decode_scores(q, k, groups, causal=causal, real_keys=real_keys)
     top, where = scores.topk(kk, dim=-1, sorted=False)
     del scores
     return decode_output(activate(top, activation), where, q, v)
@@ -186,10 +186,11 @@ def make_topk(ops, decode=False):
             out = attention(upcast(q), upcast(k), upcast(v), causal=causal, activation=activation, topk=topk,
                             chunk_size=chunk_size, key_padding_mask=key_padding_mask, dropout=dropout)
             return out.to(q.dtype)
+        real_keys = from_padding(key_padding_mask)
         if decode and use_decode_path(q, k, v, chunk_size, dropout):
-            return decode_topk(q, k, v, causal, activation, min(int(topk), k.shape[-2]), key_padding_mask, groups)
+            return decode_topk(q, k, v, causal, activation, min(int(topk), k.shape[-2]), real_keys, groups)
         return TopkFunction.apply(q, k, v, ops, causal, activation, int(topk), int(chunk_size),
-                                  key_padding_mask, float(dropout), groups)
+                                  real_keys, float(dropout), groups)
 
     return attention
 

@@ -60,7 +60,8 @@ import torch.nn.functional as F
 
 from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.masking import (
-    causal_offset, check_activation, check_qkv, check_topk_args, rows_may_be_empty, safe_softmax, stat_dtype, upcast,
+    allowed_keys, causal_offset, check_activation, check_qkv, check_topk_args, from_padding, rows_may_be_empty,
+    safe_softmax_, stat_dtype, upcast,
 )
 from implementations.registry import Implementation, register
 from implementations.selection import topk_budget, topk_selection
@@ -147,7 +148,7 @@ def _activate(top: torch.Tensor, relu: bool, safe: bool = False) -> torch.Tensor
     # softmax gives it zeros (as ``topk``), not NaN.
     if relu:
         return torch.relu(top)
-    return safe_softmax(top) if safe else torch.softmax(top, dim=-1)
+    return safe_softmax_(top.clone()) if safe else torch.softmax(top, dim=-1)
 
 
 def _tiles(lq, lk, kk, causal, chunk_size, offset=0):
@@ -164,11 +165,11 @@ def _tiles(lq, lk, kk, causal, chunk_size, offset=0):
         yield r0, r1, n, s, -(-max(n, kk) // s) * s
 
 
-def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1, float_scores=True):
+def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scores=True):
     """Top-``kk`` scores of every query row and their global key indices (``h·Lk + j``).
 
     ``q3 [bh, Lq, d]`` (query heads), ``k3 [bh / groups, Lk, d]`` (K/V heads, ``h`` above);
-    ``pad``: bool ``[bh / groups, 1, Lk]``, True = padding key (masked like a future key).
+    ``real_keys``: bool ``[bh / groups, 1, Lk]``, True = a real key (padding is masked like a future key).
     Scores (and the returned top values) are float32 for half inputs; ``float_scores=False``:
     the scores are the product in the input dtype (returned as float32).
     """
@@ -188,30 +189,28 @@ def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1, float_scores=Tru
     keys = k3.to(score_dtype)  # a float32 copy for half inputs: scores that select keys are not rounded
     if widest > lk:  # zero key rows as padding; their scores are masked below
         keys = torch.cat([keys, keys.new_zeros(bkv, widest - lk, d)], dim=1)
+    pad = None if real_keys is None else real_keys.logical_not()  # for masked_fill_
     if pad is not None and groups > 1:
         pad = pad.unsqueeze(1)  # broadcast over the G heads of a group
     # One score buffer for all tiles: no fresh pages (and page faults) per tile.
     buffer = keys.new_empty(bkv * max((groups * (r1 - r0) * w for r0, r1, _, _, w in tiles), default=0))
-    masks = {}  # the causal/padding mask of a tile depends only on its offsets relative to ``lo``
+    hidden = {}  # the complement of a tile's allowed keys depends only on its offsets relative to ``lo``
     for r0, r1, n, s, width in tiles:
         rows = groups * (r1 - r0)
         scores = buffer[: bkv * rows * width].view(bkv, rows, width)
         tile_q = q3[:, r0:r1] if groups == 1 else q4[:, :, r0:r1].reshape(bkv, rows, d)
         torch.matmul(tile_q.to(score_dtype), keys[:, :width].transpose(1, 2), out=scores)
         grouped = scores if groups == 1 else scores.view(bkv, groups, r1 - r0, width)
-        # Columns some row of the tile must not see: future keys and padding. Row r sits at
-        # position p = offset + r and sees keys j <= p.
+        # Columns some row of the tile must not see, from ``lo`` on: future keys and the columns
+        # past the keys. Row r sits at position p = offset + r and sees keys j <= p.
         p0, p1 = offset + r0, offset + r1
         lo = min(max(p0, 0), n) if causal else n
         if lo < width:
             key = (p0 - lo, p1 - lo, n - lo, width - lo)
-            if key not in masks:
-                cols = torch.arange(width - lo, device=device)
-                masked = cols >= n - lo
-                if causal:
-                    masked = masked | (cols > torch.arange(p0 - lo, p1 - lo, device=device).unsqueeze(1))
-                masks[key] = masked
-            grouped[..., lo:].masked_fill_(masks[key], float("-inf"))
+            if key not in hidden:
+                allowed = allowed_keys(r0, r1, lq, lk, causal=causal, device=device, cols=(lo, width))
+                hidden[key] = allowed.logical_not_()
+            grouped[..., lo:].masked_fill_(hidden[key], float("-inf"))
         if pad is not None:  # columns >= n are masked above already
             grouped[..., :n].masked_fill_(pad[..., :n], float("-inf"))
         values, where = _row_topk(scores, kk, s)
@@ -226,7 +225,7 @@ def _select(q3, k3, causal, kk, chunk_size, pad=None, groups=1, float_scores=Tru
     return top, idx
 
 
-def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=False):
+def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     """Forward only, few query rows (:mod:`implementations.decode`): all scores, then the pruned top-k.
 
     Pruned as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
@@ -237,7 +236,7 @@ def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=Fa
     """
     lk = k.shape[-2]
     s = _segments(max(lk, kk), kk)
-    scores = decode_scores(q, k, groups, causal=causal, key_padding_mask=key_padding_mask, multiple=s,
+    scores = decode_scores(q, k, groups, causal=causal, real_keys=real_keys, multiple=s,
                            float_scores=float_scores)
     rows, width = scores.shape[-2:]
     dtype = scores.dtype
@@ -260,7 +259,7 @@ def _decode(q, k, v, causal, relu, kk, key_padding_mask, groups, float_scores=Fa
     if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
         where.clamp_(max=lk - 1)
     weights = _activate(upcast(top), relu, rows_may_be_empty(q.shape[-2], lk, causal=causal,
-                                                       key_padding_mask=key_padding_mask))
+                                                       padded=real_keys is not None))
     return decode_output(weights, where, q, v)
 
 
@@ -316,19 +315,19 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
 
 class _TopkFast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, key_padding_mask, dropout, groups, float_scores):
+    def forward(ctx, q, k, v, causal, relu, topk, chunk_size, real_keys, dropout, groups, float_scores):
         lead, lq, lk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
         kk = min(topk, lk)
         q3, k3 = q.reshape(-1, lq, q.shape[-1]), k.reshape(-1, lk, k.shape[-1])
         bh = q3.shape[0]
-        pad = None
-        if key_padding_mask is not None:  # [B, Lk] -> one row per K/V (batch, head, ...): [bkv, 1, Lk]
+        real = None
+        if real_keys is not None:  # [B, Lk] -> one row per K/V (batch, head, ...): [bkv, 1, Lk]
             kv_lead = k.shape[:-2]
             shape = (kv_lead[0],) + (1,) * (len(kv_lead) - 1) + (lk,)
-            pad = key_padding_mask.view(shape).expand(*kv_lead, lk).reshape(k3.shape[0], 1, lk)
-        top, idx = _select(q3, k3, causal, kk, chunk_size, pad, groups, float_scores)
-        del pad
-        safe = rows_may_be_empty(lq, lk, causal=causal, key_padding_mask=key_padding_mask)
+            real = real_keys.view(shape).expand(*kv_lead, lk).reshape(k3.shape[0], 1, lk)
+        top, idx = _select(q3, k3, causal, kk, chunk_size, real, groups, float_scores)
+        del real
+        safe = rows_may_be_empty(lq, lk, causal=causal, padded=real_keys is not None)
         weights = _activate(top, relu, safe)
         keep = None
         if dropout:
@@ -400,11 +399,12 @@ def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128
     check_activation(activation)
     groups = check_qkv(q, k, v)
     check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
+    real_keys = from_padding(key_padding_mask)
     if use_decode_path(q, k, v, chunk_size, dropout):
         return _decode(q, k, v, bool(causal), activation == "relu", min(int(topk), k.shape[-2]),
-                       key_padding_mask, groups, bool(float_scores))
+                       real_keys, groups, bool(float_scores))
     return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size),
-                           key_padding_mask, float(dropout), groups, bool(float_scores))
+                           real_keys, float(dropout), groups, bool(float_scores))
 
 
 TOPK_FAST = register(

@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 
 from implementations.masking import (
-    by_query, causal_block_mask, causal_offset, check_activation, fold_groups, kv_groups,
-    rows_may_be_empty, unfold_groups,
+    allowed_keys, by_query, check_activation, fold_groups, from_padding, kv_groups, rows_may_be_empty, unfold_groups,
 )
 from implementations.registry import Implementation, register
 
@@ -36,16 +35,13 @@ def vanilla_attention(q, k, v, *, causal=False, activation="softmax", key_paddin
     lq, lk = q.shape[-2], k.shape[-2]
     scores = fold_groups(q, groups) @ k.transpose(-2, -1)
     grouped = by_query(scores, groups)  # [*, Hkv, G, Lq, Lk]: per-position masks broadcast over G
-    masked = None
-    if causal:
-        masked = causal_block_mask(0, lq, lk, q.device, offset=causal_offset(lq, lk))
-    if key_padding_mask is not None:
-        pad = key_padding_mask[(slice(None),) + (None,) * (grouped.dim() - 2)]
-        masked = pad if masked is None else (masked | pad)
+    allowed = allowed_keys(0, lq, lq, lk, causal=causal, real_keys=from_padding(key_padding_mask), device=q.device,
+                           ndim=grouped.dim())
+    masked = None if allowed is None else allowed.logical_not_()  # for masked_fill (in place: no copy)
     if activation == "softmax":
         if masked is not None:
             grouped = grouped.masked_fill(masked, float("-inf"))
-        if rows_may_be_empty(lq, lk, causal=causal, key_padding_mask=key_padding_mask):
+        if rows_may_be_empty(lq, lk, causal=causal, padded=key_padding_mask is not None):
             # A row with no allowed key would be NaN: zero weights instead.
             empty = masked.all(dim=-1, keepdim=True)
             grouped = grouped.masked_fill(empty, 0.0)

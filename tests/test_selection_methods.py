@@ -15,6 +15,7 @@ import implementations
 from implementations import block_attention
 from implementations import selection as core
 from implementations.block_topk import block_means
+from implementations.masking import fold_groups, unfold_groups
 from implementations.page_topk import page_bounds, page_summaries
 from live_bytes import LiveBytes
 
@@ -324,7 +325,7 @@ def test_page_bounds_bound_every_key_of_the_page():
     s = page_summaries(k, 5)
     assert s.shape == (1, 2, 5, 2, 5)
     torch.testing.assert_close(s[:, :, -1, 0], k[:, :, 20:].amin(dim=2), rtol=0, atol=0)  # partial last page
-    bounds = core.ungrouped(page_bounds(core.grouped(q, 2), s), 4)                        # [1, 4, 6, 5]
+    bounds = unfold_groups(page_bounds(fold_groups(q, 2), s), 2)                          # [1, 4, 6, 5]
     scores = q @ k.repeat_interleave(2, dim=1).transpose(-2, -1)
     for p in range(5):
         page = slice(5 * p, min(5 * p + 5, 22))

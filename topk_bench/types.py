@@ -12,7 +12,8 @@ command line, the parent, the warm template and the child all import it.
   template), :class:`Started`, :class:`Exited` and :class:`Refused` (template to
   parent), each encoded and decoded by :func:`encode` / :func:`decode` only.
 - :data:`READY`: the one byte a child writes on its ready pipe once started (the
-  case's time budget counts from then).
+  case's time budget counts from then); :data:`RESULT_UNWRITTEN`: its exit code when
+  it could not write its result.
 
 The case itself, its budget and its measurement travel as JSON files written and
 read by their own classes (:mod:`topk_bench.case`).
@@ -111,6 +112,9 @@ class DType(Word):
 # -- parent <-> template --------------------------------------------------------------------------
 
 READY = b"r"  # child -> parent, on the ready pipe: started; the time budget counts from here
+# The child's exit code when it measured but could not write its result (sysexits' EX_TEMPFAIL): the parent
+# then asks whether its scratch directory can be written at all (a full TMPDIR is no case's failure).
+RESULT_UNWRITTEN = 75
 
 
 @dataclass(frozen=True)
@@ -151,10 +155,12 @@ class Started(Message):
 
 @dataclass(frozen=True)
 class Exited(Message):
-    """Template -> parent: the child was reaped; ``code`` as :mod:`subprocess` has it (``-SIGNAL``)."""
+    """Template -> parent: the child was reaped; ``code`` as :mod:`subprocess` has it (``-SIGNAL``);
+    ``leftovers``: processes it left running that the template then killed (``sleep 300 (pid 12)``)."""
 
     TYPE: ClassVar[str] = "exited"
     code: int = 0
+    leftovers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,8 +185,9 @@ def decode(data: bytes) -> Message:
         kind = MESSAGES[raw.pop("type")]
         known = {f.name for f in fields(kind)}
         values = {k: v for k, v in raw.items() if k in known}
-        if "argv" in values:
-            values["argv"] = tuple(values["argv"])
+        for name in ("argv", "leftovers"):
+            if name in values:
+                values[name] = tuple(values[name])
         return kind(**values)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ValueError(f"not a template message: {data[:200]!r} ({exc})") from None

@@ -119,5 +119,6 @@ def check(name: str, device: str) -> Check:
     return Check.judged(label, passed, detail)
 
 
-def checks(device: str) -> list[Check]:
-    return [check(impl.name, device) for impl in tiny.measured()]
+def checks(device: str, skip: tuple[str, ...] = ()) -> list[Check]:
+    """``skip``: implementations judged elsewhere (a plug-in's, in a process of its own)."""
+    return [check(impl.name, device) for impl in tiny.measured() if impl.name not in skip]

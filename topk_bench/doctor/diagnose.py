@@ -22,16 +22,17 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (),
+def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (), isolated: tuple[str, ...] = (),
              progress: Callable[[Check], None] | None = None) -> list[Check]:
     """Every check for ``device`` ("cpu" or "cuda"); on a machine without CUDA, ``cuda`` is one skipped row.
 
     ``plugins``: modules or files (already imported here, :func:`topk_bench.plugins.resolve`) whose
-    implementations are judged with the rest; ``progress`` sees each check as it ends.
+    implementations are judged with the rest; ``isolated``: those of their implementations judged in a
+    process of their own (:mod:`.isolated`: user code may exit or hang); ``progress`` sees each check as it ends.
     """
     import torch
 
-    from topk_bench.doctor import agreement, cuda, oom, peaks, probes, timer  # noqa: F401 (probes: registers)
+    from topk_bench.doctor import agreement, cuda, isolated as apart, oom, peaks, probes, timer  # noqa: F401
 
     found: list[Check] = []
 
@@ -46,8 +47,9 @@ def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (),
         device = "cpu"
     oom_checks = oom.start(device)  # children in the background while this process checks the rest
     with _one_thread():
-        note(agreement.checks(device))
-        note(peaks.checks(device, plugins))
+        note(agreement.checks(device, skip=isolated))
+        note(peaks.checks(device, plugins, skip=isolated))
+        note(apart.checks(list(isolated), device, plugins))
         note(oom_checks())
         if DeviceKind.of(device) is DeviceKind.CUDA:
             note([cuda.check(device)])

@@ -72,6 +72,7 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     return Check.judged(label, passed, detail)
 
 
-def checks(device: str, plugins: tuple[str, ...] = ()) -> list[Check]:
-    """``plugins``: the modules that register plug-in implementations (a CUDA child imports them again)."""
-    return [check(impl.name, device, plugins) for impl in tiny.measured() if impl.predictable]
+def checks(device: str, plugins: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Check]:
+    """``plugins``: the modules that register plug-in implementations (a CUDA child imports them again);
+    ``skip``: implementations judged elsewhere (a plug-in's, in a process of its own)."""
+    return [check(impl.name, device, plugins) for impl in tiny.measured() if impl.predictable and impl.name not in skip]

@@ -138,8 +138,10 @@ def quality_random(case: Case) -> dict[str, float]:
     dtype = dtype_of(case)
     wl = build(case, case.device, dtype)
     with torch.no_grad():
+        # Copies taken before the call: an implementation that writes into its inputs must not make the
+        # reference (computed from them) agree with it.
+        q, k, v = (x.clone() for x in workloads.lookup(case.workload).attention_inputs(wl))
         out = wl()
-        q, k, v = workloads.lookup(case.workload).attention_inputs(wl)
         return _selection_quality(case.impl, q, k, v, out, case.option_dict, case.causal)
 
 
@@ -163,7 +165,7 @@ def quality_minilm(case: Case) -> dict[str, float]:
     with torch.no_grad():
         for acts in layers:
             q, k, v = (acts[name].to(case.device, dtype) for name in ("q", "k", "v"))
-            out = fn(q, k, v, causal=False, activation=case.activation, **options)
+            out = fn(q.clone(), k.clone(), v.clone(), causal=False, activation=case.activation, **options)  # see above
             per_layer.append(_selection_quality(case.impl, q, k, v, out, options, causal=False))
     return {name: sum(m[name] for m in per_layer) / len(per_layer) for name in per_layer[0]}
 

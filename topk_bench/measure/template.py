@@ -36,7 +36,9 @@ Messages (one ``AF_UNIX``/``SOCK_SEQPACKET`` datagram each way, :mod:`topk_bench
   template per environment).
 - template -> parent :class:`~topk_bench.types.Started` (its pid, and ``fresh``: why it is a
   fresh interpreter, not a fork) or :class:`~topk_bench.types.Refused`; later
-  :class:`~topk_bench.types.Exited` with ``subprocess``'s convention (``-SIGNAL``).
+  :class:`~topk_bench.types.Exited` with ``subprocess``'s convention (``-SIGNAL``), and the
+  processes the child left running that the template killed (it is a child subreaper:
+  :mod:`topk_bench.measure.leftovers`).
 - parent -> template :class:`~topk_bench.types.Kill`: SIGKILL to the child's process group
   (the template is the child's parent: the pid cannot have been reused before it reaps it).
 - end of file (the parent closed its end or died): the template kills its
@@ -57,6 +59,7 @@ from typing import Callable, Mapping, MutableMapping, NoReturn, Protocol, Sequen
 
 import torch
 
+from topk_bench.measure import leftovers
 from topk_bench.types import Exited, Kill, Message, Refused, Start, Started, decode, encode
 
 # The worker's main: its command line in, its exit code out.
@@ -258,6 +261,7 @@ class Server:
         self.selector.register(self.wake_r, selectors.EVENT_READ)
         self.children: dict[int, int] = {}  # pid -> request id, until reaped
         self.pid = os.getpid()
+        leftovers.become_subreaper()  # what a killed case left running comes here, to be killed
 
     def serve(self) -> int:
         try:
@@ -305,7 +309,10 @@ class Server:
             if pid == 0:
                 return
             if pid in self.children:
-                _send(self.sock, Exited(self.children.pop(pid), os.waitstatus_to_exitcode(status)))
+                request = self.children.pop(pid)
+                # Its orphans are ours by now (reparented as it died); our other children are running cases.
+                killed = leftovers.sweep(skip=set(self.children), reap=False)
+                _send(self.sock, Exited(request, os.waitstatus_to_exitcode(status), tuple(killed)))
 
     def _start(self, request: Start, fds: list[int]) -> None:
         if len(fds) != 2:

@@ -16,6 +16,7 @@ runs the first form's :func:`main` without a new interpreter.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import resource
@@ -30,13 +31,13 @@ import implementations
 from topk_bench import machine, plugins
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import NonFinite, Unsupported
-from topk_bench.measure import metadata, template
+from topk_bench.measure import leftovers, metadata, template
 from topk_bench.measure.backends import measure
 from topk_bench.measure.extras import extra_columns
 from topk_bench.measure.memory import OverBudget
 from topk_bench.status import Status
 from topk_bench.units import GIB
-from topk_bench.types import READY, DeviceKind, Method, Mode
+from topk_bench.types import READY, RESULT_UNWRITTEN, DeviceKind, Method, Mode
 
 # Frames not worth naming in an error: torch internals and the tracker that observes every op.
 _INTERNAL = (str(Path(torch.__file__).parent), str(Path(__file__).with_name("memory.py")))
@@ -257,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.case is None or args.result is None:
         parser.error("expected CASE and RESULT, or --template FD")
     die_with_parent(args.parent_pid)
+    leftovers.become_subreaper()  # whatever the case starts, however detached, stays ours to kill
     case = Case.from_json(args.case.read_text())
     budget = Budget.from_json(args.budget)
     limit_address_space(case, budget)
@@ -265,9 +267,18 @@ def main(argv: list[str] | None = None) -> int:
         os.write(args.ready_fd, READY)
         os.close(args.ready_fd)
     result = execute(case, budget)
+    left = leftovers.note(leftovers.sweep())
+    if left:
+        result.error = f"{result.error}; {left}" if result.error else left
     partial = args.result.with_suffix(".partial")
-    partial.write_text(result.to_json())
-    os.replace(partial, args.result)  # the parent never reads half a file
+    try:
+        partial.write_text(result.to_json())
+        os.replace(partial, args.result)  # the parent never reads half a file
+    except OSError as exc:  # e.g. a full TMPDIR: the parent finds out why and stops the run
+        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the log is likely on the same full disk
+            print(f"topk-bench worker: cannot write the result: {exc}", file=sys.stderr, flush=True)
+        return RESULT_UNWRITTEN
     return 0
 
 

@@ -10,15 +10,18 @@ Rules (docs/CONTRACTS.md, "topk-bench compare"):
 - time: median ratio beyond ``time_factor`` and Mann-Whitney p < ``alpha`` on ``times_s``.
 
 A gate must not pass on nothing: beyond a regression, the comparison fails when
-it compared no case, when a case of BASE is missing from NEW (unless
+it compared no case (no row on a side, or no case with a peak or a time on both sides), when a case of BASE is missing from NEW (unless
 ``allow_missing``: a suite that lost cases on purpose), when a line of either
 side was left out by the reader (cut, an unknown status, a number that is not a
-finite number >= 0, a repeated case_id), or when a value is ``invalid``. Cases
+finite number >= 0, a repeated case_id), or when a value is ``invalid`` (among them
+an ``ok`` case of NEW without a peak or samples its BASE had). Cases
 only in NEW are listed, not judged.
 """
 
 from __future__ import annotations
 
+import collections
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,6 +156,9 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
     if not cases:  # one side is empty (both non-empty without a common case_id is bad input, above)
         empty = [side for side, frame in (("BASE", base), ("NEW", new)) if not len(frame)]
         failures.append(f"nothing compared: {' and '.join(empty)} {'has' if len(empty) == 1 else 'have'} no valid row")
+    elif not any(case.metrics for case in cases):  # every case failed on a side, or has no number on both
+        failures.append(f"nothing compared: none of the {len(cases)} case(s) in common has a peak or a time on "
+                        "both sides (statuses " + _statuses(cases) + ")")
     if only_base and not allow_missing:
         failures.append(f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost "
                         "them on purpose)")
@@ -171,6 +177,13 @@ def first_run(new: pd.DataFrame, thresholds: Thresholds = Thresholds(), base_lab
         failures.append("nothing to export: NEW has no valid row")
     return Comparison(base_label, new_label, thresholds, [], [(cid, case_name(new.loc[cid], params)) for cid in new.index],
                       [], [], failures, first_run=True)
+
+
+def _statuses(cases: list[CaseComparison]) -> str:
+    """``error -> crashed x3, ok x1``: the status pairs of the cases, for the line that says nothing was compared."""
+    pairs = collections.Counter(c.base_status if c.base_status == c.new_status else f"{c.base_status} -> {c.new_status}"
+                                for c in cases)
+    return ", ".join(f"{pair} x{count}" for pair, count in pairs.most_common())
 
 
 def _contended(rows: pd.DataFrame) -> str | None:
@@ -196,17 +209,21 @@ def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
                           str(b[col.STATUS]), str(n[col.STATUS]))
     if case.base_status != Status.OK or case.new_status != Status.OK:
         return case  # nothing to measure on a failed side; the status verdict says it all
-    if not (missing(b[col.PEAK_BYTES]) or missing(n[col.PEAK_BYTES])):
-        case.metrics.append(classify_ratio(col.PEAK_BYTES, float(b[col.PEAK_BYTES]), float(n[col.PEAK_BYTES]),
-                                           t.memory_factor))
-    if not (missing(b[col.RESERVED_BYTES]) or missing(n[col.RESERVED_BYTES])):
-        case.metrics.append(classify_ratio(col.RESERVED_BYTES, float(b[col.RESERVED_BYTES]),
-                                           float(n[col.RESERVED_BYTES]), t.reserved_factor))
+    for column, factor in ((col.PEAK_BYTES, t.memory_factor), (col.RESERVED_BYTES, t.reserved_factor)):
+        if not missing(b[column]):
+            case.metrics.append(_lost(column, float(b[column])) if missing(n[column])
+                                else classify_ratio(column, float(b[column]), float(n[column]), factor))
     base_times = parse_times(b[col.TIMES_S], file=base_label, case_id=case.case_id)
     new_times = parse_times(n[col.TIMES_S], file=new_label, case_id=case.case_id)
-    if base_times and new_times:
-        case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha))
+    if base_times:
+        case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha)
+                            if new_times else _lost("time_s", statistics.median(base_times)))
     return case
+
+
+def _lost(metric: str, base: float) -> MetricResult:
+    """An ``ok`` case of NEW without a number its BASE had: nothing to judge it by, so the gate cannot pass."""
+    return MetricResult(metric, base, None, None, Verdict.INVALID, note="BASE has a value, NEW has none")
 
 
 def _plain(value: object) -> object:

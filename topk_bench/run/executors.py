@@ -13,9 +13,11 @@ The interface (what a new executor, e.g. ``topk_bench.run.slurm.SlurmExecutor``,
 - ``executor.submit(cases: list[Case], budget: Budget) -> list[Handle]`` — one
   handle per case, same order. May be called more than once.
 - ``handle.done() -> bool`` — finished (measured, failed or cancelled); never blocks.
-- ``handle.result() -> Measurement`` — blocks until done; never raises: a failure
-  is a status (``crashed``, ``error``, ``timeout``...). Only called on handles
-  that were not cancelled.
+- ``handle.result() -> Measurement`` — blocks until done; never raises for a failing
+  case: a failure is a status (``crashed``, ``error``, ``timeout``...). It raises
+  ``BadInput`` when no case can run at all (the local scratch directory is full), which
+  ends the run (exit 2) with no row for that case. Only called on handles that were not
+  cancelled.
 - ``handle.cancel() -> bool`` — True if the case never ran and now never will
   (the runner then writes a ``skipped`` row or nothing); False if it already
   started or finished (its result is still collected).
@@ -63,12 +65,15 @@ class LocalHandle:
         self._started = False
         self._cancelled = False
         self._result: Measurement | None = None
+        self._raised: BadInput | None = None  # no case can run here (a full TMPDIR): the runner stops
 
     def done(self) -> bool:
         return self._finished.is_set()
 
     def result(self) -> Measurement:
         self._finished.wait()
+        if self._raised is not None:
+            raise self._raised
         if self._result is None:  # cancelled: the runner never asks, but stay total
             return Measurement(status=Status.SKIPPED, error="cancelled before it ran")
         return self._result
@@ -141,6 +146,8 @@ class LocalExecutor:
         while (handle := self._next()) is not None:
             try:
                 handle._result = run(handle.case, handle.budget, env=env) if env else run(handle.case, handle.budget)
+            except BadInput as exc:
+                handle._raised = exc
             except BaseException as exc:  # run_isolated never raises; a replacement might
                 handle._result = Measurement(
                     status=Status.ERROR, error=f"{type(exc).__name__}: {exc}",

@@ -144,12 +144,25 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, yes: bool 
         if above:
             limits = ", ".join(f"{k} <= {v}" for k, v in suite.cpu_max.items())
             notes.append(f"cpu_max: {above} case(s) above {limits} left out of this measured CPU run")
+    _check_cost_models(cases, suite)
     _check_out_dir(run.out_dir)
     return Plan(
         suite=suite, settings=run, cases=cases, budget=budget,
         csv_path=run.out_dir / f"{suite.name}.csv", meta_path=run.out_dir / f"{suite.name}.meta.json",
         header=results_header(parameters_of(cases), optional_columns(suite, cases)), notes=notes,
     )
+
+
+def _check_cost_models(cases: list[Case], suite: Suite) -> None:
+    """Every case's traffic (a plug-in workload's cost model is user code): refused before any file, rather
+    than rows the reader rejects or a traceback while writing one."""
+    for case in cases:
+        try:
+            workloads.traffic(case)
+        except Exception as exc:  # noqa: BLE001 -- any failure of user code is bad input, in one line
+            at = ", ".join(f"{k}={v}" for k, v in case.params if k in suite.sweep)
+            raise BadInput(f"the {case.workload} workload's traffic(case) at {at} ({case.impl}): "
+                           f"{type(exc).__name__}: {exc}", file=suite.path, key="workload") from None
 
 
 def _check_out_dir(out_dir: Path) -> None:

@@ -23,20 +23,11 @@ from topk_bench.machine import cores
 from topk_bench.run import devices
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, check_flag
 from topk_bench.types import DeviceKind, DType, Method
 
 DEVICE_CHOICES = ("auto", *DeviceKind.values())
 EXECUTOR_CHOICES = ("local", "slurm")
-
-
-def _check_number(flag: str, value: Any, minimum: float, strict: bool = False) -> None:
-    if value is None:
-        return
-    bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum
-           or (strict and value <= minimum))
-    if bad:
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise BadInput(f"expected a number {bound}, got {value!r}", key=flag)
 
 
 @dataclass(frozen=True)
@@ -56,11 +47,12 @@ class Flags:
 
     def check(self) -> None:
         """Each flag's value on its own (what it means against the suite is :func:`resolve`'s)."""
-        _check_number("--repeats", self.repeats, 1)
-        _check_number("--warmup", self.warmup, 0)
-        _check_number("--rounds", self.rounds, 1)
-        _check_number("--max-memory", self.max_memory_gib, 0, strict=True)
-        _check_number("--max-case-seconds", self.max_case_seconds, 0, strict=True)
+        # The types of the suite's and bench.toml's keys (topk_bench.suite.values): the same rules, the flag named.
+        check_flag("--repeats", self.repeats, AtLeastOne)
+        check_flag("--warmup", self.warmup, AtLeastZero)
+        check_flag("--rounds", self.rounds, AtLeastOne)
+        check_flag("--max-memory", self.max_memory_gib, GiB)
+        check_flag("--max-case-seconds", self.max_case_seconds, Seconds)
         if self.executor is not None and self.executor not in EXECUTOR_CHOICES:
             raise BadInput(f"expected local or slurm, got {self.executor!r}", key="--executor")
         if self.device is not None and self.device not in DEVICE_CHOICES:
@@ -81,7 +73,7 @@ def jobs(value: int | str | None) -> int | None:
             value = int(value)
         except ValueError:
             raise BadInput(f"expected a number >= 1 or auto, got {value!r}", key="--jobs") from None
-    _check_number("--jobs", value, 1)
+    check_flag("--jobs", value, Jobs)
     return value
 
 

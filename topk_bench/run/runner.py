@@ -16,6 +16,7 @@ the rows written; the cases still in their rounds run again on resume.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -241,42 +242,53 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         raise BadInput("another topk-bench run is writing this file; wait for it or use --out", file=csv_path) from None
     except OSError as exc:
         raise file_error(exc, "cannot create the lock file") from None
+    ids = {c.case_id for c in the_plan.cases}
     try:
-        if not resume and csv_path.exists():  # start this run's cases over; rows of other devices/methods stay
-            store.remove_rows(csv_path, {c.case_id for c in the_plan.cases})
         try:
             fileio.write_atomic(the_plan.meta_path, (json.dumps(meta(the_plan), indent=2) + "\n").encode())
+            if csv_path.exists():  # an earlier run measuring cases again was killed before it tidied up
+                store.drop_superseded(csv_path, ids)
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
         table = _existing(csv_path)  # again, under the lock
-        plan_resume: Resume = what_runs(the_plan.cases, table.rows, the_plan.budget, list(the_plan.suite.sweep))
-        if plan_resume.replaced:  # failed rows whose budget grew, and the sizes they skipped, run again
-            store.remove_rows(csv_path, plan_resume.replaced)
-        todo, stoppers = plan_resume.todo, plan_resume.stoppers
-        size = size_note(the_plan, len(todo))
-        reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
-        with reporter:
-            for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else []),
-                         *filter(None, [busy_note(the_plan)])]:
-                reporter.note(note)
-            writer = _Writer(the_plan, reporter)
-            if the_plan.settings.predicted:
-                for case in list(todo):
-                    problem = unsupported(case, predict=True)
-                    if problem:
-                        todo.remove(case)
-                        writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
-            if todo:
-                executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
-                try:
-                    _run_rounds(the_plan, todo, stoppers, executor, writer)
-                finally:
-                    executor.close()
-        ids = {c.case_id for c in the_plan.cases}
+        # --no-resume: every case of this run is measured again (rows of other devices and methods stay).
+        rows = table.rows if resume else [r for r in table.rows if r[col.CASE_ID] not in ids]
+        plan_resume: Resume = what_runs(the_plan.cases, rows, the_plan.budget, list(the_plan.suite.sweep))
+        try:
+            written = _measure(the_plan, plan_resume, table, executor_obj, progress)
+        finally:  # the old rows of cases measured again go once they have new ones: an interrupted run loses none
+            with contextlib.suppress(OSError, BadInput):  # (if this fails, readers take the newest row anyway)
+                store.drop_superseded(csv_path, plan_resume.replaced if resume else ids)
         in_file = collections.Counter(r[col.STATUS] for r in store.read_rows(csv_path) if r[col.CASE_ID] in ids)
-        return RunResult(the_plan, writer.written, in_file, time.monotonic() - started, resume_notes(plan_resume))
+        return RunResult(the_plan, written, in_file, time.monotonic() - started, resume_notes(plan_resume))
     finally:
         lock.release()
+
+
+def _measure(the_plan: Plan, plan_resume: Resume, table: store.Table, executor_obj: Executor | None,
+             progress: bool) -> collections.Counter:
+    """Run the cases resume left to do, one row each as it ends; the statuses of the rows written."""
+    todo, stoppers = plan_resume.todo, plan_resume.stoppers
+    size = size_note(the_plan, len(todo))
+    reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
+    with reporter:
+        for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else []),
+                     *filter(None, [busy_note(the_plan)])]:
+            reporter.note(note)
+        writer = _Writer(the_plan, reporter)
+        if the_plan.settings.predicted:
+            for case in list(todo):
+                problem = unsupported(case, predict=True)
+                if problem:
+                    todo.remove(case)
+                    writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
+        if todo:
+            executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
+            try:
+                _run_rounds(the_plan, todo, stoppers, executor, writer)
+            finally:
+                executor.close()
+    return writer.written
 
 
 def next_step(result: RunResult) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import implementations
 from topk_bench import protocol, workloads
 from topk_bench.case import Case
+from topk_bench.errors import BadInput
 from topk_bench.suite.schema import ImplEntry, Suite
 from topk_bench.workloads.attention import BUDGET, with_budget
 
@@ -150,8 +151,23 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
 
 
 def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int) -> list[Case]:
-    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major."""
-    return [
-        case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup, repeats=repeats)
-        for point in grid(suite) for entry in suite.impl
-    ]
+    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major; BadInput when two entries give one case."""
+    cases, first = [], {}  # case_id -> the entry that gave it first
+    for point in grid(suite):
+        for i, entry in enumerate(suite.impl):
+            case = case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup,
+                           repeats=repeats)
+            _distinct(suite, first.setdefault(case.case_id, i), i, point)
+            cases.append(case)
+    return cases
+
+
+def _distinct(suite: Suite, earlier: int, entry: int, point: dict[str, Any]) -> None:
+    """Two entries must not give the same case: they would share its case_id (one row, one curve, a compare
+    that never matches). The label is a legend, not part of what is measured."""
+    if earlier == entry:
+        return
+    at = ", ".join(f"{k}={v}" for k, v in point.items())
+    raise BadInput(f"measures the same case as impl[{earlier}] ({suite.impl[earlier].name}) at {at}: entries that "
+                   "differ only in their label (or in an option the sweep sets for both) would share its case_id; "
+                   "give it another option or remove it", file=suite.path, key=f"impl[{entry}] ({suite.impl[entry].name})")

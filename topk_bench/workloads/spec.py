@@ -9,6 +9,7 @@ module knows a workload by name.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -200,9 +201,27 @@ def build(case: Case, device, dtype) -> Workload:
 
 
 def traffic(case: Case) -> Traffic | None:
-    """What one iteration of ``case`` does by its workload's cost model; None when the workload states none."""
+    """What one iteration of ``case`` does by its workload's cost model; None when the workload states none.
+
+    A plug-in's model is user code: what it returns is checked here (ValueError), so that no row gets a
+    number the reader would refuse (NaN, negative) and no rate divides by zero tokens.
+    """
     spec = lookup(case.workload)
-    return spec.traffic(case) if spec.traffic is not None else None
+    if spec.traffic is None:
+        return None
+    value = spec.traffic(case)
+    if not isinstance(value, Traffic):
+        raise ValueError(f"expected a Traffic, got {value!r}")
+    counts = {"flops": value.flops, "bytes": value.bytes, "tokens": value.tokens,
+              "tokens_per_sequence": value.tokens_per_sequence, "kv_cache_bytes": value.kv_cache_bytes}
+    for name, number in counts.items():
+        if number is None and name == "kv_cache_bytes":
+            continue
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) \
+                or number < (1 if name == "tokens_per_sequence" else 0):
+            bound = "> 0" if name == "tokens_per_sequence" else ">= 0"
+            raise ValueError(f"expected {name} a finite number {bound}, got {number!r}")
+    return value
 
 
 def hidden_states(batch: int, seq_len: int, d_model: int, device, dtype) -> torch.Tensor:

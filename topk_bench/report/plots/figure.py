@@ -19,7 +19,9 @@ A suite with ``[plot] pareto = true`` also gets a quality-against-time figure,
 Plug-in renderers (e.g. fidelity against k) take over a suite's figure: either
 ``register_renderer("suite or workload", fn)`` in code, or
 ``"renderer": "package.module:function"`` in the suite's ``[plot]`` section
-(which the runner copies to meta.json). A renderer is
+(which the runner copies to meta.json), naming one of this package's
+(:data:`INSTALLED_RENDERERS`) or one registered in code under that name: a
+results folder may come from anyone, and plot imports nothing it names. A renderer is
 ``fn(rows: DataFrame, spec: PlotSpec, device: str, method: str) -> Figure``.
 """
 
@@ -75,13 +77,21 @@ def register_renderer(key: str, renderer: Renderer | None = None):
     return add(renderer) if renderer is not None else add
 
 
+# What a suite's ``[plot] renderer`` (copied to meta.json) may name beyond what this process registered: this
+# package's own renderers. A results folder may come from anyone: plot imports no module its meta.json names.
+INSTALLED_RENDERERS = ("topk_bench.report.plots.fidelity:render",)
+
+
 def _resolve_renderer(spec: PlotSpec) -> Renderer:
     if spec.renderer:
+        if spec.renderer in RENDERERS:  # the user's own code registered it under that name
+            return RENDERERS[spec.renderer]
+        if spec.renderer not in INSTALLED_RENDERERS:
+            raise BadInput(f"{spec.renderer!r} (in {spec.suite}.meta.json) is neither a renderer of topk-bench "
+                           f"({', '.join(INSTALLED_RENDERERS)}) nor one registered with register_renderer in this "
+                           "process: plot runs no code a results folder names", key="plot.renderer")
         module, _, name = spec.renderer.partition(":")
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            raise BadInput(f"cannot load renderer {spec.renderer!r} ({exc})", key="plot.renderer") from None
+        return getattr(importlib.import_module(module), name)
     return RENDERERS.get(spec.suite) or RENDERERS.get(spec.workload) or draw_figure
 
 
@@ -433,6 +443,8 @@ def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tu
             if warn and memory == "reserved" and memory_metric(item.spec, item.rows) != "reserved":
                 warn(f"{item.stem}: not every measured point has reserved_bytes (only CUDA has them): "
                      "its memory row draws the allocated peak")
+    for item in inputs:
+        _resolve_renderer(item.spec)  # an unknown one is bad input before any file is written
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput("expected a directory, got a file", file=out, key="--out")
