@@ -35,7 +35,7 @@ import time
 from typing import Callable
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from topk_bench import workloads
@@ -213,12 +213,35 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
     return _checked(result, steps.problem)
 
 
+class NotPredictable(Exception):
+    """A case declared predictable read a tensor's values under FakeTensorMode."""
+
+
+@contextlib.contextmanager
+def _declared_predictable(case: Case):
+    """A data-dependent op (``.item()``, ``nonzero``, a branch on a value) in a case declared predictable: the
+    error says which declaration to change, not only torch's exception."""
+    try:
+        yield
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        raise NotPredictable(
+            f"{case.impl} is registered with predictable=True, but reads a tensor's values, which --predict cannot "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); remove the .item() "
+            "(nonzero, data-dependent branch), or register it with predictable=False: --predict then records "
+            "its cases unsupported") from exc
+
+
 def predict(case: Case, budget: Budget) -> Measurement:
     """Peak bytes of ``case`` without allocating; on CUDA, through the caching allocator (:func:`predict_cuda`).
 
     One iteration: every iteration of either protocol starts from the same live set, so it has the same peak.
     """
     check_supported(case, predict=True)
+    with _declared_predictable(case):
+        return _predict_cuda_or_cpu(case)
+
+
+def _predict_cuda_or_cpu(case: Case) -> Measurement:
     if case.device_kind is DeviceKind.CUDA:
         return predict_cuda(case)
     fake = FakeTensorMode()
