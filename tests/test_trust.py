@@ -63,7 +63,7 @@ def test_one_warning_line_counts_the_flagged_cases():
     assert "1 whose threads waited for a CPU (contended)" in line
     assert "2 with noisy samples (CV above 10%)" in line
     # Not a dead end: it names the command that measures exactly those rows again (issue 30).
-    assert line.endswith("measure them again on a quiet machine: topk-bench run SUITE --remeasure busy,noisy")
+    assert line.endswith("measure them again on a quiet machine: topk-bench run SUITE --remeasure busy,contended,noisy")
     assert trust.warning(["noisy", ""]).endswith("topk-bench run SUITE --remeasure noisy")
 
 

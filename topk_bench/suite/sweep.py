@@ -115,7 +115,7 @@ def _legend(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: s
     # A legend would freeze one swept value of an option: the bare name then.
     # So would a swept token budget, which sets a selection method's own option.
     swept = any(key in impl.options for key in suite.sweep) or (BUDGET in suite.sweep and impl.budget is not None)
-    legend = impl.name if swept else _legend(impl, options, hidden=_one_chunk(suite, workload, options))
+    legend = impl.name if swept else _impl_legend(impl, options, hidden=_one_chunk(suite, workload, options))
     spec = workloads.lookup(workload)
     if spec.legend is not None:
         ff_name = feedforward(suite, entry)
@@ -134,7 +134,7 @@ def _one_chunk(suite: Suite, workload: str, options: dict[str, Any]) -> tuple[st
     return ("chunk_size",) if all(isinstance(t, int) and t <= options["chunk_size"] for t in tokens) else ()
 
 
-def _legend(impl: implementations.Implementation, options: dict[str, Any], hidden: tuple[str, ...]) -> str:
+def _impl_legend(impl: implementations.Implementation, options: dict[str, Any], hidden: tuple[str, ...]) -> str:
     """The implementation's legend without the ``name={option}`` parts of ``hidden`` options:
     "Top-k (size={chunk_size}, topk={topk})" -> "Top-k (topk=128)"."""
     template = impl.label or impl.name
