@@ -45,8 +45,10 @@ branches), so it runs under ``FakeTensorMode`` for the predict backend.
   bf16 rounding of the k-th score; ``suites/kv_selection.toml``).
 - Decoding (no gradient, no dropout, at most ``min(64, chunk_size)`` query
   positions): :mod:`implementations.decode` computes all scores of the step (half
-  inputs: one product in their dtype; with ``float_scores``, float32 from one
-  cache-sized key tile converted at a time), then one pruned
+  inputs: one product in their dtype where the target multiplies half matrices
+  natively, else float32 products of cache-sized key tiles rounded once into the half
+  scores (:mod:`implementations.hardware`: an AVX2-only CPU emulates bf16 GEMMs); with
+  ``float_scores``, float32 from one key tile converted at a time), then one pruned
   top-k and a bag of the selected V rows; a few large ops, no causal row tiles.
 """
 

@@ -35,6 +35,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from implementations import hardware
 from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
@@ -209,11 +210,12 @@ def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, 
                           f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)")
     fake = FakeTensorMode()
     trace = AllocationTrace()
-    with fake, trace:
+    # The implementations run on fake CPU tensors but shape their temporaries for CUDA (decode's key tiles).
+    with fake, trace, hardware.target("cuda"):
         wl = build(case, "cpu")
     setup = trace.take()
     losses: list[torch.Tensor] = []
-    with fake, FlopCounterMode(display=False) as flops, trace:
+    with fake, FlopCounterMode(display=False) as flops, trace, hardware.target("cuda"):
         iteration(wl, case, losses=losses)
     body, loss = trace.take(), trace.serial(losses[0])
     sim = cuda_allocator.simulate_measurement(setup, body, loss=loss, warmup=case.warmup, repeats=case.repeats,
