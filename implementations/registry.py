@@ -106,11 +106,35 @@ class Implementation:
         return (self.label or self.name).format(**self.resolve(options))
 
     def module(self, head_dim: int, **options: Any) -> torch.nn.Module:
-        """The attention as an ``nn.Module`` called as ``module(q, k, v, causal=..., activation=...)``."""
+        """The attention as an ``nn.Module`` called as ``module(q, k, v, causal=..., activation=...)``; a call
+        whose output breaks the contract (shape, dtype, device) raises ``ValueError``."""
         resolved = self.resolve(options)
         if self.module_factory is not None:
-            return self.module_factory(head_dim=head_dim, **resolved)
-        return AttentionModule(self.fn, resolved)
+            module = self.module_factory(head_dim=head_dim, **resolved)
+        else:
+            module = AttentionModule(self.fn, resolved)
+        module.register_forward_hook(_OutputCheck(self.name), with_kwargs=True)  # no wrapper: state names stay
+        return module
+
+
+class _OutputCheck:
+    """A forward hook: the output is ``[B, Hq, Lq, dv]`` (``q``'s shape but ``v``'s last dimension), in ``q``'s
+    dtype, on ``q``'s device. A wrong one would otherwise be timed and sized as if it were attention."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, module, args, kwargs, out) -> None:
+        if len(args) < 3:
+            return
+        q, v = args[0], args[2]
+        expected = [*q.shape[:-1], v.shape[-1]]
+        if isinstance(out, torch.Tensor) and list(out.shape) == expected and out.dtype == q.dtype \
+                and out.device == q.device:
+            return
+        got = (f"shape {list(out.shape)}, {out.dtype}, on {out.device}" if isinstance(out, torch.Tensor)
+               else type(out).__name__)
+        raise ValueError(f"implementation {self.name!r} returned {got}; expected {expected}, {q.dtype}, on {q.device}")
 
 
 class AttentionModule(torch.nn.Module):

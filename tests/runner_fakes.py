@@ -1,6 +1,6 @@
 """A stand-in for ``run_isolated`` in runner tests: fast, scripted statuses, and a record of what ran.
 
-Also a script (``python tests/runner_fakes.py SUITE OUT DELAY``) that runs a suite with it,
+Also a script (``python tests/runner_fakes.py SUITE OUT DELAY [--no-resume]``) that runs a suite with it,
 for tests that interrupt a real process (SIGINT, SIGKILL) in the middle of a run.
 """
 
@@ -86,12 +86,13 @@ class FakeRun:
                         marks.write(case.case_id + "\n")
 
 
-def main(suite: str, out: str, delay_s: str) -> None:
+def main(suite: str, out: str, delay_s: str, *flags: str) -> None:
+    """``flags``: ``--no-resume`` measures every case again."""
     from topk_bench.run import runner
     from topk_bench.run.executors import LocalExecutor
 
     try:
-        runner.run(suite, out=out, device="cpu", progress=False,
+        runner.run(suite, out=out, device="cpu", progress=False, resume="--no-resume" not in flags,
                    executor_obj=LocalExecutor(run=FakeRun(delay_s=float(delay_s))))
     except KeyboardInterrupt:
         sys.exit(130)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from topk_bench.measure.cuda_allocator import FREE, MIB, CachingAllocator, simulate_measurement
+from topk_bench.measure.cuda_allocator import FREE, MIB, CachingAllocator
+from topk_bench.measure.simulated import simulate_measurement
 
 DATA = Path(__file__).parent / "data"
 
@@ -107,3 +108,32 @@ def test_a_measurement_keeps_timed_losses_frees_gradients_and_can_empty_the_cach
     assert simulate_measurement(setup, big, empty_cache=False).reserved_bytes == 52 * MIB
     assert simulate_measurement(setup, big, empty_cache=True).reserved_bytes == 52 * MIB
     assert simulate_measurement(setup, big, warmup=1, repeats=0, empty_cache=True).reserved_bytes == 22 * MIB
+
+
+def test_a_cuda_prediction_runs_the_protocol_s_own_iterations(monkeypatch):
+    """--predict --device cuda replays through iterations.run, as measure_cuda runs: one place for the protocol."""
+    import dataclasses
+
+    from topk_bench.case import Case
+    from topk_bench.measure import backends, iterations, simulated
+
+    calls = []
+    real_run = iterations.run
+
+    def spy(case, steps):
+        calls.append(type(steps).__name__)
+        for name in ("build", "profile", "warm_up", "start", "timed", "finish"):
+            method = getattr(steps, name)
+            monkeypatch.setattr(steps, name, lambda *a, _m=method, _n=name, **k: (calls.append(_n), _m(*a, **k))[1])
+        return real_run(case, steps)
+
+    monkeypatch.setattr(iterations, "run", spy)
+    case = Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
+                     device="cuda", method="predicted", warmup=2, repeats=3)
+    predicted = backends.predict(case, None)
+    assert calls == ["SimulatedCudaSteps", "build", "profile", "warm_up", "start", "timed", "timed", "timed", "finish"]
+    # A change of the protocol's structure moves the prediction with it: one more timed iteration keeps one
+    # more loss (a 512-byte block) through the timed region.
+    more = backends.predict(dataclasses.replace(case, repeats=4), None)
+    assert more.peak_bytes == predicted.peak_bytes + 512
+    assert isinstance(simulated.SimulatedCudaSteps([], []), iterations.Steps)

@@ -175,7 +175,7 @@ def _mode(spec) -> str:
 
 def workload_cases():
     for workload in WORKLOADS:
-        spec = workloads.get(workload)
+        spec = workloads.lookup(workload)
         for name in NAMES:
             causal, activation = spec.settings(None, None)
             case = Case.make(suite="device", workload=workload, impl=name, params=TINY[workload],

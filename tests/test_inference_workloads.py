@@ -149,7 +149,7 @@ def test_a_model_preset_decides_whether_heads_are_grouped():
 def _llama_decode(kv_len, batch=1, dtype="bfloat16", impl="sdpa"):
     return Case.make(suite="t", workload="decode", impl=impl, method="predicted", dtype=dtype, mode="fwd",
                      causal=True, params={"model": "llama-3-8b", "kv_len": kv_len, "batch": batch, "new_tokens": 1,
-                                          **workloads.get("decode").presets["model"]["llama-3-8b"]})
+                                          **workloads.lookup("decode").presets["model"]["llama-3-8b"]})
 
 
 def test_predicted_kv_cache_bytes_of_llama_3_8b_at_128k_tokens():

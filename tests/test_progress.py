@@ -68,7 +68,8 @@ def test_the_progress_bar_shows_the_moving_eta_and_elsewhere_one_line_per_case()
 
 
 def test_jobs_auto_is_one_per_core_and_the_default_of_predict(tmp_path, monkeypatch):
-    monkeypatch.setattr(planning, "cores", lambda: 6)
+    from topk_bench.run import resolve
+    monkeypatch.setattr(resolve, "cores", lambda: 6)
     suite = write_suite(tmp_path)
     assert planning.plan(suite, device="cpu", jobs="auto").executor.jobs == 6
     assert planning.plan(suite, device="cpu", jobs="3").executor.jobs == 3

@@ -30,7 +30,7 @@ def test_sink_window_quality_by_hand_through_the_extra():
     case = _case("sink_window", 7, options={"sinks": 1, "window": 2})
     columns = extras.extra_columns(case, None)
     wl = workloads.build(case, "cpu", torch.float64)
-    q, k, v = workloads.get("decode").attention_inputs(wl)
+    q, k, v = workloads.lookup("decode").attention_inputs(wl)
     attended = [0, 6, 7]
     scores = (q[0].double() @ k[0, 0].double().T)                  # [2 heads, 1, 8]
     probs = scores.softmax(-1)
@@ -41,7 +41,7 @@ def test_sink_window_quality_by_hand_through_the_extra():
     exact = probs @ v[0, 0].double()
     assert columns["mass_recall"] == pytest.approx(float(mass), abs=1e-12)
     assert columns["topk_recall"] == pytest.approx(float(hits.mean()), abs=1e-12)
-    assert columns["rel_err"] == pytest.approx(float((sub - exact).norm() / exact.norm()), rel=1e-9)
+    assert columns["attn_rel_err"] == pytest.approx(float((sub - exact).norm() / exact.norm()), rel=1e-9)
     assert columns["attended_fraction"] == pytest.approx(3 / 8)
 
 
@@ -50,14 +50,14 @@ def test_sink_window_quality_by_hand_through_the_extra():
 def test_a_budget_covering_the_whole_cache_is_exact_in_float64(impl, options):
     columns = extras.quality_columns(_case(impl, 31, budget=32, options=options))
     assert columns["topk_recall"] == 1.0 and columns["mass_recall"] == pytest.approx(1.0, abs=1e-12)
-    assert columns["attended_fraction"] == 1.0 and columns["rel_err"] < 1e-12
+    assert columns["attended_fraction"] == 1.0 and columns["attn_rel_err"] < 1e-12
 
 
 def test_a_small_budget_loses_mass_and_dense_attention_is_the_reference():
     small = extras.quality_columns(_case("page_topk", 63, budget=8, options={"page_size": 4}))
-    assert small["attended_fraction"] == pytest.approx(12 / 64) and 0 < small["mass_recall"] < 1 and small["rel_err"] > 0
+    assert small["attended_fraction"] == pytest.approx(12 / 64) and 0 < small["mass_recall"] < 1 and small["attn_rel_err"] > 0
     dense = extras.quality_columns(_case("vanilla", 63, budget=8))
-    assert dense == pytest.approx({"mass_recall": 1.0, "topk_recall": 1.0, "attended_fraction": 1.0, "rel_err": 0}, abs=1e-12)
+    assert dense == pytest.approx({"mass_recall": 1.0, "topk_recall": 1.0, "attended_fraction": 1.0, "attn_rel_err": 0}, abs=1e-12)
 
 
 def test_a_prediction_leaves_the_quality_columns_empty():

@@ -181,3 +181,47 @@ def test_the_header_fits_its_rows_unless_a_line_is_longer_or_most_are_shorter(tm
         path.write_text("\n".join(lines) + "\n")
         problem = read(path).header_problem()
         assert (problem is None) if words is None else (words in problem), (what, problem)
+
+
+def _old_quality_file(path, fidelity=False):
+    """A results CSV as a version before issue 25 wrote it: the selection quality's error in ``rel_err``."""
+    named = ["grad_cos", "rel_err"] if fidelity else ["topk_recall", "rel_err", "minilm_rel_err"]
+    header = columns(["seq_len", "causal", "activation", "dtype"], named)
+    old = {name: 0.25 for name in named}
+    path.write_text(",".join(header) + "\n")
+    line = row(8, **old)
+    with open(path, "a") as f:
+        f.write(",".join("" if line.get(c) is None else str(line[c]) for c in header) + "\n")
+    return header
+
+
+def test_an_older_file_s_quality_rel_err_is_read_as_attn_rel_err_and_fidelity_s_is_not(tmp_path):
+    quality, fidelity = tmp_path / "q.csv", tmp_path / "f.csv"
+    _old_quality_file(quality)
+    _old_quality_file(fidelity, fidelity=True)
+    q = load_results(quality)
+    assert "rel_err" not in q.columns and q["attn_rel_err"].tolist() == [0.25]
+    assert q["minilm_attn_rel_err"].tolist() == [0.25] and q["topk_recall"].tolist() == [0.25]
+    f = load_results(fidelity)
+    assert f["rel_err"].tolist() == [0.25] and "attn_rel_err" not in f.columns
+
+
+def test_a_row_appended_to_an_older_file_lines_up_and_the_next_rewrite_renames_its_header(tmp_path):
+    path = tmp_path / "q.csv"
+    old_header = _old_quality_file(path)
+    current = append_row(path, row(16, topk_recall=0.5, attn_rel_err=0.125, minilm_attn_rel_err=0.0625),
+                         [c if c not in ("rel_err", "minilm_rel_err") else f"{c[:-7]}attn_rel_err" for c in old_header])
+    table = read(path)
+    assert not table.dropped and [r["attn_rel_err"] for r in table.rows] == ["0.25", "0.125"]
+    assert [r["minilm_attn_rel_err"] for r in table.rows] == ["0.25", "0.0625"]
+    assert path.read_text().splitlines()[0] == ",".join(old_header)  # appended, not rewritten
+    append_row(path, row(32, topk_recall=0.5, widened=1.0), current)  # a new column: one rewrite
+    assert "attn_rel_err" in path.read_text().splitlines()[0].split(",")
+    assert [r["attn_rel_err"] for r in read(path).rows] == ["0.25", "0.125", ""]
+
+
+def test_one_legend_rule():
+    from topk_bench.results.columns import legend
+
+    assert legend("Top-k (k=128)", "topk") == "Top-k (k=128)"
+    assert legend("", "topk") == legend(None, "topk") == legend(float("nan"), "topk") == "topk"

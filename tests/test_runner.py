@@ -523,3 +523,20 @@ def test_a_run_interrupted_between_rounds_writes_no_partial_row_and_a_rerun_comp
     final = rows(out / "fake.csv")
     assert len({r["case_id"] for r in final}) == len(final) == 8
     assert {r["repeats"] for r in final} == {"6"}  # 2 rounds of 3
+
+
+def test_one_rule_of_precedence_for_every_layered_setting(tmp_path):
+    from types import SimpleNamespace
+
+    from topk_bench.run.resolve import Flags, layered
+
+    bench = SimpleNamespace(repeats=3, warmup=1, dtype="float32", max_cases=1000)
+    suite = SimpleNamespace(repeats=5, warmup=None, dtype="bfloat16", max_cases=None)
+    flags = Flags(repeats=7)
+    assert layered("repeats", flags, suite, bench) == 7          # the command line first
+    assert layered("repeats", Flags(), suite, bench) == 5        # then the suite
+    assert layered("warmup", flags, suite, bench) == 1           # then bench.toml
+    assert layered("dtype", None, suite, bench) == "bfloat16" and layered("max_cases", None, suite, bench) == 1000
+    assert layered("rounds", flags, suite, None) is None         # nobody gave it
+    plan = planning.plan(write_suite(tmp_path), device="cpu", predict=True)
+    assert plan.method == "predicted" and plan.device == "cpu" and plan.settings.predicted

@@ -123,7 +123,7 @@ def test_flex_compile_time_is_its_own_column_and_not_in_the_timed_samples():
 def test_flex_forward_is_measured_on_the_cpu_with_its_compile_time_apart():
     # No dispatch mode can follow the compiled call: its peak comes from the allocator's reports.
     from topk_bench.measure.worker import execute
-    from topk_bench.results.columns import COMPILE_COLUMN
+    from topk_bench.results.columns import COMPILE_S as COMPILE_COLUMN
 
     case = Case.make(suite="t", workload="prefill", impl="flex", params={"seq_len": 64, "q_heads": 2, "kv_heads": 1,
                      "head_dim": 16}, mode="fwd", causal=True, dtype="float32", warmup=1, repeats=3)

@@ -83,8 +83,8 @@ def test_exact_selection_scores_one_and_dense_attention_has_no_error():
     selected = implementations.spec("topk_fast").selection(q, k, causal=True, topk=3)
     # Attention over the exact top-3 only: all of the top-k, part of the mass, a small error.
     quality = sq.selection_quality(q, k, v, selected, sq.exact_attention(q, k, v, selected), causal=True)
-    assert quality["topk_recall"] == 1.0 and 0 < quality["mass_recall"] < 1 and 0 < quality["rel_err"] < 1
+    assert quality["topk_recall"] == 1.0 and 0 < quality["mass_recall"] < 1 and 0 < quality["attn_rel_err"] < 1
     everything = sq.allowed_mask(5, 9, True).expand(1, 2, 5, 9)
     dense = sq.exact_attention(q, k, v, sq.allowed_mask(5, 9, True))
     full = sq.selection_quality(q, k, v, everything, dense, causal=True)
-    assert full == {"mass_recall": pytest.approx(1.0), "topk_recall": 1.0, "rel_err": 0.0, "attended_fraction": 1.0}
+    assert full == {"mass_recall": pytest.approx(1.0), "topk_recall": 1.0, "attn_rel_err": 0.0, "attended_fraction": 1.0}

@@ -266,7 +266,7 @@ INFERENCE_CASES = [
     ("plot.split on the x axis", lambda s: s.replace('split = ["model"]', 'split = ["kv_len"]'), "plot.split[0]",
      "other than the x axis"),
     ("quality and fidelity both", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = "random"\n'
-     "fidelity = true"), "quality", "both write rel_err"),
+     "fidelity = true"), "quality", "ask for one of them"),
     ("unknown quality inputs", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = ["gpt2"]'),
      "quality[0]", "'random' or 'minilm'"),
     ("prefill is causal", lambda s: s.replace('workload = "decode"', 'workload = "prefill"\ncausal = false')

@@ -203,7 +203,7 @@ def test_the_template_warms_up_without_initialising_cuda(cuda_build):
         ours, parent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent.close()  # the template serves until end of file: at once
         warm_up = EveryImplementation()
-        template.serve(ours.detach(), run=None, warm_up=warm_up)
+        template.serve(ours.detach(), run=None, warmer=warm_up)
         assert sorted(warm_up.done) == sorted(s.name for s in implementations.all_specs() if s.predictable)
         print(sorted(set(calls)), torch.cuda.is_initialized())
     """).replace("CUDA_BUILD", str(cuda_build))

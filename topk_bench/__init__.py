@@ -21,13 +21,14 @@ def run_suite(path: str | Path, **overrides: Any):
     (default False), ``yes`` (a suite of more cases than ``max_cases``). Invalid input, and a results
     file that cannot be written, raise ``topk_bench.errors.BadInput``.
     """
+    from topk_bench.results.columns import CASE_ID
     from topk_bench.run import runner  # lazy: `import topk_bench` must not import torch
 
     overrides.setdefault("progress", False)
     result = runner.run(path, **overrides)
     frame = load_results(result.csv_path)
     ids = {c.case_id for c in result.plan.cases}
-    return frame[frame["case_id"].isin(ids)].reset_index(drop=True)
+    return frame[frame[CASE_ID].isin(ids)].reset_index(drop=True)
 
 
 def load_results(path: str | Path):

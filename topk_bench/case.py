@@ -14,9 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
-
-MODES = ("fwd", "fwd_bwd")
-METHODS = ("measured", "predicted")
+from topk_bench.types import DeviceKind, DType, Method, Mode
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
@@ -42,12 +40,12 @@ class Case:
     ff_impl: str | None = None
     ff_options: tuple[tuple[str, Any], ...] = ()
     label: str = ""
-    mode: str = "fwd_bwd"
+    mode: Mode = Mode.FWD_BWD
     causal: bool = False
     activation: str = "softmax"
-    dtype: str = "float32"
+    dtype: DType = DType.FLOAT32
     device: str = "cpu"
-    method: str = "measured"
+    method: Method = Method.MEASURED
     seed: int = 0
     warmup: int = 1
     repeats: int = 3
@@ -61,10 +59,27 @@ class Case:
     # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
     quality: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Spelled as in a suite or a JSON file, held as members (``case.method is Method.MEASURED``).
+        for name, kind in (("mode", Mode), ("dtype", DType), ("method", Method)):
+            object.__setattr__(self, name, kind.parse(getattr(self, name), name))
+
     @classmethod
     def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
              ff_options: Mapping[str, Any] | None = None, **fields: Any) -> "Case":
         return cls(params=_frozen(params), options=_frozen(options), ff_options=_frozen(ff_options), **fields)
+
+    @property
+    def device_kind(self) -> DeviceKind:
+        return DeviceKind.of(self.device)
+
+    @property
+    def predicted(self) -> bool:
+        return self.method is Method.PREDICTED
+
+    def measured_on(self, kind: DeviceKind) -> bool:
+        """Run and measured on a device of ``kind`` (not predicted for it)."""
+        return self.method is Method.MEASURED and self.device_kind is kind
 
     @property
     def param_dict(self) -> dict[str, Any]:
@@ -119,6 +134,13 @@ class Budget:
 
     max_memory_bytes: int | None = None
     max_seconds: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Budget":
+        return cls(**json.loads(text))
 
 
 @dataclass

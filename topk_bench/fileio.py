@@ -1,8 +1,9 @@
 """Writing a file whole or not at all: the one place that handles short writes and a full disk.
 
-- :func:`write_atomic`: the bytes go to a copy beside the file, are fsynced, and the
-  copy is renamed over the file: a reader sees the old file or the new one, never
-  half, and a failure leaves no copy behind.
+- :func:`write_atomic`: the bytes go to a copy beside the file (a name of its own), are
+  fsynced, and the copy is renamed over the file (over the file a link points to): a
+  reader sees the old file or the new one, never half, and a failure leaves no copy behind.
+- :func:`unwritable`: whether a directory takes some bytes now (a scratch directory that filled).
 - :func:`append`: the bytes are appended whole (``os.write`` may write fewer bytes
   than asked when the disk fills) and fsynced; on any failure the file is cut back
   to its size before, so no part of them stays.
@@ -16,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
+import tempfile
 from pathlib import Path
 
 
@@ -44,22 +47,38 @@ def _fsync_directory(directory: Path) -> None:
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: whole, or (on failure) the old file untouched and no copy left."""
+    """Replace ``path`` with ``data``: whole, or (on failure) the old file untouched and no copy left.
+
+    The copy's name is this write's own (two processes replacing one file never share it); a symbolic
+    link stays one: the file it points to is replaced.
+    """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise _named(exc, path) from None
-    _fsync_directory(path.parent)
+    _fsync_directory(target.parent)
+
+
+def unwritable(directory: str | Path, nbytes: int = 1 << 16) -> OSError | None:
+    """Why ``nbytes`` cannot be written in ``directory`` now (a full disk, a read-only place); None: they can."""
+    try:
+        with tempfile.TemporaryFile(dir=directory) as probe:
+            _write_all(probe.fileno(), bytes(nbytes))
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        return _named(exc, Path(directory))
+    return None
 
 
 def append(path: str | Path, data: bytes) -> None:

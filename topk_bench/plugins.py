@@ -4,6 +4,11 @@ A plug-in is a module name (importable from the current directory or
 installed) or a ``.py`` file. The parent (:func:`resolve`) checks that each
 imports, reporting a failure as bad input, and hands the child absolute paths;
 the child (:func:`load`) imports them again before measuring.
+
+A plug-in's import is user code that may end the process it runs in (``os._exit``)
+or never return: the parent first imports each new one in a forked copy of itself
+(:func:`_probe`, tens of milliseconds), and only then for real, so that such a
+plug-in is one line of bad input, not a command that exits 0 with nothing said.
 """
 
 from __future__ import annotations
@@ -12,11 +17,17 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import select
+import signal
 import sys
 from pathlib import Path
 from typing import Iterable
 
 from topk_bench.errors import BadInput
+
+# A plug-in still importing after this long in the probe is taken for hung (it may compile kernels: minutes).
+IMPORT_LIMIT_S = 300.0
+_IMPORTED, _RAISED = b"i", b"r"
 
 
 def _is_file(plugin: str) -> bool:
@@ -33,12 +44,19 @@ def load(plugins: Iterable[str]) -> None:
             raise ImportError(f"SystemExit({exc.code!r}) raised while importing {plugin}") from None
 
 
+def _module_name(plugin: str) -> str:
+    if not _is_file(plugin):
+        return plugin
+    path = Path(plugin).resolve()
+    return f"topk_bench_plugin_{path.stem}_{abs(hash(str(path))):x}"
+
+
 def _load(plugin: str) -> None:
     if not _is_file(plugin):
         importlib.import_module(plugin)
         return
     path = Path(plugin).resolve()
-    name = f"topk_bench_plugin_{path.stem}_{abs(hash(str(path))):x}"
+    name = _module_name(plugin)
     if name in sys.modules:
         return
     spec = importlib.util.spec_from_file_location(name, path)
@@ -51,6 +69,49 @@ def _load(plugin: str) -> None:
     except BaseException:
         del sys.modules[name]
         raise
+
+
+def _probe(plugin: str, limit_s: float | None = None) -> str | None:
+    """Import ``plugin`` in a forked copy of this process first: why importing it here would end or hang this
+    process (None: it returns, or raises, which the real import then reports)."""
+    if _module_name(plugin) in sys.modules or not hasattr(os, "fork"):
+        return None
+    limit_s = IMPORT_LIMIT_S if limit_s is None else limit_s
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # else the copy would write this process's buffered output again
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the copy: import, say how it went, end without running anything of ours
+        os.close(read_end)
+        word = _IMPORTED
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)  # its prints come once, from the real import
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                torch.set_num_threads(1)  # no OpenMP pool in a forked process
+            load([plugin])
+        except BaseException:  # noqa: BLE001 -- the real import reports it
+            word = _RAISED
+        os.write(write_end, word)
+        os._exit(0)
+    os.close(write_end)
+    try:
+        ready, _, _ = select.select([read_end], [], [], limit_s)
+        word = os.read(read_end, 1) if ready else None
+    finally:
+        os.close(read_end)
+        if word is None:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if word is None:
+        return f"did not finish importing within {limit_s:g} s"
+    if word:
+        return None
+    code = os.waitstatus_to_exitcode(status)
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    return f"importing it ended the process ({how}; os._exit at import?)"
 
 
 def resolve(plugins: Iterable[str], suite_path: Path | None = None, key: str = "plugins") -> list[str]:
@@ -71,6 +132,9 @@ def resolve(plugins: Iterable[str], suite_path: Path | None = None, key: str = "
             if not file.is_file():
                 raise BadInput(f"plug-in file not found: {file}", file=suite_path, key=key)
             plugin = str(file.resolve())
+        problem = _probe(plugin)
+        if problem:
+            raise BadInput(f"cannot import plug-in {plugin!r}: {problem}", file=suite_path, key=key)
         try:
             with contextlib.redirect_stdout(sys.stderr):  # a plug-in's prints must not mix into run's output
                 load([plugin])

@@ -15,12 +15,14 @@ told apart from the methods'. Each part of it is applied in one place:
 - statistics (:func:`drawn_metric`): a figure's time is the mean of the 3, and, measured on CUDA,
   its memory is ``max_memory_reserved`` (the paper's metric).
 
-This module is the vocabulary only; it imports nothing of the harness.
+This module is the vocabulary only; it imports nothing of the harness but its words (:mod:`topk_bench.types`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from topk_bench.types import DeviceKind, Method
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (OURS, PAPER)}
 DEFAULT = OURS.name
 
 
-def get(name: str) -> Protocol:
+def lookup(name: str) -> Protocol:
     try:
         return PROTOCOLS[name]
     except KeyError:
@@ -54,7 +56,7 @@ def get(name: str) -> Protocol:
 
 def fixed_value_problem(name: str, setting: str, value: int | None) -> str | None:
     """Why ``value`` of ``setting`` (``warmup`` or ``repeats``) contradicts protocol ``name``, or None."""
-    fixed = getattr(get(name), setting)
+    fixed = getattr(lookup(name), setting)
     if value is None or fixed is None or value == fixed:
         return None
     why = {"warmup": "the first, cold iteration is timed", "repeats": "the time is the mean of 3 runs"}[setting]
@@ -64,9 +66,9 @@ def fixed_value_problem(name: str, setting: str, value: int | None) -> str | Non
 
 def drawn_metric(metric: str, protocol: str, device: str, method: str) -> str:
     """The metric a figure draws for ``metric`` in rows of ``protocol`` on ``device`` by ``method``."""
-    p = get(protocol)
+    p = lookup(protocol)
     if metric == "time":
         return p.time_metric
-    if metric == "memory" and method == "measured" and device.startswith("cuda"):
+    if metric == "memory" and method == Method.MEASURED and DeviceKind.read(device) is DeviceKind.CUDA:
         return p.cuda_memory_metric
     return metric

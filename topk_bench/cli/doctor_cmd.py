@@ -23,17 +23,24 @@ def doctor(
 
     from topk_bench.errors import BadInput
 
-    if device.split(":")[0] not in ("cpu", "cuda"):
-        raise BadInput(f"unknown device {device!r} (known: cpu, cuda)", key="--device")
+    from topk_bench.types import DeviceKind
+
+    try:
+        DeviceKind.of(device)
+    except ValueError as exc:
+        raise BadInput(str(exc), key="--device") from None
     # torch only once the command runs: --help stays fast.
+    import implementations
     from topk_bench import plugins as plugin_loader
     from topk_bench.doctor.check import Result, failed
     from topk_bench.doctor.diagnose import diagnose
 
+    built_in = set(implementations.names())
     resolved = tuple(plugin_loader.resolve(plugins or [], key="--plugins"))
+    theirs = tuple(sorted(set(implementations.names()) - built_in))  # user code: judged in a process of its own
     err = Console(stderr=True)
     with err.status("topk-bench doctor: checking ...") as status:
-        checks = diagnose(device, plugins=resolved,
+        checks = diagnose(device, plugins=resolved, isolated=theirs,
                           progress=lambda c: status.update(f"topk-bench doctor: {c.name}: {c.result}"))
     table = Table(title=f"topk-bench doctor ({device})")
     for column in ("check", "result", "detail"):

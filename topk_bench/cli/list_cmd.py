@@ -69,14 +69,14 @@ def list_registry(
         table.add_column(column, no_wrap=column == "name", overflow="fold")
     table.add_column("description", overflow="fold", ratio=1)
     for name in workloads.names():
-        spec = workloads.get(name)
+        spec = workloads.lookup(name)
         params = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or ("any" if spec.open_params else "-")
         table.add_row(name, params, "yes" if spec.feedforward else "no", spec.description)
     console.print(table)
     # Named values of a parameter (model = "llama-3-8b") and what each sets, once for the workloads sharing it.
     presets: dict[tuple, list[str]] = {}
     for name in workloads.names():
-        for param, table_ in workloads.get(name).presets.items():
+        for param, table_ in workloads.lookup(name).presets.items():
             for value, sets in table_.items():
                 presets.setdefault((param, value, tuple(sets.items())), []).append(name)
     if presets:

@@ -48,7 +48,7 @@ def run(
                                          "load drifts."),
     max_memory: Optional[float] = typer.Option(None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."),
     max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (their old rows are dropped)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (each old row goes once its case has a new one)."),
     executor: Optional[str] = typer.Option(None, "--executor", metavar="local|slurm", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
                                      "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
                                      "shared with the compute nodes."),

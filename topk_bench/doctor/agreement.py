@@ -17,7 +17,6 @@ import implementations
 from topk_bench import workloads
 from topk_bench.doctor import tiny
 from topk_bench.doctor.check import Check, Result
-from topk_bench.measure.backends import DTYPES
 from topk_bench.measure.fidelity import rel_err
 from topk_bench.measure.placement import DevicePlacement
 from topk_bench.workloads.support import unsupported
@@ -27,7 +26,7 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
 
 
 def _run(case, device: str):
-    return workloads.build(case, device, DTYPES[case.dtype])
+    return workloads.build(case, device, case.dtype.to_torch())
 
 
 def _forward_backward(wl, placement: DevicePlacement | None = None):
@@ -120,5 +119,6 @@ def check(name: str, device: str) -> Check:
     return Check.judged(label, passed, detail)
 
 
-def checks(device: str) -> list[Check]:
-    return [check(impl.name, device) for impl in tiny.measured()]
+def checks(device: str, skip: tuple[str, ...] = ()) -> list[Check]:
+    """``skip``: implementations judged elsewhere (a plug-in's, in a process of its own)."""
+    return [check(impl.name, device) for impl in tiny.measured() if impl.name not in skip]

@@ -6,6 +6,7 @@ import contextlib
 from typing import Callable, Iterator
 
 from topk_bench.doctor.check import Check, Result
+from topk_bench.types import DeviceKind
 
 
 @contextlib.contextmanager
@@ -21,16 +22,17 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (),
+def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (), isolated: tuple[str, ...] = (),
              progress: Callable[[Check], None] | None = None) -> list[Check]:
     """Every check for ``device`` ("cpu" or "cuda"); on a machine without CUDA, ``cuda`` is one skipped row.
 
     ``plugins``: modules or files (already imported here, :func:`topk_bench.plugins.resolve`) whose
-    implementations are judged with the rest; ``progress`` sees each check as it ends.
+    implementations are judged with the rest; ``isolated``: those of their implementations judged in a
+    process of their own (:mod:`.isolated`: user code may exit or hang); ``progress`` sees each check as it ends.
     """
     import torch
 
-    from topk_bench.doctor import agreement, cuda, oom, peaks, probes, timer  # noqa: F401 (probes: registers)
+    from topk_bench.doctor import agreement, cuda, isolated as apart, oom, peaks, probes, timer  # noqa: F401
 
     found: list[Check] = []
 
@@ -40,15 +42,16 @@ def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (),
             if progress:
                 progress(c)
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if DeviceKind.of(device) is DeviceKind.CUDA and not torch.cuda.is_available():
         note([Check("cuda", Result.SKIPPED, "CUDA is not available on this machine: ran the CPU checks")])
         device = "cpu"
     oom_checks = oom.start(device)  # children in the background while this process checks the rest
     with _one_thread():
-        note(agreement.checks(device))
-        note(peaks.checks(device, plugins))
+        note(agreement.checks(device, skip=isolated))
+        note(peaks.checks(device, plugins, skip=isolated))
+        note(apart.checks(list(isolated), device, plugins))
         note(oom_checks())
-        if device.startswith("cuda"):
+        if DeviceKind.of(device) is DeviceKind.CUDA:
             note([cuda.check(device)])
         else:
             note([Check("TF32 off while measuring", Result.SKIPPED, "CUDA only (no TF32 on the CPU)")])

@@ -17,12 +17,13 @@ from topk_bench.doctor.check import Check
 from topk_bench.doctor.probes import MODULE
 from topk_bench.status import Status
 from topk_bench.units import MIB
+from topk_bench.types import DeviceKind
 
 BUDGET = 64 * MIB
 
 
 def _device_bytes(device: str) -> int:
-    if device.startswith("cuda"):
+    if DeviceKind.of(device) is DeviceKind.CUDA:
         import torch
 
         return 2 * torch.cuda.get_device_properties(torch.device(device)).total_memory

@@ -19,6 +19,8 @@ from topk_bench.doctor.check import Check, Result
 from topk_bench.measure.backends import measure
 from topk_bench.status import Status
 from topk_bench.units import MIB
+from topk_bench.types import DeviceKind, Method
+from topk_bench.results import columns as col
 
 # Reserved memory comes in segments (2 MiB for small blocks, 20 MiB and up for large ones):
 # a prediction within one large segment of the measurement is as close as block reuse allows.
@@ -27,8 +29,8 @@ RESERVED_TOLERANCE = 20 * MIB
 
 def _pair(name: str, device: str, plugins: tuple[str, ...]):
     measured_case = tiny.case(name, device=device, repeats=1, plugins=plugins)
-    predicted = measure(tiny.case(name, device=device, method="predicted", plugins=plugins), Budget())
-    if device == "cpu":
+    predicted = measure(tiny.case(name, device=device, method=Method.PREDICTED, plugins=plugins), Budget())
+    if DeviceKind.of(device) is DeviceKind.CPU:
         measured = measure(measured_case, Budget())
     else:
         from topk_bench.run.launcher import run_isolated  # a fresh allocator per case, as run does
@@ -47,11 +49,11 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
         return Check(label, Result.FAIL, f"measured: {measured.status}: {measured.error}")
     above_measured = measured.peak_bytes - measured.baseline_bytes
     above_predicted = predicted.peak_bytes - predicted.baseline_bytes
-    if device == "cpu":
+    if DeviceKind.of(device) is DeviceKind.CPU:
         passed = (measured.peak_bytes, measured.baseline_bytes) == (predicted.peak_bytes, predicted.baseline_bytes)
         return Check.judged(label, passed, f"measured {measured.peak_bytes:,} B (baseline {measured.baseline_bytes:,}), "
                                            f"predicted {predicted.peak_bytes:,} B (baseline {predicted.baseline_bytes:,})")
-    workspace = measured.extra.get("workspace_bytes")
+    workspace = measured.extra.get(col.WORKSPACE_BYTES)
     if workspace is None:
         return Check(label, Result.FAIL, "measured on CUDA without workspace_bytes")
     above_measured -= workspace  # the workspace stays allocated through the timed iterations
@@ -70,6 +72,7 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     return Check.judged(label, passed, detail)
 
 
-def checks(device: str, plugins: tuple[str, ...] = ()) -> list[Check]:
-    """``plugins``: the modules that register plug-in implementations (a CUDA child imports them again)."""
-    return [check(impl.name, device, plugins) for impl in tiny.measured() if impl.predictable]
+def checks(device: str, plugins: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Check]:
+    """``plugins``: the modules that register plug-in implementations (a CUDA child imports them again);
+    ``skip``: implementations judged elsewhere (a plug-in's, in a process of its own)."""
+    return [check(impl.name, device, plugins) for impl in tiny.measured() if impl.predictable and impl.name not in skip]

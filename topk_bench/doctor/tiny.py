@@ -16,6 +16,7 @@ from typing import Any
 
 import implementations
 from topk_bench.case import Case
+from topk_bench.types import Method
 
 SHAPE = {"seq_len": 10, "batch": 2, "d_model": 16, "heads": 2}
 SMALL = {"chunk_size": 3, "page_size": 2, "block_size": 2, "nb_features": 8, "sinks": 1}
@@ -41,7 +42,7 @@ def comparable_with_vanilla(impl: implementations.Implementation) -> bool:
 
 def case(impl: str, *, device: str = "cpu", dtype: str = "float32", workload: str = "mha",
          params: dict[str, Any] | None = None, option_overrides: dict[str, Any] | None = None,
-         plugins: tuple[str, ...] = (), method: str = "measured", repeats: int = 1) -> Case:
+         plugins: tuple[str, ...] = (), method: Method = Method.MEASURED, repeats: int = 1) -> Case:
     spec = implementations.spec(impl)
     return Case.make(suite="doctor", workload=workload, impl=impl, params=params or SHAPE,
                      options={**options(spec), **(option_overrides or {})},

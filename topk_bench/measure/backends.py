@@ -40,21 +40,18 @@ from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
 from topk_bench.protocol import OURS
-from topk_bench.measure import cuda_allocator, iterations, metadata
+from topk_bench.measure import iterations, metadata
 from topk_bench.measure.memory import AllocationTrace, AllocatorBytes, LiveBytes
-from topk_bench.results.columns import COMPILE_COLUMN
+from topk_bench.measure.simulated import simulate
+from topk_bench.results import columns as col
 from topk_bench.status import Status
+from topk_bench.types import DeviceKind
 from topk_bench.workloads import Workload
 from topk_bench.workloads.support import unsupported
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
 
 def dtype_of(case: Case) -> torch.dtype:
-    try:
-        return DTYPES[case.dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {case.dtype!r} (known: {', '.join(DTYPES)})") from None
+    return case.dtype.to_torch()
 
 
 def check_supported(case: Case, *, predict: bool) -> None:
@@ -70,14 +67,14 @@ def build(case: Case, device) -> Workload:
     views of parameters that require grad inside ``no_grad``.)
     """
     wl = workloads.build(case, device, dtype_of(case))
-    if case.mode == "fwd":
+    if not case.mode.backward:
         for t in (*wl.model.parameters(), *wl.inputs):
             t.requires_grad_(False)
     return wl
 
 
 def grad_context(case: Case):
-    return contextlib.nullcontext() if case.mode == "fwd_bwd" else torch.no_grad()
+    return contextlib.nullcontext() if case.mode.backward else torch.no_grad()
 
 
 def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None,
@@ -93,7 +90,7 @@ def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None
         out = wl()
         loss = out.mean()
         t1 = clock() if clock else 0.0
-        if case.mode == "fwd_bwd":
+        if case.mode.backward:
             loss.backward()
         t2 = clock() if clock else 0.0
     if losses is not None:
@@ -128,7 +125,7 @@ def _result(case: Case, **fields) -> Measurement:
 
 def _timings(samples: list[tuple[float, float]], case: Case) -> dict[str, list[float]]:
     fwd = [f for f, _ in samples]
-    bwd = [b for _, b in samples] if case.mode == "fwd_bwd" else []
+    bwd = [b for _, b in samples] if case.mode.backward else []
     return {"fwd_times_s": fwd, "bwd_times_s": bwd, "times_s": [f + b for f, b in samples]}
 
 
@@ -173,7 +170,7 @@ def measure_cpu(case: Case, budget: Budget) -> Measurement:
     result = _result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
                      flops=steps.flops, **_timings(samples, case))
     if steps.compile_s is not None:
-        result.extra[COMPILE_COLUMN] = steps.compile_s
+        result.extra[col.COMPILE_S] = steps.compile_s
     return _checked(result, steps.problem)
 
 
@@ -183,7 +180,7 @@ def predict(case: Case, budget: Budget) -> Measurement:
     One iteration: every iteration of either protocol starts from the same live set, so it has the same peak.
     """
     check_supported(case, predict=True)
-    if case.device.startswith("cuda"):
+    if case.device_kind is DeviceKind.CUDA:
         return predict_cuda(case)
     fake = FakeTensorMode()
     with fake:
@@ -200,10 +197,10 @@ def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, 
     """``measure_cuda``'s three numbers from the fake run's allocations replayed on the simulated allocator.
 
     The build's and one iteration's storages, in order (the CPU kernels' storages: see
-    the README, "Predicting CUDA"), replayed as :func:`measure_cuda` runs them: warm-up,
-    gradients cleared, ``empty_cache`` (``empty_cache=False``: main before issue 14's
-    change), peaks reset, the timed iterations. ``workspace``: the cuBLAS workspaces
-    (not seen by the trace, left out by default).
+    the README, "Predicting CUDA"), replayed step by step through the protocol's iterations
+    (:mod:`topk_bench.measure.simulated`): warm-up, gradients cleared, ``empty_cache``
+    (``empty_cache=False``: main before issue 14's change), peaks reset, the timed iterations.
+    ``workspace``: the cuBLAS workspaces (not seen by the trace, left out by default).
     """
     if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
         raise Unsupported(f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
@@ -218,8 +215,7 @@ def predict_cuda(case: Case, *, empty_cache: bool = True, workspace: tuple[int, 
     with fake, FlopCounterMode(display=False) as flops, trace, hardware.target("cuda"):
         iteration(wl, case, losses=losses)
     body, loss = trace.take(), trace.serial(losses[0])
-    sim = cuda_allocator.simulate_measurement(setup, body, loss=loss, warmup=case.warmup, repeats=case.repeats,
-                                              empty_cache=empty_cache, workspace=workspace)
+    sim = simulate(case, setup, body, loss=loss, empty_cache=empty_cache, workspace=workspace)
     return _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
                    baseline_bytes=sim.baseline_bytes, flops=flops.get_total_flops())
 
@@ -310,25 +306,22 @@ def measure_cuda(case: Case, budget: Budget) -> Measurement:
             flops=steps.flops, **_timings(samples, case),
         )
         if steps.workspace is not None:
-            result.extra["workspace_bytes"] = steps.workspace  # a result column (topk_bench.results.columns)
+            result.extra[col.WORKSPACE_BYTES] = steps.workspace
         if steps.compile_s is not None:
-            result.extra[COMPILE_COLUMN] = steps.compile_s
+            result.extra[col.COMPILE_S] = steps.compile_s
         return _checked(result, steps.problem)
 
 
-BACKENDS: dict[str, Callable[[Case, Budget], Measurement]] = {
-    "cpu": measure_cpu, "cuda": measure_cuda, "predict": predict,
+MEASURING: dict[DeviceKind, Callable[[Case, Budget], Measurement]] = {
+    DeviceKind.CPU: measure_cpu, DeviceKind.CUDA: measure_cuda,
 }
 
 
-def backend_of(case: Case) -> str:
-    return "predict" if case.method == "predicted" else case.device.split(":")[0]
+def backend_of(case: Case) -> Callable[[Case, Budget], Measurement]:
+    """The backend that measures ``case``: :func:`predict` for a prediction, else its device kind's."""
+    return predict if case.predicted else MEASURING[case.device_kind]
 
 
 def measure(case: Case, budget: Budget | None = None) -> Measurement:
     """Measure (or predict) ``case`` in this process. Raises on failure; no status mapping here."""
-    backend = backend_of(case)
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown device {case.device!r} (known: cpu, cuda)")
-    result = BACKENDS[backend](case, budget or Budget())
-    return result
+    return backend_of(case)(case, budget or Budget())

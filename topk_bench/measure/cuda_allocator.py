@@ -215,7 +215,7 @@ class CachingAllocator:
         self.peak_reserved = self.reserved
 
 
-# -- a measurement, replayed ---------------------------------------------------------------------
+# -- what a simulated measurement reads (topk_bench.measure.simulated replays one) ---------------
 
 FREE = -1  # an event (serial, FREE) frees what event (serial, nbytes) allocated
 
@@ -227,57 +227,3 @@ class Simulated:
     baseline_bytes: int
     peak_bytes: int
     reserved_bytes: int
-
-
-def _replay(alloc: CachingAllocator, events, handles: dict, tag) -> None:
-    for serial, nbytes in events:
-        key = (tag, serial)
-        if nbytes == FREE:
-            alloc.free(handles.pop(key if key in handles else (None, serial)))
-        else:
-            handles[key] = alloc.malloc(nbytes)
-
-
-def simulate_measurement(setup, iteration, *, loss: int | None = None, warmup: int = 1, repeats: int = 1,
-                         empty_cache: bool = True, workspace: tuple[int, ...] = ()) -> Simulated:
-    """Replay ``measure_cuda``'s sequence on a fresh allocator.
-
-    ``setup``: the events of building the workload (what stays live is the baseline);
-    ``iteration``: the events of one iteration from that state (serials distinct from
-    the setup's; an iteration's free of a serial it did not allocate frees a setup
-    one). ``loss``: the serial of the iteration's scalar loss, which a timed
-    iteration keeps (``measure_cuda`` keeps each detached loss) and a warm-up frees.
-    What an iteration leaves live besides (the gradients) is freed when the next one
-    starts, or before the reset (``clear_grads``). ``workspace``: sizes allocated
-    once, before the first warm-up, and never freed (the cuBLAS workspaces,
-    which the trace cannot see).
-
-    The sequence: setup; the workspaces; ``warmup`` iterations; gradients cleared;
-    ``empty_cache`` when asked (the timed region then starts from the segments that
-    hold live blocks); peaks reset; ``repeats`` timed iterations.
-    """
-    alloc = CachingAllocator()
-    handles: dict = {}
-    _replay(alloc, setup, handles, None)
-    for size in workspace:
-        alloc.malloc(size)
-    setup_keys = set(handles)
-
-    def run(i: int, keep_loss: bool) -> None:
-        for key in [k for k in handles if k not in setup_keys and k[1] != loss]:
-            alloc.free(handles.pop(key))  # the previous iteration's gradients
-        _replay(alloc, iteration, handles, i)
-        if loss is not None and not keep_loss:
-            alloc.free(handles.pop((i, loss)))
-
-    for i in range(max(warmup, 1)):
-        run(i, keep_loss=False)
-    for key in [k for k in handles if k not in setup_keys]:
-        alloc.free(handles.pop(key))
-    if empty_cache:
-        alloc.empty_cache()
-    baseline = alloc.allocated
-    alloc.reset_peak()
-    for i in range(repeats):
-        run(max(warmup, 1) + i, keep_loss=True)
-    return Simulated(baseline, alloc.peak_allocated, alloc.peak_reserved)

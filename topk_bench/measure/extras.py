@@ -35,6 +35,8 @@ from topk_bench.measure.backends import dtype_of, predict
 from topk_bench.units import GIB
 from topk_bench.workloads import Workload, build
 from topk_bench.workloads.attention import BUDGET, with_budget
+from topk_bench.types import DeviceKind, Method, Mode
+from topk_bench.results import columns as col
 
 CPU_LIMIT_BYTES = 2 * GIB
 MIN_SEQ_LEN = 16
@@ -56,7 +58,7 @@ def at_size(case: Case, seq_len: int) -> Case:
 
 def memory_limit(case: Case, budget: Budget) -> int | None:
     limits = [budget.max_memory_bytes] if budget.max_memory_bytes is not None else []
-    if case.device.startswith("cpu"):
+    if case.device_kind is DeviceKind.CPU:
         limits.append(CPU_LIMIT_BYTES)
     return min(limits) if limits else None
 
@@ -68,7 +70,7 @@ def choose_seq_len(case: Case, budget: Budget) -> int:
     if limit is None:
         return seq_len
     while True:
-        probe = dataclasses.replace(vanilla_of(case, seq_len), method="predicted", mode="fwd_bwd")
+        probe = dataclasses.replace(vanilla_of(case, seq_len), method=Method.PREDICTED, mode=Mode.FWD_BWD)
         if predict(probe, Budget()).peak_bytes <= limit:
             return seq_len
         if seq_len // 2 < MIN_SEQ_LEN:
@@ -100,8 +102,8 @@ def against_vanilla(case: Case, seq_len: int) -> dict[str, Any]:
     upstream = torch.randn(x.shape, generator=generator, dtype=dtype).to(x.device)
     out, grad = _run(approx, upstream)
     ref_out, ref_grad = _run(exact, upstream)
-    return {"rel_err": fidelity.rel_err(out, ref_out), "grad_cos": fidelity.grad_cos(grad, ref_grad),
-            "fidelity_seq_len": seq_len}
+    return {col.REL_ERR: fidelity.rel_err(out, ref_out), col.GRAD_COS: fidelity.grad_cos(grad, ref_grad),
+            col.FIDELITY_SEQ_LEN: seq_len}
 
 
 def is_vanilla(case: Case) -> bool:
@@ -111,7 +113,7 @@ def is_vanilla(case: Case) -> bool:
 def layer_columns(case: Case, budget: Budget) -> dict[str, Any]:
     seq_len = choose_seq_len(case, budget)
     if is_vanilla(case):  # vanilla against itself, by definition
-        return {"rel_err": 0.0, "grad_cos": 1.0, "fidelity_seq_len": seq_len}
+        return {col.REL_ERR: 0.0, col.GRAD_COS: 1.0, col.FIDELITY_SEQ_LEN: seq_len}
     return against_vanilla(case, seq_len)
 
 
@@ -119,7 +121,7 @@ def _selection_quality(impl: str, q, k, v, out, options: dict[str, Any], causal:
     """:func:`quality.selection_quality` of ``impl`` with ``options`` on ``q, k, v``, whose output is ``out``.
 
     The keys it attends: its registry ``selection``; a dense exact entry attends every allowed key; an
-    approximation that is no selection (Performer) gets ``rel_err`` only."""
+    approximation that is no selection (Performer) gets ``attn_rel_err`` only."""
     entry = implementations.spec(impl)
     if entry.selection is not None:
         selected = entry.selection(q, k, causal=causal, **options)
@@ -131,12 +133,15 @@ def _selection_quality(impl: str, q, k, v, out, options: dict[str, Any], causal:
 
 
 def quality_random(case: Case) -> dict[str, float]:
-    """On the case's own inputs: its workload built again (same seed, same inputs), one call outside any timing."""
+    """On the case's own inputs: its workload built again (same seed, same inputs), one call outside any timing.
+    Keyed by metric name (:data:`~topk_bench.results.columns.QUALITY_METRICS`)."""
     dtype = dtype_of(case)
     wl = build(case, case.device, dtype)
     with torch.no_grad():
+        # Copies taken before the call: an implementation that writes into its inputs must not make the
+        # reference (computed from them) agree with it.
+        q, k, v = (x.clone() for x in workloads.lookup(case.workload).attention_inputs(wl))
         out = wl()
-        q, k, v = workloads.get(case.workload).attention_inputs(wl)
         return _selection_quality(case.impl, q, k, v, out, case.option_dict, case.causal)
 
 
@@ -160,14 +165,14 @@ def quality_minilm(case: Case) -> dict[str, float]:
     with torch.no_grad():
         for acts in layers:
             q, k, v = (acts[name].to(case.device, dtype) for name in ("q", "k", "v"))
-            out = fn(q, k, v, causal=False, activation=case.activation, **options)
+            out = fn(q.clone(), k.clone(), v.clone(), causal=False, activation=case.activation, **options)  # see above
             per_layer.append(_selection_quality(case.impl, q, k, v, out, options, causal=False))
-    return {f"minilm_{name}": sum(m[name] for m in per_layer) / len(per_layer) for name in per_layer[0]}
+    return {name: sum(m[name] for m in per_layer) / len(per_layer) for name in per_layer[0]}
 
 
 def cache_length(case: Case) -> int:
     """Keys of the case's attention call, from its shapes (decode: ``kv_len + new_tokens``, prefill: ``seq_len``)."""
-    p = workloads.get(case.workload).shape(case)
+    p = workloads.lookup(case.workload).shape(case)
     return int(p["kv_len"] + p["new_tokens"]) if "kv_len" in p else int(p["seq_len"])
 
 
@@ -175,11 +180,12 @@ QUALITY = {"random": quality_random, "minilm": quality_minilm}
 
 
 def quality_columns(case: Case) -> dict[str, Any]:
-    """``quality = [...]``: per input kind, ``topk_recall``, ``mass_recall``, ``rel_err`` against float64 exact
-    attention on the same inputs, and ``attended_fraction`` (docs/CONTRACTS.md)."""
+    """``quality = [...]``: per input kind, its columns (:data:`topk_bench.results.columns.QUALITY`):
+    ``topk_recall``, ``mass_recall``, ``attn_rel_err`` against float64 exact attention on the same inputs, and
+    ``attended_fraction`` (docs/CONTRACTS.md)."""
     columns: dict[str, Any] = {}
     for kind in case.quality:
-        columns.update(QUALITY[kind](case))
+        columns.update({col.QUALITY[kind][name]: value for name, value in QUALITY[kind](case).items()})
     return columns
 
 
@@ -189,12 +195,12 @@ def extra_columns(case: Case, budget: Budget) -> dict[str, Any]:
 
     Raises NonFinite when one of them is NaN or inf."""
     columns: dict[str, Any] = {}
-    own = workloads.get(case.workload).extra_columns
+    own = workloads.lookup(case.workload).extra_columns
     if own is not None:
         columns.update(own(case, budget))
     if case.fidelity:
         columns.update(layer_columns(case, budget))
-    if case.quality and case.method == "measured":  # a prediction computes no values: the columns stay empty
+    if case.quality and not case.predicted:  # a prediction computes no values: the columns stay empty
         columns.update(quality_columns(case))
     bad = [f"{name} = {value}" for name, value in columns.items()
            if isinstance(value, float) and not math.isfinite(value)]

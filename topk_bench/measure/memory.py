@@ -61,6 +61,7 @@ class LiveBytes(TorchDispatchMode):
         self.peak_bytes = 0
         self.baseline_bytes = 0
         self._live: dict[int, int] = {}  # StorageImpl address -> counted bytes
+        self._op = None  # the op whose outputs are being counted (None: registered tensors)
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -92,7 +93,7 @@ class LiveBytes(TorchDispatchMode):
                 self._released(key)  # resized in place (``out=`` ops): a new allocation replaces the old
             self._live[key] = nbytes
             self.current_bytes += nbytes - (known or 0)
-            self._allocated(key, storage.nbytes())
+            self._allocated(key, storage.nbytes(), self._op)
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
         if self.limit is not None and self.current_bytes > self.limit:
@@ -103,11 +104,18 @@ class LiveBytes(TorchDispatchMode):
             self._released(key)
         self.current_bytes -= self._live.pop(key, 0)
 
-    def _allocated(self, key: int, nbytes: int) -> None:
-        """Hook: a storage of ``nbytes`` (unrounded) was counted under ``key``."""
+    def _allocated(self, key: int, nbytes: int, op) -> None:
+        """Hook: a storage of ``nbytes`` (unrounded) was counted under ``key``; ``op``: the aten overload whose
+        output it is (None: registered, not made by an op)."""
 
     def _released(self, key: int) -> None:
         """Hook: the storage counted under ``key`` is gone."""
+
+    def _op_started(self, func, args, kwargs) -> None:
+        """Hook: the aten overload ``func`` is about to run (what it allocates next is its output)."""
+
+    def _op_finished(self, func, args, kwargs, out) -> None:
+        """Hook: ``func`` ran and its outputs are counted (its inputs, if the last references, are still alive)."""
 
     # -- public ------------------------------------------------------------
 
@@ -134,10 +142,17 @@ class LiveBytes(TorchDispatchMode):
             # prediction (a dozen per matmul). Its own answer is FakeTensorMode's, and it
             # allocates and computes nothing: no need to pass it down the modes below.
             return args[0].device
-        out = func(*args, **(kwargs or {}))
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self._track(leaf)
+        kwargs = kwargs or {}
+        self._op_started(func, args, kwargs)
+        out = func(*args, **kwargs)
+        self._op = func
+        try:
+            for leaf in tree_leaves(out):
+                if isinstance(leaf, torch.Tensor):
+                    self._track(leaf)
+        finally:
+            self._op = None
+        self._op_finished(func, args, kwargs, out)
         return out
 
 
@@ -197,7 +212,7 @@ class AllocationTrace(LiveBytes):
         self._serials: dict[int, int] = {}
         self._count = 0
 
-    def _allocated(self, key: int, nbytes: int) -> None:
+    def _allocated(self, key: int, nbytes: int, op) -> None:
         self._count += 1
         self._serials[key] = self._count
         self.events.append((self._count, nbytes))

@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from topk_bench.types import DeviceKind
+
 # The checkout (or installed tree) holding both packages: topk_bench/measure/metadata.py -> root.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,9 +30,9 @@ def device_name(device: str) -> str:
     """GPU model for a CUDA device (when one is visible), CPU model otherwise."""
     import torch  # lazily: a Slurm job's outer process must not pay for torch twice
 
-    if device.startswith("cuda") and torch.cuda.is_available():
+    if DeviceKind.of(device) is DeviceKind.CUDA and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    if device.startswith("cuda"):
+    if DeviceKind.of(device) is DeviceKind.CUDA:
         return "cuda (not available here)"
     return cpu_model()
 

@@ -96,12 +96,13 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: 
 
 
 def selection_quality(q, k, v, selected, out, *, causal: bool) -> dict[str, float]:
-    """All three metrics of one method on one input: ``selected`` its mask (None: not a selection method,
-    ``rel_err`` only), ``out`` its output; plus ``attended_fraction``, the mean share of its allowed keys a
+    """The quality metrics of one method on one input, by their names in
+    :data:`topk_bench.results.columns.QUALITY_METRICS`: ``selected`` its mask (None: not a selection method,
+    ``attn_rel_err`` only), ``out`` its output; ``attended_fraction`` is the mean share of its allowed keys a
     query attends.
 
     Computed one batch element and K/V head at a time (a long cache in float64 would not fit otherwise):
-    row means over all rows, ``rel_err`` over the whole output.
+    row means over all rows, ``attn_rel_err`` over the whole output.
     """
     b, hq, lq, _ = q.shape
     hkv, lk = k.shape[1], k.shape[2]
@@ -126,7 +127,7 @@ def selection_quality(q, k, v, selected, out, *, causal: bool) -> dict[str, floa
                                                                 allowed.any(-1).expand(sel.shape[:-1])))):
                 sums[name][0] += float(values.double()[keep].sum())
                 sums[name][1] += int(keep.sum())
-    metrics = {"rel_err": (math.sqrt(num / den) if den else (0.0 if num == 0 else math.inf))}
+    metrics = {"attn_rel_err": (math.sqrt(num / den) if den else (0.0 if num == 0 else math.inf))}
     if selected is not None:
         metrics.update({name: (total / n if n else math.nan) for name, (total, n) in sums.items()})
     return metrics

@@ -23,21 +23,23 @@ thread, it first forks a child that exits at once, to let such pools stop;
 :func:`fork_hazard` then checks before every fork that the template has exactly
 one thread and no CUDA, and it refuses to fork otherwise.
 
-Protocol (one ``AF_UNIX``/``SOCK_SEQPACKET`` message each way, JSON):
+Messages (one ``AF_UNIX``/``SOCK_SEQPACKET`` datagram each way, :mod:`topk_bench.types`):
 
-- parent -> template ``{"op": "start", "id": N, "argv": [...], "env": {...}, "threads": T}``
-  with two file descriptors: where the child writes its "ready" byte, and its
-  log (stdout and stderr). ``argv`` is the worker's command line; ``env`` holds
-  the variables a child sets for itself: its thread settings (``OMP_NUM_THREADS``,
-  ``MKL_NUM_THREADS``, which OpenMP and MKL read when they load), and its GPU
-  (``CUDA_VISIBLE_DEVICES``, read when CUDA initialises: in the child, never in
-  the template). The template runs without them; each child sets them and
-  ``torch.set_num_threads(T)`` (T: what torch would have taken from them at
-  start-up; null for its default). Every other variable is the template's own
-  (the parent starts a template per environment).
-- template -> parent ``{"id": N, "pid": P}`` once forked, or ``{"id": N, "error": "..."}``;
-  later ``{"id": N, "exit": CODE}`` with ``subprocess``'s convention (``-SIGNAL``).
-- parent -> template ``{"op": "kill", "id": N}``: SIGKILL to the child's process group
+- parent -> template :class:`~topk_bench.types.Start` with two file descriptors: where the
+  child writes its ready byte, and its log (stdout and stderr). ``argv`` is the worker's
+  command line; ``env`` holds the variables a child sets for itself: its thread settings
+  (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, which OpenMP and MKL read when they load), and
+  its GPU (``CUDA_VISIBLE_DEVICES``, read when CUDA initialises: in the child, never in the
+  template). The template runs without them; each child sets them and
+  ``torch.set_num_threads(threads)`` (what torch would have taken from them at start-up;
+  None for its default). Every other variable is the template's own (the parent starts a
+  template per environment).
+- template -> parent :class:`~topk_bench.types.Started` (its pid, and ``fresh``: why it is a
+  fresh interpreter, not a fork) or :class:`~topk_bench.types.Refused`; later
+  :class:`~topk_bench.types.Exited` with ``subprocess``'s convention (``-SIGNAL``), and the
+  processes the child left running that the template killed (it is a child subreaper:
+  :mod:`topk_bench.measure.leftovers`).
+- parent -> template :class:`~topk_bench.types.Kill`: SIGKILL to the child's process group
   (the template is the child's parent: the pid cannot have been reused before it reaps it).
 - end of file (the parent closed its end or died): the template kills its
   children and exits. Each child also dies with the template (``PR_SET_PDEATHSIG``).
@@ -46,7 +48,6 @@ Protocol (one ``AF_UNIX``/``SOCK_SEQPACKET`` message each way, JSON):
 from __future__ import annotations
 
 import gc
-import json
 import os
 import selectors
 import signal
@@ -54,18 +55,24 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Callable, MutableMapping, NoReturn, Protocol, Sequence
+from typing import Callable, Mapping, MutableMapping, NoReturn, Protocol, Sequence
 
 import torch
 
-RunFn = Callable[[Sequence[str]], int]
+from topk_bench.measure import leftovers
+from topk_bench.types import Exited, Kill, Message, Refused, Start, Started, decode, encode
+
+# The worker's main: its command line in, its exit code out.
+WorkerMain = Callable[[Sequence[str]], int]
 # Larger than any request (the argv of one case: a few paths and a budget).
 MAX_MESSAGE = 1 << 16
 # torch.cuda.is_available() then asks NVML instead of initialising the CUDA driver ("does not poison fork").
 FORK_SAFE_ENVIRONMENT = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
-class WarmUp(Protocol):
+class Warmer(Protocol):
+    """What the template runs to warm itself up (:class:`topk_bench.measure.worker.WarmUp`)."""
+
     def start(self) -> None:
         """Once, before serving."""
 
@@ -160,9 +167,9 @@ class Fresh:
             numpy.random.seed()
 
 
-def _send(sock: socket.socket, message: dict) -> None:
+def _send(sock: socket.socket, message: Message) -> None:
     try:
-        sock.send(json.dumps(message).encode())
+        sock.send(encode(message))
     except OSError:  # the parent is gone: the loop sees end of file next
         pass
 
@@ -173,15 +180,15 @@ def _exit_code(exc: SystemExit) -> int:
     return exc.code if isinstance(exc.code, int) else 1
 
 
-def _apply_threads(env: dict, threads: int | None) -> None:
+def _apply_threads(env: Mapping[str, str], threads: int | None) -> None:
     """What a fresh interpreter started with these variables would have done at start-up."""
     os.environ.update(env)
     if threads:
         torch.set_num_threads(threads)
 
 
-def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, template_fds: Sequence[int],
-           fresh: Fresh, run: RunFn) -> NoReturn:
+def _child(request: Start, ready_fd: int, log_fd: int, template_pid: int, template_fds: Sequence[int],
+           fresh: Fresh, run: WorkerMain) -> NoReturn:
     """What a forked child does: become a clean worker process, run the case, exit (never returns)."""
     code = 1
     try:
@@ -196,8 +203,8 @@ def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, templat
         os.dup2(log_fd, 2)
         os.close(log_fd)
         fresh.restore()
-        _apply_threads(request.get("env") or {}, request.get("threads"))
-        argv = [*request["argv"], "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
+        _apply_threads(request.env, request.threads)
+        argv = [*request.argv, "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
         sys.argv = [sys.argv[0], *argv]
         code = run(argv)
     except SystemExit as exc:
@@ -214,7 +221,7 @@ def _child(request: dict, ready_fd: int, log_fd: int, template_pid: int, templat
         os._exit(code)
 
 
-def _spawn_fresh(request: dict, ready_fd: int, log_fd: int, template_pid: int, fresh: Fresh) -> int:
+def _spawn_fresh(request: Start, ready_fd: int, log_fd: int, template_pid: int, fresh: Fresh) -> int:
     """Start the worker as a fresh interpreter (``posix_spawn``: exec at once, safe in a threaded process).
 
     Used when this template must not fork (:func:`fork_hazard`); the worker then
@@ -223,108 +230,132 @@ def _spawn_fresh(request: dict, ready_fd: int, log_fd: int, template_pid: int, f
     """
     env = dict(os.environ)
     fresh.undo_environment(env)
-    env.update(request.get("env") or {})  # thread settings and GPU, read by the new interpreter itself
+    env.update(request.env)  # thread settings and GPU, read by the new interpreter itself
     os.set_inheritable(ready_fd, True)
-    argv = [sys.executable, "-m", "topk_bench.measure.worker", *request["argv"],
+    argv = [sys.executable, "-m", "topk_bench.measure.worker", *request.argv,
             "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
     return os.posix_spawn(sys.executable, argv, env, setpgroup=0, file_actions=[
         (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2),
     ])
 
 
-def serve(sock_fd: int, run: RunFn, warm_up: WarmUp) -> int:
-    """The template's life: warm up, then fork one child per request until the parent goes away."""
-    fresh = Fresh()
-    os.environ.update(FORK_SAFE_ENVIRONMENT)
-    warm_up.start()
-    gc.collect()
-    gc.freeze()  # children touch fewer of the template's pages (no copy-on-write by the collector)
-    sock = socket.socket(fileno=sock_fd)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd does the work
-    signal.set_wakeup_fd(wake_w)
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
-    selector.register(wake_r, selectors.EVENT_READ)
-    children: dict[int, int] = {}  # pid -> request id, until reaped
-    template_pid = os.getpid()
+class Server:
+    """The template's life: warm up, then fork one child per :class:`~topk_bench.types.Start` until the parent
+    goes away (end of file on the socket), reporting each child's start and exit."""
 
-    def reap() -> None:
-        while children:
+    def __init__(self, sock_fd: int, run: WorkerMain, warmer: Warmer):
+        self.run, self.warmer = run, warmer
+        self.fresh = Fresh()
+        os.environ.update(FORK_SAFE_ENVIRONMENT)
+        warmer.start()
+        gc.collect()
+        gc.freeze()  # children touch fewer of the template's pages (no copy-on-write by the collector)
+        self.sock = socket.socket(fileno=sock_fd)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd does the work
+        signal.set_wakeup_fd(self.wake_w)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.sock, selectors.EVENT_READ)
+        self.selector.register(self.wake_r, selectors.EVENT_READ)
+        self.children: dict[int, int] = {}  # pid -> request id, until reaped
+        self.pid = os.getpid()
+        leftovers.become_subreaper()  # what a killed case left running comes here, to be killed
+
+    def serve(self) -> int:
+        try:
+            while True:
+                for key, _ in self.selector.select():
+                    if key.fileobj is self.sock:
+                        if not self._receive():
+                            return 0  # the parent is gone
+                    else:
+                        self._drain_wakeups()
+                self._reap()
+        finally:
+            for pid in self.children:
+                self._kill_group(pid)
+
+    def _receive(self) -> bool:
+        """Handle one datagram; False at end of file."""
+        data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 2)
+        if not data:
+            return False
+        try:
+            message = decode(data)
+            if isinstance(message, Start):
+                self._start(message, fds)
+            elif isinstance(message, Kill):
+                self._kill(message.id)
+        finally:
+            for fd in fds:
+                os.close(fd)  # the child has its copies
+        return True
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _reap(self) -> None:
+        while self.children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            if pid in children:
-                _send(sock, {"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
+            if pid in self.children:
+                request = self.children.pop(pid)
+                # Its orphans are ours by now (reparented as it died); our other children are running cases.
+                killed = leftovers.sweep(skip=set(self.children), reap=False)
+                _send(self.sock, Exited(request, os.waitstatus_to_exitcode(status), tuple(killed)))
 
-    def start(request: dict, fds: list[int]) -> None:
+    def _start(self, request: Start, fds: list[int]) -> None:
         if len(fds) != 2:
-            _send(sock, {"id": request.get("id"), "error": f"expected 2 file descriptors, got {len(fds)}"})
+            _send(self.sock, Refused(request.id, f"expected 2 file descriptors, got {len(fds)}"))
             return
-        warm_up.before(request["argv"])
+        self.warmer.before(list(request.argv))
         gc.freeze()
         hazard = fork_hazard()
         if hazard:  # correct first, fast second: a fresh interpreter costs start-up, never isolation
-            try:  # (the serving loop closes our copies of the two descriptors afterwards)
-                pid = _spawn_fresh(request, fds[0], fds[1], template_pid, fresh)
+            try:  # (_receive closes our copies of the two descriptors afterwards)
+                pid = _spawn_fresh(request, fds[0], fds[1], self.pid, self.fresh)
             except OSError as exc:
-                _send(sock, {"id": request["id"], "error": f"{hazard}; a fresh interpreter failed to start: {exc}"})
+                _send(self.sock, Refused(request.id, f"{hazard}; a fresh interpreter failed to start: {exc}"))
                 return
-            children[pid] = request["id"]
-            _send(sock, {"id": request["id"], "pid": pid, "fresh": hazard})
+            self.children[pid] = request.id
+            _send(self.sock, Started(request.id, pid, fresh=hazard))
             return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # else the child would write the template's buffered output again
         pid = os.fork()
         if pid == 0:
-            _child(request, fds[0], fds[1], template_pid, (sock.fileno(), wake_r, wake_w, selector.fileno()),
-                   fresh, run)
+            own = (self.sock.fileno(), self.wake_r, self.wake_w, self.selector.fileno())
+            _child(request, fds[0], fds[1], self.pid, own, self.fresh, self.run)
         try:
             os.setpgid(pid, pid)  # as the child does: whichever runs first, the group exists before a kill
         except OSError:  # the child got there first, or already died
             pass
-        children[pid] = request["id"]
-        _send(sock, {"id": request["id"], "pid": pid})
+        self.children[pid] = request.id
+        _send(self.sock, Started(request.id, pid))
 
-    def kill(request_id: int) -> None:
-        for pid, rid in children.items():
+    def _kill(self, request_id: int) -> None:
+        for pid, rid in self.children.items():
             if rid == request_id:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                self._kill_group(pid)
 
-    try:
-        while True:
-            for key, _ in selector.select():
-                if key.fileobj is sock:
-                    message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 2)
-                    if not message:
-                        return 0  # the parent is gone
-                    try:
-                        request = json.loads(message)
-                        if request["op"] == "start":
-                            start(request, fds)
-                        elif request["op"] == "kill":
-                            kill(request["id"])
-                    finally:
-                        for fd in fds:
-                            os.close(fd)  # the child has its copies
-                else:
-                    try:
-                        while os.read(wake_r, 512):
-                            pass
-                    except BlockingIOError:
-                        pass
-            reap()
-    finally:
-        for pid in children:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    @staticmethod
+    def _kill_group(pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def serve(sock_fd: int, run: WorkerMain, warmer: Warmer) -> int:
+    """Serve as the warm template on the socket ``sock_fd`` until the parent goes away."""
+    return Server(sock_fd, run, warmer).serve()

@@ -16,14 +16,13 @@ runs the first form's :func:`main` without a new interpreter.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
-import json
 import os
 import resource
 import signal
 import sys
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -32,12 +31,13 @@ import implementations
 from topk_bench import machine, plugins
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import NonFinite, Unsupported
-from topk_bench.measure import metadata, template
+from topk_bench.measure import leftovers, metadata, template
 from topk_bench.measure.backends import measure
 from topk_bench.measure.extras import extra_columns
 from topk_bench.measure.memory import OverBudget
 from topk_bench.status import Status
 from topk_bench.units import GIB
+from topk_bench.types import READY, RESULT_UNWRITTEN, DeviceKind, Method, Mode
 
 # Frames not worth naming in an error: torch internals and the tracker that observes every op.
 _INTERNAL = (str(Path(torch.__file__).parent), str(Path(__file__).with_name("memory.py")))
@@ -69,8 +69,7 @@ def budget_limits_allocations(case: Case | None, budget: Budget) -> bool:
     means the case needed more than its budget: a measured CPU case (an address-space limit derived from the
     budget, :func:`limit_address_space`). On CUDA the budget is checked against the measured peaks instead
     (:func:`over_budget`), and a failed allocation means the device ran out."""
-    return (case is not None and budget.max_memory_bytes is not None and case.method == "measured"
-            and case.device.startswith("cpu"))
+    return case is not None and budget.max_memory_bytes is not None and case.measured_on(DeviceKind.CPU)
 
 
 def classify(exc: BaseException, budget: Budget, case: Case | None = None) -> tuple[str, str]:
@@ -152,8 +151,8 @@ def backward_may_run_before_fork() -> bool:
 
 def _warm_up_case(impl: str) -> Case:
     spec = implementations.spec(impl)
-    mode = "fwd_bwd" if backward_may_run_before_fork() else "fwd"
-    return Case.make(suite="warm-up", workload="mha", impl=impl, method="predicted", mode=mode, causal=spec.causal,
+    mode = Mode.FWD_BWD if backward_may_run_before_fork() else Mode.FWD
+    return Case.make(suite="warm-up", workload="mha", impl=impl, method=Method.PREDICTED, mode=mode, causal=spec.causal,
                      activation=spec.activations[0], params={"seq_len": 16, "d_model": 16, "heads": 2},
                      warmup=0, repeats=1)
 
@@ -228,7 +227,7 @@ def initialise_device(case: Case) -> None:
     """A measured CUDA case: initialise CUDA (driver, the device's context: seconds on a cold GPU) before
     the ready byte, so that the case's time budget counts its measurement, not CUDA's start. Here, in
     the child: the template never initialises CUDA (it could not fork a child that uses it)."""
-    if case.method != "measured" or not case.device.startswith("cuda"):
+    if not case.measured_on(DeviceKind.CUDA):
         return
     try:
         if torch.cuda.is_available():
@@ -253,23 +252,33 @@ def main(argv: list[str] | None = None) -> int:
         # ends when its socket reaches end of file instead, i.e. when the parent process is gone.
         if args.parent_pid is not None and os.getppid() != args.parent_pid:
             return 1
-        code = template.serve(args.template, run=main, warm_up=WarmUp())
+        code = template.serve(args.template, run=main, warmer=WarmUp())
         sys.stderr.flush()
         os._exit(code)  # nothing to clean up; an interpreter shutdown could wait on a stray thread
     if args.case is None or args.result is None:
         parser.error("expected CASE and RESULT, or --template FD")
     die_with_parent(args.parent_pid)
+    leftovers.become_subreaper()  # whatever the case starts, however detached, stays ours to kill
     case = Case.from_json(args.case.read_text())
-    budget = Budget(**json.loads(args.budget))
+    budget = Budget.from_json(args.budget)
     limit_address_space(case, budget)
     initialise_device(case)
     if args.ready_fd is not None:
-        os.write(args.ready_fd, b"r")
+        os.write(args.ready_fd, READY)
         os.close(args.ready_fd)
     result = execute(case, budget)
+    left = leftovers.note(leftovers.sweep())
+    if left:
+        result.error = f"{result.error}; {left}" if result.error else left
     partial = args.result.with_suffix(".partial")
-    partial.write_text(json.dumps(asdict(result)))
-    os.replace(partial, args.result)  # the parent never reads half a file
+    try:
+        partial.write_text(result.to_json())
+        os.replace(partial, args.result)  # the parent never reads half a file
+    except OSError as exc:  # e.g. a full TMPDIR: the parent finds out why and stops the run
+        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the log is likely on the same full disk
+            print(f"topk-bench worker: cannot write the result: {exc}", file=sys.stderr, flush=True)
+        return RESULT_UNWRITTEN
     return 0
 
 

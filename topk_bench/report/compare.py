@@ -10,15 +10,18 @@ Rules (docs/CONTRACTS.md, "topk-bench compare"):
 - time: median ratio beyond ``time_factor`` and Mann-Whitney p < ``alpha`` on ``times_s``.
 
 A gate must not pass on nothing: beyond a regression, the comparison fails when
-it compared no case, when a case of BASE is missing from NEW (unless
+it compared no case (no row on a side, or no case with a peak or a time on both sides), when a case of BASE is missing from NEW (unless
 ``allow_missing``: a suite that lost cases on purpose), when a line of either
 side was left out by the reader (cut, an unknown status, a number that is not a
-finite number >= 0, a repeated case_id), or when a value is ``invalid``. Cases
+finite number >= 0, a repeated case_id), or when a value is ``invalid`` (among them
+an ``ok`` case of NEW without a peak or samples its BASE had). Cases
 only in NEW are listed, not judged.
 """
 
 from __future__ import annotations
 
+import collections
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +35,8 @@ from topk_bench.results.frame import left_out, load_results
 from topk_bench.status import Status
 from topk_bench.units import missing
 from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
+from topk_bench.results import columns as col
+from topk_bench.types import Method
 
 # Worst first: a case's verdict is the worst of its metrics.
 SEVERITY = (Verdict.REGRESSION, Verdict.INVALID, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
@@ -98,7 +103,7 @@ def load(path: str | Path) -> pd.DataFrame:
     """A results CSV or directory, one row per ``case_id`` (``load_results``: the last one, the others left out)."""
     data = load_results(path)
     attrs = data.attrs
-    data = data.set_index("case_id", drop=False)
+    data = data.set_index(col.CASE_ID, drop=False)
     data.attrs = attrs
     return data
 
@@ -121,11 +126,10 @@ def varying_parameters(*frames: pd.DataFrame) -> list[str]:
 
 def case_name(row: pd.Series, params: list[str]) -> str:
     """Human-readable and stable: label (or impl), mode, then the non-empty parameter values."""
-    label = row.get("label")
-    label = label if isinstance(label, str) and label else row["impl"]
+    label = col.legend(row.get(col.LABEL), row[col.IMPL])
     values = [f"{p}={_plain(row[p])}" for p in params if p in row.index and not missing(row[p])]
-    mode = row.get("mode")
-    head = f"{row.get('workload')}/{label}" if isinstance(row.get("workload"), str) else label
+    mode = row.get(col.MODE)
+    head = f"{row.get('workload')}/{label}" if isinstance(row.get(col.WORKLOAD), str) else label
     head += f" {mode}" if isinstance(mode, str) else ""
     return " ".join([head, *values])
 
@@ -144,14 +148,17 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
     cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label)
              for cid in common]
     warnings = [_differs(base.loc[common], new.loc[common], column, why)
-                for column, why in (("device_name", "times (and CUDA memory) are not comparable"),
-                                    ("torch_version", "kernels and allocator may differ"))]
+                for column, why in ((col.DEVICE_NAME, "times (and CUDA memory) are not comparable"),
+                                    (col.TORCH_VERSION, "kernels and allocator may differ"))]
     warnings += [f"{side}: {line}" for side, frame in (("BASE", base), ("NEW", new))
                  for line in [_contended(frame.loc[common])] if line]
     failures = [f"{side} {line}" for side, frame in (("BASE", base), ("NEW", new)) for line in left_out(frame)]
     if not cases:  # one side is empty (both non-empty without a common case_id is bad input, above)
         empty = [side for side, frame in (("BASE", base), ("NEW", new)) if not len(frame)]
         failures.append(f"nothing compared: {' and '.join(empty)} {'has' if len(empty) == 1 else 'have'} no valid row")
+    elif not any(case.metrics for case in cases):  # every case failed on a side, or has no number on both
+        failures.append(f"nothing compared: none of the {len(cases)} case(s) in common has a peak or a time on "
+                        "both sides (statuses " + _statuses(cases) + ")")
     if only_base and not allow_missing:
         failures.append(f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost "
                         "them on purpose)")
@@ -172,11 +179,18 @@ def first_run(new: pd.DataFrame, thresholds: Thresholds = Thresholds(), base_lab
                       [], [], failures, first_run=True)
 
 
+def _statuses(cases: list[CaseComparison]) -> str:
+    """``error -> crashed x3, ok x1``: the status pairs of the cases, for the line that says nothing was compared."""
+    pairs = collections.Counter(c.base_status if c.base_status == c.new_status else f"{c.base_status} -> {c.new_status}"
+                                for c in cases)
+    return ", ".join(f"{pair} x{count}" for pair, count in pairs.most_common())
+
+
 def _contended(rows: pd.DataFrame) -> str | None:
     """One warning line when times of these rows were measured under contention (None: none were)."""
-    if "trust" not in rows.columns:
+    if col.TRUST not in rows.columns:
         return None
-    return trust.warning(rows.loc[rows["method"] == "measured", "trust"])
+    return trust.warning(rows.loc[rows[col.METHOD] == Method.MEASURED, col.TRUST])
 
 
 def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> str:
@@ -191,21 +205,25 @@ def _differs(base: pd.DataFrame, new: pd.DataFrame, column: str, why: str) -> st
 
 def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
                   base_label: str, new_label: str) -> CaseComparison:
-    case = CaseComparison(str(n["case_id"]), case_name(n, params), str(n["device"]), str(n["method"]),
-                          str(b["status"]), str(n["status"]))
+    case = CaseComparison(str(n[col.CASE_ID]), case_name(n, params), str(n[col.DEVICE]), str(n[col.METHOD]),
+                          str(b[col.STATUS]), str(n[col.STATUS]))
     if case.base_status != Status.OK or case.new_status != Status.OK:
         return case  # nothing to measure on a failed side; the status verdict says it all
-    if not (missing(b["peak_bytes"]) or missing(n["peak_bytes"])):
-        case.metrics.append(classify_ratio("peak_bytes", float(b["peak_bytes"]), float(n["peak_bytes"]),
-                                           t.memory_factor))
-    if not (missing(b["reserved_bytes"]) or missing(n["reserved_bytes"])):
-        case.metrics.append(classify_ratio("reserved_bytes", float(b["reserved_bytes"]),
-                                           float(n["reserved_bytes"]), t.reserved_factor))
-    base_times = parse_times(b["times_s"], file=base_label, case_id=case.case_id)
-    new_times = parse_times(n["times_s"], file=new_label, case_id=case.case_id)
-    if base_times and new_times:
-        case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha))
+    for column, factor in ((col.PEAK_BYTES, t.memory_factor), (col.RESERVED_BYTES, t.reserved_factor)):
+        if not missing(b[column]):
+            case.metrics.append(_lost(column, float(b[column])) if missing(n[column])
+                                else classify_ratio(column, float(b[column]), float(n[column]), factor))
+    base_times = parse_times(b[col.TIMES_S], file=base_label, case_id=case.case_id)
+    new_times = parse_times(n[col.TIMES_S], file=new_label, case_id=case.case_id)
+    if base_times:
+        case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha)
+                            if new_times else _lost("time_s", statistics.median(base_times)))
     return case
+
+
+def _lost(metric: str, base: float) -> MetricResult:
+    """An ``ok`` case of NEW without a number its BASE had: nothing to judge it by, so the gate cannot pass."""
+    return MetricResult(metric, base, None, None, Verdict.INVALID, note="BASE has a value, NEW has none")
 
 
 def _plain(value: object) -> object:

@@ -18,6 +18,7 @@ from topk_bench.report.stats import MetricResult, Verdict
 from topk_bench.results.columns import parameter_columns
 from topk_bench.status import Status
 from topk_bench.units import format_bytes, format_seconds
+from topk_bench.results import columns as col
 
 STYLE = {Verdict.REGRESSION: "bold red", Verdict.INVALID: "bold red", Verdict.IMPROVEMENT: "green",
          Verdict.INCONCLUSIVE: "yellow", Verdict.UNCHANGED: "dim"}
@@ -114,8 +115,8 @@ def markdown(c: Comparison) -> str:
 # any alert threshold, one staying failed is unchanged, and every value stays a finite number (JSON has no NaN).
 FAILED_VALUE = 1e15
 # The entries of a case, its suffix in their names: (metric, column, unit); compare's gate judges each of them.
-EXPORTED = (("peak_bytes", "peak_bytes", "bytes"), ("reserved_bytes", "reserved_bytes", "bytes"),
-            ("time_s", "time_median_s", "s"))
+EXPORTED = ((col.PEAK_BYTES, col.PEAK_BYTES, "bytes"), (col.RESERVED_BYTES, col.RESERVED_BYTES, "bytes"),
+            ("time_s", col.TIME_MEDIAN_S, "s"))
 
 
 def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
@@ -133,21 +134,21 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
              for cid, row in new.iterrows()}
     # Names are a dashboard's series keys: make them unique, and stable for a given suite.
     clashes = pd.Series(list(names.values())).value_counts()
-    ok = new[new["status"] == Status.OK]
+    ok = new[new[col.STATUS] == Status.OK]
     has = {key: {metric for metric, column, _ in EXPORTED if column in group and group[column].notna().any()}
-           for key, group in ok.groupby(["device", "method"], sort=False)}
+           for key, group in ok.groupby([col.DEVICE, col.METHOD], sort=False)}
     entries = []
     for _, row in new.iterrows():
-        name = names[row["case_id"]]
+        name = names[row[col.CASE_ID]]
         name += f" {row['case_id']}" if clashes[name] > 1 else ""
-        exported = has.get((row["device"], row["method"])) or {"peak_bytes"}
-        case = judged.get(row["case_id"])
+        exported = has.get((row[col.DEVICE], row[col.METHOD])) or {col.PEAK_BYTES}
+        case = judged.get(row[col.CASE_ID])
         for metric, column, unit in EXPORTED:
             if metric not in exported:
                 continue
             entry = {"name": f"{name} {metric}", "unit": unit}
-            if row["status"] != Status.OK:
-                error = " ".join(str(row.get("error") or "").split())[:200]
+            if row[col.STATUS] != Status.OK:
+                error = " ".join(str(row.get(col.ERROR) or "").split())[:200]
                 entry.update(value=FAILED_VALUE, extra=f"status={row['status']}; case_id={row['case_id']}"
                                                        + (f"; {error}" if error else ""))
                 entries.append(entry)
@@ -157,7 +158,7 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
                 continue
             entry["value"] = float(value)
             if metric == "time_s":
-                times = parse_times(row["times_s"], file=c.new, case_id=row["case_id"])
+                times = parse_times(row[col.TIMES_S], file=c.new, case_id=row[col.CASE_ID])
                 if len(times) > 1:
                     entry["range"] = f"± {(max(times) - min(times)) / 2:.3g}"
             result = case.metric(metric) if case else None
@@ -178,8 +179,8 @@ def write_markdown(path: str | Path, c: Comparison) -> None:
 
 def _cells(case: CaseComparison) -> tuple[str, ...]:
     status = case.new_status if case.base_status == case.new_status else f"{case.base_status} → {case.new_status}"
-    memory = case.metric("peak_bytes")
-    reserved = case.metric("reserved_bytes")
+    memory = case.metric(col.PEAK_BYTES)
+    reserved = case.metric(col.RESERVED_BYTES)
     time = case.metric("time_s")
     memory_text = _change(memory, format_bytes)
     if reserved:

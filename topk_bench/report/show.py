@@ -26,9 +26,11 @@ from topk_bench.results.columns import optional_columns, parameter_columns
 from topk_bench.results.frame import left_out, load_results
 from topk_bench.status import Status
 from topk_bench.units import GIB, KIB, MIB, missing
+from topk_bench.results import columns as col
+from topk_bench.types import Method
 
 DEFAULT_WIDTH = 100
-_LEFT = ("label", "status", "method", "device", "trust")
+_LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST)
 # The row header of a pivot never takes more than this share of the width: the values are the point.
 _ROW_HEADER_SHARE = 0.3
 _MARK = "*"
@@ -81,14 +83,14 @@ def _sort_key(value):
 
 def pivot_cell(row: pd.Series) -> str:
     """Median time over peak memory (``*`` after a time measured under contention); the status when not ok."""
-    if row["status"] != Status.OK:
-        return str(row["status"])
+    if row[col.STATUS] != Status.OK:
+        return str(row[col.STATUS])
     lines = []
-    if not missing(row["time_median_s"]):
-        flagged = isinstance(row.get("trust"), str) and row.get("trust")
-        lines.append(short_seconds(row["time_median_s"]) + (_MARK if flagged else ""))
-    if not missing(row["peak_bytes"]):
-        lines.append(short_bytes(row["peak_bytes"]))
+    if not missing(row[col.TIME_MEDIAN_S]):
+        flagged = isinstance(row.get(col.TRUST), str) and row.get(col.TRUST)
+        lines.append(short_seconds(row[col.TIME_MEDIAN_S]) + (_MARK if flagged else ""))
+    if not missing(row[col.PEAK_BYTES]):
+        lines.append(short_bytes(row[col.PEAK_BYTES]))
     return "\n".join(lines) or "ok"
 
 
@@ -108,28 +110,28 @@ def _chunks(widths: list[int], room: int) -> list[list[int]]:
 
 
 def what_of(method: str) -> str:
-    return "median time / peak memory" if method == "measured" else "peak memory"
+    return "median time / peak memory" if method == Method.MEASURED else "peak memory"
 
 
 def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]:
     """The pivot tables of a results frame (one or more per suite, device and method), each within ``width``."""
     out = []
-    for (suite, device, method), rows in frame.groupby(["suite", "device", "method"], sort=False):
+    for (suite, device, method), rows in frame.groupby([col.SUITE, col.DEVICE, col.METHOD], sort=False):
         # A row per implementation (its legend names its options); the columns: the swept parameter, one that
         # every row has and that varies within an implementation (seq_len first; a suite of one case per
         # implementation has none), then rows split by whatever else varies within one.
-        legend = rows["workload"] + "/" + rows["label"].where(rows["label"] != "", rows["impl"])
+        legend = rows[col.WORKLOAD] + "/" + pd.Series(col.legends(rows), index=rows.index)
         within = [c for c in _varying(rows) if (rows[c].astype(str).groupby(legend).nunique() > 1).any()]
         swept = [c for c in within if rows[c].notna().all()]
         x = "seq_len" if "seq_len" in swept else max(swept, key=lambda c: rows[c].nunique(), default=None)
         others = [c for c in within if c != x]
-        if rows["workload"].nunique() > 1:
-            others.insert(0, "workload")
+        if rows[col.WORKLOAD].nunique() > 1:
+            others.insert(0, col.WORKLOAD)
         names = []
         for _, r in rows.iterrows():
-            name = str(r["label"] or r["impl"])
-            name += "".join(f" {c}={_plain(r[c])}" for c in others if c != "workload" and not missing(r[c]))
-            names.append(f"{r['workload']}: {name}" if "workload" in others else name)
+            name = col.legend(r[col.LABEL], r[col.IMPL])
+            name += "".join(f" {c}={_plain(r[c])}" for c in others if c != col.WORKLOAD and not missing(r[c]))
+            names.append(f"{r['workload']}: {name}" if col.WORKLOAD in others else name)
         rows = rows.assign(_name=names, _x=[_plain(v) for v in rows[x]] if x else [what_of(method)] * len(rows),
                            _cell=[pivot_cell(r) for _, r in rows.iterrows()])
         xs = sorted(rows["_x"].unique(), key=_sort_key)
@@ -160,23 +162,23 @@ def tables(path: str | Path, errors: bool = True) -> list[Table]:
 def _tables(frame, errors: bool) -> list[Table]:
     """The flat list (``--wide``): one row per case."""
     out = []
-    for suite, rows in frame.groupby("suite", sort=False):
+    for suite, rows in frame.groupby(col.SUITE, sort=False):
         params = [c for c in parameter_columns(rows.columns) if rows[c].nunique(dropna=True) > 1]
-        if rows["workload"].nunique() > 1:  # a suite mixing workloads (smoke)
-            params.insert(0, "workload")
+        if rows[col.WORKLOAD].nunique() > 1:  # a suite mixing workloads (smoke)
+            params.insert(0, col.WORKLOAD)
         optional = [c for c in optional_columns() if c in rows.columns and rows[c].notna().any()]
         table = Table(title=f"{suite} ({len(rows)} rows)")
-        for column in ["label", *params, "method", "device", "status", "peak GiB", "median s", "IQR s", *optional,
-                       "trust"]:
+        for column in [col.LABEL, *params, col.METHOD, col.DEVICE, col.STATUS, "peak GiB", "median s", "IQR s", *optional,
+                       col.TRUST]:
             table.add_column(column, justify="left" if column in _LEFT else "right")
         if errors:
-            table.add_column("error")
+            table.add_column(col.ERROR)
         for _, r in rows.iterrows():
-            peak = None if missing(r["peak_bytes"]) else r["peak_bytes"] / GIB
-            cells = [r["label"] or r["impl"], *[r[c] for c in params], r["method"], r["device"], r["status"],
-                     peak, r["time_median_s"], r["time_iqr_s"], *[r[c] for c in optional], r["trust"] or ""]
+            peak = None if missing(r[col.PEAK_BYTES]) else r[col.PEAK_BYTES] / GIB
+            cells = [col.legend(r[col.LABEL], r[col.IMPL]), *[r[c] for c in params], r[col.METHOD], r[col.DEVICE], r[col.STATUS],
+                     peak, r[col.TIME_MEDIAN_S], r[col.TIME_IQR_S], *[r[c] for c in optional], r[col.TRUST] or ""]
             if errors:
-                cells.append(str(r["error"])[:80])
+                cells.append(str(r[col.ERROR])[:80])
             table.add_row(*[_cell(c) for c in cells])
         out.append(table)
     return out
@@ -184,7 +186,7 @@ def _tables(frame, errors: bool) -> list[Table]:
 
 def warning_lines(frame: pd.DataFrame, marked: bool = False) -> list[str]:
     """What ``show`` says below its tables: the lines left out, and how many times may mislead."""
-    flagged = trust.warning(frame.loc[frame["method"] == "measured", "trust"])
+    flagged = trust.warning(frame.loc[frame[col.METHOD] == Method.MEASURED, col.TRUST])
     return [*left_out(frame), *([flagged + (f" (marked {_MARK})" if marked else "")] if flagged else [])]
 
 

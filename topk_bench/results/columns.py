@@ -1,109 +1,194 @@
-"""The vocabulary of the results CSV: required columns, result (optional) columns, context columns, metrics,
-column order.
+"""The vocabulary of the results CSV: every column as an object, the metrics figures draw, column order.
 
 One place for every column name the harness writes or reads (docs/CONTRACTS.md,
-"Results CSV"). A header is: the required columns in their order, then one
-column per suite parameter, then the optional result columns a suite asks for,
-then the context columns (how far to trust the time, the budget the case ran
-under). Context columns are written with every row but not required: a CSV from
-before them still loads (readers see them empty).
+"Results CSV"); code refers to a column by its attribute here (``col.PEAK_BYTES``),
+never by its spelling. A :class:`Column` *is* its name (a ``str``: a dict key, a
+pandas column), and knows what it means and what its cells may hold. A header is:
+the required columns in their order, then one column per suite parameter, then the
+optional result columns a suite asks for, then the context columns (how far to trust
+the time, the budget the case ran under). Context columns are written with every row
+but not required: a CSV from before them still loads (readers see them empty).
+
+One name per meaning: the selection quality's relative error against exact attention is
+``attn_rel_err`` (``rel_err`` is fidelity's, against vanilla's layer). A CSV written before
+the rename is read with its quality columns renamed (:func:`migrate`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import Iterable
 
 from topk_bench.units import GIB
 
-REQUIRED_COLUMNS = (
-    "suite", "case_id", "workload", "impl", "label", "mode", "device", "device_name", "method",
-    "status", "error", "peak_bytes", "reserved_bytes", "baseline_bytes", "time_median_s",
-    "time_iqr_s", "time_mean_s", "time_min_s", "repeats", "times_s", "flops", "torch_version",
-    "git_sha", "timestamp",
+
+class Cells(Enum):
+    """What a column's cells may hold (an empty cell is always "not measured")."""
+
+    TEXT = "text"                # anything; never turned into a number by a reader (a case_id can be all digits)
+    MEASUREMENT = "measurement"  # a finite number >= 0
+    SAMPLES = "samples"          # ';'-separated finite numbers >= 0 (times_s)
+    NUMBER = "number"            # a finite number (a result column)
+    ANY = "any"                  # a plug-in's own column: not checked
+
+
+class Column(str):
+    """A CSV column: its name (the string itself), what it means, and what its cells may hold."""
+
+    description: str
+    cells: Cells
+
+    def __new__(cls, name: str, description: str = "", cells: Cells = Cells.ANY) -> "Column":
+        column = super().__new__(cls, name)
+        column.description, column.cells = description, cells
+        return column
+
+    def __getnewargs__(self) -> tuple:
+        return str(self), self.description, self.cells
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+T, M, N = Cells.TEXT, Cells.MEASUREMENT, Cells.NUMBER
+
+# -- required: every row, in this order ------------------------------------------------------------
+SUITE = Column("suite", "the suite's name", T)
+CASE_ID = Column("case_id", "a stable hash of what determines the result", T)
+WORKLOAD = Column("workload", "what ran: the workload", T)
+IMPL = Column("impl", "the attention implementation (registry name)", T)
+LABEL = Column("label", "the legend; empty: the implementation's name (legend())", T)
+MODE = Column("mode", "fwd or fwd_bwd", T)
+DEVICE = Column("device", "cpu or cuda", T)
+DEVICE_NAME = Column("device_name", "the CPU or GPU model", T)
+METHOD = Column("method", "measured or predicted", T)
+STATUS = Column("status", "ok, or why not (topk_bench.status)", T)
+ERROR = Column("error", "one line of why", T)
+PEAK_BYTES = Column("peak_bytes", "peak of live tensors during the measured iterations, inputs included", M)
+RESERVED_BYTES = Column("reserved_bytes", "CUDA: max_memory_reserved of the timed iterations", M)
+BASELINE_BYTES = Column("baseline_bytes", "what exists before the first iteration: parameters and inputs", M)
+TIME_MEDIAN_S = Column("time_median_s", "median seconds per iteration", M)
+TIME_IQR_S = Column("time_iqr_s", "interquartile range of the samples", M)
+TIME_MEAN_S = Column("time_mean_s", "mean seconds per iteration", M)
+TIME_MIN_S = Column("time_min_s", "fastest sample", M)
+REPEATS = Column("repeats", "how many timed samples", M)
+TIMES_S = Column("times_s", "the samples, ';'-separated", Cells.SAMPLES)
+FLOPS = Column("flops", "FLOPs of one iteration (torch.utils.flop_counter)", M)
+TORCH_VERSION = Column("torch_version", "provenance", T)
+GIT_SHA = Column("git_sha", "provenance (-dirty for a modified checkout)", T)
+TIMESTAMP = Column("timestamp", "when the row was written (UTC)", T)
+REQUIRED_COLUMNS: tuple[Column, ...] = (
+    SUITE, CASE_ID, WORKLOAD, IMPL, LABEL, MODE, DEVICE, DEVICE_NAME, METHOD, STATUS, ERROR, PEAK_BYTES,
+    RESERVED_BYTES, BASELINE_BYTES, TIME_MEDIAN_S, TIME_IQR_S, TIME_MEAN_S, TIME_MIN_S, REPEATS, TIMES_S, FLOPS,
+    TORCH_VERSION, GIT_SHA, TIMESTAMP,
 )
-# Columns of text: never turned into numbers by a reader (a case_id can be all digits).
-TEXT_COLUMNS = ("suite", "case_id", "workload", "impl", "label", "mode", "device", "device_name",
-                "method", "status", "error", "times_s", "torch_version", "git_sha", "timestamp", "trust")
-# Written with every row since issue 19, not required of a file (older CSVs lack them); readers fill them empty.
-CONTEXT_COLUMNS = ("trust", "time_cv", "load_start", "load_end", "steal", "max_memory_bytes", "max_case_seconds")
-_CONTEXT: dict[str, str] = {
-    "trust": "busy, noisy, busy;noisy or empty (topk_bench.results.trust)",
-    "time_cv": "coefficient of variation of times_s (standard deviation / mean)",
-    "load_start": "1-minute load average per core when the measurement started",
-    "load_end": "1-minute load average per core when it ended",
-    "steal": "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)",
-    "max_memory_bytes": "the memory budget the case ran under",
-    "max_case_seconds": "the time budget the case ran under",
-}
-# Result columns beyond the required ones, filled when a suite or a workload asks for them.
-FIDELITY_COLUMNS = ("rel_err", "grad_cos", "fidelity_seq_len")
-# Selection quality against exact attention on the same inputs (``quality = [...]``), per input kind:
-# the case's own random inputs, and the pretrained MiniLM's activations (prefix "minilm_").
+
+# -- context: written with every row since issue 19, not required of a file ------------------------
+TRUST = Column("trust", "busy, noisy, busy;noisy or empty (topk_bench.results.trust)", T)
+TIME_CV = Column("time_cv", "coefficient of variation of times_s (standard deviation / mean)", M)
+LOAD_START = Column("load_start", "1-minute load average per core when the measurement started", M)
+LOAD_END = Column("load_end", "1-minute load average per core when it ended", M)
+STEAL = Column("steal", "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)", M)
+MAX_MEMORY_BYTES = Column("max_memory_bytes", "the memory budget the case ran under", M)
+MAX_CASE_SECONDS = Column("max_case_seconds", "the time budget the case ran under", M)
+CONTEXT_COLUMNS: tuple[Column, ...] = (TRUST, TIME_CV, LOAD_START, LOAD_END, STEAL, MAX_MEMORY_BYTES, MAX_CASE_SECONDS)
+
+# -- optional result columns, filled when a suite or a workload asks for them ----------------------
+COMPILE_S = Column("compile_s", "seconds of the first (warm-up) call of an implementation that compiles (flex), "
+                   "compilation included", N)
+WORKSPACE_BYTES = Column("workspace_bytes", "what the first iterations left allocated besides parameters and inputs "
+                         "(CUDA: cuBLAS workspaces); peak_bytes - workspace_bytes compares with the CPU and predict", M)
+# Fidelity (fidelity = true): the layer against vanilla's, same inputs and weights.
+REL_ERR = Column("rel_err", "relative Frobenius error of the layer's output against vanilla's layer (fidelity)", N)
+GRAD_COS = Column("grad_cos", "cosine of the input gradients against vanilla's", N)
+FIDELITY_SEQ_LEN = Column("fidelity_seq_len", "the seq_len at which rel_err and grad_cos were measured", N)
+FIDELITY_COLUMNS: tuple[Column, ...] = (REL_ERR, GRAD_COS, FIDELITY_SEQ_LEN)
+# Selection quality against exact attention on the same inputs (quality = [...]), per input kind: the
+# case's own random inputs, and the pretrained MiniLM's activations (prefix "minilm_").
 QUALITY_KINDS = ("random", "minilm")
-QUALITY_METRICS = ("topk_recall", "mass_recall", "rel_err", "attended_fraction")
-
-
-def quality_columns(kind: str) -> tuple[str, ...]:
-    """The columns of one input kind of ``quality``: ``topk_recall``... (random), ``minilm_topk_recall``..."""
-    prefix = "" if kind == "random" else f"{kind}_"
-    return tuple(prefix + name for name in QUALITY_METRICS)
-
-
-# Measured on CUDA: what the warm-up left allocated besides parameters and inputs (cuBLAS workspaces),
-# live through the timed iterations; peak_bytes - workspace_bytes compares with the CPU and predict.
-WORKSPACE_COLUMN = "workspace_bytes"
-# An implementation that compiles on its first call (flex): that call's seconds, outside the timed region.
-COMPILE_COLUMN = "compile_s"
-_OPTIONAL: dict[str, str] = {
-    COMPILE_COLUMN: "seconds of the first (warm-up) call of an implementation that compiles (flex), compilation included",
-    WORKSPACE_COLUMN: "what the first iterations left allocated besides parameters and inputs (CUDA: cuBLAS workspaces)",
-    "rel_err": ("relative Frobenius error of the output against exact attention: vanilla's layer (fidelity), "
-                "float64 softmax attention on the same q, k, v (quality)"),
-    "topk_recall": "share of the exact top-k keys by score a query attends, k = the keys it attends (random inputs)",
-    "mass_recall": "exact softmax probability mass on the keys a query attends (random inputs)",
-    "attended_fraction": "mean share of its allowed keys a query attends (random inputs)",
-    "minilm_topk_recall": "topk_recall on the pretrained MiniLM's q, k, v over the shipped corpus",
-    "minilm_mass_recall": "mass_recall on the pretrained MiniLM's q, k, v over the shipped corpus",
-    "minilm_rel_err": "rel_err against float64 exact attention on the pretrained MiniLM's q, k, v",
-    "minilm_attended_fraction": "attended_fraction on the pretrained MiniLM's q, k, v",
-    "grad_cos": "cosine of the input gradients against vanilla's",
-    "fidelity_seq_len": "the seq_len at which rel_err and grad_cos were measured",
-    # The pretrained workload: sentence embeddings against the original model's.
-    "emb_cos": "mean cosine of each text's embedding with the original model's",
-    "nn_agree": "share of texts whose nearest neighbour is unchanged",
-    "nn_spearman": "mean rank correlation of each text's similarities to all others",
-    # Workloads with a cost model (prefill, decode): its quantities per iteration, then rates by the
-    # median time (topk_bench.results.rates; the models are stated in docs/CONTRACTS.md).
-    "kv_cache_bytes": "bytes of the KV cache's cached tokens (K and V), an input built before the measured region",
-    "model_flops": "FLOPs of one iteration by the workload's cost model (dense attention over the attended pairs)",
-    "bytes_moved": "bytes one iteration reads and writes by the workload's cost model",
-    "tokens": "tokens one iteration produces, all sequences of the batch",
-    "flops_per_s": "achieved FLOP/s: model_flops / time_median_s",
-    "bytes_per_s": "achieved bandwidth: bytes_moved / time_median_s",
-    "tokens_per_s": "tokens / time_median_s",
-    "time_per_token_s": "time_median_s per token of one sequence (decode: per new token)",
+QUALITY_METRICS: dict[str, str] = {
+    "topk_recall": "share of the exact top-k keys by score a query attends, k = the keys it attends",
+    "mass_recall": "exact softmax probability mass on the keys a query attends",
+    "attn_rel_err": "relative Frobenius error of the attention output against float64 exact attention",
+    "attended_fraction": "mean share of its allowed keys a query attends",
 }
+_ON = {"random": "random inputs", "minilm": "the pretrained MiniLM's q, k, v over the shipped corpus"}
+QUALITY: dict[str, dict[str, Column]] = {
+    kind: {metric: Column(("" if kind == "random" else f"{kind}_") + metric, f"{what} ({_ON[kind]})", N)
+           for metric, what in QUALITY_METRICS.items()}
+    for kind in QUALITY_KINDS
+}
+TOPK_RECALL, MASS_RECALL, ATTN_REL_ERR, ATTENDED_FRACTION = QUALITY["random"].values()
+# The pretrained workload: sentence embeddings against the original model's.
+EMB_COS = Column("emb_cos", "mean cosine of each text's embedding with the original model's", N)
+NN_AGREE = Column("nn_agree", "share of texts whose nearest neighbour is unchanged", N)
+NN_SPEARMAN = Column("nn_spearman", "mean rank correlation of each text's similarities to all others", N)
+# Workloads with a cost model (prefill, decode): its quantities per iteration, then rates by the median time
+# (topk_bench.results.rates; the models are stated in docs/CONTRACTS.md).
+KV_CACHE_BYTES = Column("kv_cache_bytes", "bytes of the KV cache's cached tokens (K and V) and what the "
+                        "implementation keeps with it, built before the measured region", N)
+MODEL_FLOPS = Column("model_flops", "FLOPs of one iteration by the workload's cost model (dense attention over "
+                     "the attended pairs)", N)
+BYTES_MOVED = Column("bytes_moved", "bytes one iteration reads and writes by the workload's cost model", N)
+TOKENS = Column("tokens", "tokens one iteration produces, all sequences of the batch", N)
+FLOPS_PER_S = Column("flops_per_s", "achieved FLOP/s: model_flops / time_median_s", N)
+BYTES_PER_S = Column("bytes_per_s", "achieved bandwidth: bytes_moved / time_median_s", N)
+TOKENS_PER_S = Column("tokens_per_s", "tokens / time_median_s", N)
+TIME_PER_TOKEN_S = Column("time_per_token_s", "time_median_s per token of one sequence (decode: per new token)", N)
+
+_OPTIONAL: dict[str, Column] = {c: c for c in (
+    COMPILE_S, WORKSPACE_BYTES, *FIDELITY_COLUMNS, *(c for kind in QUALITY.values() for c in kind.values()),
+    EMB_COS, NN_AGREE, NN_SPEARMAN, KV_CACHE_BYTES, MODEL_FLOPS, BYTES_MOVED, TOKENS, FLOPS_PER_S, BYTES_PER_S,
+    TOKENS_PER_S, TIME_PER_TOKEN_S,
+)}
+_EVERY_ROW: dict[str, Column] = {c: c for c in (*REQUIRED_COLUMNS, *CONTEXT_COLUMNS)}
+# Never turned into numbers by a reader (a case_id can be all digits; times_s is a list of them).
+TEXT_COLUMNS: tuple[Column, ...] = tuple(c for c in _EVERY_ROW.values() if c.cells in (Cells.TEXT, Cells.SAMPLES))
+MEASUREMENT_COLUMNS: tuple[Column, ...] = tuple(
+    c for c in (*_EVERY_ROW.values(), *_OPTIONAL.values()) if c.cells is Cells.MEASUREMENT)
 
 
-# What a reader accepts in a cell (an empty cell is always "not measured"): measurements are
-# finite numbers >= 0, result columns finite numbers; times_s holds ';'-separated measurements.
-MEASUREMENT_COLUMNS = ("peak_bytes", "reserved_bytes", "baseline_bytes", "time_median_s", "time_iqr_s",
-                       "time_mean_s", "time_min_s", "repeats", "flops", WORKSPACE_COLUMN,
-                       "time_cv", "load_start", "load_end", "steal", "max_memory_bytes", "max_case_seconds")
-_FINITE = set(_OPTIONAL)  # every known result column is a number; a plug-in's own column need not be
+def quality_columns(kind: str) -> tuple[Column, ...]:
+    """The columns of one input kind of ``quality``: ``topk_recall``... (random), ``minilm_topk_recall``..."""
+    return tuple(QUALITY[kind].values())
 
 
-def register_column(name: str, description: str, *, number: bool = False) -> None:
-    """Declare a result column (a workload's own, e.g. the pretrained model's ``emb_cos``); ``number``: readers
-    leave out a row whose value is not a finite number."""
-    if name in REQUIRED_COLUMNS or name in _CONTEXT:
+def column(name: str) -> Column:
+    """The column of that name: a known one, or a parameter's or plug-in's (anything goes in its cells)."""
+    return _EVERY_ROW.get(name) or _OPTIONAL.get(name) or Column(name)
+
+
+def register_column(name: str, description: str, *, number: bool = False) -> Column:
+    """Declare a result column (a workload's own); ``number``: readers leave out a row whose value is not a
+    finite number."""
+    if name in _EVERY_ROW:
         raise ValueError(f"{name!r} is a column of every row")
-    _OPTIONAL.setdefault(name, description)
-    if number:
-        _FINITE.add(name)
+    known = _OPTIONAL.get(name)
+    if known is None or (number and known.cells is not Cells.NUMBER):
+        known = _OPTIONAL[name] = Column(name, known.description if known else description,
+                                         Cells.NUMBER if number else Cells.ANY)
+    return known
 
+
+# -- migration: CSVs written before a column was renamed -------------------------------------------
+
+# The selection quality's rel_err (issue 25: one name per meaning); told apart from fidelity's by the other
+# columns of the header (a suite asks for one of the two).
+_QUALITY_RENAMED = {"rel_err": ATTN_REL_ERR, "minilm_rel_err": QUALITY["minilm"]["attn_rel_err"]}
+_QUALITY_ONLY = {c for kind in QUALITY.values() for c in kind.values()} - set(_QUALITY_RENAMED.values())
+
+
+def migrate(header: list[str]) -> list[str]:
+    """A header as this version names its columns (an older file's quality ``rel_err`` is ``attn_rel_err``)."""
+    if not any(c in _QUALITY_ONLY for c in header) or any(c in (GRAD_COS, FIDELITY_SEQ_LEN) for c in header):
+        return list(header)
+    return [_QUALITY_RENAMED.get(c, c) for c in header]
+
+
+# -- what a reader accepts in a cell ---------------------------------------------------------------
 
 def _numbers_problem(values: list[str], non_negative: bool) -> str | None:
     low = 0.0 if non_negative else -math.inf
@@ -127,29 +212,30 @@ def _numbers_problem(values: list[str], non_negative: bool) -> str | None:
     return None
 
 
-def holds_numbers(column: str) -> bool:
+def holds_numbers(name: str) -> bool:
     """Whether :func:`cell_problem` checks the column's cells (the others hold any text)."""
-    return column == "times_s" or column in MEASUREMENT_COLUMNS or column in _FINITE
+    return column(name).cells in (Cells.MEASUREMENT, Cells.SAMPLES, Cells.NUMBER)
 
 
-def cell_problem(column: str, value: str) -> str | None:
-    """Why ``value`` cannot be a cell of ``column`` (None: it can). Parameter and text columns hold anything."""
-    if value == "" or not holds_numbers(column):
+def cell_problem(name: str, value: str) -> str | None:
+    """Why ``value`` cannot be a cell of column ``name`` (None: it can). Parameter and text columns hold anything."""
+    cells = column(name).cells
+    if value == "" or cells in (Cells.TEXT, Cells.ANY):
         return None
-    if column == "times_s":
+    if cells is Cells.SAMPLES:
         problem = _numbers_problem(value.split(";"), non_negative=True)
     else:
-        problem = _numbers_problem([value], non_negative=column in MEASUREMENT_COLUMNS)
-    return f"{column}: {problem}" if problem else None
+        problem = _numbers_problem([value], non_negative=cells is Cells.MEASUREMENT)
+    return f"{name}: {problem}" if problem else None
 
 
-def optional_columns() -> tuple[str, ...]:
-    return tuple(_OPTIONAL)
+def optional_columns() -> tuple[Column, ...]:
+    return tuple(_OPTIONAL.values())
 
 
-def is_parameter(column: str) -> bool:
+def is_parameter(name: str) -> bool:
     """Neither a required, a context nor a known result column: a suite parameter (shape, option, masking, dtype)."""
-    return column not in REQUIRED_COLUMNS and column not in _CONTEXT and column not in _OPTIONAL
+    return name not in _EVERY_ROW and name not in _OPTIONAL
 
 
 def parameter_columns(columns: Iterable[str]) -> list[str]:
@@ -179,6 +265,18 @@ def header(parameters: Iterable[str], optional: Iterable[str] = ()) -> list[str]
     return out
 
 
+def legend(label: object, impl: object) -> str:
+    """What names a row in a legend or a table: its label, else its implementation (an empty label, a missing one)."""
+    return label if isinstance(label, str) and label else str(impl)
+
+
+def legends(rows) -> list[str]:
+    """:func:`legend` of every row of a frame."""
+    return [legend(label, impl) for label, impl in zip(rows[LABEL], rows[IMPL])]
+
+
+# -- metrics: what a figure or a table shows -------------------------------------------------------
+
 @dataclass(frozen=True)
 class Metric:
     """A quantity a figure or a table shows: its column (less the ``minus`` column), the factor to its unit, its label."""
@@ -196,30 +294,32 @@ class Metric:
         return (self.column,) + ((self.minus,) if self.minus else ())
 
 
+_MINILM = QUALITY["minilm"]
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("memory", "peak_bytes", 1 / GIB, "peak allocated memory (GiB)", "GiB"),
-    Metric("reserved", "reserved_bytes", 1 / GIB, "peak reserved memory (GiB)", "GiB"),
-    Metric("time", "time_median_s", 1.0, "time (s)", "s"),
+    Metric("memory", PEAK_BYTES, 1 / GIB, "peak allocated memory (GiB)", "GiB"),
+    Metric("reserved", RESERVED_BYTES, 1 / GIB, "peak reserved memory (GiB)", "GiB"),
+    Metric("time", TIME_MEDIAN_S, 1.0, "time (s)", "s"),
     # The peak above what was live before the measured region: the step's own memory, cache excluded.
-    Metric("working_memory", "peak_bytes", 1 / GIB, "peak above inputs (GiB)", "GiB", minus="baseline_bytes"),
-    Metric("kv_cache", "kv_cache_bytes", 1 / GIB, "KV cache (GiB)", "GiB"),
-    Metric("time_per_token", "time_per_token_s", 1e3, "time per token (ms)", "ms"),
-    Metric("tokens_per_s", "tokens_per_s", 1.0, "tokens / s"),
-    Metric("flops_per_s", "flops_per_s", 1e-12, "achieved TFLOP/s", "TFLOP/s"),
-    Metric("bandwidth", "bytes_per_s", 1e-9, "achieved bandwidth (GB/s)", "GB/s"),
-    Metric("time_mean", "time_mean_s", 1.0, "time, mean (s)", "s"),  # the paper's statistic
-    Metric("flops", "flops", 1e-12, "TFLOP", "TFLOP"),
-    Metric("rel_err", "rel_err", 1.0, "relative error vs exact"),
-    Metric("topk_recall", "topk_recall", 1.0, "top-k recall (random)"),
-    Metric("mass_recall", "mass_recall", 1.0, "mass recall (random)"),
-    Metric("attended_fraction", "attended_fraction", 1.0, "share of keys attended"),
-    Metric("minilm_topk_recall", "minilm_topk_recall", 1.0, "top-k recall (MiniLM)"),
-    Metric("minilm_mass_recall", "minilm_mass_recall", 1.0, "mass recall (MiniLM)"),
-    Metric("minilm_rel_err", "minilm_rel_err", 1.0, "relative error vs exact (MiniLM)"),
-    Metric("grad_cos", "grad_cos", 1.0, "gradient cosine vs vanilla"),
-    Metric("emb_cos", "emb_cos", 1.0, "embedding cosine vs vanilla"),
-    Metric("nn_agree", "nn_agree", 1.0, "top-1 neighbour agreement"),
-    Metric("nn_spearman", "nn_spearman", 1.0, "neighbour rank correlation"),
+    Metric("working_memory", PEAK_BYTES, 1 / GIB, "peak above inputs (GiB)", "GiB", minus=BASELINE_BYTES),
+    Metric("kv_cache", KV_CACHE_BYTES, 1 / GIB, "KV cache (GiB)", "GiB"),
+    Metric("time_per_token", TIME_PER_TOKEN_S, 1e3, "time per token (ms)", "ms"),
+    Metric("tokens_per_s", TOKENS_PER_S, 1.0, "tokens / s"),
+    Metric("flops_per_s", FLOPS_PER_S, 1e-12, "achieved TFLOP/s", "TFLOP/s"),
+    Metric("bandwidth", BYTES_PER_S, 1e-9, "achieved bandwidth (GB/s)", "GB/s"),
+    Metric("time_mean", TIME_MEAN_S, 1.0, "time, mean (s)", "s"),  # the paper's statistic
+    Metric("flops", FLOPS, 1e-12, "TFLOP", "TFLOP"),
+    Metric("rel_err", REL_ERR, 1.0, "relative error vs vanilla"),
+    Metric("grad_cos", GRAD_COS, 1.0, "gradient cosine vs vanilla"),
+    Metric("topk_recall", TOPK_RECALL, 1.0, "top-k recall (random)"),
+    Metric("mass_recall", MASS_RECALL, 1.0, "mass recall (random)"),
+    Metric("attn_rel_err", ATTN_REL_ERR, 1.0, "relative error vs exact (random)"),
+    Metric("attended_fraction", ATTENDED_FRACTION, 1.0, "share of keys attended"),
+    Metric("minilm_topk_recall", _MINILM["topk_recall"], 1.0, "top-k recall (MiniLM)"),
+    Metric("minilm_mass_recall", _MINILM["mass_recall"], 1.0, "mass recall (MiniLM)"),
+    Metric("minilm_attn_rel_err", _MINILM["attn_rel_err"], 1.0, "relative error vs exact (MiniLM)"),
+    Metric("emb_cos", EMB_COS, 1.0, "embedding cosine vs vanilla"),
+    Metric("nn_agree", NN_AGREE, 1.0, "top-1 neighbour agreement"),
+    Metric("nn_spearman", NN_SPEARMAN, 1.0, "neighbour rank correlation"),
 )}
 
 
@@ -233,3 +333,10 @@ def register_metric(metric: Metric, description: str = "") -> None:
 def metric(name: str) -> Metric:
     """A named metric, or any CSV column shown as is (for plug-in suites)."""
     return METRICS.get(name) or Metric(name, name, 1.0, name)
+
+
+def migrate_metrics(names: Iterable[str], columns: Iterable[str]) -> list[str]:
+    """Metric names a suite wrote before a rename, as this version names them, for a CSV of ``columns``."""
+    present = set(columns)
+    renamed = {old: new for old, new in _QUALITY_RENAMED.items() if new in present and old not in present}
+    return [renamed.get(n, n) for n in names]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from topk_bench.errors import BadInput
 from topk_bench.results import store
+from topk_bench.results import columns as col
 from topk_bench.results.columns import CONTEXT_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS
 
 # How many left-out lines a report lists before it only counts the rest.
@@ -45,8 +46,8 @@ def _frame(table: store.Table, file: Path) -> pd.DataFrame:
     frame = pd.read_csv(buffer, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False, na_values=[""])
     for column in CONTEXT_COLUMNS:  # a CSV from before them: every reader sees them, empty
         if column not in frame.columns:
-            frame[column] = pd.Series([None] * len(frame), dtype=object if column == "trust" else float)
-    for column in ("error", "label", "times_s", "device_name", "git_sha", "trust"):
+            frame[column] = pd.Series([None] * len(frame), dtype=object if column == col.TRUST else float)
+    for column in (col.ERROR, col.LABEL, col.TIMES_S, col.DEVICE_NAME, col.GIT_SHA, col.TRUST):
         frame[column] = frame[column].fillna("")
     frame.attrs["dropped"] = list(table.dropped)
     frame.attrs["files"] = [str(file)]
@@ -57,9 +58,9 @@ def _frame(table: store.Table, file: Path) -> pd.DataFrame:
 def _last_of_each_case(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per ``case_id``, the last; each earlier one is listed in ``attrs["dropped"]``."""
     where = frame.attrs["lines"]
-    last = {cid: i for i, cid in enumerate(frame["case_id"])}
+    last = {cid: i for i, cid in enumerate(frame[col.CASE_ID])}
     dropped = [f"{where[i]}: case_id {cid} again at {where[last[cid]]}, which is used"
-               for i, cid in enumerate(frame["case_id"]) if last[cid] != i]
+               for i, cid in enumerate(frame[col.CASE_ID]) if last[cid] != i]
     if not dropped:
         return frame
     attrs = {**frame.attrs, "dropped": frame.attrs["dropped"] + dropped}

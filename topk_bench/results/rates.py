@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from topk_bench.case import Measurement
+from topk_bench.results import columns as col
 
 # The workload's own quantities (per iteration), then the rates derived from the median time.
-TRAFFIC_COLUMNS = ("kv_cache_bytes", "model_flops", "bytes_moved", "tokens")
-RATE_COLUMNS = ("flops_per_s", "bytes_per_s", "tokens_per_s", "time_per_token_s")
+TRAFFIC_COLUMNS = (col.KV_CACHE_BYTES, col.MODEL_FLOPS, col.BYTES_MOVED, col.TOKENS)
+RATE_COLUMNS = (col.FLOPS_PER_S, col.BYTES_PER_S, col.TOKENS_PER_S, col.TIME_PER_TOKEN_S)
 COLUMNS = TRAFFIC_COLUMNS + RATE_COLUMNS
 
 
@@ -30,7 +31,7 @@ def names(traffic: Traffic | None) -> tuple[str, ...]:
     """The columns a case with this traffic fills (``kv_cache_bytes`` only where there is a cache)."""
     if traffic is None:
         return ()
-    return tuple(c for c in COLUMNS if c != "kv_cache_bytes" or traffic.kv_cache_bytes is not None)
+    return tuple(c for c in COLUMNS if c != col.KV_CACHE_BYTES or traffic.kv_cache_bytes is not None)
 
 
 def columns(traffic: Traffic | None, measurement: Measurement) -> dict[str, Any]:
@@ -40,10 +41,10 @@ def columns(traffic: Traffic | None, measurement: Measurement) -> dict[str, Any]
     time = measurement.time_median_s
     rate = (lambda amount: amount / time) if time else (lambda amount: None)
     values = {
-        "kv_cache_bytes": traffic.kv_cache_bytes, "model_flops": traffic.flops,
-        "bytes_moved": traffic.bytes, "tokens": traffic.tokens,
-        "flops_per_s": rate(traffic.flops), "bytes_per_s": rate(traffic.bytes),
-        "tokens_per_s": rate(traffic.tokens),
-        "time_per_token_s": time / traffic.tokens_per_sequence if time else None,
+        col.KV_CACHE_BYTES: traffic.kv_cache_bytes, col.MODEL_FLOPS: traffic.flops,
+        col.BYTES_MOVED: traffic.bytes, col.TOKENS: traffic.tokens,
+        col.FLOPS_PER_S: rate(traffic.flops), col.BYTES_PER_S: rate(traffic.bytes),
+        col.TOKENS_PER_S: rate(traffic.tokens),
+        col.TIME_PER_TOKEN_S: time / traffic.tokens_per_sequence if time else None,
     }
     return {name: values[name] for name in names(traffic)}

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
-from topk_bench.results import rates, trust
+from topk_bench.results import columns as col, rates, trust
 
 
 def parameters(case: Case) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def parameters(case: Case) -> dict[str, Any]:
     if case.ff_impl is not None:
         row["ff_impl"] = case.ff_impl
         row.update({f"ff_{k}": v for k, v in case.ff_options})
-    row.update(causal=case.causal, activation=case.activation, dtype=case.dtype)
+    row.update(causal=case.causal, activation=case.activation, dtype=str(case.dtype))
     if case.protocol != DEFAULT_PROTOCOL:
         row["protocol"] = case.protocol
     return row
@@ -30,12 +30,12 @@ def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
     """The context columns: the machine's load around the measurement, the samples' spread, the trust flag
     (:func:`topk_bench.results.trust.flags`), and the budget the case ran under (what resume compares)."""
     m, meta, budget = measurement, measurement.metadata or {}, budget or Budget()
-    machine = {key: meta.get(key) for key in ("load_start", "load_end", "steal")}
+    machine = {key: meta.get(key) for key in (col.LOAD_START, col.LOAD_END, col.STEAL)}
     spread = trust.cv(m.times_s)
     return {
-        "trust": trust.flags(**machine, time_cv=spread) if m.times_s else "",
-        "time_cv": spread, **machine,
-        "max_memory_bytes": budget.max_memory_bytes, "max_case_seconds": budget.max_seconds,
+        col.TRUST: trust.flags(**machine, time_cv=spread) if m.times_s else "",
+        col.TIME_CV: spread, **machine,
+        col.MAX_MEMORY_BYTES: budget.max_memory_bytes, col.MAX_CASE_SECONDS: budget.max_seconds,
     }
 
 
@@ -46,18 +46,18 @@ def make_row(case: Case, measurement: Measurement, defaults: Mapping[str, str] |
     the case ran under."""
     m, meta, defaults = measurement, measurement.metadata or {}, defaults or {}
     row: dict[str, Any] = {
-        "suite": case.suite, "case_id": case.case_id, "workload": case.workload, "impl": case.impl,
-        "label": case.label, "mode": case.mode, "device": case.device,
-        "device_name": m.device_name or meta.get("device_name") or defaults.get("device_name", ""),
-        "method": case.method, "status": str(m.status),
-        "error": " ".join(str(m.error).split())[:1000],  # one line: the CSV stays readable with grep
-        "peak_bytes": m.peak_bytes, "reserved_bytes": m.reserved_bytes, "baseline_bytes": m.baseline_bytes,
-        "time_median_s": m.time_median_s, "time_iqr_s": m.time_iqr_s, "time_mean_s": m.time_mean_s,
-        "time_min_s": m.time_min_s, "repeats": len(m.times_s),
-        "times_s": ";".join(repr(float(t)) for t in m.times_s), "flops": m.flops,
-        "torch_version": meta.get("torch_version") or defaults.get("torch_version", ""),
-        "git_sha": meta.get("git_sha") or defaults.get("git_sha", ""),
-        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        col.SUITE: case.suite, col.CASE_ID: case.case_id, col.WORKLOAD: case.workload, col.IMPL: case.impl,
+        col.LABEL: case.label, col.MODE: str(case.mode), col.DEVICE: case.device,
+        col.DEVICE_NAME: m.device_name or meta.get("device_name") or defaults.get("device_name", ""),
+        col.METHOD: str(case.method), col.STATUS: str(m.status),
+        col.ERROR: " ".join(str(m.error).split())[:1000],  # one line: the CSV stays readable with grep
+        col.PEAK_BYTES: m.peak_bytes, col.RESERVED_BYTES: m.reserved_bytes, col.BASELINE_BYTES: m.baseline_bytes,
+        col.TIME_MEDIAN_S: m.time_median_s, col.TIME_IQR_S: m.time_iqr_s, col.TIME_MEAN_S: m.time_mean_s,
+        col.TIME_MIN_S: m.time_min_s, col.REPEATS: len(m.times_s),
+        col.TIMES_S: ";".join(repr(float(t)) for t in m.times_s), col.FLOPS: m.flops,
+        col.TORCH_VERSION: meta.get("torch_version") or defaults.get("torch_version", ""),
+        col.GIT_SHA: meta.get("git_sha") or defaults.get("git_sha", ""),
+        col.TIMESTAMP: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     row.update(parameters(case))
     row.update(rates.columns(traffic, m))

@@ -27,7 +27,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from topk_bench import fileio
 from topk_bench.errors import BadInput, file_error
-from topk_bench.results.columns import REQUIRED_COLUMNS, cell_problem, holds_numbers
+from topk_bench.results import columns as col
+from topk_bench.results.columns import REQUIRED_COLUMNS, cell_problem, holds_numbers, migrate
 from topk_bench.status import STATUSES
 
 
@@ -123,8 +124,8 @@ def _header(first: bytes, path: Path) -> list[str]:
                        file=path)
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
-        raise BadInput(f"not a topk-bench results file: no column {missing[0]!r}", file=path)
-    return header
+        raise BadInput(f"not a topk-bench results file: no column {str(missing[0])!r}", file=path)
+    return migrate(header)  # an older file's renamed columns, as this version names them
 
 
 def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | None:
@@ -133,9 +134,9 @@ def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | 
         why = "a line cut by a crash?" if len(record) < len(header) else "a damaged header?"
         return f"{len(record)} fields where the header has {len(header)} ({why})"
     row = dict(zip(header, record))
-    if row["status"] not in STATUSES:
-        return f"unknown status {row['status']!r}"
-    if not row["case_id"]:
+    if row[col.STATUS] not in STATUSES:
+        return f"unknown status {row[col.STATUS]!r}"
+    if not row[col.CASE_ID]:
         return "no case_id"
     for i in numbers:
         problem = cell_problem(header[i], record[i])
@@ -213,21 +214,30 @@ def read_header(path: Path) -> list[str] | None:
     return _header(first, path) if first.strip() else None
 
 
-def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset()) -> int:
+def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset(), drop_lines: set[int] = frozenset()) -> int:
     """Rewrite the file under ``header`` (one atomic write); returns how many rows of ``drop`` (case_ids) went.
+    ``drop_lines``: line numbers of valid rows that go too.
 
     Valid rows are written again under the new header; every line a reader
-    leaves out stays as it was: a rewrite never loses a line it does not understand.
+    leaves out keeps its cells: a rewrite never loses a line it does not understand. One
+    of the old header's width (a row of another version) is laid out under the new header
+    with the rest, its new cells empty, so that it cannot later pass for a line cut by a
+    crash (more such lines than whole ones would make the file look damaged); any other
+    (a cut line, not CSV) stays byte for byte.
     """
     old, records = _records(_read_bytes(path) or b"", path)
     lines = [_line(header)]
     removed = 0
-    for _, line, fields, problem in records:
+    for number, line, fields, problem in records:
+        if problem is None and number in drop_lines:
+            removed += 1
+            continue
         if problem is not None:
-            lines.append(line + b"\n")
+            whole = fields is not None and len(fields) == len(old) and header != old
+            lines.append(_line(dict(zip(old, fields)).get(c, "") for c in header) if whole else line + b"\n")
             continue
         row = dict(zip(old, fields))
-        if row["case_id"] in drop:
+        if row[col.CASE_ID] in drop:
             removed += 1
         else:
             lines.append(_line(row.get(c, "") for c in header))
@@ -236,9 +246,20 @@ def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset()) -> int
 
 
 def remove_rows(path: Path, case_ids: set[str]) -> int:
-    """Drop the rows of ``case_ids`` (``--no-resume``), keeping every other line; returns how many went."""
+    """Drop the rows of ``case_ids``, keeping every other line; returns how many went."""
     header = read_header(path)
     return 0 if header is None else _rewrite(path, header, set(case_ids))
+
+
+def drop_superseded(path: Path, case_ids: set[str]) -> int:
+    """Of each case in ``case_ids`` with more than one row, keep the last (the newest: rows are appended);
+    returns how many went. A run measuring cases again (``--no-resume``, a retried failure) appends their new
+    rows and only then drops the old ones, so that an interrupted run loses no measurement."""
+    table = read(path)
+    last = {row[col.CASE_ID]: number for row, number in zip(table.rows, table.line_numbers)}
+    older = {number for row, number in zip(table.rows, table.line_numbers)
+             if row[col.CASE_ID] in case_ids and last[row[col.CASE_ID]] != number}
+    return _rewrite(path, table.header, drop_lines=older) if older else 0
 
 
 def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Where cases run: the executor protocol, the local executor, and choosing one from settings.
+"""Where cases run: the executor interface, the local executor, and choosing one from settings.
 
 The runner submits a case once no smaller size of its implementation is still
 pending (so that after an ``oom`` the larger sizes are skipped, never run), in
@@ -8,14 +8,16 @@ once instead, and the runner cancels what the skip-larger rule removes. The
 runner is the only writer of the results CSV: executors only return
 ``Measurement``s.
 
-Protocol (what a new executor, e.g. ``topk_bench.run.slurm.SlurmExecutor``, implements):
+The interface (what a new executor, e.g. ``topk_bench.run.slurm.SlurmExecutor``, implements):
 
 - ``executor.submit(cases: list[Case], budget: Budget) -> list[Handle]`` — one
   handle per case, same order. May be called more than once.
 - ``handle.done() -> bool`` — finished (measured, failed or cancelled); never blocks.
-- ``handle.result() -> Measurement`` — blocks until done; never raises: a failure
-  is a status (``crashed``, ``error``, ``timeout``...). Only called on handles
-  that were not cancelled.
+- ``handle.result() -> Measurement`` — blocks until done; never raises for a failing
+  case: a failure is a status (``crashed``, ``error``, ``timeout``...). It raises
+  ``BadInput`` when no case can run at all (the local scratch directory is full), which
+  ends the run (exit 2) with no row for that case. Only called on handles that were not
+  cancelled.
 - ``handle.cancel() -> bool`` — True if the case never ran and now never will
   (the runner then writes a ``skipped`` row or nothing); False if it already
   started or finished (its result is still collected).
@@ -31,15 +33,14 @@ from __future__ import annotations
 import collections
 import threading
 import traceback
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
 from topk_bench.run import devices
-from topk_bench.run.launcher import run_isolated
+from topk_bench.run.launcher import CaseRunner, run_isolated
 from topk_bench.status import Status
 
-RunFn = Callable[[Case, Budget], Measurement]
 
 
 class Handle(Protocol):
@@ -64,12 +65,15 @@ class LocalHandle:
         self._started = False
         self._cancelled = False
         self._result: Measurement | None = None
+        self._raised: BadInput | None = None  # no case can run here (a full TMPDIR): the runner stops
 
     def done(self) -> bool:
         return self._finished.is_set()
 
     def result(self) -> Measurement:
         self._finished.wait()
+        if self._raised is not None:
+            raise self._raised
         if self._result is None:  # cancelled: the runner never asks, but stay total
             return Measurement(status=Status.SKIPPED, error="cancelled before it ran")
         return self._result
@@ -94,7 +98,7 @@ class LocalExecutor:
     (``run(case, budget, env=...)``), e.g. its GPU (:mod:`topk_bench.run.devices`).
     """
 
-    def __init__(self, jobs: int = 1, run: RunFn | None = None,
+    def __init__(self, jobs: int = 1, run: CaseRunner | None = None,
                  slots: Sequence[Mapping[str, str]] | None = None):
         if jobs < 1:
             raise BadInput(f"expected at least 1, got {jobs}", key="jobs")
@@ -108,7 +112,7 @@ class LocalExecutor:
         self._closed = False
         self._threads: list[threading.Thread] = []
 
-    def _run_fn(self) -> RunFn:
+    def _run_fn(self) -> CaseRunner:
         return self._run or run_isolated
 
     def submit(self, cases: Sequence[Case], budget: Budget) -> list[LocalHandle]:
@@ -138,10 +142,12 @@ class LocalExecutor:
                     return None
                 self._wakeup.wait()
 
-    def _work(self, run: RunFn, env: Mapping[str, str] | None) -> None:
+    def _work(self, run: CaseRunner, env: Mapping[str, str] | None) -> None:
         while (handle := self._next()) is not None:
             try:
                 handle._result = run(handle.case, handle.budget, env=env) if env else run(handle.case, handle.budget)
+            except BadInput as exc:
+                handle._raised = exc
             except BaseException as exc:  # run_isolated never raises; a replacement might
                 handle._result = Measurement(
                     status=Status.ERROR, error=f"{type(exc).__name__}: {exc}",
@@ -160,7 +166,7 @@ class LocalExecutor:
             self._wakeup.notify_all()
 
 
-def get_executor(settings, run: RunFn | None = None, gpus: Sequence[str] = ()) -> Executor:
+def get_executor(settings, run: CaseRunner | None = None, gpus: Sequence[str] = ()) -> Executor:
     """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml); ``gpus``: those a local
     measured CUDA run spreads its job slots over (Slurm gives each task its own)."""
     if settings.kind == "local":

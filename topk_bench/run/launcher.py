@@ -10,6 +10,8 @@ start-up); it ends when this process ends, killing its children.
 the child (``timeout``), a signal death is ``crashed``, a worker that exits
 without a result is ``error``; everything else (``ok``, ``oom``,
 ``over_budget``, ``error``, ``unsupported``) comes back from the child as JSON.
+It raises ``BadInput`` only when no case could run here: the scratch directory
+(TMPDIR) takes no more files.
 The template runs in its own session and each child in its own process group,
 so a Ctrl-C meant for the parent reaches neither (the parent kills the child on
 the way out), and a child dies with the template (``PR_SET_PDEATHSIG``), which
@@ -19,7 +21,6 @@ dies with the parent.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import select
 import signal
@@ -29,17 +30,26 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO, Callable, Mapping
 
+from topk_bench import fileio
 from topk_bench.case import Budget, Case, Measurement
+from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
+from topk_bench.measure.leftovers import note as leftovers_note
 from topk_bench.status import Status
+from topk_bench.types import RESULT_UNWRITTEN, Exited, Kill, Refused, Start, Started, decode, encode
 
 # A child that has not even started its measurement after this long is hung
 # (it includes starting the template: importing torch, on a loaded machine).
 STARTUP_LIMIT_S = 300.0
+# Every wait on the template looks this often whether it can still answer; one stopped (SIGSTOP) this long
+# never will: it is killed, and the case it was serving is crashed.
+WATCH_S = 0.5
+STOPPED_LIMIT_S = 3.0
+# A kill the template does not confirm within this long: the parent kills the child and the template itself.
+KILL_ANSWER_S = 10.0
 _LOG_TAIL_LINES = 5
 # Read by OpenMP and MKL when they load, and by torch at start-up.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -49,6 +59,9 @@ CHILD_VARIABLES = (*THREAD_VARIABLES, "CUDA_VISIBLE_DEVICES")
 # Variables that change without changing what a child does: pytest names the running test in one, and a
 # template per test would cost every test an interpreter importing torch.
 VOLATILE_VARIABLES = ("PYTEST_CURRENT_TEST",)
+
+# What measures one case in a process of its own (:func:`run_isolated`, or a test's stand-in).
+CaseRunner = Callable[[Case, Budget], Measurement]
 
 # Templates of other environments kept alive at once (each holds torch's memory, ~0.5 GB).
 MAX_TEMPLATES = 2
@@ -96,10 +109,11 @@ class _Child:
         self.pid: int | None = None
         self.returncode: int | None = None
         self.lost = ""  # why no exit code will come (the template failed or died)
+        self.leftovers: tuple[str, ...] = ()  # what it left running, killed by the template
         self._ended = threading.Event()
 
-    def end(self, returncode: int | None = None, lost: str = "") -> None:
-        self.returncode, self.lost = returncode, lost
+    def end(self, returncode: int | None = None, lost: str = "", leftovers: tuple[str, ...] = ()) -> None:
+        self.returncode, self.lost, self.leftovers = returncode, lost, leftovers
         self._ended.set()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -128,6 +142,7 @@ class Template:
         self._children: dict[int, _Child] = {}
         self._ids = itertools.count()
         self._closed = False
+        self._stopped_since: float | None = None
         self.fresh = ""  # why the template starts fresh interpreters instead of forking ("" while it forks)
         threading.Thread(target=self._read, daemon=True, name="topk-bench-template").start()
 
@@ -154,22 +169,22 @@ class Template:
                 data = b""
             if not data:
                 break
-            message = json.loads(data)
-            child = self._children.get(message["id"])
+            message = decode(data)
+            child = self._children.get(message.id)
             if child is None:
                 continue
-            if "pid" in message:
-                child.pid = message["pid"]
-                if "fresh" in message and not self.fresh:
-                    self.fresh = message["fresh"]
+            if isinstance(message, Started):
+                child.pid = message.pid
+                if message.fresh and not self.fresh:
+                    self.fresh = message.fresh
                     print(f"topk-bench: cases start as fresh interpreters (slower), not forks of the warm template: "
                           f"{self.fresh}", file=sys.stderr, flush=True)
-            elif "exit" in message:
+            elif isinstance(message, Exited):
                 self._children.pop(child.id, None)
-                child.end(message["exit"])
-            elif "error" in message:
+                child.end(message.code, leftovers=message.leftovers)
+            elif isinstance(message, Refused):
                 self._children.pop(child.id, None)
-                child.end(lost=f"the template refused to fork: {message['error']}")
+                child.end(lost=f"the template refused to fork: {message.error}")
         self._closed = True
         self.proc.wait()
         code = self.proc.returncode
@@ -183,8 +198,7 @@ class Template:
         child = _Child(next(self._ids))
         self._children[child.id] = child
         settings = {k: v for k, v in env.items() if k in CHILD_VARIABLES}
-        message = json.dumps({"op": "start", "id": child.id, "argv": argv, "env": settings,
-                              "threads": torch_threads(settings)}).encode()
+        message = encode(Start(child.id, tuple(argv), settings, torch_threads(settings)))
         try:
             with self._send_lock:
                 socket.send_fds(self._sock, [message], [ready_fd, log_fd])
@@ -197,15 +211,47 @@ class Template:
         return child
 
     def kill(self, child: _Child) -> None:
-        """SIGKILL the child's process group, then wait for it to be reaped."""
+        """SIGKILL the child's process group, then wait for it to be reaped (or, when the template does not
+        answer, :meth:`abandon` it)."""
         if child.wait(0):
             return
         try:
             with self._send_lock:
-                self._sock.send(json.dumps({"op": "kill", "id": child.id}).encode())
+                self._sock.send(encode(Kill(child.id)))
         except OSError:
             pass  # the template is gone, and its children with it (the reader ends them)
-        child.wait()
+        if not child.wait(KILL_ANSWER_S):
+            self.abandon(child, f"the template process did not answer a kill within {KILL_ANSWER_S:g} s")
+
+    def stalled(self) -> str:
+        """Why this template will never answer ("" while it may): stopped (``SIGSTOP``) for
+        :data:`STOPPED_LIMIT_S`."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as stat:
+                state = stat.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return ""  # gone (its reader ends its children), or no procfs
+        if state not in (b"T", b"t"):
+            self._stopped_since = None
+            return ""
+        self._stopped_since = self._stopped_since or time.monotonic()
+        if time.monotonic() - self._stopped_since < STOPPED_LIMIT_S:
+            return ""
+        return f"the template process was stopped (SIGSTOP?) for {STOPPED_LIMIT_S:g} s: killed it"
+
+    def abandon(self, child: _Child, why: str) -> None:
+        """The template will not answer: kill ``child``'s process group and the template (a stopped process
+        dies of SIGKILL too; its other children die with it), and end ``child`` as lost, saying ``why``.
+        The child's pid is still its own: only the template could have reaped it."""
+        self._closed = True  # no new case for it: template_for starts another
+        self._children.pop(child.id, None)
+        if child.pid is not None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.kill()
+        child.end(lost=why)
 
     def close(self) -> None:
         """End the template (it kills any child still running) and wait for it."""
@@ -271,17 +317,79 @@ def _describe(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-def _wait_ready(fd: int, limit_s: float) -> bool | None:
-    """True once the child reports it started; False if it exited first; None after ``limit_s``."""
+def _readable(fd: int, limit_s: float) -> bool:
+    """Whether ``fd`` has something to read (the child's ready byte, or end of file: it exited) within ``limit_s``."""
     readable, _, _ = select.select([fd], [], [], limit_s)
-    if not readable:
-        return None
-    return os.read(fd, 1) == b"r"
+    return bool(readable)
+
+
+def _watch(template: Template, wait: Callable[[float], bool], limit_s: float | None) -> bool | str:
+    """``wait(seconds)`` in steps until it returns True, or False after ``limit_s`` (None: none); a template
+    that stalls meanwhile (:meth:`Template.stalled`) ends the wait with why."""
+    deadline = None if limit_s is None else time.monotonic() + limit_s
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if wait(WATCH_S if left is None else max(0.0, min(WATCH_S, left))):
+            return True
+        stalled = template.stalled()
+        if stalled:
+            return stalled
+        if left is not None and left <= WATCH_S:
+            return False
 
 
 def _failure(case: Case, status: str, error: str) -> Measurement:
     meta = metadata.collect(case.device)
     return Measurement(status=status, error=error, device_name=meta["device_name"], metadata=meta)
+
+
+def _supervise(template: Template, child: _Child, ready_fd: int, budget: Budget) -> tuple[str, float | None]:
+    """Wait for ``child`` to start, then to end within the time budget; (why it was killed or "", start-up
+    seconds). Whatever interrupts the wait (Ctrl-C) kills the child first: none outlives the parent's wait."""
+    t0 = time.monotonic()
+    try:
+        ready = _watch(template, lambda seconds: _readable(ready_fd, seconds), STARTUP_LIMIT_S)
+        startup_s = time.monotonic() - t0
+        if ready is False:
+            template.kill(child)
+            return f"the worker did not start within {STARTUP_LIMIT_S:g} s", startup_s
+        ended = ready if isinstance(ready, str) else _watch(template, child.wait, budget.max_seconds)
+        if ended is False:
+            template.kill(child)
+            return f"killed after the per-case time budget of {budget.max_seconds:g} s", startup_s
+        if isinstance(ended, str):  # the template stalled: the case is lost (crashed), saying why
+            template.abandon(child, ended)
+        return "", startup_s
+    except BaseException:
+        template.kill(child)
+        raise
+
+
+def _scratch_unwritable(exc: OSError) -> BadInput:
+    """A case's scratch files (in TMPDIR) cannot be written: no case is to blame, and every next case would
+    fail the same way, so the run stops (exit 2) rather than write rows that resume would keep."""
+    return file_error(exc, "cannot write a case's scratch files", file=tempfile.gettempdir(),
+                      hint="free space there (or set TMPDIR to another place) and run again to resume")
+
+
+def _outcome(case: Case, child: _Child, result_path: Path, log_path: Path, timed_out: str) -> Measurement:
+    """The case's measurement: the child's result, else why there is none (a status); BadInput when the
+    child could not write its result because the scratch directory takes nothing more."""
+    code = child.returncode
+    if timed_out:
+        return _failure(case, Status.TIMEOUT, timed_out)
+    if result_path.exists():
+        return Measurement.from_json(result_path.read_text())
+    if code == RESULT_UNWRITTEN and (problem := fileio.unwritable(result_path.parent)) is not None:
+        raise _scratch_unwritable(problem)
+    if child.lost:
+        return _failure(case, Status.CRASHED, child.lost)
+    tail = _log_tail(log_path)
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        hint = " (the kernel's OOM killer?)" if name == "SIGKILL" else ""
+        return _failure(case, Status.CRASHED, f"worker killed by {name}{hint}" + (f": {tail}" if tail else ""))
+    return _failure(case, Status.ERROR, f"worker exited with code {code} and no result" + (f": {tail}" if tail else ""))
 
 
 def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, str] | None = None) -> Measurement:
@@ -295,55 +403,34 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
     budget = budget or Budget()
     child_env = _child_env(env)
     template = template_for(child_env)
-    with tempfile.TemporaryDirectory(prefix="topk-bench-case-") as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="topk-bench-case-")
+    except OSError as exc:
+        raise _scratch_unwritable(exc) from None
+    with scratch as tmp:
         case_path, result_path, log_path = (Path(tmp) / name for name in ("case.json", "result.json", "log.txt"))
-        case_path.write_text(case.to_json())
+        try:
+            case_path.write_text(case.to_json())
+            log = open(log_path, "wb")
+        except OSError as exc:
+            raise _scratch_unwritable(exc) from None
         read_fd, write_fd = os.pipe()
         t0 = time.monotonic()
         try:
-            with open(log_path, "wb") as log:
-                child = template.start(
-                    [str(case_path), str(result_path), "--budget", json.dumps(asdict(budget))],
-                    child_env, write_fd, log.fileno(),
-                )
+            with log:
+                child = template.start([str(case_path), str(result_path), "--budget", budget.to_json()],
+                                       child_env, write_fd, log.fileno())
         finally:
             os.close(write_fd)  # the child (or nobody) holds the write end: end of file when it ends
-        timed_out = ""
-        startup_s = None
         try:
-            ready = _wait_ready(read_fd, STARTUP_LIMIT_S)
-            startup_s = time.monotonic() - t0
-            if ready is None:
-                template.kill(child)
-                timed_out = f"the worker did not start within {STARTUP_LIMIT_S:g} s"
-            elif not child.wait(budget.max_seconds):
-                template.kill(child)
-                timed_out = f"killed after the per-case time budget of {budget.max_seconds:g} s"
-            else:
-                child.wait()
-        except BaseException:
-            template.kill(child)  # KeyboardInterrupt or the like: no child outlives the parent's wait
-            raise
+            timed_out, startup_s = _supervise(template, child, read_fd, budget)
         finally:
             os.close(read_fd)
         wall_s = time.monotonic() - t0
-
-        code = child.returncode
-        if timed_out:
-            result = _failure(case, Status.TIMEOUT, timed_out)
-        elif result_path.exists():
-            result = Measurement.from_json(result_path.read_text())
-        elif child.lost:
-            result = _failure(case, Status.CRASHED, child.lost)
-        elif code is not None and code < 0:
-            name = signal.Signals(-code).name
-            hint = " (the kernel's OOM killer?)" if name == "SIGKILL" else ""
-            tail = _log_tail(log_path)
-            result = _failure(case, Status.CRASHED, f"worker killed by {name}{hint}" + (f": {tail}" if tail else ""))
-        else:
-            tail = _log_tail(log_path)
-            result = _failure(case, Status.ERROR, f"worker exited with code {code} and no result"
-                              + (f": {tail}" if tail else ""))
+        result = _outcome(case, child, result_path, log_path, timed_out)
+    if child.leftovers:  # a case killed before its end could not sweep its own
+        note = leftovers_note(list(child.leftovers))
+        result.error = f"{result.error}; {note}" if result.error else note
     result.metadata["child_startup_s"] = startup_s
     result.metadata["child_wall_s"] = wall_s
     return result

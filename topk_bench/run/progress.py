@@ -15,6 +15,7 @@ from rich.text import Text
 
 from topk_bench.status import Status
 from topk_bench.units import GIB, missing
+from topk_bench.results import columns as col
 
 # Rows written without running anything: they say nothing of how long a case takes.
 _INSTANT = frozenset({Status.SKIPPED, Status.UNSUPPORTED})
@@ -111,13 +112,13 @@ class Reporter:
 
     def finished(self, what: str, row: Mapping[str, Any]) -> None:
         self.done += 1
-        status = row.get("status", "")
+        status = row.get(col.STATUS, "")
         self.eta.ended(ran=status not in _INSTANT)
         if self._progress is not None:
             self._progress.advance(self._task)
-        detail = row.get("error") or ""
+        detail = row.get(col.ERROR) or ""
         line = (f"[{self.done}/{self.total}] {what}: {status}  peak {_gib(row.get('peak_bytes'))}"
-                f"  time {_seconds(row.get('time_median_s'))}" + (f" [{row['trust']}]" if row.get("trust") else "")
+                f"  time {_seconds(row.get('time_median_s'))}" + (f" [{row['trust']}]" if row.get(col.TRUST) else "")
                 + (f"  ({detail[:120]})" if detail else ""))
         if self._progress is not None:
             self._progress.console.print(line, highlight=False, markup=False)
@@ -130,7 +131,7 @@ def summary(suite: str, csv_path: Path, written: collections.Counter, in_file: c
     """Status counts of this run and of the whole file, where the results went, then ``notes`` (one line each)."""
     console = console or Console()
     table = Table(title=f"{suite}: {sum(written.values())} case(s) in {elapsed_s:.1f} s")
-    table.add_column("status")
+    table.add_column(col.STATUS)
     table.add_column("this run", justify="right")
     table.add_column("in file", justify="right")
     for status in sorted(set(written) | set(in_file)):

@@ -18,6 +18,7 @@ from topk_bench.case import Budget, Case
 from topk_bench.run.order import Order
 from topk_bench.status import STOPPING, Status
 from topk_bench.units import format_bytes
+from topk_bench.results import columns as col
 
 # The CPU's memory budget follows the memory available at the start of each run: a few percent up or
 # down between runs is not a larger budget.
@@ -36,14 +37,14 @@ def retry_reason(row: Mapping[str, str], budget: Budget) -> str | None:
 
     A row without a recorded budget (written before issue 19) is not retried.
     """
-    status = row.get("status")
+    status = row.get(col.STATUS)
     if status == Status.TIMEOUT:
-        old = _number(row.get("max_case_seconds"))
+        old = _number(row.get(col.MAX_CASE_SECONDS))
         new = budget.max_seconds
         if old is not None and (new is None or new > old):
             return f"timeout at {old:g} s, now {'no limit' if new is None else f'{new:g} s'}"
     elif status in (Status.OOM, Status.OVER_BUDGET):
-        old = _number(row.get("max_memory_bytes"))
+        old = _number(row.get(col.MAX_MEMORY_BYTES))
         new = budget.max_memory_bytes
         if old is not None and (new is None or new > old * MEMORY_GROWTH):
             return f"{status} at {format_bytes(old)}, now {'no limit' if new is None else format_bytes(new)}"
@@ -66,21 +67,21 @@ class Resume:
 
 def what_runs(cases: list[Case], rows: list[Mapping[str, str]], budget: Budget, keys: list[str]) -> Resume:
     """What runs of ``cases`` given the file's ``rows``; ``keys``: the swept parameters (for "larger")."""
-    existing = {r["case_id"]: r for r in rows}
+    existing = {r[col.CASE_ID]: r for r in rows}
     todo, stoppers, retried, kept, skipped = [], [], [], [], []
     for case in cases:
         row = existing.get(case.case_id)
         if row is None:
             todo.append(case)
-        elif row["status"] in STOPPING:
+        elif row[col.STATUS] in STOPPING:
             why = retry_reason(row, budget)
             if why:
                 retried.append((case, why))
                 todo.append(case)
             else:
-                stoppers.append((case, row["status"]))
-                kept.append((case, row["status"]))
-        elif row["status"] == Status.SKIPPED:
+                stoppers.append((case, row[col.STATUS]))
+                kept.append((case, row[col.STATUS]))
+        elif row[col.STATUS] == Status.SKIPPED:
             skipped.append(case)
     order = Order(cases, keys)
     rerun = [c for c in skipped if not any(order.larger(c, s) for s, _ in stoppers)]

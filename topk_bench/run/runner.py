@@ -16,6 +16,7 @@ the rows written; the cases still in their rounds run again on resume.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ from topk_bench.run.resume import Resume, notes as resume_notes, what_runs
 from topk_bench.status import STOPPING, Status
 from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
+from topk_bench.results import columns as col
 
 POLL_S = 0.05
 
@@ -59,8 +61,8 @@ class RunResult:
 def _defaults(device: str) -> dict[str, str]:
     """torch version, git sha, device name for rows without a measurement (skipped, unsupported)."""
     try:
-        return {"torch_version": metadata.torch_version(), "git_sha": metadata.git_sha(),
-                "device_name": metadata.device_name(device)}
+        return {col.TORCH_VERSION: metadata.torch_version(), col.GIT_SHA: metadata.git_sha(),
+                col.DEVICE_NAME: metadata.device_name(device)}
     except Exception:  # provenance is best effort; a row must still be written
         return {}
 
@@ -73,10 +75,10 @@ class _Writer:
         self.header = plan.header
         self.written: collections.Counter = collections.Counter()
         self.keys = list(plan.suite.sweep)
-        self.defaults = _defaults(plan.cases[0].device if plan.cases else "cpu")
+        self.defaults = _defaults(plan.device)
 
     def what(self, case: Case) -> str:
-        return f"{case.label or case.impl} {describe_size(case, self.keys)}"
+        return f"{col.legend(case.label, case.impl)} {describe_size(case, self.keys)}"
 
     def write(self, case: Case, measurement: Measurement) -> None:
         row = make_row(case, measurement, self.defaults, traffic(case), self.plan.budget)
@@ -119,12 +121,12 @@ def pooled(rounds: list[Measurement]) -> Measurement:
         values = [getattr(m, name) for m in rounds if getattr(m, name) is not None]
         return max(values) if values else None
 
-    steal = [m.metadata.get("steal") for m in rounds if m.metadata.get("steal") is not None]
-    metadata = {**first.metadata, "load_end": last.metadata.get("load_end"), **({"steal": max(steal)} if steal else {})}
+    steal = [m.metadata.get(col.STEAL) for m in rounds if m.metadata.get(col.STEAL) is not None]
+    metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END), **({col.STEAL: max(steal)} if steal else {})}
     return replace(first, times_s=[t for m in rounds for t in m.times_s],
                    fwd_times_s=[t for m in rounds for t in m.fwd_times_s],
                    bwd_times_s=[t for m in rounds for t in m.bwd_times_s],
-                   peak_bytes=most("peak_bytes"), reserved_bytes=most("reserved_bytes"), metadata=metadata)
+                   peak_bytes=most(col.PEAK_BYTES), reserved_bytes=most(col.RESERVED_BYTES), metadata=metadata)
 
 
 def _run_rounds(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
@@ -206,7 +208,7 @@ def _existing(csv_path: Path) -> store.Table:
 def busy_note(the_plan: Plan) -> str | None:
     """One warning before a measured run when the machine is already busy (the rows will say so too)."""
     load = machine.load_per_core()
-    if the_plan.cases and the_plan.cases[0].method == "measured" and load is not None \
+    if the_plan.cases and not the_plan.settings.predicted and load is not None \
             and load > trust.BUSY_LOAD_PER_CORE:
         return (f"warning: the machine is busy (1-minute load {load:.2f} per core, above "
                 f"{trust.BUSY_LOAD_PER_CORE:g}): times measured now are flagged 'busy' in the trust column")
@@ -240,49 +242,60 @@ def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
         raise BadInput("another topk-bench run is writing this file; wait for it or use --out", file=csv_path) from None
     except OSError as exc:
         raise file_error(exc, "cannot create the lock file") from None
+    ids = {c.case_id for c in the_plan.cases}
     try:
-        if not resume and csv_path.exists():  # start this run's cases over; rows of other devices/methods stay
-            store.remove_rows(csv_path, {c.case_id for c in the_plan.cases})
         try:
             fileio.write_atomic(the_plan.meta_path, (json.dumps(meta(the_plan), indent=2) + "\n").encode())
+            if csv_path.exists():  # an earlier run measuring cases again was killed before it tidied up
+                store.drop_superseded(csv_path, ids)
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
         table = _existing(csv_path)  # again, under the lock
-        plan_resume: Resume = what_runs(the_plan.cases, table.rows, the_plan.budget, list(the_plan.suite.sweep))
-        if plan_resume.replaced:  # failed rows whose budget grew, and the sizes they skipped, run again
-            store.remove_rows(csv_path, plan_resume.replaced)
-        todo, stoppers = plan_resume.todo, plan_resume.stoppers
-        size = size_note(the_plan, len(todo))
-        reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
-        with reporter:
-            for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else []),
-                         *filter(None, [busy_note(the_plan)])]:
-                reporter.note(note)
-            writer = _Writer(the_plan, reporter)
-            if the_plan.cases and the_plan.cases[0].method == "predicted":
-                for case in list(todo):
-                    problem = unsupported(case, predict=True)
-                    if problem:
-                        todo.remove(case)
-                        writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
-            if todo:
-                executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
-                try:
-                    _run_rounds(the_plan, todo, stoppers, executor, writer)
-                finally:
-                    executor.close()
-        ids = {c.case_id for c in the_plan.cases}
-        in_file = collections.Counter(r["status"] for r in store.read_rows(csv_path) if r["case_id"] in ids)
-        return RunResult(the_plan, writer.written, in_file, time.monotonic() - started, resume_notes(plan_resume))
+        # --no-resume: every case of this run is measured again (rows of other devices and methods stay).
+        rows = table.rows if resume else [r for r in table.rows if r[col.CASE_ID] not in ids]
+        plan_resume: Resume = what_runs(the_plan.cases, rows, the_plan.budget, list(the_plan.suite.sweep))
+        try:
+            written = _measure(the_plan, plan_resume, table, executor_obj, progress)
+        finally:  # the old rows of cases measured again go once they have new ones: an interrupted run loses none
+            with contextlib.suppress(OSError, BadInput):  # (if this fails, readers take the newest row anyway)
+                store.drop_superseded(csv_path, plan_resume.replaced if resume else ids)
+        in_file = collections.Counter(r[col.STATUS] for r in store.read_rows(csv_path) if r[col.CASE_ID] in ids)
+        return RunResult(the_plan, written, in_file, time.monotonic() - started, resume_notes(plan_resume))
     finally:
         lock.release()
+
+
+def _measure(the_plan: Plan, plan_resume: Resume, table: store.Table, executor_obj: Executor | None,
+             progress: bool) -> collections.Counter:
+    """Run the cases resume left to do, one row each as it ends; the statuses of the rows written."""
+    todo, stoppers = plan_resume.todo, plan_resume.stoppers
+    size = size_note(the_plan, len(todo))
+    reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
+    with reporter:
+        for note in [size, *the_plan.notes, *([_left_out_note(table)] if table.dropped else []),
+                     *filter(None, [busy_note(the_plan)])]:
+            reporter.note(note)
+        writer = _Writer(the_plan, reporter)
+        if the_plan.settings.predicted:
+            for case in list(todo):
+                problem = unsupported(case, predict=True)
+                if problem:
+                    todo.remove(case)
+                    writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
+        if todo:
+            executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus)
+            try:
+                _run_rounds(the_plan, todo, stoppers, executor, writer)
+            finally:
+                executor.close()
+    return writer.written
 
 
 def next_step(result: RunResult) -> str:
     """The one line after a run: what to look at next."""
     out = result.csv_path.parent
     steps = [f"topk-bench show {out}", f"topk-bench plot {out}"]
-    if result.plan.cases and result.plan.cases[0].method == "measured":
+    if result.plan.cases and not result.plan.settings.predicted:
         steps.append(f"topk-bench run {result.plan.suite.path} --predict (peak memory at full scale, no compute)")
     return "next: " + "  |  ".join(steps)
 

@@ -19,26 +19,24 @@ so the executor works on clusters without accounting (``sacct`` disabled).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
-from topk_bench.run.launcher import run_isolated
+from topk_bench.run.launcher import CaseRunner, run_isolated
 from topk_bench.status import Status
+from topk_bench.types import DeviceKind
 
 try:  # optional dependency; get_executor turns this ImportError into one line of bad input
     import submitit
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(f"submitit is not installed ({exc}); pip install 'topk-bench[slurm]'") from exc
 
-RunFn = Callable[[Case, Budget], Measurement]
 
 # Slurm states in which a job may still produce its result.
 ACTIVE_STATES = frozenset({
@@ -55,13 +53,13 @@ NEVER_SEEN_S = 120.0
 REQUEUE_GRACE_S = 120.0
 
 
-def run_in_job(case_json: str, budget_json: str, run: RunFn | None = None) -> str:
+def run_in_job(case_json: str, budget_json: str, run: CaseRunner | None = None) -> str:
     """What each array task runs on the compute node: ``run`` (default: the
     local executor's ``run_isolated``) on the case. Case and result travel as
     JSON, the format the rest of the harness already round-trips."""
     run = run or run_isolated
     case = Case.from_json(case_json)
-    budget = Budget(**json.loads(budget_json))
+    budget = Budget.from_json(budget_json)
     measurement = run(case, budget)
     measurement.metadata.setdefault("slurm_job_id", _job_id_from_env())
     measurement.metadata.setdefault("slurm_node", os.environ.get("SLURMD_NODENAME", ""))
@@ -252,7 +250,7 @@ class SlurmHandle:
 def needs_gpu(case: Case) -> bool:
     """Whether the case's job must be given a GPU: measured on CUDA. Predicting and CPU cases need none
     (and a cluster without GPUs configured refuses a job that asks for one)."""
-    return case.method == "measured" and case.device.startswith("cuda")
+    return case.measured_on(DeviceKind.CUDA)
 
 
 def sbatch_parameters(settings, *, gpu: bool) -> dict[str, Any]:
@@ -291,7 +289,7 @@ class SlurmExecutor:
     # sizes after a failure, instead of submitting one size at a time.
     prefers_batches = True
 
-    def __init__(self, settings, run: RunFn | None = None, poll_s: float = 1.0):
+    def __init__(self, settings, run: CaseRunner | None = None, poll_s: float = 1.0):
         if not settings.log_dir:
             raise BadInput("expected a log folder shared with the compute nodes", key="executor.log_dir")
         self.settings = settings
@@ -304,7 +302,7 @@ class SlurmExecutor:
         """One job array per kind of case (GPU or not: :func:`needs_gpu`), handles in the order of ``cases``."""
         if not cases:
             return []
-        budget_json = json.dumps(asdict(budget))
+        budget_json = budget.to_json()
         handles: list[SlurmHandle | None] = [None] * len(cases)
         for gpu in (False, True):
             indices = [i for i, case in enumerate(cases) if needs_gpu(case) == gpu]

@@ -69,7 +69,7 @@ def _implementation(name: str, path: Path, key: str) -> implementations.Implemen
 
 def _workload(name: str, path: Path, key: str) -> workloads.WorkloadSpec:
     try:
-        return workloads.get(name)
+        return workloads.lookup(name)
     except workloads.UnknownWorkload as exc:
         raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
 
@@ -81,7 +81,7 @@ def _check_options(impl: implementations.Implementation, options: Mapping[str, A
         known = ", ".join(sorted(impl.options)) or "none"
         raise BadInput(f"implementation {impl.name!r} has no option {unknown[0]!r} (options: {known})",
                        file=path, key=f"{key}.{unknown[0]}")
-    owned = sorted(set(options) & set(protocol.get(protocol_name).owned_options))
+    owned = sorted(set(options) & set(protocol.lookup(protocol_name).owned_options))
     if owned:
         raise BadInput(f"protocol {protocol_name!r} sets the option {owned[0]!r} itself: leave it out, "
                        f"or set protocol = {protocol.DEFAULT!r}", file=path, key=f"{key}.{owned[0]}")
@@ -116,7 +116,7 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
         _check_options(impl, entry.options, path, key, suite.protocol)
         if not spec.feedforward:
             if entry.feedforward is not None or entry.feedforward_options:
-                with_ff = ", ".join(n for n in workloads.names() if workloads.get(n).feedforward)
+                with_ff = ", ".join(n for n in workloads.names() if workloads.lookup(n).feedforward)
                 raise BadInput(f"the {spec.name} workload has no feed-forward sublayer to replace "
                                f"(workloads with one: {with_ff})", file=path, key=f"{key}.feedforward")
             continue
@@ -197,7 +197,7 @@ def _check_sweep(suite: Suite, path: Path, entries) -> None:
 def _check_combinations(suite: Suite, path: Path) -> None:
     """Each workload's rule on its parameters (d_model divisible by heads), at every point of the grid."""
     for entry in suite.impl:
-        spec = workloads.get(entry.workload or suite.workload)
+        spec = workloads.lookup(entry.workload or suite.workload)
         if spec.check_params is None:
             continue
         for point in sweep.grid(suite):
@@ -236,7 +236,7 @@ def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec
     """The workloads build their layers the protocol's way, and the suite leaves what it fixes alone."""
     for spec in specs:
         if suite.protocol not in spec.protocols:
-            follow = ", ".join(n for n in workloads.names() if suite.protocol in workloads.get(n).protocols)
+            follow = ", ".join(n for n in workloads.names() if suite.protocol in workloads.lookup(n).protocols)
             raise BadInput(f"the {spec.name} workload does not follow protocol {suite.protocol!r} "
                            f"(workloads that do: {follow})", file=path, key="protocol")
     for setting in ("warmup", "repeats"):
@@ -244,7 +244,7 @@ def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec
         if problem:
             raise BadInput(problem, file=path, key=setting)
     for name in suite.sweep:
-        if name in protocol.get(suite.protocol).owned_options:
+        if name in protocol.lookup(suite.protocol).owned_options:
             raise BadInput(f"protocol {suite.protocol!r} sets the option {name!r} itself: it cannot be swept",
                            file=path, key=f"sweep.{name}")
 
@@ -253,7 +253,8 @@ def _check_quality(suite: Suite, path: Path, entries) -> None:
     if not suite.quality:
         return
     if suite.fidelity:
-        raise BadInput("quality and fidelity = true both write rel_err: ask for one of them", file=path, key="quality")
+        raise BadInput("quality and fidelity = true: ask for one of them (quality judges the attention call against "
+                       "float64 exact attention, fidelity the layer against vanilla's)", file=path, key="quality")
     lacking = sorted({s.name for s, _ in entries if s.attention_inputs is None})
     if lacking:
         raise BadInput(f"selection quality needs a workload with one attention call (prefill, decode), "
@@ -277,7 +278,7 @@ def check_suite(suite: Suite, path: Path) -> None:
     _check_settings(spec, suite.causal, suite.activation, suite.mode, path)
     entries = _check_entries(suite, path)
     for name in sorted({s.name for s, _ in entries}):
-        unavailable = workloads.get(name).unavailable
+        unavailable = workloads.lookup(name).unavailable
         problem = unavailable() if unavailable else None
         if problem:  # say so before running anything (an optional extra not installed)
             raise BadInput(problem, file=path, key="workload")

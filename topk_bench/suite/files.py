@@ -34,7 +34,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"unreadable ({exc.__class__.__name__}: {exc})", file=path) from None
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text.removeprefix("\ufeff"))  # a byte-order mark some editors write
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"invalid TOML ({exc})", file=path) from None
 
@@ -70,7 +70,8 @@ def _key(loc: tuple, data: dict[str, Any]) -> str:
     return ".".join(parts)
 
 
-def _problem(error: dict[str, Any], fields: list[str] | None = None) -> str:
+def problem(error: dict[str, Any], fields: list[str] | None = None) -> str:
+    """One pydantic error as the words after ``FILE: KEY:``: what was expected, and what was given."""
     kind, msg, value = error["type"], error["msg"], error.get("input")
     if kind == "extra_forbidden":
         known = f" (expected one of: {', '.join(fields)})" if fields else ""
@@ -99,4 +100,4 @@ def _bad_input(exc: ValidationError, model: type[BaseModel], data: dict[str, Any
             owner = info.annotation if info is not None else owner
         if hasattr(owner, "model_fields"):
             fields = list(owner.model_fields)
-    return BadInput(_problem(error, fields), file=path, key=_key(loc, data) or None)
+    return BadInput(problem(error, fields), file=path, key=_key(loc, data) or None)

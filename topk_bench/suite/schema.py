@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
 from topk_bench.suite.files import Strict
-from topk_bench.suite.settings import DTYPES
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds
+from topk_bench.types import DType, Mode
 
 
 class PlotSection(Strict):
@@ -60,7 +61,7 @@ class ImplEntry(BaseModel):
     workload: str | None = None
     causal: bool | None = None
     activation: Literal["softmax", "relu"] | None = None
-    mode: Literal["fwd", "fwd_bwd"] | None = None  # default: the suite's
+    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # default: the suite's
     feedforward: str | None = None  # workloads with a feed-forward sublayer: its implementation
     feedforward_options: dict[str, Any] = Field(default_factory=dict)
 
@@ -70,22 +71,23 @@ class ImplEntry(BaseModel):
 
 
 class Suite(Strict):
-    # It names the files OUT/.<name>.meta.json.tmp and OUT/.<name>.csv.lock: they must fit a file name (255 bytes).
+    # It names the files OUT/.<name>.meta.json.<pid>.<8 hex>.tmp and OUT/.<name>.csv.lock: they must fit a file
+    # name (255 bytes).
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
     title: str = ""
     workload: str                       # a registered workload (topk_bench.workloads)
-    mode: Literal["fwd", "fwd_bwd"] | None = None  # default: the workload's (fwd_bwd; fwd for prefill, decode)
+    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # default: the workload's (fwd_bwd; fwd for prefill, decode)
     causal: bool | None = None          # default: the workload's
     activation: Literal["softmax", "relu"] | None = None  # default: the workload's
-    dtype: Literal[DTYPES] | None = None  # type: ignore[valid-type]
+    dtype: Literal[DType.values()] | None = None  # type: ignore[valid-type]
     seed: int = Field(0, ge=0)
-    repeats: int | None = Field(None, ge=1)
-    warmup: int | None = Field(None, ge=0)
+    repeats: AtLeastOne | None = None
+    warmup: AtLeastZero | None = None
     # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
     # every round's times (load that drifts over minutes spreads over all cases alike).
-    rounds: int | None = Field(None, ge=1)
-    max_memory_gib: float | None = Field(None, gt=0)
-    max_case_seconds: float | None = Field(None, gt=0)
+    rounds: AtLeastOne | None = None
+    max_memory_gib: GiB | None = None
+    max_case_seconds: Seconds | None = None
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes
     plugins: list[str] = Field(default_factory=list)
     fidelity: bool = False

@@ -13,16 +13,17 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr
 
 from topk_bench.suite.files import Strict, read_toml, validate
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds
+from topk_bench.types import DType
 
 CONFIG_NAME = "bench.toml"
-DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 class ExecutorSettings(Strict):
     """The ``[executor]`` table of bench.toml: where cases run."""
 
     kind: Literal["local", "slurm"] = "local"
-    jobs: int = Field(1, ge=1)
+    jobs: Jobs = 1
     # Slurm (topk_bench.run.slurm through submitit)
     partition: str | None = None
     gpus_per_node: int = Field(1, ge=0)  # asked for only by jobs of cases measured on CUDA
@@ -38,12 +39,12 @@ class Settings(Strict):
     """bench.toml: defaults of every run."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
-    warmup: int = Field(1, ge=0)
-    repeats: int = Field(3, ge=1)
-    max_memory_gib: float = Field(30.0, gt=0)
+    dtype: Literal[DType.values()] = "float32"  # type: ignore[valid-type]
+    warmup: AtLeastZero = 1
+    repeats: AtLeastOne = 3
+    max_memory_gib: GiB = 30.0
     # Chosen so that suites/mha.toml measured on a 2-core CPU ends in about 15 minutes.
-    max_case_seconds: float = Field(60.0, gt=0)
+    max_case_seconds: Seconds = 60.0
     # A run with more cases to run than this is refused unless --yes: 1000 cases take
     # from about an hour (start-up alone) to 17 hours (every case using the 60 s budget).
     max_cases: int = Field(1000, ge=1)

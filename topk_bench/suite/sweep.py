@@ -15,6 +15,7 @@ from typing import Any
 import implementations
 from topk_bench import protocol, workloads
 from topk_bench.case import Case
+from topk_bench.errors import BadInput
 from topk_bench.suite.schema import ImplEntry, Suite
 from topk_bench.workloads.attention import BUDGET, with_budget
 
@@ -25,17 +26,17 @@ def entry_settings(suite: Suite, entry: ImplEntry) -> tuple[str, bool, str]:
     same = workload == suite.workload
     causal = entry.causal if entry.causal is not None else (suite.causal if same else None)
     activation = entry.activation or (suite.activation if same else None)
-    return (workload, *workloads.get(workload).settings(causal, activation))
+    return (workload, *workloads.lookup(workload).settings(causal, activation))
 
 
 def entry_mode(suite: Suite, entry: ImplEntry) -> str:
     """``fwd`` or ``fwd_bwd`` of an ``[[impl]]``: its own, else the suite's (filled in from its workload when it names none)."""
-    return entry.mode or suite.mode or workloads.get(entry_settings(suite, entry)[0]).default_mode()
+    return entry.mode or suite.mode or workloads.lookup(entry_settings(suite, entry)[0]).default_mode()
 
 
 def feedforward(suite: Suite, entry: ImplEntry) -> str | None:
     """The feed-forward implementation an entry names, else its workload's default (None: none, or the model's own)."""
-    spec = workloads.get(entry_settings(suite, entry)[0])
+    spec = workloads.lookup(entry_settings(suite, entry)[0])
     return (entry.feedforward or spec.default_feedforward) if spec.feedforward else None
 
 
@@ -48,7 +49,7 @@ def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, 
     the two has that option; a workload with open parameters takes the rest. A
     preset (``model = "llama-3-8b"``) fills in the parameters it sets.
     """
-    spec = workloads.get(entry_settings(suite, entry)[0])
+    spec = workloads.lookup(entry_settings(suite, entry)[0])
     impl = implementations.spec(entry.name)
     ff_name = feedforward(suite, entry)
     ff = implementations.spec(ff_name) if ff_name and spec.swept_options_reach_feedforward else None
@@ -93,7 +94,7 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
 def _resolved(impl: implementations.Implementation, given: dict[str, Any], suite: Suite) -> dict[str, Any]:
     # Defaults included, so that the CSV shows what ran; None means "not used" and is left out,
     # as are the options the suite's protocol sets itself (the workload passes them).
-    owned = protocol.get(suite.protocol).owned_options
+    owned = protocol.lookup(suite.protocol).owned_options
     return {k: v for k, v in impl.resolve(given).items() if v is not None and k not in owned}
 
 
@@ -105,7 +106,7 @@ def _label(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: st
     # So would a swept token budget, which sets a selection method's own option.
     swept = any(key in impl.options for key in suite.sweep) or (BUDGET in suite.sweep and impl.budget is not None)
     legend = impl.name if swept else impl.legend(options)
-    spec = workloads.get(workload)
+    spec = workloads.lookup(workload)
     if spec.legend is not None:
         ff_name = feedforward(suite, entry)
         ff_legend = implementations.spec(ff_name).legend(entry.feedforward_options) if ff_name else None
@@ -130,8 +131,23 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
 
 
 def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int) -> list[Case]:
-    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major."""
-    return [
-        case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup, repeats=repeats)
-        for point in grid(suite) for entry in suite.impl
-    ]
+    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major; BadInput when two entries give one case."""
+    cases, first = [], {}  # case_id -> the entry that gave it first
+    for point in grid(suite):
+        for i, entry in enumerate(suite.impl):
+            case = case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup,
+                           repeats=repeats)
+            _distinct(suite, first.setdefault(case.case_id, i), i, point)
+            cases.append(case)
+    return cases
+
+
+def _distinct(suite: Suite, earlier: int, entry: int, point: dict[str, Any]) -> None:
+    """Two entries must not give the same case: they would share its case_id (one row, one curve, a compare
+    that never matches). The label is a legend, not part of what is measured."""
+    if earlier == entry:
+        return
+    at = ", ".join(f"{k}={v}" for k, v in point.items())
+    raise BadInput(f"measures the same case as impl[{earlier}] ({suite.impl[earlier].name}) at {at}: entries that "
+                   "differ only in their label (or in an option the sweep sets for both) would share its case_id; "
+                   "give it another option or remove it", file=suite.path, key=f"impl[{entry}] ({suite.impl[entry].name})")

@@ -1,7 +1,7 @@
 """Workloads: what a case runs (a layer or a model, and its inputs), one module each, in a registry plug-ins extend.
 
 >>> from topk_bench import workloads
->>> workloads.get("mha").params
+>>> workloads.lookup("mha").params
 {'seq_len': 512, 'batch': 1, 'd_model': 768, 'heads': 12}
 
 A plug-in module named in a suite's ``plugins`` registers its own with
@@ -9,7 +9,7 @@ A plug-in module named in a suite's ``plugins`` registers its own with
 """
 
 from topk_bench.workloads.spec import (  # noqa: F401
-    Fixed, Traffic, UnknownWorkload, Workload, WorkloadSpec, build, get, hidden_states, names, register, traffic,
+    Fixed, Traffic, UnknownWorkload, Workload, WorkloadSpec, build, hidden_states, lookup, names, register, traffic,
 )
 
 # Importing a module registers its workload.

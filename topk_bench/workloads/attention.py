@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from implementations import spec
+from topk_bench.types import DType, Mode
 
 # The backward of attention is 2.5 forwards (FlashAttention's and tritonbench's convention:
 # dV, dP, dQ, dK and the recomputed scores), so forward + backward is 3.5 forwards.
@@ -84,9 +85,9 @@ def attended_pairs(lq: int, lk: int, causal: bool) -> int:
 def attention_flops(batch: int, q_heads: int, lq: int, lk: int, head_dim: int, *, causal: bool, mode: str) -> int:
     """FLOPs of dense attention over the attended pairs: ``Q Kᵀ`` and ``P V``, 2 each per pair and dimension."""
     forward = 4 * batch * q_heads * attended_pairs(lq, lk, causal) * head_dim
-    return int(forward * (1 + BACKWARD_PER_FORWARD)) if mode == "fwd_bwd" else forward
+    return int(forward * (1 + BACKWARD_PER_FORWARD)) if Mode(mode).backward else forward
 
 
 def element_size(dtype: str) -> int:
     """Bytes of one element of a case's dtype (``"bfloat16"``: 2)."""
-    return getattr(torch, dtype).itemsize
+    return DType(dtype).itemsize

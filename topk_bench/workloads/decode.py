@@ -46,6 +46,7 @@ from topk_bench.workloads.attention import (
 )
 from topk_bench.workloads.models import CUSTOM, MODELS
 from topk_bench.workloads.spec import Fixed, Traffic, Workload, WorkloadSpec, register
+from topk_bench.types import Mode
 
 
 class DecodeStep(nn.Module):
@@ -128,7 +129,7 @@ def traffic(case) -> Traffic:
     # Q read, O written; new K/V read and written into the cache; the cache (with them) read once.
     moved = per_position * (2 * hq * n + 4 * hkv * n + 2 * hkv * (cached + n))
     return Traffic(
-        flops=attention_flops(b, hq, n, cached + n, d, causal=True, mode="fwd"),
+        flops=attention_flops(b, hq, n, cached + n, d, causal=True, mode=Mode.FWD),
         bytes=moved, tokens=b * n, tokens_per_sequence=n,
         kv_cache_bytes=2 * hkv * cached * per_position + cache_state_bytes(case),
     )
@@ -146,9 +147,9 @@ DECODE = register(WorkloadSpec(
     causal=True,
     fixed={
         "causal": Fixed(True, "a decode step attends causally: expected causal = true"),
-        "mode": Fixed("fwd", "a decode step is forward only: expected mode = 'fwd'"),
+        "mode": Fixed(Mode.FWD, "a decode step is forward only: expected mode = 'fwd'"),
     },
-    mode="fwd",
+    mode=Mode.FWD,
     check_params=heads_group,
     grouped_heads=grouped,
     traffic=traffic,

@@ -18,6 +18,7 @@ from topk_bench.workloads.attention import (
 )
 from topk_bench.workloads.models import CUSTOM, MODELS
 from topk_bench.workloads.spec import Fixed, Traffic, Workload, WorkloadSpec, register
+from topk_bench.types import Mode
 
 
 def build(case, device, dtype) -> Workload:
@@ -36,7 +37,7 @@ def traffic(case) -> Traffic:
     b, length, hq, hkv, d = p["batch"], p["seq_len"], p["q_heads"], p["kv_heads"], p["head_dim"]
     per_token = element_size(case.dtype) * b * length * d  # bytes of one head's [B, L, d]
     moved = (2 * hq + 2 * hkv) * per_token  # forward: Q, K, V read, O written
-    if case.mode == "fwd_bwd":
+    if case.mode.backward:
         moved += (4 * hq + 4 * hkv) * per_token  # backward: Q, K, V, O, dO read, dQ, dK, dV written
     return Traffic(
         flops=attention_flops(b, hq, length, length, d, causal=True, mode=case.mode),
@@ -53,7 +54,7 @@ PREFILL = register(WorkloadSpec(
     presets={"model": MODELS},
     causal=True,
     fixed={"causal": Fixed(True, "prefill is causal attention: expected causal = true")},
-    mode="fwd",
+    mode=Mode.FWD,
     check_params=heads_group,
     grouped_heads=grouped,
     traffic=traffic,

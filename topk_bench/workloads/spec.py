@@ -9,6 +9,7 @@ module knows a workload by name.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -16,6 +17,7 @@ import torch
 
 from topk_bench.protocol import OURS
 from topk_bench.case import Budget, Case
+from topk_bench.types import Mode
 
 
 @dataclass
@@ -102,7 +104,7 @@ class WorkloadSpec:
     causal: bool = False
     activation: str = "softmax"
     fixed: Mapping[str, Fixed] = field(default_factory=dict)
-    mode: str = "fwd_bwd"
+    mode: Mode = Mode.FWD_BWD
     presets: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     grouped_heads: Callable[[Mapping[str, Any]], bool] | None = None
     traffic: Callable[[Case], Traffic] | None = None
@@ -128,9 +130,9 @@ class WorkloadSpec:
         activation = activation or self.fixed.get("activation", Fixed(self.activation, "")).value
         return bool(causal), str(activation)
 
-    def default_mode(self) -> str:
+    def default_mode(self) -> Mode:
         """The mode a suite gets when it names none: what the workload imposes, else its default."""
-        return str(self.fixed.get("mode", Fixed(self.mode, "")).value)
+        return Mode(self.fixed.get("mode", Fixed(self.mode, "")).value)
 
     def violation(self, causal: bool, activation: str, mode: str | None = None) -> tuple[str, str] | None:
         """(setting, problem) when ``causal`` / ``activation`` / ``mode`` contradict what the workload imposes."""
@@ -173,7 +175,7 @@ def register(spec: WorkloadSpec) -> WorkloadSpec:
     return spec
 
 
-def get(name: str) -> WorkloadSpec:
+def lookup(name: str) -> WorkloadSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -186,7 +188,7 @@ def names() -> list[str]:
 
 def build(case: Case, device, dtype) -> Workload:
     """The case's model and inputs, seeded from ``case.seed`` (the same case always gets the same weights)."""
-    spec = get(case.workload)
+    spec = lookup(case.workload)
     torch.manual_seed(case.seed)
     # Built directly on the device in the dtype (no ``.to()`` copy, which FakeTensorMode refuses).
     previous = torch.get_default_dtype()
@@ -199,9 +201,27 @@ def build(case: Case, device, dtype) -> Workload:
 
 
 def traffic(case: Case) -> Traffic | None:
-    """What one iteration of ``case`` does by its workload's cost model; None when the workload states none."""
-    spec = get(case.workload)
-    return spec.traffic(case) if spec.traffic is not None else None
+    """What one iteration of ``case`` does by its workload's cost model; None when the workload states none.
+
+    A plug-in's model is user code: what it returns is checked here (ValueError), so that no row gets a
+    number the reader would refuse (NaN, negative) and no rate divides by zero tokens.
+    """
+    spec = lookup(case.workload)
+    if spec.traffic is None:
+        return None
+    value = spec.traffic(case)
+    if not isinstance(value, Traffic):
+        raise ValueError(f"expected a Traffic, got {value!r}")
+    counts = {"flops": value.flops, "bytes": value.bytes, "tokens": value.tokens,
+              "tokens_per_sequence": value.tokens_per_sequence, "kv_cache_bytes": value.kv_cache_bytes}
+    for name, number in counts.items():
+        if number is None and name == "kv_cache_bytes":
+            continue
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) \
+                or number < (1 if name == "tokens_per_sequence" else 0):
+            bound = "> 0" if name == "tokens_per_sequence" else ">= 0"
+            raise ValueError(f"expected {name} a finite number {bound}, got {number!r}")
+    return value
 
 
 def hidden_states(batch: int, seq_len: int, d_model: int, device, dtype) -> torch.Tensor:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import implementations
 from topk_bench.case import Case
-from topk_bench.workloads.spec import get
+from topk_bench.workloads.spec import lookup
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,13 @@ class AttentionUse:
 
 def feedforward_of(case: Case) -> str | None:
     """The feed-forward implementation a case runs (None: none, or the model's own)."""
-    spec = get(case.workload)
+    spec = lookup(case.workload)
     return case.ff_impl or (spec.default_feedforward if spec.feedforward else None)
 
 
 def uses(case: Case) -> list[AttentionUse]:
     """The attention calls of a case: its attention, then its feed-forward layer as ``ReLU(Q Kᵀ) V``."""
-    spec = get(case.workload)
+    spec = lookup(case.workload)
     fixed = {name: rule.value for name, rule in spec.fixed.items()}  # what the workload runs, whatever the case says
     grouped = spec.grouped_heads is not None and spec.grouped_heads(spec.shape(case))
     out = [AttentionUse(case.impl, fixed.get("activation", case.activation), fixed.get("causal", case.causal), grouped)]
@@ -68,6 +68,6 @@ def unsupported(case: Case, *, predict: bool) -> str | None:
             return problem
         if predict and not impl.predictable:
             return f"{impl.name} cannot be predicted (data-dependent operations do not run under FakeTensorMode)"
-    if predict and not get(case.workload).predictable:
+    if predict and not lookup(case.workload).predictable:
         return f"the {case.workload} workload cannot be predicted (it is measured only)"
     return None

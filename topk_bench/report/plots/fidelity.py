@@ -19,8 +19,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from topk_bench.report.plots.spec import PlotSpec  # noqa: E402
 from topk_bench.results.columns import metric  # noqa: E402
 from topk_bench.status import Status  # noqa: E402
+from topk_bench.results import columns as col
 
-FIDELITY_METRICS = ("emb_cos", "nn_agree", "nn_spearman", "rel_err", "grad_cos")
+FIDELITY_METRICS = (col.EMB_COS, col.NN_AGREE, col.NN_SPEARMAN, col.REL_ERR, col.GRAD_COS)
 
 
 def k_column(group: pd.DataFrame) -> str | None:
@@ -44,14 +45,14 @@ def _with_option_flag(rows: pd.DataFrame) -> pd.DataFrame:
         except KeyError:
             return False
 
-    return rows.assign(options_have_topk=rows["impl"].map(has_topk))
+    return rows.assign(options_have_topk=rows[col.IMPL].map(has_topk))
 
 
 def render(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
     metrics = [m for m in spec.metrics if m in FIDELITY_METRICS and m in rows and rows[m].notna().any()]
     metrics = metrics or [m for m in FIDELITY_METRICS if m in rows and rows[m].notna().any()]
-    ok = _with_option_flag(rows[rows["status"] == Status.OK])
-    labels = ok["label"].where(ok["label"].notna() & (ok["label"] != ""), ok["impl"])
+    ok = _with_option_flag(rows[rows[col.STATUS] == Status.OK])
+    labels = pd.Series(col.legends(ok), index=ok.index)
     fig, axes = plt.subplots(1, max(len(metrics), 1), figsize=(4.2 * max(len(metrics), 1), 3.6),
                              squeeze=False, layout="constrained")
     for ax, name in zip(axes[0], metrics):

@@ -11,7 +11,9 @@ value are shifted apart a little (dodged) so that none hides another.
 Plug-in renderers (e.g. fidelity against k) take over a suite's figure: either
 ``register_renderer("suite or workload", fn)`` in code, or
 ``"renderer": "package.module:function"`` in the suite's ``[plot]`` section
-(which the runner copies to meta.json). A renderer is
+(which the runner copies to meta.json), naming one of this package's
+(:data:`INSTALLED_RENDERERS`) or one registered in code under that name: a
+results folder may come from anyone, and plot imports nothing it names. A renderer is
 ``fn(rows: DataFrame, spec: PlotSpec, device: str, method: str) -> Figure``.
 """
 
@@ -46,6 +48,8 @@ from topk_bench.report.plots.style import (  # noqa: E402
 from topk_bench.results import trust  # noqa: E402
 from topk_bench.results.columns import metric, parameter_columns  # noqa: E402
 from topk_bench.status import Status  # noqa: E402
+from topk_bench.results import columns as col
+from topk_bench.types import Method
 
 Renderer = Callable[[pd.DataFrame, PlotSpec, str, str], Figure]
 # Suite name or workload -> renderer; the suite name wins.
@@ -62,13 +66,21 @@ def register_renderer(key: str, renderer: Renderer | None = None):
     return add(renderer) if renderer is not None else add
 
 
+# What a suite's ``[plot] renderer`` (copied to meta.json) may name beyond what this process registered: this
+# package's own renderers. A results folder may come from anyone: plot imports no module its meta.json names.
+INSTALLED_RENDERERS = ("topk_bench.report.plots.fidelity:render",)
+
+
 def _resolve_renderer(spec: PlotSpec) -> Renderer:
     if spec.renderer:
+        if spec.renderer in RENDERERS:  # the user's own code registered it under that name
+            return RENDERERS[spec.renderer]
+        if spec.renderer not in INSTALLED_RENDERERS:
+            raise BadInput(f"{spec.renderer!r} (in {spec.suite}.meta.json) is neither a renderer of topk-bench "
+                           f"({', '.join(INSTALLED_RENDERERS)}) nor one registered with register_renderer in this "
+                           "process: plot runs no code a results folder names", key="plot.renderer")
         module, _, name = spec.renderer.partition(":")
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            raise BadInput(f"cannot load renderer {spec.renderer!r} ({exc})", key="plot.renderer") from None
+        return getattr(importlib.import_module(module), name)
     return RENDERERS.get(spec.suite) or RENDERERS.get(spec.workload) or draw_figure
 
 
@@ -80,21 +92,21 @@ _STOPPED = tuple(FAILURE_TEXT)  # statuses drawn as a cross
 def _series(rows: pd.DataFrame, spec: PlotSpec) -> list[tuple[str, str, pd.DataFrame]]:
     """(legend, impl, rows) per curve: by label, split further by any other parameter that varies inside it."""
     x = spec.x
-    rows = rows.assign(label=rows["label"].where(rows["label"].notna() & (rows["label"] != ""), rows["impl"]))
+    rows = rows.assign(label=col.legends(rows))
     parameters = spec.parameters if spec.parameters is not None else parameter_columns(rows.columns)
     others = [c for c in parameters if c != x and c in rows.columns]
     out = []
-    for label, group in rows.groupby("label", sort=False):
+    for label, group in rows.groupby(col.LABEL, sort=False):
         # A parameter with one value per x moves with x (the option a swept token budget sets): not a curve of its own.
         varying = [c for c in others if group[c].nunique(dropna=True) > 1
                    and group.groupby(x, dropna=False)[c].nunique(dropna=True).max() > 1]
         if not varying:
-            out.append((str(label), str(group["impl"].iloc[0]), group))
+            out.append((str(label), str(group[col.IMPL].iloc[0]), group))
             continue
         for values, sub in group.groupby(varying, sort=True, dropna=False):
             values = values if isinstance(values, tuple) else (values,)
             suffix = ", ".join(f"{c}={_short(v)}" for c, v in zip(varying, values))
-            out.append((f"{label} ({suffix})", str(sub["impl"].iloc[0]), sub))
+            out.append((f"{label} ({suffix})", str(sub[col.IMPL].iloc[0]), sub))
     # A case re-measured after a code change has a new case_id and a second row: the last one wins.
     out = [(legend, impl, group.drop_duplicates(subset=[x], keep="last")) for legend, impl, group in out]
     return sorted(out, key=lambda item: (impl_rank(item[1]), item[0]))
@@ -159,7 +171,7 @@ def _draw_failures(ax, failed: pd.DataFrame, last_ok, style, unit: str) -> list[
     point towards it. Returns (x, text, colour) of each cross for :func:`_annotate`."""
     top = ax.get_xaxis_transform()  # x in data, y in axes fractions: 1.0 is the top edge
     notes = []
-    for fx, fy, status in zip(failed["_dodged"], failed["_y"], failed["status"]):
+    for fx, fy, status in zip(failed["_dodged"], failed["_y"], failed[col.STATUS]):
         ax.plot([fx], [0.97], marker=FAILURE_MARKER, color=style.colour, markersize=8, markeredgecolor="black",
                 markeredgewidth=0.6, linestyle="none", zorder=5, transform=top, clip_on=False)
         notes.append((fx, _failure_text(status, fy, unit), style.colour))
@@ -209,8 +221,8 @@ def _values(rows: pd.DataFrame, name: str) -> pd.Series:
 
 def _contended(rows: pd.DataFrame) -> pd.Series:
     """Measured rows whose trust flag is set (:mod:`topk_bench.results.trust`)."""
-    flags = rows["trust"].fillna("") if "trust" in rows.columns else pd.Series("", index=rows.index)
-    return (rows["method"] == "measured") & (flags != "")
+    flags = rows[col.TRUST].fillna("") if col.TRUST in rows.columns else pd.Series("", index=rows.index)
+    return (rows[col.METHOD] == Method.MEASURED) & (flags != "")
 
 
 def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
@@ -229,7 +241,7 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
         rows = rows.assign(_x=x, _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span),
                            _y=_values(rows, metric_name))
         rows = rows[_in_panel(rows["_x"], panel)].sort_values("_x")
-        ok = rows[(rows["status"] == Status.OK) & rows["_y"].notna()]
+        ok = rows[(rows[col.STATUS] == Status.OK) & rows["_y"].notna()]
         if len(ok):
             line, = ax.plot(ok["_dodged"], ok["_y"], color=style.colour, marker=style.marker, markersize=6,
                             linewidth=1.6, label=legend, fillstyle="full" if style.filled else "none",
@@ -240,13 +252,13 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
             if len(contended):  # hollow: a time taken on a busy machine or with spread samples
                 ax.plot(contended["_dodged"], contended["_y"], marker=style.marker, markersize=6, linestyle="none",
                         markerfacecolor="white", markeredgecolor=style.colour, markeredgewidth=1.2, zorder=4)
-            if m.column == "time_median_s" and "times_s" in ok:
-                q1, q3 = zip(*(_quartiles(t) for t in ok["times_s"]))
+            if m.column == col.TIME_MEDIAN_S and col.TIMES_S in ok:
+                q1, q3 = zip(*(_quartiles(t) for t in ok[col.TIMES_S]))
                 low = (ok["_y"] - np.asarray(q1) * m.scale).clip(lower=0)
                 high = (np.asarray(q3) * m.scale - ok["_y"]).clip(lower=0)
                 ax.errorbar(ok["_dodged"], ok["_y"], yerr=[low.fillna(0), high.fillna(0)], fmt="none",
                             ecolor=style.colour, elinewidth=1, capsize=2, alpha=0.8)
-        failed = rows[rows["status"].isin(_STOPPED)]
+        failed = rows[rows[col.STATUS].isin(_STOPPED)]
         if len(failed):
             before = ok[ok["_x"] < failed["_x"].iloc[0]]
             last_ok = (before["_dodged"].iloc[-1], before["_y"].iloc[-1]) if len(before) else None
@@ -271,15 +283,15 @@ def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
 
 def _not_shown(rows: pd.DataFrame) -> list[str]:
     """What the curves cannot show: implementations that did not run at all, and skipped cases."""
-    labels = rows["label"].where(rows["label"].notna() & (rows["label"] != ""), rows["impl"]).astype(str)
+    labels = pd.Series(col.legends(rows), index=rows.index)
     notes = []
-    unsupported = sorted(set(labels[rows["status"] == Status.UNSUPPORTED]))
+    unsupported = sorted(set(labels[rows[col.STATUS] == Status.UNSUPPORTED]))
     if unsupported:
         notes.append("unsupported: " + ", ".join(unsupported))
-    never_ok = sorted(set(labels[rows["status"].isin(_STOPPED)]) - set(labels[rows["status"] == Status.OK]))
+    never_ok = sorted(set(labels[rows[col.STATUS].isin(_STOPPED)]) - set(labels[rows[col.STATUS] == Status.OK]))
     if never_ok:
         notes.append("failed at every size: " + ", ".join(never_ok))
-    skipped = int((rows["status"] == Status.SKIPPED).sum())
+    skipped = int((rows[col.STATUS] == Status.SKIPPED).sum())
     if skipped:
         notes.append(f"{skipped} larger case(s) not run after a smaller one failed")
     return notes
@@ -287,10 +299,10 @@ def _not_shown(rows: pd.DataFrame) -> list[str]:
 
 def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
     """Suite title wrapped to the figure's width, then how the numbers were obtained."""
-    if method == "predicted":
+    if method == Method.PREDICTED:
         how = "predicted: allocated bytes at full scale, no time"
     else:
-        names = sorted(set(rows["device_name"].dropna().astype(str)) - {""})
+        names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
         how = f"measured on {names[0] if len(names) == 1 else device}"
     title = spec.title
     if spec.split:  # one figure per value: say which
@@ -308,7 +320,7 @@ def _legend_columns(labels: list[str], width_in: float) -> int:
 
 def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
     """The spec's panels that hold a measured value: a run at reduced scale (CPU) leaves the long-length panel empty."""
-    ok = rows[rows["status"] == Status.OK]
+    ok = rows[rows[col.STATUS] == Status.OK]
     xs = pd.to_numeric(ok[spec.x], errors="coerce")
     has_value = pd.concat([_values(ok, m).notna() for m in metrics], axis=1)
     xs = xs[has_value.any(axis=1)]
@@ -318,7 +330,7 @@ def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
 
 def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
     """The default renderer: rows = metrics that have values, columns = spec.panels."""
-    predicted = method == "predicted"
+    predicted = method == Method.PREDICTED
     # The protocol's own statistics: the paper's time is a mean, its measured CUDA memory reserved bytes;
     # otherwise "memory" is the allocated or reserved peak, as the spec asks.
     memory = memory_metric(spec, rows)
@@ -353,10 +365,10 @@ def _legend_entries(axes, rows: pd.DataFrame):
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    if _contended(rows[rows["status"] == Status.OK]).any():
+    if _contended(rows[rows[col.STATUS] == Status.OK]).any():
         seen["hollow: measured under contention (busy or noisy)"] = Line2D(
             [], [], marker="o", color="0.4", markerfacecolor="white", linestyle="none", markersize=6)
-    if rows["status"].isin(_STOPPED).any():
+    if rows[col.STATUS].isin(_STOPPED).any():
         seen["stopped: above the frame (reason written)"] = Line2D(
             [], [], marker=FAILURE_MARKER, color="0.4", markeredgecolor="black", linestyle="none", markersize=8)
     for note in _not_shown(rows):  # entries of their own (no marker), not a heading over the legend
@@ -405,12 +417,14 @@ def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tu
             if warn and memory == "reserved" and memory_metric(item.spec, item.rows) != "reserved":
                 warn(f"{item.stem}: not every measured point has reserved_bytes (only CUDA has them): "
                      "its memory row draws the allocated peak")
+    for item in inputs:
+        _resolve_renderer(item.spec)  # an unknown one is bad input before any file is written
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput("expected a directory, got a file", file=out, key="--out")
     out.mkdir(parents=True, exist_ok=True)
     written = [path for item in inputs for path in render(item, out, formats)]
-    measured = [item.rows.loc[item.rows["method"] == "measured", "trust"] for item in inputs]
+    measured = [item.rows.loc[item.rows[col.METHOD] == Method.MEASURED, col.TRUST] for item in inputs]
     flagged = trust.warning(pd.concat(measured)) if measured else None
     if flagged and warn:
         warn(flagged + " (hollow markers)")

@@ -16,6 +16,7 @@ import pandas as pd
 from topk_bench.errors import BadInput
 from topk_bench.report.plots.spec import PlotSpec, infer_spec, spec_from_meta
 from topk_bench.results.frame import csv_files, left_out, load_results
+from topk_bench.results import columns as col
 
 
 @dataclass
@@ -51,7 +52,7 @@ def figure_inputs(path: Path, warn: Callable[[str], None] | None = None) -> list
             raise BadInput("results CSV has no rows", file=csv)
         meta = csv.with_name(f"{csv.stem}.meta.json")
         spec = spec_from_meta(meta, frame, csv) if meta.exists() else infer_spec(frame, csv)
-        keys = ["device", "method", *spec.split]
+        keys = [col.DEVICE, col.METHOD, *spec.split]
         for values, rows in frame.groupby(keys, sort=True, dropna=False):
             device, method, *split = values
             inputs.append(FigureInput(spec, str(device), str(method), rows.reset_index(drop=True), tuple(split)))

@@ -17,7 +17,8 @@ import pandas as pd
 
 from topk_bench.errors import BadInput
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
-from topk_bench.results.columns import metric, parameter_columns
+from topk_bench.results.columns import metric, migrate_metrics, parameter_columns
+from topk_bench.results import columns as col
 
 # Preferred x when several parameters vary (the paper's x axes first).
 _X_PREFERENCE = ("seq_len", "d_ff", "chunk_size", "topk", "nb_features", "layers", "batch", "d_model", "heads")
@@ -76,11 +77,11 @@ def infer_spec(frame: pd.DataFrame, file: Path) -> PlotSpec:
     x = infer_x(frame, file)
     xs = pd.to_numeric(frame[x], errors="coerce").dropna()
     log_x = 2 if _powers_of_two(xs) and xs.max() >= 4 * xs.min() else 0
-    peaks = pd.to_numeric(frame["peak_bytes"], errors="coerce").dropna()
+    peaks = pd.to_numeric(frame[col.PEAK_BYTES], errors="coerce").dropna()
     peaks = peaks[peaks > 0]
     log_y = bool(len(peaks)) and peaks.max() > 50 * peaks.min()
-    suite = str(frame["suite"].iloc[0]) if len(frame) else file.stem
-    workload = str(frame["workload"].iloc[0]) if len(frame) else ""
+    suite = str(frame[col.SUITE].iloc[0]) if len(frame) else file.stem
+    workload = str(frame[col.WORKLOAD].iloc[0]) if len(frame) else ""
     return PlotSpec(suite=suite, title=suite, workload=workload, x=x, x_label=X_LABELS.get(x, x),
                     log_x=log_x, log_y=log_y, protocol=_protocol_of(frame))
 
@@ -118,6 +119,7 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     metrics = plot.pop("metrics", None) or ["memory", "time"]
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise BadInput("expected a list of metric names", file=meta_path, key="plot.metrics")
+    metrics = migrate_metrics(metrics, frame.columns)  # a run from before a column was renamed
     for name in metrics:
         for column in metric(name).columns:
             if column not in frame.columns:
@@ -164,6 +166,6 @@ def memory_metric(spec: PlotSpec, rows: pd.DataFrame) -> str:
     ``memory`` (the allocated peak). The y label names the one drawn."""
     if spec.memory != "reserved":
         return "memory"
-    ok = rows[(rows["status"] == "ok") & pd.to_numeric(rows["peak_bytes"], errors="coerce").notna()]
-    reserved = pd.to_numeric(ok["reserved_bytes"], errors="coerce") if "reserved_bytes" in ok else None
+    ok = rows[(rows[col.STATUS] == "ok") & pd.to_numeric(rows[col.PEAK_BYTES], errors="coerce").notna()]
+    reserved = pd.to_numeric(ok[col.RESERVED_BYTES], errors="coerce") if col.RESERVED_BYTES in ok else None
     return "reserved" if reserved is not None and len(ok) and reserved.notna().all() else "memory"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from topk_bench.workloads.pretrained import encoder
 from topk_bench.workloads.pretrained.model import missing_extra
 from topk_bench.workloads.spec import WorkloadSpec, register
+from topk_bench.results import columns as col
 
 
 def _columns(case, budget):
@@ -31,7 +32,7 @@ PRETRAINED = register(WorkloadSpec(
     feedforward=True,
     default_feedforward=None,  # the model keeps its own FF unless an entry names one
     swept_options_reach_feedforward=True,
-    columns=("emb_cos", "nn_agree", "nn_spearman"),
+    columns=(col.EMB_COS, col.NN_AGREE, col.NN_SPEARMAN),
     extra_columns=_columns,
     predictable=False,  # real weights cannot be sized under FakeTensorMode
     unavailable=missing_extra,

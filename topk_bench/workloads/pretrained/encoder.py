@@ -37,6 +37,7 @@ from topk_bench.workloads.pretrained import model as pretrained
 from topk_bench.workloads.pretrained.corpus import load_corpus
 from topk_bench.workloads.pretrained.feedforward import UnsupportedAtFeedForward
 from topk_bench.workloads.spec import Workload
+from topk_bench.types import Mode
 
 PARAMS = {"sentences_per_text": 2, "max_tokens": pretrained.MAX_TOKENS, "ff_activation": "gelu", "max_texts": 0}
 
@@ -82,9 +83,9 @@ class CorpusEncoder(nn.Module):
 
 def plugged(case: Case) -> CorpusEncoder:
     """The case's model: the pretrained weights with its implementations plugged in (seeded: Performer's features)."""
-    if case.method == "predicted":
+    if case.predicted:
         raise Unsupported("the pretrained workload is measured only (real weights cannot be faked)")
-    if case.mode != "fwd":
+    if case.mode is not Mode.FWD:
         raise Unsupported("the pretrained workload is zero-shot inference: use mode = \"fwd\"")
     params, attention, ff = settings(case)
     _, bert = pretrained.load_model()

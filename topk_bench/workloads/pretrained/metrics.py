@@ -17,6 +17,7 @@ from scipy.stats import spearmanr
 from topk_bench.case import Case
 from topk_bench.workloads.pretrained import model as pretrained
 from topk_bench.workloads.pretrained.encoder import corpus_ids, corpus_key, plugged, settings
+from topk_bench.results import columns as col
 
 
 @lru_cache(maxsize=4)
@@ -63,7 +64,7 @@ def nn_spearman(emb: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def compare(emb: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
-    return {"emb_cos": emb_cos(emb, ref), "nn_agree": nn_agree(emb, ref), "nn_spearman": nn_spearman(emb, ref)}
+    return {col.EMB_COS: emb_cos(emb, ref), col.NN_AGREE: nn_agree(emb, ref), col.NN_SPEARMAN: nn_spearman(emb, ref)}
 
 
 def columns(case: Case) -> dict[str, float]:
