@@ -11,10 +11,12 @@ before/after table in one run. Peak memory is the exact live-tensor-bytes peak (
 included) of ``topk_bench.measure.memory.LiveBytes`` under ``FakeTensorMode`` (same
 allocations as a real run, nothing allocated), or of a real run with ``--memory real``;
 cases above ``--max-memory`` are skipped (vanilla at 16K). The CPU's capability and
-``uptime`` before and after are printed: quote them beside the ratios.
+``uptime`` before and after are printed: quote them beside the ratios. On a busy machine,
+``--threads 1 --clock cpu`` times the process's CPU time instead of wall time.
 
     python benchmarks/bench_topk_fast.py                       # 4K, 8K, 16K, 5 rounds
     python benchmarks/bench_topk_fast.py --before e450331 --lengths 16384 --rounds 7
+    python benchmarks/bench_topk_fast.py --threads 1 --clock cpu --impls topk_fast sdpa  # busy machine
 """
 
 from __future__ import annotations
@@ -71,11 +73,11 @@ def inputs(b, h, length, d, dtype=torch.float32):
     return q, k, v
 
 
-def run_once(fn, shape, causal, options):
+def run_once(fn, shape, causal, options, clock=time.perf_counter):
     q, k, v = inputs(*shape)
-    start = time.perf_counter()
+    start = clock()
     fn(q, k, v, causal=causal, **options).mean().backward()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def peak_bytes(fn, shape, causal, options, real=False):
@@ -104,17 +106,20 @@ def main(argv=None):
     parser.add_argument("--non-causal", action="store_true")
     parser.add_argument("--rounds", "--repeats", type=int, default=5, dest="rounds")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="cpu: the process's CPU time (with --threads 1, robust to other processes' load)")
     parser.add_argument("--max-memory", type=float, default=16.0, help="GiB; skip bigger (predicted) cases")
     parser.add_argument("--memory", choices=["predict", "real"], default="predict")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     causal = not args.non_causal
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     fns = {name: (implementations.get(name), OPTIONS.get(name, {})) for name in args.impls}
     if args.before:
         fns[f"topk_fast@{args.before}"] = (load_revision(args.before).get("topk_fast"), OPTIONS["topk_fast"])
     print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, {args.threads} "
           f"threads; B={args.batch} H={args.heads} d={args.head_dim}, causal={causal}, fp32, fwd+bwd, top-128, "
-          f"chunk 1024, {args.rounds} interleaved rounds, memory={args.memory}")
+          f"chunk 1024, {args.rounds} interleaved rounds, {args.clock} clock, memory={args.memory}")
     print(f"  before: {uptime()}", flush=True)
     for length in args.lengths:
         shape = (args.batch, args.heads, length, args.head_dim)
@@ -127,7 +132,7 @@ def main(argv=None):
         for r in range(args.rounds):
             # Rotate the order so no implementation always runs after the same neighbour.
             for name in names[r % len(names):] + names[: r % len(names)]:
-                times[name].append(run_once(fns[name][0], shape, causal, fns[name][1]))
+                times[name].append(run_once(fns[name][0], shape, causal, fns[name][1], clock))
             # Progress as it comes: a run stopped early still shows its finished rounds.
             print(f"  L={length} round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in names), flush=True)
         med = {name: statistics.median(ts) for name, ts in times.items()}
