@@ -38,6 +38,7 @@ import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from implementations import hardware
 from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
@@ -277,7 +278,8 @@ def predict_cuda(case: Case, *, empty_cache: bool = True) -> Measurement:
     gpu, adds = cuda_kernels.gpu(case.gpu_model), cuda_kernels.EngineAdds()
     fake = FakeTensorMode()
     trace = cuda_kernels.KernelTrace(gpu, adds)
-    with fake, cuda_kernels.CudaComposites(gpu, adds), trace:
+    # The implementations run on fake CPU tensors but shape their temporaries for CUDA (decode's key tiles).
+    with fake, cuda_kernels.CudaComposites(gpu, adds), trace, hardware.target("cuda"):
         wl = build(case, "cpu")
     setup = trace.take()
     profiled, flops, ops = _traced_iteration(wl, case, fake, trace, counted=True)  # as CudaSteps.profile runs it
@@ -306,7 +308,7 @@ def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, 
     gpu, losses = trace.gpu, []
     flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
     with fake, cuda_kernels.CudaComposites(gpu, trace.adds), flops or contextlib.nullcontext(), \
-            ops or contextlib.nullcontext(), trace:
+            ops or contextlib.nullcontext(), trace, hardware.target("cuda"):
         iteration(wl, case, losses=losses)
     events = trace.take()
     return ((events, trace.serial(losses[0])), flops.get_total_flops() if counted else None,
