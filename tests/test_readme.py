@@ -46,6 +46,7 @@ NOT_RUN = {
     "make test": "the test suite this test is part of",
     "pip install": "installs packages",
     "git add": "a step of committing a baseline",
+    "python benchmarks/": "a benchmark of the implementations: minutes of interleaved rounds (figures beside it)",
 }
 # The command line's parser errors (typer carries its own click): bad options, values, commands.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
