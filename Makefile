@@ -2,11 +2,13 @@
 #   make demo   set up, predict Fig. 1's memory at full scale, measure CPU times at small sizes, render both
 #   make test   set up, run the test suite
 # and, for the development loop, `make test-fast`: the tests not marked slow (no child processes
-# beyond a few, no Slurm cluster), in about a minute on 2 cores.
+# beyond a few, no Slurm cluster), in about a minute on 2 cores. `make figures` redraws the figures of
+# README.md and docs/ from the CSVs in docs/figures/data/; `make check-figures` fails when they are not
+# what `topk-bench plot` draws today (tests/test_docs_figures.py runs the same check).
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup demo test test-fast
+.PHONY: setup demo test test-fast figures check-figures
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
@@ -18,9 +20,16 @@ demo: setup
 	$(BIN)/topk-bench run suites/demo_memory.toml --predict --out results/demo
 	$(BIN)/topk-bench run suites/demo_time.toml --device cpu --out results/demo
 	$(BIN)/topk-bench plot results/demo --out plots/demo
+	@echo "figures: plots/demo/. To run topk-bench yourself (README), in each new shell: source $(VENV)/bin/activate"
 
 test: setup
 	$(BIN)/python -m pytest
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow" -q
+
+figures: setup
+	$(BIN)/python scripts/docs_figures.py
+
+check-figures: setup
+	$(BIN)/python scripts/docs_figures.py --check

@@ -22,6 +22,7 @@ round) and the share of rounds in which a method beat it, and ``uptime``'s load
 average before and after.
 
     python benchmarks/bench_kv_selection.py --kv-len 131072 --rounds 9
+    python benchmarks/bench_kv_selection.py --threads 1 --clock cpu --impls sdpa page_topk topk_fast  # busy machine
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ def main(argv=None):
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="cpu: the process's CPU time (with --threads 1, robust to other processes' load)")
     parser.add_argument("--impls", nargs="+",
                         default=list(DENSE) + ["page_topk", "sink_window", "topk_fast", "topk_fast_f32"])
     args = parser.parse_args(argv)
@@ -124,20 +127,22 @@ def main(argv=None):
     names = list(steps)
     print(f"torch {torch.__version__}, {args.threads} threads, B={args.batch} Hq={args.heads} Hkv={args.kv_heads} "
           f"d={args.head_dim} kv_len={args.kv_len} new_tokens={args.new_tokens} {args.dtype}, no grad, "
-          f"{args.rounds} interleaved rounds")
+          f"{args.rounds} interleaved rounds, {args.clock} clock, CPU capability "
+          f"{torch.backends.cpu.get_cpu_capability()}")
     for note in notes:
         print("  " + note)
     print("  before: " + uptime(), flush=True)
     times = {n: [] for n in names}
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     with torch.no_grad():
         for name in names:  # warm-up: allocator, thread pool, first-call paths
             steps[name]()
         for r in range(args.rounds):
             # Rotate the order so no implementation always runs after the same neighbour.
             for name in names[r % len(names):] + names[: r % len(names)]:
-                start = time.perf_counter()
+                start = clock()
                 steps[name]()
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
             print(f"  round {r + 1}: " + ", ".join(f"{n} {times[n][-1] * 1e3:.1f}" for n in names), flush=True)
     print("  after:  " + uptime())
     med = {n: statistics.median(ts) for n, ts in times.items()}

@@ -5,7 +5,8 @@
 Two ways, the same result: the sampled products of :class:`_BlockSparse` (training and
 prefill, forward and backward: no key or value row is copied) and, for a decode step,
 :func:`_gathered_blocks` (the chosen blocks copied whole, a few MiB at a time, for dense
-products). Shape-static: runs under ``FakeTensorMode``.
+products; half inputs, where the target emulates half GEMMs (:mod:`implementations.hardware`):
+float32 products from float32 copies of the copied blocks, rounded once as a half GEMM rounds). Shape-static: runs under ``FakeTensorMode``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from implementations.decode import use_decode_path
+from implementations.hardware import native_half_matmul
 from implementations.masking import query_positions, stat_dtype
 from implementations.selection import per_query_head
 
@@ -196,17 +198,39 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
     qt = q.reshape(b, ht, per, lq, d).transpose(2, 3).reshape(b * ht * lq, per, d)
     hidden = allowed.logical_not_().view(b * ht * lq, 1, n * block_size)  # for masked_fill_ (in place: no copy)
     rows = b * ht * lq
-    step = max(1, GATHER_BYTES // max(1, n * block_size * (d + dv) * k.element_size()))
+    step = min(rows, max(1, GATHER_BYTES // max(1, n * block_size * (d + dv) * k.element_size())))
     out = q.new_empty(rows, per, dv)
+    # Buffers reused by every part (a fresh multi-MiB allocation per part costs its page faults).
+    # Half inputs where the target emulates half GEMMs: float32 copies of each part's blocks (and
+    # of the queries and weights) for float32 products, each rounded once as a half GEMM rounds.
+    # One part's blocks at a time, keys then values in the same buffer.
+    convert = not native_half_matmul(k)
+    width = n * block_size * max(d, dv)
+    part = k.new_empty(step * width)
+    if convert:
+        qt = qt.float()
+        part_float = qt.new_empty(step * width)
     for r0 in range(0, rows, step):
         r1 = min(r0 + step, rows)
-        keys = keys_of.index_select(0, windows[r0 * n: r1 * n]).view(r1 - r0, n * block_size, d)
-        scores = torch.bmm(qt[r0:r1], keys.transpose(1, 2)).to(stat_dtype(q.dtype))
+        m, picked = r1 - r0, windows[r0 * n: r1 * n]
+        keys = torch.index_select(keys_of, 0, picked, out=part[: m * n * block_size * d].view(m * n, -1))
+        keys = keys.view(m, n * block_size, d)
+        if convert:  # keys on the left: with a few query rows the tall product measured 2x faster
+            keys = part_float[: keys.numel()].view(keys.shape).copy_(keys)
+            scores = torch.matmul(keys, qt[r0:r1].transpose(1, 2)).transpose(1, 2).to(q.dtype)
+        else:
+            scores = torch.matmul(qt[r0:r1], keys.transpose(1, 2))
         del keys
         # Every row keeps its own block's first key (causal: the query sees it), so no row is all -inf.
-        weights = torch.softmax(scores.masked_fill_(hidden[r0:r1], float("-inf")), dim=-1).to(v.dtype)
-        values = values_of.index_select(0, windows[r0 * n: r1 * n]).view(r1 - r0, n * block_size, dv)
-        torch.bmm(weights, values, out=out[r0:r1])
+        scores = scores.to(stat_dtype(q.dtype)).masked_fill_(hidden[r0:r1], float("-inf"))
+        weights = torch.softmax(scores, dim=-1).to(v.dtype)
+        values = torch.index_select(values_of, 0, picked, out=part[: m * n * block_size * dv].view(m * n, -1))
+        values = values.view(m, n * block_size, dv)
+        if convert:
+            values = part_float[: values.numel()].view(values.shape).copy_(values)
+            out[r0:r1] = torch.matmul(weights.float(), values)
+        else:
+            torch.matmul(weights, values, out=out[r0:r1])
     return out.view(b, ht, lq, per, dv).transpose(2, 3).reshape(b, hq, lq, dv)
 
 

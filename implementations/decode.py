@@ -9,16 +9,22 @@ keeps what backward needs. A decode step has a handful of queries and no backwar
    head are the positions of its G query heads (row ``g*Lq + i`` is query head
    ``h*G + g`` at position ``i``), so one GEMM serves a whole group and K is read in
    place (grouped-query heads need no repeated K/V);
-2. half inputs ranked in float32 (``float_scores``): on the CPU by cache-sized tiles of
-   keys (``DECODE_TILE_BYTES``), each from one reused float32 copy of the tile, never of
-   all of K; ranked in their own dtype: one product, scores kept in that dtype;
+2. half inputs ranked in float32 (``float_scores``): by tiles of keys, each from one reused
+   float32 copy of the tile, never of all of K (``DECODE_TILE_BYTES``: cache-sized on the
+   CPU; ``DECODE_TILE_BYTES_CUDA`` on an accelerator, where one big GEMM is what the device wants, yet a float32 copy of a
+   whole cache (512 MiB at 131072 Llama-3-8B tokens) is not); ranked in their own dtype: one
+   product where the target multiplies half matrices natively, else the same float32 tiles,
+   each product rounded once into the half scores (:mod:`implementations.hardware`); scores
+   kept in that dtype;
 3. mask (bottom-right causal, padding) once, on all scores; the caller selects its top-k
    (``topk``: plain, ``topk_fast``: pruned);
 4. take the output as a weighted bag of the ``k`` selected V rows (``embedding_bag``),
    instead of a dense ``Lq x Lk`` product with all of V.
 
 Everything is shape-static, so it runs under ``FakeTensorMode`` as well (there, with the same
-allocations and FLOPs, in one product instead of one per tile).
+allocations and FLOPs, in one product instead of one per tile). The tiles follow the target
+device (:func:`implementations.hardware.device_kind`), so a CUDA case predicted on fake CPU
+tensors under ``hardware.target("cuda")`` allocates the CUDA tiles.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 
+from implementations.hardware import device_kind, native_half_matmul
 from implementations.masking import allowed_keys, causal_offset, stat_dtype, upcast
 
 # Query positions up to which a call without gradients takes this path (all scores of
@@ -39,7 +46,10 @@ DECODE_ROWS = 64
 # two ops per tile (512 at 131072 keys), which costs on a machine whose cores are
 # oversubscribed and a run with several threads (each parallel region can wait a
 # scheduler slice): there no multi-op implementation keeps up with one fused kernel.
+# CUDA: a tile of float32 keys large enough that each GEMM fills the device, bounded so that
+# no step holds a float32 copy of a large cache (8 tiles at 131072 Llama-3-8B tokens).
 DECODE_TILE_BYTES = 2 << 20
+DECODE_TILE_BYTES_CUDA = 64 << 20
 
 
 def use_decode_path(q, k, v, chunk_size: int, dropout: float) -> bool:
@@ -68,10 +78,13 @@ def decode_scores(q, k, groups: int, *, causal: bool, real_keys=None, multiple: 
     device = q.device
     qf = upcast(q.reshape(bkv, rows, d)) if float_scores else q.reshape(bkv, rows, d)
     scores = torch.empty(bkv, rows, width, dtype=qf.dtype, device=device)
-    if qf.dtype != stat_dtype(qf.dtype):  # half inputs ranked in their dtype: one product
+    # Half inputs ranked in their dtype: one half product, unless the target emulates half GEMMs
+    # and the keys span several float32 tiles: then float32 tiles, rounded into the half scores.
+    half = qf.dtype != stat_dtype(qf.dtype)
+    if half and (native_half_matmul(qf) or _tile_keys(qf, k3, torch.float32) >= lk):
         torch.matmul(qf, k3.transpose(1, 2), out=scores[:, :, :lk])
     else:
-        _float_products(qf, k3, scores)
+        _tiled_products(upcast(qf), k3, scores)
     if width > lk:
         scores[..., lk:].fill_(float("-inf"))
     grouped = scores.view(bkv, groups, lq, width)  # per-position masks broadcast over the G heads
@@ -87,26 +100,55 @@ def decode_scores(q, k, groups: int, *, causal: bool, real_keys=None, multiple: 
     return scores
 
 
-def _float_products(qf, k3, scores):
-    """``scores[:, :, :Lk] = qf @ k3ᵀ`` in ``qf``'s (float) dtype; half keys converted a tile at a time."""
+def _tile_keys(q, k3, dtype) -> int:
+    """Keys per tile of :func:`_tiled_products` for keys ``k3`` multiplied in ``dtype``.
+
+    CPU: cache-sized tiles (a converted tile stays in cache for its GEMM); an accelerator: all
+    keys in one product, unless they are converted (a reused tile, never a copy of all of K).
+    """
+    bkv, lk, d = k3.shape
+    if device_kind(q) == "cpu":
+        tile_bytes = DECODE_TILE_BYTES
+    elif k3.dtype != dtype:
+        tile_bytes = DECODE_TILE_BYTES_CUDA
+    else:
+        return max(lk, 1)
+    return min(max(lk, 1), max(1, tile_bytes // max(1, bkv * d * dtype.itemsize)))
+
+
+def _tiled_products(qf, k3, scores):
+    """``scores[:, :, :Lk] = qf @ k3ᵀ`` from float ``qf``; keys of another dtype converted a tile at a time.
+
+    ``scores`` in ``qf``'s dtype gets the products; in a half dtype, each tile's float32
+    products rounded once (as a half GEMM rounds them). Tiles of ``DECODE_TILE_BYTES`` on a CPU target,
+    ``DECODE_TILE_BYTES_CUDA`` on an accelerator; keys in ``qf``'s dtype need no tiles (one product).
+    """
     bkv, lk, d = k3.shape
     convert = qf.dtype != k3.dtype
-    tile = max(lk, 1)
-    if qf.device.type == "cpu":  # cache-sized tiles (an accelerator would rather have one large op)
-        tile = max(1, DECODE_TILE_BYTES // max(1, bkv * d * qf.element_size()))
-    key_buffer = qf.new_empty(bkv, min(tile, lk), d) if convert else None
-    if isinstance(qf, FakeTensor) and lk > tile:
-        # Predicting: every tile allocates and frees the same, so one tile's conversion and one
-        # product over all keys (the converted tile broadcast) have the loop's peak and FLOPs in two
-        # ops, not Lk / tile pairs (16384 at 1M keys, batch 8: minutes of fake ops).
+    rounded = scores.dtype != qf.dtype
+    tile = _tile_keys(qf, k3, qf.dtype)
+    key_buffer = qf.new_empty(bkv, tile, d) if convert else None
+    product = qf.new_empty(bkv, qf.shape[1], tile) if rounded else None
+    if isinstance(qf, FakeTensor) and lk > tile and device_kind(qf) == "cpu":
+        # Predicting for a CPU: every tile allocates and frees the same, so one tile's conversion and
+        # one product over all keys (the converted tile broadcast; rounded scores: in their dtype)
+        # have the loop's peak and FLOPs in a few ops, not Lk / tile pairs (16384 at 1M keys,
+        # batch 8: minutes of fake ops). Not for CUDA: its GEMM would copy the broadcast operand
+        # (the kernel rules see it), and its 64 MiB tiles are few (64 at 1M keys, batch 8).
         keys = key_buffer[:, :1].copy_(k3[:, :1]).expand(bkv, lk, d) if convert else k3
+        if rounded:  # the products' FLOPs in the scores' dtype (no float32 buffer of all scores exists)
+            keys, qf = k3[:, :1].expand(bkv, lk, d), k3[:, :1].expand(bkv, qf.shape[1], d)
         torch.matmul(qf, keys.transpose(1, 2), out=scores[:, :, :lk])
-    else:
-        for t0 in range(0, lk, tile):
-            t1 = min(t0 + tile, lk)
-            keys = k3[:, t0:t1]
-            if convert:
-                keys = key_buffer[:, : t1 - t0].copy_(keys)
+        return
+    for t0 in range(0, lk, tile):
+        t1 = min(t0 + tile, lk)
+        keys = k3[:, t0:t1]
+        if convert:
+            keys = key_buffer[:, : t1 - t0].copy_(keys)
+        if rounded:
+            torch.matmul(qf, keys.transpose(1, 2), out=product[:, :, : t1 - t0])
+            scores[:, :, t0:t1].copy_(product[:, :, : t1 - t0])
+        else:
             torch.matmul(qf, keys.transpose(1, 2), out=scores[:, :, t0:t1])
 
 

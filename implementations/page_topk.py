@@ -28,7 +28,9 @@ the two are the same.
 Dtypes: summaries and bounds are float32 for half inputs (a rounded bound could
 change which page wins; the summaries are exact copies of key values either way),
 the scores of the selected keys come in the input dtype and their softmax is float32;
-the output is in the input dtype. Differentiable in q, k, v (exactly, the selection
+the output is in the input dtype. (A decode step on a CPU that emulates half GEMMs
+computes those half products from float32 copies of the copied pages, rounded once:
+:mod:`implementations.block_attention`.) Differentiable in q, k, v (exactly, the selection
 held fixed); the summaries are not differentiated.
 
 Summaries: :func:`page_summaries` builds them; pass them as ``summaries`` to keep

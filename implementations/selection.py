@@ -31,6 +31,7 @@ from typing import Callable
 
 import torch
 
+from implementations.decode import DECODE_ROWS, decode_scores
 from implementations.masking import (
     allowed_keys, fold_groups, from_padding, group_rows, query_positions, stat_dtype, unfold_groups,
 )
@@ -47,17 +48,28 @@ def topk_selection(q, k, *, causal=False, topk=128, chunk_size=1024, key_padding
     True = padding). A row with fewer than ``topk`` allowed keys selects all of them.
     ``dropout`` drops weights after the selection, so it does not change it. Scores are
     float32 for half inputs (``float_scores=False``: in the input dtype); computed
-    ``chunk_size`` query rows at a time.
+    ``chunk_size`` query rows at a time, or, for as few query rows as a decode step has
+    (:func:`~implementations.decode.use_decode_path`), as the decode step computes them
+    (:func:`~implementations.decode.decode_scores`, e.g. half products from float32 tiles where
+    the CPU emulates half GEMMs): the keys the step attends.
     """
     del dropout
     b, hq, lq, _ = q.shape
     hkv, lk = k.shape[1], k.shape[2]
     groups = hq // hkv
     kk = min(int(topk), lk)
-    sdt = stat_dtype(q.dtype) if float_scores else q.dtype
-    kt = k.to(sdt).transpose(-2, -1)
     out = torch.zeros(b, hq, lq, lk, dtype=torch.bool, device=q.device)
     real_keys = from_padding(key_padding_mask)
+    if lq <= min(DECODE_ROWS, int(chunk_size)):
+        ok = allowed_keys(0, lq, lq, lk, causal=causal, real_keys=real_keys, device=q.device, ndim=4)
+        with torch.no_grad():
+            scores = decode_scores(q.detach(), k.detach(), groups, causal=causal, real_keys=real_keys,
+                                   float_scores=float_scores)
+        idx = scores.topk(kk, dim=-1, sorted=False).indices.view(b, hq, lq, kk)  # rows: [B*Hkv, G*Lq] = [B, Hq, Lq]
+        out.scatter_(-1, idx, True)
+        return out if ok is None else out & ok
+    sdt = stat_dtype(q.dtype) if float_scores else q.dtype
+    kt = k.to(sdt).transpose(-2, -1)
     for r0 in range(0, lq, max(1, int(chunk_size))):
         r1 = min(r0 + max(1, int(chunk_size)), lq)
         ok = allowed_keys(r0, r1, lq, lk, causal=causal, real_keys=real_keys, device=q.device, ndim=4)  # [(B, 1,) C, Lk]

@@ -45,8 +45,10 @@ branches), so it runs under ``FakeTensorMode`` for the predict backend.
   bf16 rounding of the k-th score; ``suites/kv_selection.toml``).
 - Decoding (no gradient, no dropout, at most ``min(64, chunk_size)`` query
   positions): :mod:`implementations.decode` computes all scores of the step (half
-  inputs: one product in their dtype; with ``float_scores``, float32 from one
-  cache-sized key tile converted at a time), then one pruned
+  inputs: one product in their dtype where the target multiplies half matrices
+  natively, else float32 products of cache-sized key tiles rounded once into the half
+  scores (:mod:`implementations.hardware`: an AVX2-only CPU emulates bf16 GEMMs); with
+  ``float_scores``, float32 from one key tile converted at a time), then one pruned
   top-k and a bag of the selected V rows; a few large ops, no causal row tiles.
 """
 
@@ -75,6 +77,7 @@ ROW_TILE = 512
 # Selected entries per backward group of heads: bounds the backward's O(nnz)
 # temporaries (about 30 bytes per entry) while keeping the op count low.
 BACKWARD_ENTRIES = 1 << 22
+FACTOR = 1.0
 
 
 def _segments(n: int, k: int) -> int:
@@ -124,22 +127,63 @@ def _topk(x: torch.Tensor, k: int):
     return _scores(values, x.dtype), indices
 
 
-def _row_topk(scores: torch.Tensor, k: int, s: int):
-    """Exact row-wise top-k (unsorted) of ``scores [..., n]`` with ``n % s == 0`` (``s=1``: plain top-k).
+def _group_size(n: int, k: int) -> int:
+    """Members per group of a training tile's pruned top-k (:func:`_row_topk`) over ``n`` keys (1: plain top-k).
 
-    Columns are split into ``G = n/s`` strided groups ``{g, g+G, ...}``. If a
-    group's maximum is not among the k largest maxima, k entries beat all of
-    that group, so the top-k lies in the k best groups: ``k·s`` candidates.
+    The work is about ``c_top·n/s`` (top-k of the group maxima) plus ``(c_top + c_gather)·k·s``
+    (the candidates' gather and top-k); with a gather per element about half a top-k's
+    (measured on CPU), ``s = 0.8·sqrt(n/k)`` balances them. At least k groups.
+    """
+    s = int(FACTOR * math.sqrt(n / k))
+    return s if s >= 2 and n // s >= k else 1
+
+
+def _row_topk(scores: torch.Tensor, k: int, s: int):
+    """Exact row-wise top-k (unsorted) of ``scores [..., n]`` through groups of ``s`` columns (``s=1``: plain top-k).
+
+    Columns are split into ``G = n // s`` strided groups ``{g, g+G, ..., g+(s-1)G}``; the last
+    ``n - s·G`` columns are one more member of groups ``0, 1, ...``. If a group's maximum is not
+    among the k largest maxima, k entries beat all of that group, so the top-k lies in the k best
+    groups: ``k·s`` candidates (``k·(s+1)`` with the extra members, masked where a group has none).
+    Returns the values and their columns (int64); a row with fewer than k finite entries may pick
+    ``-inf`` ones, whose columns are kept below ``n``.
     """
     if s == 1:
         return _topk(scores, k)
-    grouped = scores.unflatten(-1, (s, -1))  # [..., s, G]: column j = i·G + g
-    groups = grouped.shape[-1]
-    best = _topk(grouped.amax(dim=-2), k)[1]  # [..., k]
-    # The k best groups' members, gathered through an expanded (not materialised) index.
-    cand = grouped.gather(-1, best.unsqueeze(-2).expand(*best.shape[:-1], s, k))
-    values, pos = _topk(cand.flatten(-2), k)
-    return values, torch.div(pos, k, rounding_mode="floor") * groups + best.gather(-1, pos % k)
+    n = scores.shape[-1]
+    g = n // s
+    rem = n - s * g
+    rows = scores.reshape(-1, n)
+    r = rows.shape[0]
+    grouped = rows[:, : s * g].unflatten(-1, (s, g))  # [r, s, G]: column i·G + j is member i of group j
+    maxima = grouped.amax(dim=-2)
+    tail = rows[:, s * g:]
+    if rem:
+        torch.maximum(maxima[:, :rem], tail, out=maxima[:, :rem])
+    best = _topk(maxima, k)[1]  # [r, k]: the k best groups
+    del maxima
+    members = s + (1 if rem else 0)
+    cand = scores.new_empty(r, members, k)
+    torch.gather(grouped, -1, best.unsqueeze(1).expand(r, s, k), out=cand[:, :s])
+    if rem:  # the extra member of groups < rem; -inf for the others (their index kept in range)
+        torch.gather(tail, -1, best.clamp(max=rem - 1), out=cand[:, s])
+        cand[:, s].masked_fill_(best >= rem, float("-inf"))
+    values, pos = _topk(cand.view(r, members * k), k)
+    del cand
+    # Candidate ``pos = member·k + slot`` is column ``member·G + best[slot]``.
+    if k & (k - 1) == 0:
+        member = pos >> (k.bit_length() - 1)
+        slot = pos.bitwise_and_(k - 1)
+    else:
+        member = torch.div(pos, k, rounding_mode="floor")
+        slot = pos.sub_(member * k)
+    where = best.gather(-1, slot)
+    del best, pos, slot
+    where.add_(member.mul_(g))
+    del member
+    if rem:
+        where.clamp_(max=n - 1)
+    return values.view(*scores.shape[:-1], k), where.view(*scores.shape[:-1], k)
 
 
 def _activate(top: torch.Tensor, relu: bool, safe: bool = False) -> torch.Tensor:
@@ -152,17 +196,17 @@ def _activate(top: torch.Tensor, relu: bool, safe: bool = False) -> torch.Tensor
 
 
 def _tiles(lq, lk, kk, causal, chunk_size, offset=0):
-    """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, width padded to ``s``.
+    """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, ``width = max(n, kk) <= Lk``
+    columns computed (the keys past ``n`` are masked), groups of ``s`` (:func:`_group_size`).
 
     ``offset``: position of query 0 (bottom-right causal alignment, ``Lk - Lq``).
     """
     rows = max(1, min(chunk_size, ROW_TILE))
     for r0 in range(0, lq, rows):
         r1 = min(r0 + rows, lq)
-        # At least kk columns so that each row has kk entries (extra ones masked).
         n = min(max(offset + r1, 0), lk) if causal else lk
-        s = _segments(max(n, kk), kk)
-        yield r0, r1, n, s, -(-max(n, kk) // s) * s
+        width = max(n, kk)  # kk <= Lk: at least kk real keys, so that each row has kk entries
+        yield r0, r1, n, _group_size(width, kk), width
 
 
 def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scores=True):
@@ -172,6 +216,10 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
     ``real_keys``: bool ``[bh / groups, 1, Lk]``, True = a real key (padding is masked like a future key).
     Scores (and the returned top values) are float32 for half inputs; ``float_scores=False``:
     the scores are the product in the input dtype (returned as float32).
+
+    Per tile of rows: one product with the keys the tile sees (all heads at once), ``-inf`` on
+    the causal diagonal's future keys, then the pruned top-k (:func:`_row_topk`) on the tile as
+    it is: no copy of K, no padding columns.
     """
     bh, lq, d = q3.shape
     bkv, lk = k3.shape[:2]
@@ -184,11 +232,8 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
     q4, top4, idx4 = (t.view(bkv, groups, lq, t.shape[-1]) if groups > 1 else t for t in (q3, top, idx))
     base = (torch.arange(bkv, device=device) * lk).view(bkv, *(1,) * (top4.dim() - 1))
     tiles = list(_tiles(lq, lk, kk, causal, chunk_size, offset))
-    widest = max((t[4] for t in tiles), default=0)
     score_dtype = stat_dtype(q3.dtype) if float_scores else q3.dtype
     keys = k3.to(score_dtype)  # a float32 copy for half inputs: scores that select keys are not rounded
-    if widest > lk:  # zero key rows as padding; their scores are masked below
-        keys = torch.cat([keys, keys.new_zeros(bkv, widest - lk, d)], dim=1)
     pad = None if real_keys is None else real_keys.logical_not()  # for masked_fill_
     if pad is not None and groups > 1:
         pad = pad.unsqueeze(1)  # broadcast over the G heads of a group
@@ -201,21 +246,19 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
         tile_q = q3[:, r0:r1] if groups == 1 else q4[:, :, r0:r1].reshape(bkv, rows, d)
         torch.matmul(tile_q.to(score_dtype), keys[:, :width].transpose(1, 2), out=scores)
         grouped = scores if groups == 1 else scores.view(bkv, groups, r1 - r0, width)
-        # Columns some row of the tile must not see, from ``lo`` on: future keys and the columns
-        # past the keys. Row r sits at position p = offset + r and sees keys j <= p.
+        # Columns some row of the tile must not see, from ``lo`` on: future keys (and, when
+        # ``n < width``, the keys past the tile). Row r sits at position p = offset + r and sees keys j <= p.
         p0, p1 = offset + r0, offset + r1
-        lo = min(max(p0, 0), n) if causal else n
+        lo = min(max(p0, 0), n) if causal else width
         if lo < width:
-            key = (p0 - lo, p1 - lo, n - lo, width - lo)
+            key = (p0 - lo, p1 - lo, width - lo)
             if key not in hidden:
                 allowed = allowed_keys(r0, r1, lq, lk, causal=causal, device=device, cols=(lo, width))
                 hidden[key] = allowed.logical_not_()
             grouped[..., lo:].masked_fill_(hidden[key], float("-inf"))
-        if pad is not None:  # columns >= n are masked above already
-            grouped[..., :n].masked_fill_(pad[..., :n], float("-inf"))
+        if pad is not None:
+            grouped.masked_fill_(pad[..., :width], float("-inf"))
         values, where = _row_topk(scores, kk, s)
-        if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
-            where.clamp_(max=lk - 1)
         if groups == 1:
             top[:, r0:r1] = values
             torch.add(where, base, out=idx[:, r0:r1])
@@ -303,7 +346,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     sorted_keys, order = torch.sort(flat)
     starts = torch.searchsorted(sorted_keys, keys)
     del sorted_keys
-    query_of = order // kk
+    query_of = order >> (kk.bit_length() - 1) if kk & (kk - 1) == 0 else torch.div(order, kk, rounding_mode="floor")
     # index_select: ~4x faster than advanced indexing for these permutations.
     if dv is not None:
         w_sorted = dropped.reshape(-1).index_select(0, order).to(dout_g.dtype)

@@ -32,3 +32,11 @@ def test_unknown_command_exits_2_without_traceback():
     result = run_cli("no-such-command")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+
+
+def test_version_is_the_packages_and_needs_no_command():
+    from importlib.metadata import version
+
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout == f"topk-bench {version('topk-bench')}\n", result
+    assert "--version" in run_cli("--help").stdout

@@ -198,7 +198,8 @@ def test_others_busy_leaves_out_this_process_tree_and_sees_a_process_outside_it(
     finally:
         ours.kill()
         ours.wait()
-    assert spun > 0 and grew >= spun, (grew, spun)
+    # The two readings are a few microseconds apart at each end: a spinner's jiffy or two may fall between them.
+    assert spun > 0 and grew >= spun - 3, (grew, spun)
     detached = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
                               capture_output=True, text=True, check=True)
     pid = int(detached.stdout.strip())

@@ -10,7 +10,7 @@ import torch
 
 import implementations
 from topk_bench.doctor import agreement, oom, tiny
-from topk_bench.doctor.check import Result
+from topk_bench.doctor.check import Result, brief
 from topk_bench.plugins import load
 
 PLUGINS = Path(__file__).parent / "plugins"
@@ -37,6 +37,15 @@ def test_agreement_makes_selection_methods_exact_and_compares_them_with_vanilla(
     assert topk.result == Result.PASS and "vs vanilla" in topk.detail
     # Performer has no exact configuration (random features): compared with itself in float64.
     assert agreement.reference_of(implementations.spec("performer")) == "performer"
+
+
+def test_a_skipped_reason_is_whole_and_a_long_detail_is_cut_after_a_word():
+    """flex has no backward on the CPU: its reason is given whole (it was cut to "(forward only: ru)")."""
+    flex = agreement.check("flex", "cpu")
+    assert flex.result == Result.SKIPPED and "(forward only: run under no_grad, or on CUDA)" in flex.detail
+    assert brief("an error message that goes on\nsecond line", 100) == "an error message that goes on"
+    assert brief("an error message that goes on", 20) == "an error message..."
+    assert brief("x" * 30, 10) == "xxxxxxx..."
 
 
 def test_relative_error_sees_a_missing_gradient_and_a_wrong_shape():

@@ -158,3 +158,19 @@ def test_bert_base_vanilla_at_65k_predicts_hundreds_of_gib_without_allocating():
     assert m.flops > 10 ** 13
     assert _hwm_bytes() - before < 256 << 20
     assert elapsed < 60
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_predictable_plug_in_that_reads_a_value_gets_a_row_naming_the_flag(device):
+    """A plug-in registered predictable (the default) that calls ``.item()``: --predict cannot size it, and the
+    row's error says which declaration to change, not only torch's DataDependentOutputException."""
+    from topk_bench.doctor import tiny
+    from topk_bench.plugins import load
+    from topk_bench.types import Method
+
+    plugin = str(Path(__file__).parent / "plugins" / "item_attention.py")
+    load([plugin])
+    result = execute(tiny.case("test_item", device=device, method=Method.PREDICTED, plugins=(plugin,)))
+    assert result.status == "error"
+    assert result.error.startswith("NotPredictable: test_item is registered with predictable=True")
+    assert "DataDependentOutputException" in result.error and "predictable=False" in result.error

@@ -186,7 +186,8 @@ def test_layout_follows_panels_and_drops_the_time_row_of_predictions(results):
         assert len(predicted.axes) == 2  # no time measured: memory row only
         assert "predicted" in predicted._suptitle.get_text()
         lines = [line for line in predicted.axes[0].get_lines() if line.get_label() == "vanilla"]
-        assert lines and lines[0].get_linestyle() != "-"  # predicted curves are dashed
+        # Dashes say which variant of an implementation, nothing else: the title says it is predicted.
+        assert lines and lines[0].get_linestyle() == "-"
     finally:
         plt.close(measured)
         plt.close(predicted)
@@ -228,7 +229,7 @@ def test_failures_sit_on_the_top_edge_each_labelled_and_times_carry_their_iqr(tm
             assert "timeout" in texts and any(t.startswith("over budget") for t in texts)
         assert "over budget (36.5 GiB)" in [t.get_text() for t in memory.texts]
         assert time.collections, "no IQR error bars on measured times"
-        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        labels = [t.get_text().replace("\n", " ") for t in fig.legends[0].get_texts()]
         assert "stopped: above the frame (reason written)" in labels
     finally:
         plt.close(fig)
@@ -347,7 +348,7 @@ def test_one_figure_per_model_with_time_per_token_and_the_memory_above_inputs(tm
 
 
 def test_an_option_that_moves_with_x_is_one_curve_and_one_that_does_not_splits_it():
-    from topk_bench.report.plots.figure import _series
+    from topk_bench.report.plots.series import series as _series
     from topk_bench.report.plots.spec import PlotSpec
 
     # A swept token budget sets page_topk's token_budget (one value per x); batch has two values per x.

@@ -65,6 +65,41 @@ def test_the_progress_bar_shows_the_moving_eta_and_elsewhere_one_line_per_case()
         reporter.finished("a", {"status": "ok"})
         reporter.finished("b", {"status": "skipped", "error": "skipped: a hit oom"})
     assert plain.getvalue().splitlines() == ["[1/2] a: ok  peak -  time -", "[2/2] b: skipped  peak -  time -  (skipped: a hit oom)"]
+    small = io.StringIO()
+    with Reporter("mha", total=1, done=0, console=Console(file=small, force_terminal=False, width=150)) as reporter:
+        reporter.finished("c", {"status": "ok", "peak_bytes": 12288, "time_median_s": 0.0493})
+    assert small.getvalue().splitlines() == ["[1/1] c: ok  peak 12.0 KiB  time 49.3 ms"]  # not "0.000 GiB"
+
+
+def test_the_estimate_is_at_most_the_budgets_about_what_cases_took_before_and_nothing_when_nothing_runs(tmp_path):
+    import csv
+
+    from runner_fakes import FakeRun
+    from topk_bench.run import runner
+    from topk_bench.run.executors import LocalExecutor
+
+    suite = write_suite(tmp_path)
+    the_plan = planning.plan(suite, device="cpu", out=tmp_path / "out")
+    n = len(the_plan.cases)
+    assert planning.size_note(the_plan, n) == (f"{n} cases to run (0 already in fake.csv), estimate at most "
+                                               f"{planning.format_duration(3 + n * 60.25)} (1 at a time, each "
+                                               "within its 60 s time budget)")
+    runner.run(suite, out=tmp_path / "out", device="cpu", progress=False, executor_obj=LocalExecutor(run=FakeRun()))
+    assert planning.size_note(the_plan, 0) == f"nothing to run: all {n} cases are in fake.csv"
+    # Rows written 10 s apart: a case took 10 s here; the rest are about that each, never more than the budget.
+    path = tmp_path / "out" / "fake.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for i, row in enumerate(rows):
+        row["timestamp"] = f"2026-11-24T10:{10 * i // 60:02d}:{10 * i % 60:02d}+00:00"
+    rows[0]["timestamp"] = "not a time"  # a hand-edited cell is left out, never a traceback
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    assert planning.seconds_per_case(path) == 10.0
+    note = planning.size_note(the_plan, 2)
+    assert f"2 cases to run ({n - 2} already in fake.csv), estimate about 23 s (10 s a case here before), at most" in note
 
 
 def test_jobs_auto_is_one_per_core_and_the_default_of_predict(tmp_path, monkeypatch):

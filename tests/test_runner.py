@@ -52,7 +52,8 @@ def test_run_writes_one_row_per_case_with_required_columns_first_and_meta(tmp_pa
     meta = json.loads((tmp_path / "out" / "fake.meta.json").read_text())
     assert meta["suite"] == "fake" and meta["workload"] == "mha"
     assert meta["plot"] == {"x": "seq_len", "x_label": None, "log_x": 0, "log_y": False, "panels": [],
-                            "metrics": ["memory", "time"], "memory": "allocated", "split": [], "renderer": None}
+                            "metrics": ["memory", "time"], "memory": "allocated", "split": [], "renderer": None,
+                            "pareto": False}
     assert result.written == {"ok": 8}
 
 
@@ -357,7 +358,7 @@ def test_progress_bar_on_a_terminal_and_one_line_per_case_elsewhere(tmp_path):
             reporter.running("Top-k seq_len=1024")
             reporter.finished("Top-k seq_len=1024", {"status": "ok", "peak_bytes": 2**30, "time_median_s": 0.5})
         text = buffer.getvalue()
-        assert "[2/3] Top-k seq_len=1024: ok  peak 1.000 GiB  time 0.5 s" in text
+        assert "[2/3] Top-k seq_len=1024: ok  peak 1.00 GiB  time 500 ms" in text
         assert ("mha" in text and "2/3" in text) if terminal else "elapsed" not in text
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from runner_fakes import FakeRun
 from topk_bench import load_results
+from topk_bench.errors import BadInput
 from topk_bench.report.show import short_bytes, short_seconds, show
 from topk_bench.run import runner
 from topk_bench.run.executors import LocalExecutor
@@ -58,6 +59,38 @@ def test_a_cell_is_median_time_over_peak_and_contended_times_are_marked(tmp_path
     # FakeRun's samples (1, 2, 3) x seq_len spread 50%: every measured ok row is flagged noisy.
     assert set(frame.loc[frame["status"] == "ok", "trust"]) == {"noisy"}
     assert "*" in text and err.count("warning:") == 1 and "noisy samples" in err and "(marked *)" in err
+
+
+def test_an_inference_suite_is_one_table_per_model_its_shape_said_once(tmp_path):
+    """suites/decode.toml (3 models, batch 1 and 8): a table per model whose title gives the model's heads once,
+    rows per implementation and batch; no row repeats q_heads, kv_heads or head_dim, no table mixes models."""
+    decode = Path(__file__).parents[1] / "suites" / "decode.toml"
+    runner.run(decode, out=tmp_path / "out", device="cpu", progress=False,
+               executor_obj=LocalExecutor(run=FakeRun(lambda c: "ok")))
+    text, _ = _shown(tmp_path / "out", width=100)
+    # (a table too wide for 100 columns goes on below itself, under the same title)
+    titles = list(dict.fromkeys(line.strip() for line in text.splitlines() if line.startswith("decode · cpu")))
+    assert titles == ["decode · cpu · measured · model llama-3-8b: q_heads 32, kv_heads 8, head_dim 128",
+                      "decode · cpu · measured · model gemma-2b: q_heads 8, kv_heads 1, head_dim 256",
+                      "decode · cpu · measured · model bert-base: q_heads 12, kv_heads 12, head_dim 64"]
+    assert not re.search(r"q_heads=|kv_heads=|head_dim=|model=", text)
+    first = text.split(titles[1])[0]  # the llama-3-8b tables
+    assert first.count("PyTorch SDPA batch=1") == first.count("PyTorch SDPA batch=8") == first.count(" kv_len  ") >= 1
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_a_folder_of_results_folders_is_shown_folder_by_folder(tmp_path):
+    """`show results/` after `make demo` (which wrote results/demo/): each sub-folder under its name."""
+    _mha_results(tmp_path / "results" / "demo", predict=True)
+    _mha_results(tmp_path / "results" / "more" / "cpu", predict=False)
+    text, err = _shown(tmp_path / "results", width=100)
+    assert text.index(f"{tmp_path / 'results' / 'demo'}:") < text.index(f"{tmp_path / 'results' / 'more' / 'cpu'}:")
+    assert text.count("mha · cpu · predicted") >= 1 and text.count("mha · cpu · measured") >= 1
+    assert err.count("warning:") == 1  # one line about the flagged times of both folders
+    empty = tmp_path / "empty" / "sub"
+    empty.mkdir(parents=True)
+    with pytest.raises(BadInput, match="no results CSV"):
+        _shown(tmp_path / "empty")
 
 
 def test_wide_is_the_flat_list_with_the_trust_column(tmp_path):

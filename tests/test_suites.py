@@ -170,6 +170,11 @@ def test_decode_is_models_shapes_over_1k_to_1m_cached_tokens_and_64k_measured_on
     assert max(c.param_dict["kv_len"] for c in measured) == 65536 and len(measured) == len(cases) * 7 // 11
     assert {"kv_cache_bytes", "bytes_per_s", "tokens_per_s", "time_per_token_s"} <= set(predicted.header)
     assert planning.meta(predicted)["plot"]["split"] == ["model"]
+    # One new token fits any query chunk: its size says nothing of a decode step, and the legend leaves it out.
+    labels = {c.impl: c.label for c in cases}
+    assert labels["topk"] == "Top-k (topk=128)" and labels["topk_fast"] == "Top-k fast (topk=128)"
+    assert "size=" not in "".join(labels.values())
+    assert {c.label for c in plan("demo_time").cases if c.impl == "topk"} == {"Top-k (size=1024, topk=128)"}
 
 
 def test_prefill_is_models_shapes_over_1k_to_128k_tokens_forward():

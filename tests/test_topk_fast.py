@@ -5,7 +5,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import implementations
-from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
+from attention_reference import assert_all_close, out_and_grads, qkv, qkv_gqa, reference_attention
 from implementations import Decoder, FeedForward, MultiHeadAttention
 from implementations import topk_fast as module
 
@@ -163,6 +163,20 @@ def test_key_padding_mask_equals_topk(activation, causal, lq, lk, topk, chunk):
                          key_padding_mask=pad)
     assert_all_close(got, want)
     assert all(t[1].abs().max() == 0 for t in (got[0], got[1], got[3]))
+
+
+@pytest.mark.parametrize("padding", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hq,hkv,lq,lk,topk,chunk", [(6, 2, 61, 150, 4, 16), (4, 1, 150, 150, 5, 32)])
+def test_gqa_with_pruned_selection_equals_topk(hq, hkv, lq, lk, topk, chunk, causal, padding):
+    # tests/test_gqa.py's shapes are too short for the pruned top-k (Lk >> k, groups of
+    # several keys, a remainder of columns): here each K/V head serves several query
+    # heads through it, k a power of two (shifts) and not.
+    q, k, v = qkv_gqa(lq, lk, hq, hkv, seed=hq * lk)
+    options = dict(causal=causal, topk=topk, chunk_size=chunk, key_padding_mask=_padding(lk) if padding else None)
+    got = out_and_grads(fast, q, k, v, **options)
+    assert got[2].shape == k.shape and got[3].shape == v.shape
+    assert_all_close(got, out_and_grads(paper, q, k, v, **options))
 
 
 def test_bad_padding_and_dropout_are_refused():

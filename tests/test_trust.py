@@ -62,6 +62,9 @@ def test_one_warning_line_counts_the_flagged_cases():
     assert line.startswith("4 of 6 case(s) measured under contention: 2 on a busy machine")
     assert "1 whose threads waited for a CPU (contended)" in line
     assert "2 with noisy samples (CV above 10%)" in line
+    # Not a dead end: it names the command that measures exactly those rows again (issue 30).
+    assert line.endswith("measure them again on a quiet machine: topk-bench run SUITE --remeasure busy,contended,noisy")
+    assert trust.warning(["noisy", ""]).endswith("topk-bench run SUITE --remeasure noisy")
 
 
 def test_steal_share_between_two_readings(tmp_path):

@@ -25,6 +25,43 @@ def format_bytes(value: Any) -> str:
     return f"{n:.0f} B"
 
 
+def three_digits(value: float) -> str:
+    """Three significant digits, trailing zeros kept, never an exponent: ``0.978``, ``7.70``, ``36.5``, ``512``."""
+    if value == 0:
+        return "0"
+    for digits, below in ((2, 9.995), (1, 99.95)):
+        if abs(value) < below:
+            return f"{value:#.3g}" if abs(value) < 0.9995 else f"{value:.{digits}f}"
+    return f"{value:.0f}"
+
+
+def _scaled(value: float, units: tuple[tuple[str, float], ...], space: str) -> str:
+    """``value`` in the smallest of ``units`` (ascending) in which it stays below 1000."""
+    for unit, size in units:
+        if abs(value) / size < 999.5 or unit == units[-1][0]:
+            return f"{three_digits(value / size)}{space}{unit}"
+    raise AssertionError("unreachable")
+
+
+def short_bytes(value: Any, space: str = " ") -> str:
+    """``7.70 GiB``, ``0.978 GiB``, ``512 MiB``, ``12.0 KiB``, ``0 B``: three digits, the unit changing before a
+    value needs four (never ``1001 MiB``), so that a column of them reads alike; ``-`` for a missing value."""
+    if missing(value):
+        return "-"
+    n = float(value)
+    if abs(n) < 999.5:
+        return f"{n:.0f}{space}B"
+    return _scaled(n, (("KiB", KIB), ("MiB", MIB), ("GiB", GIB)), space)
+
+
+def short_seconds(value: Any, space: str = " ") -> str:
+    """``812 us``, ``12.3 ms``, ``1.23 s``, ``1234 s``: three digits (four from 1000 s); ``-`` for a missing
+    value."""
+    if missing(value):
+        return "-"
+    return _scaled(float(value), (("us", 1e-6), ("ms", 1e-3), ("s", 1.0)), space)
+
+
 def format_seconds(value: Any) -> str:
     """``1.23 s``, ``45.6 ms``; ``-`` for a missing value."""
     if missing(value):

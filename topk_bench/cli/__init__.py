@@ -40,8 +40,22 @@ class Command(typer.core.TyperCommand):
         return pieces
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"topk-bench {version('topk-bench')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("topk-bench (not installed: no version)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     """Benchmark memory and time of attention implementations (top-k, query chunking, Performer, SDPA)."""
 
 

@@ -11,7 +11,8 @@ from topk_bench.cli import Command, app, output_width
 
 @app.command("show", cls=Command)
 def show(
-    results: Path = typer.Argument(..., metavar="RESULTS", help="A results CSV or a directory of them."),
+    results: Path = typer.Argument(..., metavar="RESULTS", help="A results CSV or a directory of them (its sub-folders "
+                                   "too, each on its own)."),
     wide: bool = typer.Option(False, "--wide", help="One row per case with every column (the flat list) instead of "
                                                    "the pivot tables."),
     errors: bool = typer.Option(True, "--errors/--no-errors", help="With --wide: show the error column of failed cases."),

@@ -16,7 +16,7 @@ import torch
 import implementations
 from topk_bench import workloads
 from topk_bench.doctor import tiny
-from topk_bench.doctor.check import Check, Result, compile_failure
+from topk_bench.doctor.check import Check, Result, brief, compile_failure
 from topk_bench.measure.fidelity import rel_err
 from topk_bench.measure.placement import DevicePlacement
 from topk_bench.workloads.support import unsupported
@@ -97,7 +97,7 @@ def check(name: str, device: str) -> Check:
             placement = DevicePlacement(device)
             got = _forward_backward(candidate, placement)
         except NotImplementedError as exc:
-            parts.append(f"{dtype}: skipped ({str(exc).splitlines()[0][:80]})")
+            parts.append(f"{dtype}: skipped ({brief(exc, 160)})")
             skipped += 1
             continue
         except Exception as exc:  # noqa: BLE001 -- a broken implementation is a failed check, not a crash
@@ -106,7 +106,7 @@ def check(name: str, device: str) -> Check:
                 parts.append(f"{dtype}: skipped (compile failed: {refused})")
                 skipped += 1
                 continue
-            parts.append(f"{dtype}: raised {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+            parts.append(f"{dtype}: raised {type(exc).__name__}: {brief(exc, 120)}")
             passed = False
             continue
         errors = {key: relative_error(got.get(key), value) for key, value in expected.items()}

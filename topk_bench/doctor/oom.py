@@ -13,7 +13,7 @@ from typing import Callable
 
 from topk_bench.case import Budget
 from topk_bench.doctor import tiny
-from topk_bench.doctor.check import Check
+from topk_bench.doctor.check import Check, brief
 from topk_bench.doctor.probes import MODULE
 from topk_bench.status import Status
 from topk_bench.units import MIB
@@ -38,7 +38,7 @@ def _run(device: str, nbytes: int, budget: Budget):
 
 
 def _judge(name: str, expected: Status, result, what: str) -> Check:
-    detail = f"{what}: status {result.status}" + (f" ({result.error[:140]})" if result.error else "")
+    detail = f"{what}: status {result.status}" + (f" ({brief(result.error, 140)})" if result.error else "")
     return Check.judged(name, result.status == expected, detail + ("" if result.status == expected
                                                                   else f"; expected {expected}"))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from topk_bench.case import Budget
 from topk_bench.doctor import tiny
-from topk_bench.doctor.check import Check, Result, compile_failure
+from topk_bench.doctor.check import Check, Result, brief, compile_failure
 from topk_bench.measure.backends import measure
 from topk_bench.status import Status
 from topk_bench.units import MIB
@@ -48,7 +48,7 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     try:
         measured, predicted = _pair(name, device, plugins)
     except Exception as exc:  # noqa: BLE001
-        return Check(label, Result.FAIL, f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        return Check(label, Result.FAIL, f"raised {type(exc).__name__}: {brief(exc, 160)}")
     if measured.status != Status.OK:
         refused = compile_failure(measured.error)
         if refused:

@@ -35,9 +35,10 @@ import time
 from typing import Callable
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from implementations import hardware
 from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
@@ -221,15 +222,39 @@ def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget],
     return _checked(result, steps.problem)
 
 
-def predict(case: Case, budget: Budget, tracker: LiveBytes | None = None) -> Measurement:
+class NotPredictable(Exception):
+    """A case declared predictable read a tensor's values under FakeTensorMode."""
+
+
+@contextlib.contextmanager
+def _declared_predictable(case: Case):
+    """A data-dependent op (``.item()``, ``nonzero``, a branch on a value) in a case declared predictable: the
+    error says which declaration to change, not only torch's exception."""
+    try:
+        yield
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        raise NotPredictable(
+            f"{case.impl} is registered with predictable=True, but reads a tensor's values, which --predict cannot "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); remove the .item() "
+            "(nonzero, data-dependent branch), or register it with predictable=False: --predict then records "
+            "its cases unsupported") from exc
+
+
+def predict(case: Case, budget: Budget, tracker: LiveBytes | None = None, **cuda_seams) -> Measurement:
     """Peak bytes of ``case`` without allocating; on CUDA, through the caching allocator (:func:`predict_cuda`).
 
     One iteration: every iteration of either protocol starts from the same live set, so it has the same peak.
-    ``tracker``: a fresh :class:`LiveBytes` that counts more (a profile's), for the CPU.
+    ``tracker``: a fresh :class:`LiveBytes` that counts more (a profile's), for the CPU; ``cuda_seams``:
+    :func:`predict_cuda`'s ``make_trace`` and ``make_steps`` (a profile's), for CUDA.
     """
     check_supported(case, predict=True)
+    with _declared_predictable(case):
+        return _predict_cuda_or_cpu(case, tracker, cuda_seams)
+
+
+def _predict_cuda_or_cpu(case: Case, tracker: LiveBytes | None, cuda_seams: dict) -> Measurement:
     if case.device_kind is DeviceKind.CUDA:
-        return predict_cuda(case)
+        return predict_cuda(case, **cuda_seams)
     fake = FakeTensorMode()
     with fake:
         wl = build(case, "cpu")
@@ -266,7 +291,8 @@ def predict_cuda(case: Case, *, empty_cache: bool = True,
     gpu, adds = cuda_kernels.gpu(case.gpu_model), cuda_kernels.EngineAdds()
     fake = FakeTensorMode()
     trace = make_trace(gpu, adds)
-    with fake, cuda_kernels.CudaComposites(gpu, adds), trace:
+    # The implementations run on fake CPU tensors but shape their temporaries for CUDA (decode's key tiles).
+    with fake, cuda_kernels.CudaComposites(gpu, adds), trace, hardware.target("cuda"):
         wl = build(case, "cpu")
     setup = trace.take()
     profiled, flops, ops = _traced_iteration(wl, case, fake, trace, counted=True)  # as CudaSteps.profile runs it
@@ -296,7 +322,7 @@ def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, 
     gpu, losses = trace.gpu, []
     flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
     with fake, cuda_kernels.CudaComposites(gpu, trace.adds), flops or contextlib.nullcontext(), \
-            ops or contextlib.nullcontext(), trace:
+            ops or contextlib.nullcontext(), trace, hardware.target("cuda"):
         iteration(wl, case, losses=losses)
     events = trace.take()
     return ((events, trace.serial(losses[0])), flops.get_total_flops() if counted else None,

@@ -51,10 +51,8 @@ def _predicted_cpu(case: Case, budget: Budget, sources: src.Sources) -> tuple[Me
 
 
 def _predicted_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Measurement, Captured]:
-    """:func:`backends.predict_cuda` itself, its trace attributed and its simulation keeping its peak's blocks."""
-    backends.check_supported(case, predict=True)
-    if case.protocol != OURS.name:
-        return backends.predict(case, budget), Captured([], None)  # raises Unsupported, as the prediction does
+    """:func:`backends.predict` itself (its ``predict_cuda``), the trace attributed and the simulation keeping its
+    peak's blocks."""
     made: dict[str, object] = {}
 
     def trace(gpu, adds) -> KernelAttribution:
@@ -65,7 +63,7 @@ def _predicted_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[M
         made["steps"] = PeakSimulation(*args, **options)
         return made["steps"]
 
-    result = backends.predict_cuda(case, make_trace=trace, make_steps=steps)
+    result = backends.predict(case, budget, make_trace=trace, make_steps=steps)
     tracker, simulation = made["trace"], made["steps"]
     for serial, nbytes in simulation.setup:  # what the build made is the baseline
         if nbytes != FREE and serial in tracker.storages:

@@ -23,9 +23,10 @@ from rich.table import Table
 
 from topk_bench.results import trust
 from topk_bench.results.columns import optional_columns, parameter_columns
-from topk_bench.results.frame import left_out, load_results
+from topk_bench.results.frame import left_out, load_results, results_folders
 from topk_bench.status import Status
-from topk_bench.units import GIB, KIB, MIB, missing
+from topk_bench import units
+from topk_bench.units import GIB, missing
 from topk_bench.results import columns as col
 from topk_bench.types import Method
 
@@ -44,26 +45,14 @@ def _cell(value) -> str:
     return str(value)
 
 
-def _three(value: float) -> str:
-    """Three significant digits, never an exponent: ``1.23``, ``12.3``, ``1000``."""
-    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
-
-
 def short_seconds(value) -> str:
     """``812us``, ``12.3ms``, ``1.23s``: three digits, no space (a pivot cell is narrow)."""
-    s = float(value)
-    if s < 1e-3:
-        return f"{_three(s * 1e6)}us"
-    return f"{_three(s * 1e3)}ms" if s < 1 else f"{_three(s)}s"
+    return units.short_seconds(value, space="")
 
 
 def short_bytes(value) -> str:
-    """``36.5GiB``, ``512MiB``, ``12KiB``."""
-    n = float(value)
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= size:
-            return f"{_three(n / size)}{unit}"
-    return f"{n:.0f}B"
+    """``36.5GiB``, ``7.70GiB``, ``0.978GiB``, ``512MiB``: three digits, no space."""
+    return units.short_bytes(value, space="")
 
 
 def _varying(rows: pd.DataFrame) -> list[str]:
@@ -114,44 +103,67 @@ def what_of(method: str) -> str:
 
 
 def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]:
-    """The pivot tables of a results frame (one or more per suite, device and method), each within ``width``."""
+    """The pivot tables of a results frame (one or more per suite, device, method and model), each within
+    ``width``."""
     out = []
     for (suite, device, method), rows in frame.groupby([col.SUITE, col.DEVICE, col.METHOD], sort=False):
-        # A row per implementation (its legend names its options); the columns: the swept parameter, one that
-        # every row has and that varies within an implementation (seq_len first; a suite of one case per
-        # implementation has none), then rows split by whatever else varies within one.
-        legend = rows[col.WORKLOAD] + "/" + pd.Series(col.legends(rows), index=rows.index)
-        within = [c for c in _varying(rows) if (rows[c].astype(str).groupby(legend).nunique() > 1).any()]
-        swept = [c for c in within if rows[c].notna().all()]
-        x = "seq_len" if "seq_len" in swept else max(swept, key=lambda c: rows[c].nunique(), default=None)
-        others = [c for c in within if c != x]
-        if rows[col.WORKLOAD].nunique() > 1:
-            others.insert(0, col.WORKLOAD)
-        names = []
-        for _, r in rows.iterrows():
-            name = col.legend(r[col.LABEL], r[col.IMPL])
-            name += "".join(f" {c}={_plain(r[c])}" for c in others if c != col.WORKLOAD and not missing(r[c]))
-            names.append(f"{r['workload']}: {name}" if col.WORKLOAD in others else name)
-        rows = rows.assign(_name=names, _x=[_plain(v) for v in rows[x]] if x else [what_of(method)] * len(rows),
-                           _cell=[pivot_cell(r) for _, r in rows.iterrows()])
-        xs = sorted(rows["_x"].unique(), key=_sort_key)
-        order = list(dict.fromkeys(names))
-        cells = {(n, v): c for n, v, c in zip(rows["_name"], rows["_x"], rows["_cell"])}
-        head = min(max(len(n) for n in order), int(width * _ROW_HEADER_SHARE))
-        widths = [max([len(str(v))] + [_width(cells.get((n, v), "")) for n in order]) for v in xs]
-        runs = _chunks(widths, width - head - 2)
-        what = what_of(method)
-        for part, run in enumerate(runs, start=1):
-            title = f"{suite} · {device} · {method} · {what} by {x or 'case'}"
-            title += f" ({part}/{len(runs)})" if len(runs) > 1 else ""
-            table = Table(title=title, box=box.SIMPLE_HEAD, min_width=min(len(title), width),
-                          pad_edge=False, title_justify="left")
-            table.add_column(x or "case", justify="left", max_width=head, overflow="fold")
-            for i in run:
-                table.add_column(str(xs[i]), justify="right", no_wrap=True)
-            for n in order:
-                table.add_row(n, *[cells.get((n, xs[i]), "") for i in run])
-            out.append(table)
+        for caption, part in _per_model(rows):
+            out += _pivot(part, f"{suite} · {device} · {method}", caption, width)
+    return out
+
+
+def _per_model(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(caption, rows) per model when a suite has several (the inference suites): the model, and the shape
+    columns that vary across the suite but not within the model (q_heads, kv_heads, head_dim), said once."""
+    if "model" not in rows or rows["model"].nunique() < 2:
+        return [("", rows)]
+    varying = _varying(rows)
+    out = []
+    for model, part in rows.groupby("model", sort=False):
+        fixed = [c for c in varying if c != "model" and part[c].astype(str).nunique() == 1 and part[c].notna().all()]
+        shape = ", ".join(f"{c} {_plain(part[c].iloc[0])}" for c in fixed)
+        out.append((f"model {model}" + (f": {shape}" if shape else ""), part))
+    return out
+
+
+def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[Table]:
+    """Implementations x the swept parameter for one group of rows, in as many tables as ``width`` needs."""
+    method = rows[col.METHOD].iloc[0]
+    # A row per implementation (its legend names its options); the columns: the swept parameter, one that
+    # every row has and that varies within an implementation (seq_len first; a suite of one case per
+    # implementation has none), then rows split by whatever else varies within one.
+    legend = rows[col.WORKLOAD] + "/" + pd.Series(col.legends(rows), index=rows.index)
+    within = [c for c in _varying(rows) if (rows[c].astype(str).groupby(legend).nunique() > 1).any()]
+    swept = [c for c in within if rows[c].notna().all()]
+    x = "seq_len" if "seq_len" in swept else max(swept, key=lambda c: rows[c].nunique(), default=None)
+    others = [c for c in within if c != x]
+    if rows[col.WORKLOAD].nunique() > 1:
+        others.insert(0, col.WORKLOAD)
+    names = []
+    for _, r in rows.iterrows():
+        name = col.legend(r[col.LABEL], r[col.IMPL])
+        name += "".join(f" {c}={_plain(r[c])}" for c in others if c != col.WORKLOAD and not missing(r[c]))
+        names.append(f"{r['workload']}: {name}" if col.WORKLOAD in others else name)
+    rows = rows.assign(_name=names, _x=[_plain(v) for v in rows[x]] if x else [what_of(method)] * len(rows),
+                       _cell=[pivot_cell(r) for _, r in rows.iterrows()])
+    xs = sorted(rows["_x"].unique(), key=_sort_key)
+    order = list(dict.fromkeys(names))
+    cells = {(n, v): c for n, v, c in zip(rows["_name"], rows["_x"], rows["_cell"])}
+    head = min(max(len(n) for n in order), int(width * _ROW_HEADER_SHARE))
+    widths = [max([len(str(v))] + [_width(cells.get((n, v), "")) for n in order]) for v in xs]
+    runs = _chunks(widths, width - head - 2)
+    out = []
+    for part, run in enumerate(runs, start=1):
+        title = f"{what_ran} · {caption}\n" if caption else f"{what_ran} · "
+        title += f"{what_of(method)} by {x or 'case'}" + (f" ({part}/{len(runs)})" if len(runs) > 1 else "")
+        table = Table(title=title, box=box.SIMPLE_HEAD, min_width=min(max(map(len, title.split("\n"))), width),
+                      pad_edge=False, title_justify="left")
+        table.add_column(x or "case", justify="left", max_width=head, overflow="fold")
+        for i in run:
+            table.add_column(str(xs[i]), justify="right", no_wrap=True)
+        for n in order:
+            table.add_row(n, *[cells.get((n, xs[i]), "") for i in run])
+        out.append(table)
     return out
 
 
@@ -193,17 +205,22 @@ def warning_lines(frame: pd.DataFrame, marked: bool = False) -> list[str]:
 def show(path: str | Path, errors: bool = True, console: Console | None = None,
          warnings: Console | None = None, *, wide: bool = False, width: int | None = None) -> None:
     """The tables on ``console`` (pivots within ``width``, or the flat list when ``wide``); on ``warnings``
-    (stderr), the lines of the files that are not in them and how many times were measured under contention."""
-    frame = load_results(path)
+    (stderr), the lines of the files that are not in them and how many times were measured under contention.
+    A directory's sub-folders too, each under its name (``results/`` after ``make demo``: ``results/demo``)."""
+    folders = results_folders(Path(path))
+    frames = [load_results(folder) for folder in folders]  # every file read before anything is printed
     if wide:
         console = console or Console(width=max(width or 0, 220))
-        found = _tables(frame, errors)
     else:
         width = width or DEFAULT_WIDTH
         console = console or Console(width=width)
-        found = pivot_tables(frame, width)
     warnings = warnings or Console(stderr=True)
-    for table in found:
-        console.print(table)
+    for folder, frame in zip(folders, frames):
+        if folder != Path(path):
+            console.print(f"{folder}:", highlight=False, markup=False)
+        for table in _tables(frame, errors) if wide else pivot_tables(frame, width):
+            console.print(table)
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame.attrs = {"dropped": [d for f in frames for d in f.attrs.get("dropped", [])]}
     for line in warning_lines(frame, marked=not wide):
         warnings.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)

@@ -327,6 +327,16 @@ class Metric:
         """The columns it is computed from."""
         return (self.column,) + ((self.minus,) if self.minus else ())
 
+    @property
+    def timed(self) -> bool:
+        """Read off the clock: a measurement under contention moves it (memory and quality it does not)."""
+        return self.column in TIMED_COLUMNS
+
+
+# The columns a measured time makes: the samples' statistics and the rates divided by them.
+TIMED_COLUMNS = frozenset({TIME_MEDIAN_S, TIME_IQR_S, TIME_MEAN_S, TIME_MIN_S, TIMES_S, FLOPS_PER_S, BYTES_PER_S,
+                           TOKENS_PER_S, TIME_PER_TOKEN_S})
+
 
 _MINILM = QUALITY["minilm"]
 METRICS: dict[str, Metric] = {m.name: m for m in (

@@ -36,6 +36,17 @@ def csv_files(path: Path) -> list[Path]:
     return [path]
 
 
+def results_folders(path: Path) -> list[Path]:
+    """What ``show`` and ``plot`` read of a path: a file itself; a directory's own CSVs and each of its
+    sub-folders' (any depth, hidden ones left out), folder by folder, the directory first (``results/`` after
+    ``make demo`` is ``results/demo``). None anywhere: :func:`csv_files`'s error."""
+    if not path.is_dir():
+        return [path]
+    folders = {p.parent for p in path.rglob("*.csv") if p.is_file()
+               and not any(part.startswith(".") for part in p.relative_to(path).parts)}
+    return sorted(folders, key=lambda f: (f != path, f)) or [path]
+
+
 def _frame(table: store.Table, file: Path) -> pd.DataFrame:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

@@ -111,4 +111,11 @@ def warning(cells: Iterable[object]) -> str | None:
     if counts[NOISY]:
         why.append(f"{counts[NOISY]} with noisy samples (CV above {NOISY_CV:.0%})")
     return (f"{flagged} of {total} case(s) measured under contention: {', '.join(why)}; "
-            "their times may mislead (column trust); measure again on a quiet machine")
+            f"their times may mislead (column trust); {remeasure_hint(counts)}")
+
+
+def remeasure_hint(counts: dict[str, int]) -> str:
+    """The command that measures the flagged rows again (``run --remeasure``, issue 30), naming the flags
+    that occur (``counts``: flag -> rows), in the order flags are written."""
+    named = ",".join(flag for flag, count in counts.items() if count)
+    return f"measure them again on a quiet machine: topk-bench run SUITE --remeasure {named}"

@@ -8,8 +8,10 @@ cases, caps their budget to what the machine has, and names the header.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from topk_bench import workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
 from topk_bench.measure.iterations import compiles
-from topk_bench.results import columns as col, rates
+from topk_bench.results import columns as col, rates, store
 from topk_bench.results.columns import header as results_header, order_parameters, quality_columns
 from topk_bench.results.row import parameters
 from topk_bench.run.resolve import Flags, RunSettings, resolve
@@ -28,6 +30,7 @@ from topk_bench.suite import sweep
 from topk_bench.suite.checks import check_suite
 from topk_bench.suite.load import read_suite
 from topk_bench.suite.schema import Suite
+from topk_bench.status import Status
 from topk_bench.suite.settings import ExecutorSettings, load_settings
 from topk_bench.types import DeviceKind, Method
 from topk_bench.units import GIB, format_duration
@@ -176,25 +179,55 @@ def _check_out_dir(out_dir: Path) -> None:
             return
 
 
-def estimate(n: int, seconds: float | None, executor: ExecutorSettings) -> str:
-    """How long ``n`` cases take: from the children's start-up alone to every case using its whole time budget."""
+def estimate(n: int, seconds: float | None, executor: ExecutorSettings, per_case: float | None = None) -> str:
+    """How long ``n`` cases may take: at most every case using its whole time budget; and, with ``per_case``
+    (the seconds a case of this file took before, :func:`seconds_per_case`), about ``n`` times that. Without
+    history the lower end (the children's start-up alone) says nothing: it is left out."""
     local = executor.kind == "local"
     at_once = executor.jobs if local else executor.array_parallelism
     waves = math.ceil(n / at_once)
     budget = seconds or 0.0
     # Locally one template starts, then each case is a fork; a Slurm task starts an interpreter of its own.
     once, each = (INTERPRETER_S, FORK_S) if local else (0.0, INTERPRETER_S + FORK_S)
-    low, high = once + waves * each, once + waves * (each + budget)
-    return (f"{format_duration(low)} to {format_duration(high)} "
-            f"({at_once} at a time, each from ~{each:g} s of start-up to its {budget:g} s time budget)")
+    high = f"at most {format_duration(once + waves * (each + budget))} ({at_once} at a time, each within its " \
+           f"{budget:g} s time budget)"
+    if per_case is None:
+        return high
+    return f"about {format_duration(once + n * max(per_case, each) / at_once)} ({per_case:.3g} s a case here " \
+           f"before), {high}"
+
+
+def seconds_per_case(csv_path: Path) -> float | None:
+    """The median time between the rows of cases that ran, in the order they were written (each row is written as
+    its case ends): what a case of this file took on this machine before; None with fewer than three."""
+    try:
+        rows = store.read(csv_path).rows
+    except BadInput:
+        return None
+    stamps = sorted(filter(None, (_seconds_of(r[col.TIMESTAMP]) for r in rows
+                                  if r.get(col.STATUS) not in (Status.SKIPPED, Status.UNSUPPORTED))))
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    return statistics.median(gaps) if len(gaps) >= 2 else None
+
+
+def _seconds_of(stamp: str | None) -> float | None:
+    """A row's timestamp in seconds; None when it has none, or one that is not a time (a hand-edited cell)."""
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
 
 
 def size_note(the_plan: Plan, todo: int) -> str:
-    """The line a run starts with: how many cases, how long."""
+    """The line a run starts with: how many cases, how long (nothing to run: said so, no estimate)."""
     done = len(the_plan.cases) - todo
+    name = the_plan.csv_path.name
+    if not todo:
+        return f"nothing to run: all {done} case{'' if done == 1 else 's'} are in {name}"
     rounds = f", each in {the_plan.rounds} rounds" if the_plan.rounds > 1 else ""
-    return (f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {the_plan.csv_path.name}){rounds}, "
-            f"estimate {estimate(todo * the_plan.rounds, the_plan.budget.max_seconds, the_plan.executor)}")
+    per_case = seconds_per_case(the_plan.csv_path) if done else None
+    return (f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {name}){rounds}, estimate "
+            f"{estimate(todo * the_plan.rounds, the_plan.budget.max_seconds, the_plan.executor, per_case)}")
 
 
 def within(cases: list[Case], limits: dict[str, int]) -> tuple[list[Case], int]:

@@ -14,19 +14,13 @@ from rich.table import Table
 from rich.text import Text
 
 from topk_bench.status import Status
-from topk_bench.units import GIB, missing
+from topk_bench.units import short_bytes, short_seconds
 from topk_bench.results import columns as col
 
 # Rows written without running anything: they say nothing of how long a case takes.
 _INSTANT = frozenset({Status.SKIPPED, Status.UNSUPPORTED})
 
 
-def _gib(value: Any) -> str:
-    return "-" if missing(value) else f"{float(value) / GIB:.3f} GiB"
-
-
-def _seconds(value: Any) -> str:
-    return "-" if missing(value) else f"{float(value):.4g} s"
 
 
 class Eta:
@@ -125,8 +119,8 @@ class Reporter:
         if self._progress is not None:
             self._progress.advance(self._task)
         detail = row.get(col.ERROR) or ""
-        line = (f"[{self.done}/{self.total}] {what}: {status}  peak {_gib(row.get('peak_bytes'))}"
-                f"  time {_seconds(row.get('time_median_s'))}" + (f" [{row['trust']}]" if row.get(col.TRUST) else "")
+        line = (f"[{self.done}/{self.total}] {what}: {status}  peak {short_bytes(row.get(col.PEAK_BYTES))}"
+                f"  time {short_seconds(row.get(col.TIME_MEDIAN_S))}" + (f" [{row['trust']}]" if row.get(col.TRUST) else "")
                 + (f"  ({detail[:120]})" if detail else ""))
         if self._progress is not None:
             self._progress.console.print(line, highlight=False, markup=False)

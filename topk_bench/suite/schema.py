@@ -35,6 +35,7 @@ class PlotSection(Strict):
     memory: Literal["allocated", "reserved"] = "allocated"
     split: list[str] = Field(default_factory=list)  # parameters with one figure per value (model): not one curve each
     renderer: str | None = None   # "module:function" of a plug-in renderer
+    pareto: bool = False          # also quality against time (suites with quality columns): report/plots/pareto.py
 
     @field_validator("log_x")
     @classmethod

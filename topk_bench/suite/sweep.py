@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Any
 
 import implementations
@@ -114,13 +115,32 @@ def _legend(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: s
     # A legend would freeze one swept value of an option: the bare name then.
     # So would a swept token budget, which sets a selection method's own option.
     swept = any(key in impl.options for key in suite.sweep) or (BUDGET in suite.sweep and impl.budget is not None)
-    legend = impl.name if swept else impl.legend(options)
+    legend = impl.name if swept else _impl_legend(impl, options, hidden=_one_chunk(suite, workload, options))
     spec = workloads.lookup(workload)
     if spec.legend is not None:
         ff_name = feedforward(suite, entry)
         ff_legend = implementations.spec(ff_name).legend(entry.feedforward_options) if ff_name else None
         legend = spec.legend(legend, ff_legend)
     return legend
+
+
+def _one_chunk(suite: Suite, workload: str, options: dict[str, Any]) -> tuple[str, ...]:
+    """("chunk_size",) when every case's queries fit in one query chunk (a decode step's new tokens), so that the
+    chunk size changes nothing and the legend leaves it out; else ()."""
+    defaults = workloads.lookup(workload).params
+    if "new_tokens" not in defaults or not isinstance(options.get("chunk_size"), int):
+        return ()
+    tokens = suite.sweep.get("new_tokens") or [suite.shape.get("new_tokens", defaults["new_tokens"])]
+    return ("chunk_size",) if all(isinstance(t, int) and t <= options["chunk_size"] for t in tokens) else ()
+
+
+def _impl_legend(impl: implementations.Implementation, options: dict[str, Any], hidden: tuple[str, ...]) -> str:
+    """The implementation's legend without the ``name={option}`` parts of ``hidden`` options:
+    "Top-k (size={chunk_size}, topk={topk})" -> "Top-k (topk=128)"."""
+    template = impl.label or impl.name
+    for option in hidden:
+        template = re.sub(r"\w+=\{" + option + r"\}(, )?", "", template).replace(", )", ")").replace(" ()", "")
+    return template.format(**impl.resolve(options))
 
 
 def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any) -> Case:

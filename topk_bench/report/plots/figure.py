@@ -6,7 +6,15 @@ crash) are drawn as a cross on the panel's top edge at their size, the curve
 leaving its last measured point towards it, with the status (and the predicted
 value when known) written next to it: a curve that simply ends would read as
 "not measured". Measured times carry their interquartile range; curves of equal
-value are shifted apart a little (dodged) so that none hides another.
+value are shifted apart a little (dodged) so that none hides another. A memory
+panel draws the memory budget the cases ran under when a case went over it or the
+curves come near it. A time measured under contention is a hollow marker, on time
+panels only (:mod:`topk_bench.report.plots.marks`); the legend explains every
+encoding the figure uses. A single x-range with more than two metrics is laid out
+as a grid of two columns.
+
+A suite with ``[plot] pareto = true`` also gets a quality-against-time figure,
+``<suite>-pareto-<device>-<method>.<fmt>`` (:mod:`topk_bench.report.plots.pareto`).
 
 Plug-in renderers (e.g. fidelity against k) take over a suite's figure: either
 ``register_renderer("suite or workload", fn)`` in code, or
@@ -40,7 +48,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 from topk_bench import fileio  # noqa: E402
 from topk_bench.errors import BadInput  # noqa: E402
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, drawn_metric  # noqa: E402
+from topk_bench.report.plots import marks, pareto  # noqa: E402
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs  # noqa: E402
+from topk_bench.report.plots.series import series, short, styled  # noqa: E402
 from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric  # noqa: E402
 from topk_bench.report.plots.style import (  # noqa: E402
     FAILURE_MARKER, FAILURE_TEXT, format_power_of_two, format_size, impl_rank, series_style,
@@ -48,8 +58,9 @@ from topk_bench.report.plots.style import (  # noqa: E402
 from topk_bench.results import trust  # noqa: E402
 from topk_bench.results.columns import metric, parameter_columns  # noqa: E402
 from topk_bench.status import Status  # noqa: E402
-from topk_bench.results import columns as col
-from topk_bench.types import Method
+from topk_bench.results import columns as col  # noqa: E402
+from topk_bench.types import Method  # noqa: E402
+from topk_bench.units import GIB  # noqa: E402
 
 Renderer = Callable[[pd.DataFrame, PlotSpec, str, str], Figure]
 # Suite name or workload -> renderer; the suite name wins.
@@ -82,48 +93,6 @@ def _resolve_renderer(spec: PlotSpec) -> Renderer:
         module, _, name = spec.renderer.partition(":")
         return getattr(importlib.import_module(module), name)
     return RENDERERS.get(spec.suite) or RENDERERS.get(spec.workload) or draw_figure
-
-
-# --- series ------------------------------------------------------------------------------------
-
-_STOPPED = tuple(FAILURE_TEXT)  # statuses drawn as a cross
-
-
-def _series(rows: pd.DataFrame, spec: PlotSpec) -> list[tuple[str, str, pd.DataFrame]]:
-    """(legend, impl, rows) per curve: by label, split further by any other parameter that varies inside it."""
-    x = spec.x
-    rows = rows.assign(label=col.legends(rows))
-    parameters = spec.parameters if spec.parameters is not None else parameter_columns(rows.columns)
-    others = [c for c in parameters if c != x and c in rows.columns]
-    out = []
-    for label, group in rows.groupby(col.LABEL, sort=False):
-        # A parameter with one value per x moves with x (the option a swept token budget sets): not a curve of its own.
-        varying = [c for c in others if group[c].nunique(dropna=True) > 1
-                   and group.groupby(x, dropna=False)[c].nunique(dropna=True).max() > 1]
-        if not varying:
-            out.append((str(label), str(group[col.IMPL].iloc[0]), group))
-            continue
-        for values, sub in group.groupby(varying, sort=True, dropna=False):
-            values = values if isinstance(values, tuple) else (values,)
-            suffix = ", ".join(f"{c}={_short(v)}" for c, v in zip(varying, values))
-            out.append((f"{label} ({suffix})", str(sub[col.IMPL].iloc[0]), sub))
-    # A case re-measured after a code change has a new case_id and a second row: the last one wins.
-    out = [(legend, impl, group.drop_duplicates(subset=[x], keep="last")) for legend, impl, group in out]
-    return sorted(out, key=lambda item: (impl_rank(item[1]), item[0]))
-
-
-def _styled(series, predicted: bool):
-    """(legend, style, rows): the n-th curve of an implementation keeps its colour and marker, changes dashes."""
-    seen: dict[str, int] = {}
-    out = []
-    for legend, impl, rows in series:
-        out.append((legend, series_style(impl, seen.get(impl, 0), predicted), rows))
-        seen[impl] = seen.get(impl, 0) + 1
-    return out
-
-
-def _short(value) -> str:
-    return format_size(value) if isinstance(value, (int, float, np.number)) and not pd.isna(value) else str(value)
 
 
 # --- axes --------------------------------------------------------------------------------------
@@ -168,18 +137,34 @@ def _failure_text(status: str, value: float, unit: str) -> str:
 def _draw_failures(ax, failed: pd.DataFrame, last_ok, style, unit: str) -> list[tuple]:
     """A cross on the panel's top edge at each failed size: the case went past what could be measured
     (memory, time), so its point lies above the frame, not on it. A dotted line leaves the last measured
-    point towards it. Returns (x, text, colour) of each cross for :func:`_annotate`."""
+    point towards it. Returns (x, text, colour, size) of each cross for :func:`_annotate`."""
     top = ax.get_xaxis_transform()  # x in data, y in axes fractions: 1.0 is the top edge
     notes = []
-    for fx, fy, status in zip(failed["_dodged"], failed["_y"], failed[col.STATUS]):
+    for fx, fy, status, size in zip(failed["_dodged"], failed["_y"], failed[col.STATUS], failed["_x"]):
         ax.plot([fx], [0.97], marker=FAILURE_MARKER, color=style.colour, markersize=8, markeredgecolor="black",
                 markeredgewidth=0.6, linestyle="none", zorder=5, transform=top, clip_on=False)
-        notes.append((fx, _failure_text(status, fy, unit), style.colour))
+        notes.append((fx, _failure_text(status, fy, unit), style.colour, size))
     if last_ok is not None and len(failed):
         ax.annotate("", xy=(failed["_dodged"].iloc[0], 0.97), xycoords=top, xytext=last_ok, textcoords="data",
                     arrowprops=dict(arrowstyle="-", linestyle=":", color=style.colour, linewidth=1, shrinkA=0,
                                     shrinkB=4), zorder=4)
     return notes
+
+
+def _draw_predicted_over(ax, over: pd.DataFrame, last_ok, style, unit: str, middle: float) -> None:
+    """A predicted peak over the budget is exact: its cross is drawn at its value (above the budget line),
+    labelled, the curve leaving its last point within the budget towards it with a dotted line."""
+    for fx, fy in zip(over["_dodged"], over["_y"]):
+        ax.plot([fx], [fy], marker=FAILURE_MARKER, color=style.colour, markersize=8, markeredgecolor="black",
+                markeredgewidth=0.6, linestyle="none", zorder=5)
+        left = fx < middle
+        ax.annotate(_failure_text(Status.OVER_BUDGET, fy, unit), (fx, fy), textcoords="offset points",
+                    xytext=(7 if left else -7, 0), ha="left" if left else "right", va="center", fontsize=7,
+                    color=style.colour, zorder=6,
+                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+    if last_ok is not None and len(over):
+        ax.plot([last_ok[0], over["_dodged"].iloc[0]], [last_ok[1], over["_y"].iloc[0]], linestyle=":",
+                color=style.colour, linewidth=1, zorder=4)
 
 
 def _annotate(ax, notes: list[tuple], middle: float) -> None:
@@ -188,9 +173,9 @@ def _annotate(ax, notes: list[tuple], middle: float) -> None:
     top = ax.get_xaxis_transform()
     by_x: dict[float, list[tuple]] = {}
     for note in sorted(notes, key=lambda n: n[0]):
-        by_x.setdefault(round(float(np.log2(note[0])) if note[0] > 0 else note[0], 1), []).append(note)
+        by_x.setdefault(note[3], []).append(note)  # by the size itself: the crosses are dodged apart
     for group in by_x.values():
-        for row, (fx, text, colour) in enumerate(group):
+        for row, (fx, text, colour, _) in enumerate(group):
             left = fx < middle  # text grows towards the inside of the panel, never past its frame
             ax.annotate(text, (fx, 0.97), xycoords=top, textcoords="offset points",
                         xytext=(6 if left else -6, -4 - 10 * row), ha="left" if left else "right", va="top",
@@ -208,28 +193,12 @@ def _quartiles(times: str) -> tuple[float, float]:
     return float(q1), float(q3)
 
 
-def _values(rows: pd.DataFrame, name: str) -> pd.Series:
-    """A metric's values in its unit (NaN where a column is empty or absent)."""
-    m = metric(name)
-    if any(c not in rows for c in m.columns):
-        return pd.Series(np.nan, index=rows.index)
-    values = pd.to_numeric(rows[m.column], errors="coerce")
-    if m.minus:
-        values = values - pd.to_numeric(rows[m.minus], errors="coerce")
-    return values * m.scale
-
-
-def _contended(rows: pd.DataFrame) -> pd.Series:
-    """Measured rows whose trust flag is set (:mod:`topk_bench.results.trust`)."""
-    flags = rows[col.TRUST].fillna("") if col.TRUST in rows.columns else pd.Series("", index=rows.index)
-    return (rows[col.METHOD] == Method.MEASURED) & (flags != "")
-
-
-def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
-    """Draw one metric in one panel: a line per curve, IQR bars on measured times, crosses where curves stop."""
+def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> set[str]:
+    """Draw one metric in one panel: a line per curve, IQR bars on measured times, crosses where curves stop,
+    the memory budget where it matters. Returns the encodings it used (the legend explains them)."""
     m = metric(metric_name)
-    all_x = []
-    notes = []
+    all_x, notes, used = [], [], set()
+    budget = _budget_gib(pd.concat([r for _, _, r in curves]) if curves else None, m, panel, spec)
     in_panel = [pd.to_numeric(r[spec.x], errors="coerce") for _, _, r in curves]
     xs = np.concatenate([x[_in_panel(x, panel)].to_numpy(float) for x in in_panel]) if curves else np.array([])
     span = (float(xs.min()), float(xs.max())) if len(xs) else (0.0, 1.0)
@@ -239,31 +208,32 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
         # Columns are added before filtering: assigning to an empty frame would add rows.
         x = pd.to_numeric(rows[spec.x], errors="coerce")
         rows = rows.assign(_x=x, _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span),
-                           _y=_values(rows, metric_name))
+                           _y=marks.values(rows, metric_name))
         rows = rows[_in_panel(rows["_x"], panel)].sort_values("_x")
         ok = rows[(rows[col.STATUS] == Status.OK) & rows["_y"].notna()]
         if len(ok):
-            line, = ax.plot(ok["_dodged"], ok["_y"], color=style.colour, marker=style.marker, markersize=6,
-                            linewidth=1.6, label=legend, fillstyle="full" if style.filled else "none",
-                            markeredgewidth=1.2)
-            if style.dashes:
-                line.set_dashes(style.dashes)
-            contended = ok[_contended(ok)]
-            if len(contended):  # hollow: a time taken on a busy machine or with spread samples
-                ax.plot(contended["_dodged"], contended["_y"], marker=style.marker, markersize=6, linestyle="none",
-                        markerfacecolor="white", markeredgecolor=style.colour, markeredgewidth=1.2, zorder=4)
-            if m.column == col.TIME_MEDIAN_S and col.TIMES_S in ok:
-                q1, q3 = zip(*(_quartiles(t) for t in ok[col.TIMES_S]))
-                low = (ok["_y"] - np.asarray(q1) * m.scale).clip(lower=0)
-                high = (np.asarray(q3) * m.scale - ok["_y"]).clip(lower=0)
-                ax.errorbar(ok["_dodged"], ok["_y"], yerr=[low.fillna(0), high.fillna(0)], fmt="none",
-                            ecolor=style.colour, elinewidth=1, capsize=2, alpha=0.8)
-        failed = rows[rows[col.STATUS].isin(_STOPPED)]
+            # Hollow only where the value comes from the clock: a peak is exact whatever the load.
+            hollow = marks.contended(ok) & m.timed
+            marks.curve(ax, ok["_dodged"], ok["_y"], style, legend, hollow)
+            if hollow.any():
+                used.add(marks.HOLLOW_LEGEND)
+            if m.column == col.TIME_MEDIAN_S and col.TIMES_S in ok and _iqr_bars(ax, ok, m, style):
+                used.add(marks.IQR_LEGEND)
+        failed = rows[rows[col.STATUS].isin(marks.STOPPED)]
         if len(failed):
             before = ok[ok["_x"] < failed["_x"].iloc[0]]
             last_ok = (before["_dodged"].iloc[-1], before["_y"].iloc[-1]) if len(before) else None
-            notes += _draw_failures(ax, failed, last_ok, style, m.unit)
+            exact = _predicted_over(failed, m) & (budget is not None)  # at its value where the budget is drawn
+            if exact.any():
+                _draw_predicted_over(ax, failed[exact], last_ok, style, m.unit, middle)
+                used.add(PREDICTED_OVER_LEGEND)
+            if not exact.all():
+                notes += _draw_failures(ax, failed[~exact], last_ok, style, m.unit)
+                used.add(_cross_legend(failed[~exact]))
         all_x.extend(rows["_x"].tolist())
+    if budget is not None:
+        ax.axhline(budget, **_BUDGET_LINE)
+        used.add(_budget_legend(budget))
     _annotate(ax, notes, middle)
     if spec.log_x:
         ax.set_xscale("log", base=spec.log_x)
@@ -275,26 +245,66 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> None:
         ax.set_ylim(low, high + 0.12 * (high - low)) if not spec.log_y else ax.set_ylim(low, high * 2)
     _set_x_ticks(ax, np.asarray(all_x, float), spec)
     ax.grid(True, which="major", alpha=0.3)
+    return used
+
+
+STOPPED_LEGEND = "stopped: above the frame (reason written)"
+PREDICTED_OVER_LEGEND = "predicted over the memory budget: drawn at its exact peak"
+_CROSSES = ("stopped:", "over the memory budget", PREDICTED_OVER_LEGEND)
+
+
+def _cross_legend(failed: pd.DataFrame) -> str:
+    """What the crosses on the top edge mean: cases over the memory budget (named) when that is all, else
+    cases that stopped, each cross saying why."""
+    if set(failed[col.STATUS]) != {Status.OVER_BUDGET}:
+        return STOPPED_LEGEND
+    budgets = pd.to_numeric(failed.get(col.MAX_MEMORY_BYTES, pd.Series(dtype=float)), errors="coerce").dropna().unique()
+    named = f" ({budgets[0] / GIB:.3g} GiB)" if len(budgets) == 1 else ""
+    return f"over the memory budget{named}: above the frame (its peak written)"
+
+
+def _predicted_over(failed: pd.DataFrame, m) -> pd.Series:
+    """The stopped rows whose value is exact and drawn where it is: predicted peaks over the budget."""
+    return ((failed[col.METHOD] == Method.PREDICTED) & (failed[col.STATUS] == Status.OVER_BUDGET)
+            & failed["_y"].notna() & (not m.timed))
+
+
+def _iqr_bars(ax, ok: pd.DataFrame, m, style) -> bool:
+    """Interquartile range bars on measured times; whether any point has one (two samples or more)."""
+    q1, q3 = (np.asarray(q, float) for q in zip(*(_quartiles(t) for t in ok[col.TIMES_S])))
+    low = (ok["_y"] - q1 * m.scale).clip(lower=0)
+    high = (q3 * m.scale - ok["_y"]).clip(lower=0)
+    ax.errorbar(ok["_dodged"], ok["_y"], yerr=[low.fillna(0), high.fillna(0)], fmt="none",
+                ecolor=style.colour, elinewidth=1, capsize=2, alpha=0.8)
+    return bool(np.isfinite(q1).any())
+
+
+_BUDGET_LINE = dict(color="0.35", linestyle="-.", linewidth=1, zorder=1)
+
+
+def _budget_legend(gib: float) -> str:
+    return f"dash-dot: the memory budget ({gib:.3g} GiB)"
+
+
+def _budget_gib(rows: pd.DataFrame | None, m, panel, spec: PlotSpec) -> float | None:
+    """The memory budget the panel's cases ran under, in GiB, on a panel of total peaks, when it can be drawn
+    without squashing the curves: a peak reaches half of it, or the axis is logarithmic and a case went over it.
+    (Elsewhere a case over it is a cross on the top edge, the legend naming the budget.)"""
+    if rows is None or m.minus or m.column not in (col.PEAK_BYTES, col.RESERVED_BYTES) \
+            or col.MAX_MEMORY_BYTES not in rows:
+        return None
+    rows = rows[_in_panel(pd.to_numeric(rows[spec.x], errors="coerce"), panel)]
+    budgets = pd.to_numeric(rows[col.MAX_MEMORY_BYTES], errors="coerce").dropna().unique()
+    if len(budgets) != 1:
+        return None
+    gib = float(budgets[0]) / GIB
+    peaks = marks.values(rows[rows[col.STATUS] == Status.OK], m.name)
+    over = (rows[col.STATUS] == Status.OVER_BUDGET).any()
+    return gib if (over and spec.log_y) or (peaks.notna().any() and peaks.max() >= 0.5 * gib) else None
 
 
 def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
-    return bool(_values(rows, metric_name).notna().any())
-
-
-def _not_shown(rows: pd.DataFrame) -> list[str]:
-    """What the curves cannot show: implementations that did not run at all, and skipped cases."""
-    labels = pd.Series(col.legends(rows), index=rows.index)
-    notes = []
-    unsupported = sorted(set(labels[rows[col.STATUS] == Status.UNSUPPORTED]))
-    if unsupported:
-        notes.append("unsupported: " + ", ".join(unsupported))
-    never_ok = sorted(set(labels[rows[col.STATUS].isin(_STOPPED)]) - set(labels[rows[col.STATUS] == Status.OK]))
-    if never_ok:
-        notes.append("failed at every size: " + ", ".join(never_ok))
-    skipped = int((rows[col.STATUS] == Status.SKIPPED).sum())
-    if skipped:
-        notes.append(f"{skipped} larger case(s) not run after a smaller one failed")
-    return notes
+    return bool(marks.values(rows, metric_name).notna().any())
 
 
 def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
@@ -306,73 +316,77 @@ def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_i
         how = f"measured on {names[0] if len(names) == 1 else device}"
     title = spec.title
     if spec.split:  # one figure per value: say which
-        title += " — " + ", ".join(f"{c} {_short(rows[c].iloc[0])}" for c in spec.split if c in rows and len(rows))
+        title += " — " + ", ".join(f"{c} {short(rows[c].iloc[0])}" for c in spec.split if c in rows and len(rows))
     if spec.protocol != DEFAULT_PROTOCOL:
         how += f"; {spec.protocol} protocol"
     return "\n".join([*textwrap.wrap(title, int(width_in * 11)), how])
-
-
-def _legend_columns(labels: list[str], width_in: float) -> int:
-    """As many columns as fit the figure's width at 8 pt (about 0.075 in per character plus the marker)."""
-    widest = max((len(label) for label in labels), default=1) * 0.075 + 0.7
-    return max(1, min(len(labels), int(width_in // widest)))
 
 
 def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
     """The spec's panels that hold a measured value: a run at reduced scale (CPU) leaves the long-length panel empty."""
     ok = rows[rows[col.STATUS] == Status.OK]
     xs = pd.to_numeric(ok[spec.x], errors="coerce")
-    has_value = pd.concat([_values(ok, m).notna() for m in metrics], axis=1)
+    has_value = pd.concat([marks.values(ok, m).notna() for m in metrics], axis=1)
     xs = xs[has_value.any(axis=1)]
     kept = tuple(p for p in spec.panels if _in_panel(xs, p).any())
     return kept or spec.panels
 
 
+def _grid(metrics: list[str], panels) -> tuple[int, int, list[tuple[str, tuple, int, int]]]:
+    """(rows, columns, cells): a row per metric and a column per x-range; one x-range and more than two
+    metrics: two columns, so that a figure of many metrics is not one tall column."""
+    if len(panels) == 1 and len(metrics) > 2:
+        return math.ceil(len(metrics) / 2), 2, [(m, panels[0], i // 2, i % 2) for i, m in enumerate(metrics)]
+    return len(metrics), len(panels), [(m, p, r, c) for r, m in enumerate(metrics) for c, p in enumerate(panels)]
+
+
 def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
-    """The default renderer: rows = metrics that have values, columns = spec.panels."""
-    predicted = method == Method.PREDICTED
+    """The default renderer: a panel per metric that has values and x-range of spec.panels (:func:`_grid`)."""
     # The protocol's own statistics: the paper's time is a mean, its measured CUDA memory reserved bytes;
     # otherwise "memory" is the allocated or reserved peak, as the spec asks.
     memory = memory_metric(spec, rows)
     metrics = [drawn_metric(m, spec.protocol, device, method) for m in spec.metrics]
     metrics = [memory if m == "memory" else m for m in metrics]
     metrics = [m for m in metrics if _has_values(rows, m)] or [metrics[0]]
-    curves = _styled(_series(rows, spec), predicted)
+    curves = styled(series(rows, spec))
     panels = _panels_with_data(rows, spec, metrics)
-    ncols = len(panels)
+    nrows, ncols, cells = _grid(metrics, panels)
     width = max(4.3 * ncols + 0.6, 6.4)  # a single panel still needs room for title and legend
-    fig, axes = plt.subplots(len(metrics), ncols, figsize=(width, 2.9 * len(metrics) + 1.3),
-                             squeeze=False, layout="constrained")
-    for r, metric_name in enumerate(metrics):
-        for c, panel in enumerate(panels):
-            ax = axes[r][c]
-            _draw_metric(ax, curves, spec, metric_name, panel)
-            if c == 0:
-                ax.set_ylabel(metric(metric_name).label)
-            if r == len(metrics) - 1:
-                ax.set_xlabel(spec.x_label)
-    handles, labels = _legend_entries(axes, rows)
-    fig.legend(handles, labels, loc="outside lower center", ncol=_legend_columns(labels, width), fontsize=8,
-               frameon=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 2.9 * nrows + 1.3), squeeze=False, layout="constrained")
+    used: set[str] = set()
+    for metric_name, panel, r, c in cells:
+        ax = axes[r][c]
+        used |= _draw_metric(ax, curves, spec, metric_name, panel)
+        if c == 0 or ncols > len(panels):  # a grid of metrics: each panel is a metric of its own
+            ax.set_ylabel(metric(metric_name).label)
+        if not any(rr == r + 1 and cc == c for _, _, rr, cc in cells):
+            ax.set_xlabel(spec.x_label)
+    for r, c in {(r, c) for r in range(nrows) for c in range(ncols)} - {(r, c) for _, _, r, c in cells}:
+        fig.delaxes(axes[r][c])
+    legend_in = marks.fitted_legend(fig, *_legend_entries(axes, rows, used), width)
     fig.suptitle(_title(spec, rows, device, method, width), fontsize=10)
+    # Room for the legend's lines below the panels, so that they keep their height (and their labels apart).
+    fig.set_size_inches(width, 2.9 * nrows + 1.0 + legend_in)
     return fig
 
 
-def _legend_entries(axes, rows: pd.DataFrame):
-    """One entry per curve (first occurrence across panels), the failure cross when there is one, and what
-    no curve shows."""
+def _legend_entries(axes, rows: pd.DataFrame, used: set[str]):
+    """One entry per curve (first occurrence across panels), then one per other encoding the panels used
+    (hollow markers, IQR bars, the budget line, the failure cross), and what no curve shows."""
     seen: dict[str, object] = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    if _contended(rows[rows[col.STATUS] == Status.OK]).any():
-        seen["hollow: measured under contention (busy or noisy)"] = Line2D(
-            [], [], marker="o", color="0.4", markerfacecolor="white", linestyle="none", markersize=6)
-    if rows[col.STATUS].isin(_STOPPED).any():
-        seen["stopped: above the frame (reason written)"] = Line2D(
-            [], [], marker=FAILURE_MARKER, color="0.4", markeredgecolor="black", linestyle="none", markersize=8)
-    for note in _not_shown(rows):  # entries of their own (no marker), not a heading over the legend
-        seen[f"not shown: {note}"] = Line2D([], [], linestyle="none")
+    if marks.HOLLOW_LEGEND in used:
+        seen[marks.HOLLOW_LEGEND] = marks.hollow_handle()
+    if marks.IQR_LEGEND in used:
+        seen[marks.IQR_LEGEND] = marks.iqr_handle()
+    for entry in sorted(u for u in used if u.startswith("dash-dot")):
+        seen[entry] = Line2D([], [], **_BUDGET_LINE)
+    for entry in sorted(u for u in used if u.startswith(_CROSSES)):
+        seen[entry] = marks.cross_handle()
+    for note in marks.not_shown(rows):  # entries of their own (no marker), not a heading over the legend
+        seen[f"not shown: {note}"] = marks.text_handle()
     return list(seen.values()), list(seen.keys())
 
 
@@ -387,11 +401,23 @@ def parse_formats(text: str) -> tuple[str, ...]:
 
 
 def render(item: FigureInput, out_dir: Path, formats: tuple[str, ...]) -> list[Path]:
-    fig = _resolve_renderer(item.spec)(item.rows, item.spec, item.device, item.method)
+    """The item's figure, and its quality-against-time figure where the suite asks for one, in ``out_dir``'s
+    sub-folder of the item."""
+    out_dir = out_dir / item.folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = _save(_resolve_renderer(item.spec)(item.rows, item.spec, item.device, item.method),
+                  out_dir / item.stem, formats)
+    if pareto.wanted(item.spec, item.rows, item.method):
+        paths += _save(pareto.draw(item.rows, item.spec, item.device, item.method), out_dir / item.named("pareto"),
+                       formats)
+    return paths
+
+
+def _save(fig: Figure, stem: Path, formats: tuple[str, ...]) -> list[Path]:
     try:
         paths = []
         for fmt in formats:
-            path = out_dir / f"{item.stem}.{fmt}"
+            path = stem.with_name(f"{stem.name}.{fmt}")
             buffer = io.BytesIO()
             fig.savefig(buffer, format=fmt, dpi=DPI)
             fileio.write_atomic(path, buffer.getvalue())  # a full disk leaves no half figure

@@ -7,6 +7,7 @@ BadInput naming the file, so the CLI prints one line and exits 2.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,7 +16,7 @@ import pandas as pd
 
 from topk_bench.errors import BadInput
 from topk_bench.report.plots.spec import PlotSpec, infer_spec, spec_from_meta
-from topk_bench.results.frame import csv_files, left_out, load_results
+from topk_bench.results.frame import csv_files, left_out, load_results, results_folders
 from topk_bench.results import columns as col
 
 
@@ -28,12 +29,17 @@ class FigureInput:
     method: str
     rows: pd.DataFrame
     split: tuple = ()  # the values of spec.split, in its order
+    folder: Path = Path()  # where its files go under the output directory: the CSV's sub-folder of RESULTS
 
     @property
     def stem(self) -> str:
+        return self.named()
+
+    def named(self, figure: str = "") -> str:
+        """The file name without its format: ``<suite>[-<split values>][-<figure>]-<device>-<method>``."""
         # A name as is (llama-3-8b), a number with its column (batch8).
         parts = [str(v) if isinstance(v, str) else f"{c}{_number(v)}" for c, v in zip(self.spec.split, self.split)]
-        return "-".join([self.spec.suite, *parts, self.device, self.method])
+        return "-".join([self.spec.suite, *parts, *([figure] if figure else []), self.device, self.method])
 
 
 def _number(value) -> str:
@@ -42,7 +48,16 @@ def _number(value) -> str:
 
 def figure_inputs(path: Path, warn: Callable[[str], None] | None = None) -> list[FigureInput]:
     """One FigureInput per (suite CSV, device, method, split values), in a stable order; ``warn`` hears of every
-    line left out."""
+    line left out. A directory's sub-folders too (:func:`results_folders`), each drawn into the same sub-folder
+    of the output."""
+    inputs = []
+    for folder in results_folders(path):
+        where = folder.relative_to(path) if folder != path else Path()
+        inputs += [dataclasses.replace(item, folder=where) for item in _inputs(folder, warn)]
+    return inputs
+
+
+def _inputs(path: Path, warn: Callable[[str], None] | None) -> list[FigureInput]:
     inputs = []
     for csv in csv_files(path):
         frame = load_results(csv)

@@ -49,6 +49,7 @@ class PlotSpec:
     metrics: tuple[str, ...] = ("memory", "time")
     split: tuple[str, ...] = ()  # parameters with one figure per value (the model of a suite of several)
     renderer: str | None = None  # "module:function" of a plug-in renderer
+    pareto: bool = False  # also the quality-against-time figure (report/plots/pareto.py)
     # Which peak the "memory" row draws: "allocated" or "reserved" (where the rows have it): memory_metric().
     memory: str = "allocated"
     # The CSV's parameter columns, as the run recorded them (None: told apart by the column vocabulary).
@@ -134,6 +135,9 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     if not isinstance(log_x, (int, float)) or (log_x and log_x <= 1):
         raise BadInput(f"expected 0 (linear) or a log base > 1, got {log_x!r}", file=meta_path, key="plot.log_x")
     log_y = plot.pop("log_y", inferred.log_y)
+    pareto = plot.pop("pareto", False)
+    if not isinstance(pareto, bool):
+        raise BadInput(f"expected true or false, got {pareto!r}", file=meta_path, key="plot.pareto")
     memory = plot.pop("memory", "allocated")
     if memory not in MEMORY_CHOICES:
         raise BadInput(f"expected one of {', '.join(MEMORY_CHOICES)}, got {memory!r}", file=meta_path, key="plot.memory")
@@ -153,6 +157,7 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
         metrics=tuple(metrics),
         split=tuple(split),
         renderer=plot.pop("renderer", None),
+        pareto=pareto,
         memory=memory,
         parameters=tuple(meta["parameters"]) if isinstance(meta.get("parameters"), list) else None,
         protocol=protocol,

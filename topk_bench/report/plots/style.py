@@ -3,6 +3,11 @@
 Keyed by implementation name (the CSV's ``impl`` column), so that top-k is the
 same orange square in every figure, as in the paper where a reader follows one
 curve across Fig. 1, 2 and 3.
+
+One meaning per encoding: colour and marker shape say which implementation, the
+line's dashes which of its variants (top-64 beside top-128); markers are always
+filled, because a hollow marker means one thing only: a time measured under
+contention (:mod:`topk_bench.report.plots.figure`).
 """
 
 from __future__ import annotations
@@ -26,11 +31,8 @@ _KNOWN = {
 }
 # Implementations registered later (plugins) get a stable pick from these.
 _SPARE_COLOURS = ("#17becf", "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#843c39", "#7b4173")
-_SPARE_MARKERS = ("X", "h", "p", "<", ">", "d", "8")
-
-# Hollow markers for the linear-memory baselines: top-k lies on Performer's curve
-# at long lengths (the paper's point), and stays visible inside the hollow marker.
-HOLLOW = ("performer", "sdpa")
+# Shapes no known implementation uses ("X" is the failure cross).
+_SPARE_MARKERS = ("h", "p", "<", ">", "8", "H", "D")
 
 # Second, third... series of the same implementation (e.g. top-64 and top-128)
 # keep its colour and marker and differ by line style.
@@ -53,7 +55,6 @@ class SeriesStyle:
     colour: str
     marker: str
     dashes: tuple[float, ...] | None  # None: solid line
-    filled: bool = True
 
 
 def impl_style(impl: str) -> tuple[str, str]:
@@ -70,12 +71,11 @@ def impl_rank(impl: str) -> int:
     return order.index(impl) if impl in order else len(order)
 
 
-def series_style(impl: str, variant: int, predicted: bool) -> SeriesStyle:
-    """Style of the ``variant``-th series of ``impl`` in a figure; predicted series are dashed."""
+def series_style(impl: str, variant: int) -> SeriesStyle:
+    """Style of the ``variant``-th series of ``impl`` in a figure: its colour and marker, dashes by variant.
+    (A figure is all measured or all predicted, and its title says which: dashes do not say it.)"""
     colour, marker = impl_style(impl)
-    # Predicted curves start one step along the dash patterns, so none is solid.
-    dashes = _VARIANT_DASHES[(variant + int(predicted)) % len(_VARIANT_DASHES)]
-    return SeriesStyle(colour, marker, dashes, impl not in HOLLOW)
+    return SeriesStyle(colour, marker, _VARIANT_DASHES[variant % len(_VARIANT_DASHES)])
 
 
 def format_size(value: float) -> str:
