@@ -328,6 +328,10 @@ def _run_with_and_without_profile(cli, tmp_path, suite, name, count):
     assert rows["plain"] == rows["profiled"] and len(rows["plain"]) == count
     assert all(r[3] == "ok" for r in rows["plain"])
     assert not (plain / "profile").exists()
+    # show and plot read the run's directory, sub-folders included, and pass over the profiles' CSVs.
+    for command in ("show", "plot"):
+        done = cli(command, str(profiled_dir), *(("--out", str(tmp_path / "plots")) if command == "plot" else ()))
+        assert done.returncode == 0, done.stderr
     for case_id, *_, peak, baseline, _ in rows["profiled"]:
         directory = profiled_dir / "profile" / case_id
         total = sum(int(r["bytes"]) for r in csv.DictReader(open(directory / "peak.csv")))

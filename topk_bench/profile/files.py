@@ -20,7 +20,7 @@ from topk_bench.case import Case, Measurement
 from topk_bench.profile import rows as peak_rows, sources, summary, timeline
 from topk_bench.results.row import parameters
 
-META = "profile.json"
+META = "profile.json"  # topk_bench.results.frame.PROFILE_FILE: show and plot pass over its directory
 PEAK = "peak.csv"
 TIMELINE = "timeline.png"
 SNAPSHOT = "snapshot.pickle"

@@ -36,14 +36,20 @@ def csv_files(path: Path) -> list[Path]:
     return [path]
 
 
+# A case's profile directory holds this file (topk_bench.profile.files.META): its CSVs (peak.csv, ops.csv) are
+# no results, and `run --profile` / `topk-bench profile` write them under a results directory.
+PROFILE_FILE = "profile.json"
+
+
 def results_folders(path: Path) -> list[Path]:
     """What ``show`` and ``plot`` read of a path: a file itself; a directory's own CSVs and each of its
-    sub-folders' (any depth, hidden ones left out), folder by folder, the directory first (``results/`` after
-    ``make demo`` is ``results/demo``). None anywhere: :func:`csv_files`'s error."""
+    sub-folders' (any depth, hidden ones and profiles left out), folder by folder, the directory first
+    (``results/`` after ``make demo`` is ``results/demo``). None anywhere: :func:`csv_files`'s error."""
     if not path.is_dir():
         return [path]
     folders = {p.parent for p in path.rglob("*.csv") if p.is_file()
-               and not any(part.startswith(".") for part in p.relative_to(path).parts)}
+               and not any(part.startswith(".") for part in p.relative_to(path).parts)
+               and not (p.parent / PROFILE_FILE).is_file()}
     return sorted(folders, key=lambda f: (f != path, f)) or [path]
 
 
