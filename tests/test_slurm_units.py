@@ -65,3 +65,29 @@ def test_a_prediction_asks_one_cpu_whatever_bench_toml_says():
     assert request(Case.make(**case, method="predicted", device="cuda"), settings) == Request(1, 2048, 0)
     assert request(Case.make(**case, device="cpu", threads=3), settings) == Request(3, 65536, 0)
     assert request(Case.make(**case, device="cuda", threads=None), settings) == Request(8, 65536, 2)
+
+
+@pytest.mark.parametrize("state, status", [("CANCELLED", Status.CANCELLED), ("PREEMPTED", Status.PREEMPTED),
+                                           ("NODE_FAIL", Status.LOST), ("COMPLETED", Status.CRASHED),
+                                           ("FAILED", Status.CRASHED)])
+def test_a_case_crashed_by_its_jobs_cancellation_takes_the_jobs_fate(tmp_path, monkeypatch, state, status):
+    """submitit's job process outlives Slurm's SIGTERM, which kills the case's template: its result says
+    crashed. A job cancelled, preempted or lost: that fate, resumable; a job that completed or failed: crashed."""
+    from types import SimpleNamespace
+
+    from topk_bench.case import Measurement
+    from topk_bench.run.slurm import SlurmHandle
+
+    pickle = tmp_path / "result.pkl"
+    pickle.write_bytes(b"")
+    crashed = Measurement(status=Status.CRASHED, error="the template process died (killed by SIGTERM)")
+    job = SimpleNamespace(job_id="7_1", paths=SimpleNamespace(result_pickle=str(pickle)),
+                          result=lambda: crashed.to_json())
+    monkeypatch.setattr(slurm_jobs, "squeue", lambda ids: {"7_1": (state, "")})
+    states = JobStates(poll_s=0)
+    states.watch(["7_1"])
+    row = SlurmHandle(job, states).result()
+    assert row.status is status or row.status == status
+    assert "killed by SIGTERM" in row.error
+    if status in INTERRUPTED:
+        assert f"({state})" in row.error and "a resume runs it again" in row.error

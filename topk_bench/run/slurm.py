@@ -131,7 +131,7 @@ class SlurmHandle:
             return Measurement(status=Status.SKIPPED, error="cancelled before it ran", metadata=meta)
         if self._has_result():
             try:
-                return Measurement.from_json(self.job.result())
+                return self._fate_over(Measurement.from_json(self.job.result()), meta)
             except Exception as exc:  # the job function raised (e.g. topk_bench not importable on the node)
                 # submitit's own handler of Slurm's pre-time-limit signal ends the job this way.
                 status = Status.TIMEOUT if "timed-out" in str(exc) else Status.CRASHED
@@ -143,6 +143,19 @@ class SlurmHandle:
         again = "; a resume runs it again" if status in INTERRUPTED else ""
         return Measurement(status=status, error=f"slurm job {self.job_id} {how} ({state}) without a result{again}; "
                                                 f"log tail:\n{log_tail(self.job)}", metadata=meta)
+
+    def _fate_over(self, measured: Measurement, meta: dict) -> Measurement:
+        """A job cancelled, preempted or lost while its case ran still returns a result: submitit lets the job
+        process outlive Slurm's SIGTERM, which kills the case's processes, so the case reads ``crashed``. The
+        job's fate is the truth then (resumable), the case's own words kept."""
+        if measured.status != Status.CRASHED:
+            return measured
+        state = self._states.get(self.job_id, refresh=True)
+        fate = ENDED_AS.get(state)
+        if fate not in INTERRUPTED:
+            return measured
+        return Measurement(status=fate, error=f"slurm job {self.job_id} {ENDED_HOW[fate]} ({state}); a resume runs "
+                                              f"it again; the case saw: {measured.error}", metadata=meta)
 
     def cancel(self) -> bool:
         """Cancel if still pending. (Not ``scancel --state=PENDING``: on an array whose
