@@ -83,7 +83,9 @@ def test_a_case_crashed_by_its_jobs_cancellation_takes_the_jobs_fate(tmp_path, m
     crashed = Measurement(status=Status.CRASHED, error="the template process died (killed by SIGTERM)")
     job = SimpleNamespace(job_id="7_1", paths=SimpleNamespace(result_pickle=str(pickle)),
                           result=lambda: crashed.to_json())
-    monkeypatch.setattr(slurm_jobs, "squeue", lambda ids: {"7_1": (state, "")})
+    # A cancelled job is COMPLETING while Slurm's KillWait runs: its fate is read once it settled.
+    answers = iter([{"7_1": ("COMPLETING", "")}] * 2 + [{"7_1": (state, "")}] * 100)
+    monkeypatch.setattr(slurm_jobs, "squeue", lambda ids: next(answers))
     states = JobStates(poll_s=0)
     states.watch(["7_1"])
     row = SlurmHandle(job, states).result()

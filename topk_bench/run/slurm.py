@@ -47,6 +47,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 # Default MaxArraySize is 1001: larger suites are split into several arrays.
 MAX_ARRAY = 1000
 LOG_TAIL_CHARS = 2000
+# How long a job whose case crashed may take to leave its active states (a cancelled one stays COMPLETING
+# through Slurm's KillWait, 30 s by default) before its fate decides the row.
+FATE_SETTLE_S = 60.0
 # What a row of a job that ended without a result says of it, by the status it becomes.
 ENDED_HOW = {
     Status.CANCELLED: "was cancelled (scancel) before it ended", Status.PREEMPTED: "was preempted",
@@ -150,7 +153,10 @@ class SlurmHandle:
         job's fate is the truth then (resumable), the case's own words kept."""
         if measured.status != Status.CRASHED:
             return measured
-        state = self._states.get(self.job_id, refresh=True)
+        state, settled_by = self._states.get(self.job_id, refresh=True), time.monotonic() + FATE_SETTLE_S
+        while (state in ACTIVE_STATES or state == "UNKNOWN") and time.monotonic() < settled_by:
+            time.sleep(min(self._states.poll_s, 1.0) or 0.2)  # a cancelled job is COMPLETING until KillWait ends
+            state = self._states.get(self.job_id, refresh=True)
         fate = ENDED_AS.get(state)
         if fate not in INTERRUPTED:
             return measured
