@@ -8,7 +8,7 @@ the waits for a core). Run with ``--threads 1`` (the default) for CPU times that
 with more threads, the other threads' share of an op is not counted.
 
 Phases (by op, forward and backward told apart): the score product (``bmm``/``mm``), the
-selection (``topk``, ``gather``, ``amax``, masks and index arithmetic), the bags
+selection (``topk`` or the compiled ``row_topk_``, ``gather``, ``amax``, masks and index arithmetic), the bags
 (``embedding_bag`` and its sampled product), the key-sorted transpose (``sort``,
 ``searchsorted``, ``index_select`` of the entries), and the rest. ``--before REV`` runs the
 ``topk_fast`` of a git revision beside the working tree's, round by round, for a before/after
@@ -42,7 +42,7 @@ BAGS = {"_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_per_sam
         "embedding_bag"}
 TRANSPOSE = {"sort", "searchsorted", "index_select", "floor_divide", "bitwise_right_shift", "bincount",
              "cumsum", "index_add_", "scatter_add_"}
-SELECTION = {"topk", "gather", "amax", "masked_fill_", "remainder", "div", "mul", "add", "sub", "bitwise_and",
+SELECTION = {"topk", "row_topk_", "gather", "amax", "masked_fill_", "remainder", "div", "mul", "add", "sub", "bitwise_and",
              "bitwise_xor", "__rshift__", "__and__", "ge", "gt", "le", "lt", "arange", "logical_not",
              "logical_not_", "clamp", "clamp_", "clamp_max", "max_pool1d", "maximum", "where", "take",
              "bitwise_and_", "bitwise_xor_", "masked_fill", "eq", "ne", "expand", "repeat_interleave", "cat"}

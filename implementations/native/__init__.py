@@ -1,0 +1,184 @@
+"""A compiled CPU kernel for the exact row-wise top-k of score tiles (``row_topk.c``), as a torch op.
+
+``torch.topk`` on CPU copies each row into (value, index) pairs and runs
+``nth_element`` (or a heap) on all of them: ~9 ns an element on an AVX2 EPYC,
+twice the cost of the score product that made the row. ``row_topk.c`` reads a
+row once against a running threshold (a vectorised test of 32 values at a
+time, ~0.3 ns an element) and keeps only the few values above it.
+
+- Built on first use with the system C compiler (``$CC``, else ``cc``) for this
+  CPU (``-O3 -march=native``), cached under ``$TOPK_BENCH_NATIVE_CACHE`` (default
+  ``~/.cache/topk-bench/native``) by a hash of the source, the compiler and the
+  CPU's flags; a build takes about half a second.
+- Without a compiler, or with ``TOPK_BENCH_NATIVE=0``, :func:`available` is False
+  and callers keep their ``torch.topk`` path (the same selected values).
+- ``torch.ops.implementations.row_topk_`` writes into slices of the caller's
+  results (no temporaries: the only bytes are the caller's); its fake kernel
+  does nothing, so ``FakeTensorMode`` (the predict backend) sees what a real run
+  allocates. Rows are split between ``torch.get_num_threads()`` threads (the
+  kernel runs without the GIL).
+
+Importable alone: it needs only torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import functools
+import hashlib
+import math
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("row_topk.c")
+SOURCES = (SOURCE, SOURCE.with_name("row_topk_body.h"))
+FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c99")
+# Rows per kernel call below which splitting between threads costs more than it saves.
+MIN_ROWS_PER_THREAD = 16
+# A row's G groups balance the select over their maxima (~G·c_select) against the visit of
+# the members of the k best groups (~k·width/G·c_member): G = sqrt(RATIO·k·width), RATIO =
+# c_member / c_select (tuned on an AVX2 EPYC, 1 thread, k = 128, width 1024-16384).
+GROUP_RATIO = 0.4
+
+
+def groups_for(width: int, k: int) -> int:
+    """Groups per row of ``width`` values for a top-``k`` (``k <= G <= width``)."""
+    return max(k, min(width, int(math.sqrt(GROUP_RATIO * k * width))))
+
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int16: "i16"}
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("TOPK_BENCH_NATIVE_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "topk-bench" / "native"
+
+
+def _cpu_flags() -> str:
+    # -march=native: a build is for this CPU kind (the project's machines mix AVX2 and AVX-512).
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+
+
+def _build(cc: str) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
+    key = hashlib.sha256(b"\0".join([*(p.read_bytes() for p in SOURCES), " ".join(FLAGS).encode(), version.encode(),
+                                      _cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
+    target = _cache_dir() / f"row_topk-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Built beside the target and renamed into place: concurrent first uses never load a partial file.
+    fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        result = subprocess.run([cc, *FLAGS, "-o", partial, str(SOURCE)], capture_output=True, text=True,
+                                check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"{cc} failed on {SOURCE.name}: {result.stderr.strip()[-500:]}")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+@functools.lru_cache(maxsize=1)
+def _library() -> ctypes.CDLL | None:
+    if os.environ.get("TOPK_BENCH_NATIVE", "1") == "0" or platform.system() == "Windows":
+        return None
+    cc = _compiler()
+    if cc is None:
+        return None
+    try:
+        lib = ctypes.CDLL(str(_build(cc)))
+    except (OSError, RuntimeError) as err:
+        warnings.warn(f"implementations.native: no compiled row top-k ({err}); using torch.topk", stacklevel=3)
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    for value in _SUFFIX.values():
+        fn = getattr(lib, f"{value}_row_topk")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64]
+    return lib
+
+
+def available(dtype: torch.dtype, device_type: str = "cpu") -> bool:
+    """Whether :func:`row_topk_` runs for scores of ``dtype`` on a ``device_type`` target (builds on first call)."""
+    return device_type == "cpu" and dtype in _SUFFIX and _library() is not None
+
+
+@functools.lru_cache(maxsize=1)
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
+                                                 thread_name_prefix="row_topk")
+
+
+def _check(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor) -> None:
+    if scores.dim() != 3 or values.dim() != 3 or indices.dim() != 3:
+        raise ValueError("row_topk_: scores, values and indices must be 3-D [outer, inner, *]")
+    if values.shape != (*scores.shape[:2], k) or indices.shape != values.shape:
+        raise ValueError(f"row_topk_: values/indices {tuple(values.shape)}/{tuple(indices.shape)} "
+                         f"do not fit scores {tuple(scores.shape)} and k={k}")
+    if not 1 <= k <= scores.shape[-1]:
+        raise ValueError(f"row_topk_: k={k} outside 1..{scores.shape[-1]}")
+    if values.dtype != scores.dtype or indices.dtype not in _INDEX_DTYPES or scores.dtype not in _SUFFIX:
+        raise ValueError(f"row_topk_: dtypes {scores.dtype}/{values.dtype}/{indices.dtype} not supported")
+    for name, t in (("scores", scores), ("values", values), ("indices", indices)):
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ValueError(f"row_topk_: {name}' last dimension must be contiguous")
+
+
+@torch.library.custom_op("implementations::row_topk_", mutates_args=("values", "indices"), device_types="cpu")
+def row_topk_(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor,
+              groups: int = 1, base: int = 0, start: int = 0) -> None:
+    """The top-``k`` (unsorted) of each row of ``scores [outer, inner, width]`` into ``values``,
+    ``indices [outer, inner, k]`` (views allowed), an index being ``start + (o // groups) * base + column``.
+
+    The values are ``torch.topk``'s (NaN largest); on ties at the k-th value the columns the scan
+    met first are kept.
+    """
+    _check(scores, k, values, indices)
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("row_topk_: no compiled kernel (implementations.native.available() is False)")
+    fn = getattr(lib, f"{_SUFFIX[scores.dtype]}_row_topk")
+    outer, inner, width = scores.shape
+    rows = outer * inner
+    if rows == 0:
+        return
+    if values.stride(0) != indices.stride(0) or values.stride(1) != indices.stride(1):
+        raise ValueError("row_topk_: values and indices must have the same strides")
+    args = (scores.data_ptr(), inner, scores.stride(0), scores.stride(1), width, k, values.data_ptr(),
+            indices.data_ptr(), indices.element_size(), values.stride(0), values.stride(1), groups, base, start,
+            groups_for(width, k))
+    threads = max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_THREAD))
+    bounds = [rows * t // threads for t in range(threads + 1)]
+    if threads == 1:
+        codes = [fn(*args, 0, rows)]
+    else:
+        codes = list(_pool().map(lambda t: fn(*args, bounds[t], bounds[t + 1]), range(threads)))
+    if any(codes):
+        raise MemoryError("row_topk_: the kernel could not allocate its candidate buffer")
+
+
+@row_topk_.register_fake
+def _(scores, k, values, indices, groups=1, base=0, start=0):
+    _check(scores, k, values, indices)

@@ -1,0 +1,187 @@
+"""The compiled row top-k (implementations/native): torch.topk's values, in place, on every path of the kernel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from implementations import native
+
+pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason="no C compiler: no compiled kernel")
+
+
+def _run(scores, k, index_dtype=torch.int64, groups=1, base=0):
+    outer, inner, _ = scores.shape
+    values = torch.empty(outer, inner, k, dtype=scores.dtype)
+    indices = torch.empty(outer, inner, k, dtype=index_dtype)
+    native.row_topk_(scores, k, values, indices, groups, base)
+    return values, indices
+
+
+def _check_against_topk(scores, k, values, indices, groups=1, base=0):
+    """Same values as torch.topk (NaN highest), each index a column holding its value, no column twice."""
+    expected = scores.topk(k, dim=-1).values
+    got = values.sort(dim=-1, descending=True).values
+    # sort puts NaN first when descending, as topk does
+    assert torch.equal(got.nan_to_num(nan=7.0, posinf=8.0, neginf=-8.0),
+                       expected.nan_to_num(nan=7.0, posinf=8.0, neginf=-8.0))
+    offset = (torch.arange(scores.shape[0]) // groups * base).view(-1, 1, 1)
+    columns = indices.long() - offset
+    assert columns.min() >= 0 and columns.max() < scores.shape[-1]
+    picked = scores.gather(-1, columns)
+    assert torch.equal(picked.nan_to_num(nan=7.0), values.nan_to_num(nan=7.0))
+    assert (columns.sort(-1).values.diff(dim=-1) > 0).all(), "a column picked twice"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width,k", [(1, 1), (7, 3), (16, 16), (40, 5), (300, 17), (1000, 128), (5000, 128),
+                                     (20000, 64), (3000, 1500)])
+def test_equals_torch_topk_on_random_rows(dtype, width, k):
+    torch.manual_seed(width * 7 + k)
+    scores = torch.randn(3, 5, width, dtype=dtype)
+    values, indices = _run(scores, k)
+    _check_against_topk(scores, k, values, indices)
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "constant", "two_values"])
+def test_adversarial_orders_and_ties(order):
+    """Ascending rows make every value a candidate (the buffer's cuts); ties at the k-th value."""
+    width, k = 6000, 100
+    base = torch.randn(4, width, dtype=torch.float64)
+    scores = {
+        "ascending": base.sort(-1).values,
+        "descending": base.sort(-1, descending=True).values,
+        "constant": torch.full((4, width), 0.5, dtype=torch.float64),
+        "two_values": (base > 1.5).double(),  # ~6.7% ones: the k-th value is 1.0 or 0.0 with many ties
+    }[order].unsqueeze(0).contiguous()
+    values, indices = _run(scores, k)
+    _check_against_topk(scores, k, values, indices)
+
+
+def test_infinities_and_nan_rank_as_torch_topk():
+    torch.manual_seed(1)
+    width, k = 2000, 64
+    scores = torch.randn(1, 6, width)
+    scores[0, 0, 30:] = float("-inf")          # fewer than k finite values: -inf ones fill the top-k
+    scores[0, 1, :] = float("-inf")            # all -inf
+    scores[0, 2, ::97] = float("inf")          # +inf values (the exact bound)
+    scores[0, 3, 5] = float("nan")             # NaN ranks highest
+    scores[0, 4, ::3] = float("nan")           # more NaN than k
+    scores[0, 5, 1000:] = float("-inf")        # a causal-like row: a masked suffix
+    values, indices = _run(scores, k)
+    _check_against_topk(scores, k, values, indices)
+
+
+def test_int16_ranks():
+    torch.manual_seed(2)
+    scores = torch.randint(-32768, 32767, (2, 3, 4000), dtype=torch.int16)
+    scores[0, 0, :] = 7  # all tied
+    values, indices = _run(scores, 200)
+    _check_against_topk(scores, 200, values, indices)
+
+
+def test_writes_into_slices_with_head_offsets():
+    """A strided [outer, inner, width] tile into rows r0:r1 of [outer, Lq, k] results, indices o // groups * base + j."""
+    torch.manual_seed(3)
+    outer, lq, width, k, groups, base = 6, 10, 700, 32, 3, 700
+    tile = torch.randn(outer, 8, width + 5)[:, 2:6, :width]  # rows 2..5 of a wider buffer: strided
+    values = torch.full((outer, lq, k), -1.0)
+    indices = torch.full((outer, lq, k), -1, dtype=torch.int32)
+    native.row_topk_(tile, k, values[:, 3:7], indices[:, 3:7], groups, base)
+    _check_against_topk(tile, k, values[:, 3:7], indices[:, 3:7], groups, base)
+    untouched = torch.ones(lq, dtype=torch.bool)
+    untouched[3:7] = False
+    assert (values[:, untouched] == -1).all() and (indices[:, untouched] == -1).all()
+
+
+def test_threads_split_rows_the_same():
+    torch.manual_seed(4)
+    scores = torch.randn(4, 50, 3000)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _run(scores, 100)
+        torch.set_num_threads(2)
+        two = _run(scores, 100)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
+
+
+def test_bad_arguments_raise():
+    scores = torch.randn(2, 3, 50)
+    with pytest.raises(ValueError, match="k=51 outside"):
+        _run(scores, 51)
+    with pytest.raises(ValueError, match="dtypes"):
+        native.row_topk_(scores, 5, torch.empty(2, 3, 5, dtype=torch.float64), torch.empty(2, 3, 5, dtype=torch.int64))
+    with pytest.raises(ValueError, match="last dimension must be contiguous"):
+        native.row_topk_(scores.transpose(1, 2).contiguous().transpose(1, 2), 5, torch.empty(2, 3, 5),
+                         torch.empty(2, 3, 5, dtype=torch.int64))
+
+
+def test_fake_tensors_allocate_nothing():
+    """The predict backend runs the op on FakeTensors: shapes checked, no output, no allocation."""
+    with FakeTensorMode():
+        scores = torch.empty(2, 3, 500)
+        values, indices = torch.empty(2, 3, 10), torch.empty(2, 3, 10, dtype=torch.int64)
+        native.row_topk_(scores, 10, values, indices)
+        with pytest.raises(ValueError, match="do not fit"):
+            native.row_topk_(scores, 11, values, indices)
+
+
+def _fresh_python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_disabled_or_without_compiler_falls_back(tmp_path):
+    code = "import torch; from implementations import native; print(native.available(torch.float32))"
+    off = _fresh_python(code, TOPK_BENCH_NATIVE="0")
+    assert off.returncode == 0 and off.stdout.strip() == "False"
+    broken = _fresh_python(code, CC="false", TOPK_BENCH_NATIVE_CACHE=str(tmp_path))
+    assert broken.returncode == 0 and broken.stdout.strip() == "False"
+    assert "no compiled row top-k" in broken.stderr and "using torch.topk" in broken.stderr
+    assert not list(tmp_path.glob("*.so")), "a failed build left a library behind"
+
+
+def test_builds_once_into_the_cache(tmp_path):
+    code = "import torch; from implementations import native; print(native.available(torch.float64))"
+    first = _fresh_python(code, TOPK_BENCH_NATIVE_CACHE=str(tmp_path))
+    assert first.returncode == 0 and first.stdout.strip() == "True", first.stderr
+    built = list(tmp_path.glob("row_topk-*.so"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    again = _fresh_python(code, TOPK_BENCH_NATIVE_CACHE=str(tmp_path))
+    assert again.stdout.strip() == "True" and built[0].stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("causal,groups,padded", [(True, 1, False), (False, 1, True), (True, 3, False), (True, 2, True)])
+def test_topk_fast_same_with_and_without_the_kernel(monkeypatch, causal, groups, padded):
+    """topk_fast's outputs and gradients (float64) are the same through the kernel and through torch.topk."""
+    from implementations.topk_fast import topk_fast_attention
+
+    torch.manual_seed(5)
+    b, h, lq, d = 2, 6, 300, 16
+    q = torch.randn(b, h, lq, d, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(b, h // groups, lq, d, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(b, h // groups, lq, d, dtype=torch.float64, requires_grad=True)
+    mask = torch.zeros(b, lq, dtype=torch.bool)
+    if padded:
+        mask[1, -37:] = True
+    grad = torch.randn(b, h, lq, d, dtype=torch.float64)
+
+    def run():
+        out = topk_fast_attention(q, k, v, causal=causal, topk=40, chunk_size=128,
+                                  key_padding_mask=mask if padded else None)
+        return (out, *torch.autograd.grad(out, (q, k, v), grad))
+
+    compiled = run()
+    monkeypatch.setattr(native, "available", lambda *args, **kwargs: False)
+    plain = run()
+    for a, b_ in zip(compiled, plain):
+        torch.testing.assert_close(a, b_, rtol=1e-12, atol=1e-12)
