@@ -312,16 +312,20 @@ def _keep(selected, top, idx, groups, lk, h0):
 
 
 def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
-    """Forward only, few query rows (:mod:`implementations.decode`): all scores, then the pruned top-k.
+    """Forward only, few query rows (:mod:`implementations.decode`): all scores, then the row top-k.
 
-    Pruned as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
+    The compiled kernel (:mod:`implementations.native`, CPU) on the rows as they are; else pruned
+    as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
     top-k lies in the k runs with the largest maxima): a run's members are adjacent, so
     the candidates are ``k`` rows of a ``[runs, s]`` view, copied by one ``index_select``
     (measured 1.8 ms for 512 rows x 128 runs of 8; the element-wise ``gather`` that
     strided groups need takes 7.5 ms for the same entries).
     """
     lk = k.shape[-2]
-    s = _segments(max(lk, kk), kk)
+    # The compiled top-k takes the ranks' rows as they are (:func:`_ranks`: half scores as int16).
+    score_dtype = stat_dtype(q.dtype) if float_scores else q.dtype
+    compiled = native.available(_SAME_WIDTH_INT[2] if score_dtype.itemsize == 2 else score_dtype, device_kind(q))
+    s = 1 if compiled else _segments(max(lk, kk), kk)
     scores = decode_scores(q, k, groups, causal=causal, real_keys=real_keys, multiple=s,
                            float_scores=float_scores)
     rows, width = scores.shape[-2:]
@@ -330,7 +334,12 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     # (bf16, 131072 keys: the maxima of runs of 4 take 1.0 ms on int16 bits, 3.3 ms on bf16).
     ranks = _ranks(scores)
     del scores
-    if s == 1:
+    if compiled:
+        lead = ranks.shape[:-2]
+        top = ranks.new_empty(*lead, rows, kk)
+        where = torch.empty(*lead, rows, kk, dtype=torch.int64, device=ranks.device)
+        native.row_topk_(ranks.view(-1, rows, width), kk, top.view(-1, rows, kk), where.view(-1, rows, kk))
+    elif s == 1:
         top, where = ranks.topk(kk, dim=-1, sorted=False)
     else:
         runs = ranks.view(-1, s)                                                             # [rows * width/s, s]
@@ -352,7 +361,7 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
 def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False, keep=None, dropout=0.0):
     """Gradients of one group of heads (``dout_g, q_g``: its rows; ``k2, v2``: all heads' keys).
 
-    ``idx`` holds global key rows ``h·Lk + j``; ``keys`` is the group's range of them.
+    ``idx`` holds global key rows ``h·Lk + j``; ``keys = (lo, hi)`` is the group's range of them.
     ``keep``: the forward's dropout masks of the group (``None`` without dropout).
     """
     dq, dk, dv = grads
@@ -384,19 +393,35 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     if dk is None and dv is None:
         return
     # The transposed selection: entries sorted by key, one bag of query rows per key
-    # (empty bags give zero rows); one sort serves both dV and dK (a 1-D sort: the
-    # batched per-head sort measured 1.7x slower).
-    sorted_keys, order = torch.sort(flat)
-    starts = torch.searchsorted(sorted_keys, keys)
-    del sorted_keys
+    # (empty bags give zero rows); one sort serves both dV and dK.
+    order, starts = _key_order(flat, keys)
     query_of = order >> (kk.bit_length() - 1) if kk & (kk - 1) == 0 else torch.div(order, kk, rounding_mode="floor")
     # index_select: ~4x faster than advanced indexing for these permutations.
     if dv is not None:
         w_sorted = dropped.reshape(-1).index_select(0, order).to(dout_g.dtype)
-        dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum"))
+        dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum",
+                                 include_last_offset=True))
     if dk is not None:
         ds_sorted = ds.view(-1).index_select(0, order)
-        dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds_sorted, mode="sum"))
+        dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds_sorted, mode="sum",
+                                 include_last_offset=True))
+
+
+def _key_order(flat, keys):
+    """The entries of ``flat`` (key rows in ``keys = (lo, hi)``) by key, and where each key's begin (``hi - lo + 1``
+    offsets, the last ``len(flat)``): a counting sort where compiled (:mod:`implementations.native`, CPU;
+    4.2M entries: ~15 ms against torch.sort's 150-170 ms), else a 1-D ``torch.sort`` (the batched
+    per-head sort measured 1.7x slower) and ``searchsorted``."""
+    lo, hi = keys
+    device = flat.device
+    if native.built(device_kind(flat)):
+        order = torch.empty(flat.numel(), dtype=torch.int64, device=device)
+        starts = torch.empty(hi - lo + 1, dtype=torch.int64, device=device)
+        native.key_order_(flat, lo, order, starts)
+        return order, starts
+    sorted_keys, order = torch.sort(flat)
+    starts = torch.searchsorted(sorted_keys, torch.arange(lo, hi + 1, dtype=flat.dtype, device=device))
+    return order, starts
 
 
 class _TopkFast(torch.autograd.Function):
@@ -451,13 +476,12 @@ class _TopkFast(torch.autograd.Function):
         # Groups of whole K/V heads, each with its G query heads (rows h*G .. h*G + G - 1),
         # so that every key's gradient comes from one group.
         heads = max(1, min(bkv, BACKWARD_ENTRIES // max(1, groups * lq * kk)))
-        key_ids = torch.arange(bkv * lk, dtype=idx.dtype, device=idx.device)
         for h0 in range(0, bkv, heads):
             h1 = min(h0 + heads, bkv)
             g0, g1 = h0 * groups, h1 * groups
             qs, ks = slice(g0 * lq, g1 * lq), slice(h0 * lk, h1 * lk)
             _backward_group(
-                dout2[qs], q2[qs], k2, v2, top[g0:g1], idx[g0:g1], ctx.relu, key_ids[ks],
+                dout2[qs], q2[qs], k2, v2, top[g0:g1], idx[g0:g1], ctx.relu, (ks.start, ks.stop),
                 tuple(None if g is None else g[r] for g, r in ((dq, qs), (dk, ks), (dv, ks))),
                 ctx.safe, None if keep is None else keep[g0:g1], ctx.dropout,
             )

@@ -162,7 +162,7 @@ def test_builds_once_into_the_cache(tmp_path):
 
 @pytest.mark.parametrize("causal,groups,padded", [(True, 1, False), (False, 1, True), (True, 3, False), (True, 2, True)])
 def test_topk_fast_same_with_and_without_the_kernel(monkeypatch, causal, groups, padded):
-    """topk_fast's outputs and gradients (float64) are the same through the kernel and through torch.topk."""
+    """topk_fast's outputs and gradients (float64) are the same through the kernels and through torch.topk/sort."""
     from implementations.topk_fast import topk_fast_attention
 
     torch.manual_seed(5)
@@ -181,7 +181,28 @@ def test_topk_fast_same_with_and_without_the_kernel(monkeypatch, causal, groups,
         return (out, *torch.autograd.grad(out, (q, k, v), grad))
 
     compiled = run()
-    monkeypatch.setattr(native, "available", lambda *args, **kwargs: False)
+    monkeypatch.setattr(native, "_library", lambda: None)  # neither kernel: torch.topk, torch.sort
+    assert not native.available(torch.float64) and not native.built()
     plain = run()
     for a, b_ in zip(compiled, plain):
         torch.testing.assert_close(a, b_, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_key_order_is_a_stable_sort(dtype):
+    torch.manual_seed(6)
+    lo, nkeys = 1000, 300
+    keys = torch.randint(lo, lo + nkeys - 20, (5000,), dtype=dtype)  # the last 20 keys have no entry
+    order = torch.empty(5000, dtype=torch.int64)
+    starts = torch.empty(nkeys + 1, dtype=torch.int64)
+    native.key_order_(keys, lo, order, starts)
+    sorted_keys, expected = torch.sort(keys, stable=True)
+    assert torch.equal(order, expected)
+    assert torch.equal(starts, torch.searchsorted(sorted_keys, torch.arange(lo, lo + nkeys + 1, dtype=dtype)))
+    assert starts[-21:].eq(5000).all()
+
+
+def test_key_order_rejects_a_key_out_of_range():
+    keys = torch.tensor([3, 4, 9], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"a key outside \[3, 8\)"):
+        native.key_order_(keys, 3, torch.empty(3, dtype=torch.int64), torch.empty(6, dtype=torch.int64))

@@ -38,8 +38,9 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("row_topk.c")
-SOURCES = (SOURCE, SOURCE.with_name("row_topk_body.h"))
+_HERE = Path(__file__).parent
+SOURCES = (_HERE / "row_topk.c", _HERE / "key_order.c")  # compiled into one library
+HEADERS = (_HERE / "row_topk_body.h",)
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c99")
 # Rows per kernel call below which splitting between threads costs more than it saves.
 MIN_ROWS_PER_THREAD = 16
@@ -79,7 +80,7 @@ def _compiler() -> str | None:
 
 def _build(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256(b"\0".join([*(p.read_bytes() for p in SOURCES), " ".join(FLAGS).encode(), version.encode(),
+    key = hashlib.sha256(b"\0".join([*(p.read_bytes() for p in SOURCES + HEADERS), " ".join(FLAGS).encode(), version.encode(),
                                       _cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
     target = _cache_dir() / f"row_topk-{key}.so"
     if target.exists():
@@ -89,10 +90,10 @@ def _build(cc: str) -> Path:
     fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        result = subprocess.run([cc, *FLAGS, "-o", partial, str(SOURCE)], capture_output=True, text=True,
+        result = subprocess.run([cc, *FLAGS, "-o", partial, *map(str, SOURCES)], capture_output=True, text=True,
                                 check=False)
         if result.returncode != 0:
-            raise RuntimeError(f"{cc} failed on {SOURCE.name}: {result.stderr.strip()[-500:]}")
+            raise RuntimeError(f"{cc} failed on {', '.join(p.name for p in SOURCES)}: {result.stderr.strip()[-500:]}")
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
@@ -117,12 +118,19 @@ def _library() -> ctypes.CDLL | None:
         fn = getattr(lib, f"{value}_row_topk")
         fn.restype = ctypes.c_int
         fn.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64]
+    lib.key_order.restype = ctypes.c_int
+    lib.key_order.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr]
     return lib
+
+
+def built(device_type: str = "cpu") -> bool:
+    """Whether the kernels run for a ``device_type`` target (CPU, and built: on first call)."""
+    return device_type == "cpu" and _library() is not None
 
 
 def available(dtype: torch.dtype, device_type: str = "cpu") -> bool:
     """Whether :func:`row_topk_` runs for scores of ``dtype`` on a ``device_type`` target (builds on first call)."""
-    return device_type == "cpu" and dtype in _SUFFIX and _library() is not None
+    return dtype in _SUFFIX and built(device_type)
 
 
 @functools.lru_cache(maxsize=1)
@@ -182,3 +190,31 @@ def row_topk_(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch
 @row_topk_.register_fake
 def _(scores, k, values, indices, groups=1, base=0, start=0):
     _check(scores, k, values, indices)
+
+
+@torch.library.custom_op("implementations::key_order_", mutates_args=("order", "starts"), device_types="cpu")
+def key_order_(keys: torch.Tensor, lo: int, order: torch.Tensor, starts: torch.Tensor) -> None:
+    """A stable counting sort of ``keys`` (1-D int32/int64, values in ``[lo, lo + len(starts) - 1)``):
+    ``order`` (int64, ``len(keys)``) lists the entries by key, ``starts`` (int64) where each key's begin,
+    the last one ``len(keys)`` (``torch.sort(keys, stable=True)``'s indices, and its ``searchsorted``)."""
+    _check_order(keys, order, starts)
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("key_order_: no compiled kernel (implementations.native.available() is False)")
+    if lib.key_order(keys.data_ptr(), keys.element_size(), keys.numel(), lo, starts.numel() - 1,
+                     order.data_ptr(), starts.data_ptr()):
+        raise ValueError(f"key_order_: a key outside [{lo}, {lo + starts.numel() - 1})")
+
+
+@key_order_.register_fake
+def _(keys, lo, order, starts):
+    _check_order(keys, order, starts)
+
+
+def _check_order(keys: torch.Tensor, order: torch.Tensor, starts: torch.Tensor) -> None:
+    if keys.dim() != 1 or order.shape != keys.shape or starts.dim() != 1 or starts.numel() < 1:
+        raise ValueError("key_order_: keys and order must be 1-D of one length, starts 1-D")
+    if keys.dtype not in _INDEX_DTYPES or order.dtype != torch.int64 or starts.dtype != torch.int64:
+        raise ValueError(f"key_order_: dtypes {keys.dtype}/{order.dtype}/{starts.dtype} not supported")
+    if not (keys.is_contiguous() and order.is_contiguous() and starts.is_contiguous()):
+        raise ValueError("key_order_: keys, order and starts must be contiguous")
