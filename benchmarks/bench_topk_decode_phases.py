@@ -4,7 +4,8 @@ One decode step of Llama-3-8B's attention (32 query heads on 8 K/V heads of 128)
 batch 1, over ``--kv-len`` cached tokens, keeping ``--topk`` keys per query: the score product
 over every key (float32 ranking: keys converted tile by tile; bf16 ranking, the default: one
 bf16 GEMM), then on the default's bf16 scores the pruned exact top-k (run maxima, top-k of
-runs, their members, top-k of members, all on the scores' int16 bits, converted once), the
+runs, their members, top-k of members, all on the scores' int16 bits, converted once; on CPU
+topk_fast runs the compiled row top-k of :mod:`implementations.native` instead, timed beside), the
 softmax and the bag of the chosen V rows; beside them, dense attention's second product
 (weights @ V over every key), which is what a top-k step saves; then whole steps of
 ``topk_fast`` (both rankings), vanilla and SDPA (the registry's entries). Medians of ``--rounds``
@@ -22,7 +23,7 @@ import time
 
 import torch
 
-from implementations import decode
+from implementations import decode, native
 import implementations
 from implementations.topk_fast import _ordered_bits, _segments
 
@@ -62,6 +63,10 @@ def main() -> None:
         members = timed("their members", lambda: runs.index_select(0, (best + first).view(-1)))
         top, pos = timed("top-k of members", lambda: members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False))
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
+        if native.available(ranks.dtype):  # what topk_fast runs on CPU instead of the four phases above
+            out = (ranks.new_empty(best.shape), torch.empty(best.shape, dtype=torch.int64))
+            timed("compiled row top-k (replaces the 4 above)", lambda: native.row_topk_(
+                ranks.view(-1, rows, width), kk, out[0].view(-1, rows, kk), out[1].view(-1, rows, kk)))
         weights = timed("softmax", lambda: torch.softmax(_ordered_bits(top).view(scores.dtype).float(), dim=-1))
         timed("bag of the chosen V rows", lambda: decode.decode_output(weights, where, q, v))
         dense_weights = torch.softmax(scores.float(), dim=-1).to(torch.bfloat16).view(8, 4, -1)[..., : args.kv_len]
