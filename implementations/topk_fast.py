@@ -6,14 +6,18 @@ costs as much as vanilla attention (its §5 limitation). Here:
 
 * the only dense product is the score tile ``Q_c Kᵀ``; for causal attention a
   query tile only meets the keys before its end (half the work and memory);
-* the row-wise top-k is pruned exactly: a key whose group maximum is not among
-  the k largest group maxima cannot be in the row's top-k, so ``topk`` runs on
-  ~2·sqrt(k·Lk) candidates instead of Lk;
+* the row-wise top-k is exact and cheaper than the product it follows: on CPU a
+  compiled kernel (:mod:`implementations.native`: one vectorised pass over the
+  row, then only the members of ~k groups), written straight into the results;
+  elsewhere (CUDA, or no C compiler) pruned: a key whose group maximum is not
+  among the k largest group maxima cannot be in the row's top-k, so ``topk``
+  runs on ~2·sqrt(k·Lk) candidates instead of Lk;
 * the four products use the k selected entries only, through
   ``embedding_bag`` (gather-multiply-sum without materialising the gathered
   rows): ``out = W·V`` and ``dQ = dS·K`` directly, ``dW = dout·V[idx]`` by its
   per-sample-weights backward, and ``dV = Wᵀ·dout``, ``dK = dSᵀ·Q`` as bags of
-  the key-sorted (transposed) selection, one sort shared by both;
+  the key-sorted (transposed) selection, one sort shared by both (on CPU a
+  compiled counting sort);
 * only Q, K, V, the top scores and int32 indices are kept for backward (as the
   paper); the backward runs per group of heads to bound its O(Lq·k) temporaries.
 
@@ -23,7 +27,8 @@ mask per chunk of ``chunk_size`` rows on the k weights, cached as ``Lq x k``
 bools for backward (as ``topk``; the defaults leave the code path unchanged).
 
 Everything is shape-static (no ``.item()``, ``nonzero`` or value-dependent
-branches), so it runs under ``FakeTensorMode`` for the predict backend.
+branches; the compiled kernels are ops whose fake kernels allocate nothing, as
+the real ones), so it runs under ``FakeTensorMode`` for the predict backend.
 
 - Causal: bottom-right aligned (query ``i`` sees keys ``j <= Lk - Lq + i``); a
   tile of rows meets only the keys up to its last row's position; a row with no

@@ -206,3 +206,31 @@ def test_key_order_rejects_a_key_out_of_range():
     keys = torch.tensor([3, 4, 9], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"a key outside \[3, 8\)"):
         native.key_order_(keys, 3, torch.empty(3, dtype=torch.int64), torch.empty(6, dtype=torch.int64))
+
+
+def _topk_in_child(queue):
+    torch.set_num_threads(2)
+    scores = torch.randn(2, 64, 1000)
+    values, indices = _run(scores, 50)
+    queue.put(bool(torch.equal(values.sort(-1).values, scores.topk(50, dim=-1).values.sort(-1).values)))
+
+
+def test_a_forked_child_splits_rows_without_hanging():
+    """The harness forks workers from a process that may have run the kernel on its thread pool."""
+    import multiprocessing
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _run(torch.randn(2, 64, 1000), 50)  # the parent's pool has threads now
+    finally:
+        torch.set_num_threads(threads)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_topk_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung on the kernel's thread pool")
+    assert child.exitcode == 0 and queue.get(timeout=5)

@@ -139,6 +139,12 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
                                                  thread_name_prefix="row_topk")
 
 
+# A forked child (the harness's template forks the cases' workers) has the parent's executor
+# without its threads: work handed to it would wait forever. The child starts its own.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
 def _check(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor) -> None:
     if scores.dim() != 3 or values.dim() != 3 or indices.dim() != 3:
         raise ValueError("row_topk_: scores, values and indices must be 3-D [outer, inner, *]")
