@@ -11,7 +11,9 @@
  *   row r = o * inner + i  reads   in  + o * in_outer  + i * in_inner
  *                          writes  val + o * out_outer + i * out_inner (idx likewise, int32 or
  *                          int64 by index_bytes), an index being start + (o / groups) * base + column.
- * The caller splits rows [row_begin, row_end) between threads.  Returns 0, 1 (bad arguments) or
+ * Built with -fopenmp where torch runs on GNU OpenMP (the library then shares torch's libgomp and
+ * its threads: `threads` of the team take blocks of `block` rows in turn); else one thread.
+ * Returns 0, 1 (bad arguments) or
  * 2 (no memory for the scratch).
  */
 #include <math.h>

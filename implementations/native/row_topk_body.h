@@ -178,7 +178,7 @@ static T F(cut)(T *bv, int32_t *bi, int64_t *n, int64_t k)
  * are above.  Work: a vectorised max over the row, a histogram of the G maxima, a branch-free visit
  * of the members of ~k groups, a select over the few values above thr.
  * Scratch: gm, sc (G values), bin, cand (G ints), hist (BINS + 1 ints), bv, bi, tv, ti, cbin (cap >= 2k + s + 1). */
-static void F(row)(const T *x, int64_t width, int64_t G, int64_t k, T *gm, T *sc, int32_t *bin,
+static __attribute__((noinline)) void F(row)(const T *x, int64_t width, int64_t G, int64_t k, T *gm, T *sc, int32_t *bin,
                    int32_t *cand, int32_t *hist, T *bv, int32_t *bi, int64_t cap, T *tv, int32_t *ti,
                    int32_t *cbin)
 {
@@ -216,33 +216,59 @@ static void F(row)(const T *x, int64_t width, int64_t G, int64_t k, T *gm, T *sc
     F(finish)(bv, bi, n, k, tv, ti, cbin, hist);
 }
 
-int F(row_topk)(const T *in, int64_t inner, int64_t in_outer, int64_t in_inner, int64_t width, int64_t k,
-                T *val, void *idx, int64_t index_bytes, int64_t out_outer, int64_t out_inner,
-                int64_t groups, int64_t base, int64_t start, int64_t G, int64_t row_begin, int64_t row_end)
+/* Rows [r0, r1) of the tile into the results (F(row_topk)'s addressing). */
+static int F(rows)(const T *in, int64_t inner, int64_t in_outer, int64_t in_inner, int64_t width, int64_t k,
+                   T *val, void *idx, int64_t index_bytes, int64_t out_outer, int64_t out_inner, int64_t groups,
+                   int64_t base, int64_t start, int64_t G, int64_t rows, int64_t block)
 {
-    if (k < 1 || k > G || G > width || width > INT32_MAX || (index_bytes != 4 && index_bytes != 8)) return 1;
     int64_t cap = 4 * k + width / G + 2;
     /* scratch: gm, sc (G values); bin, cand (G ints); hist; bv, tv (cap values); bi, ti, cbin (cap ints) */
     T *values = (T *)malloc((2 * G + 2 * cap) * sizeof(T));
     int32_t *ints = (int32_t *)malloc((2 * G + BINS + 1 + 3 * cap) * sizeof(int32_t));
-    if (!values || !ints) { free(values); free(ints); return 2; }
+    int ok = values && ints; /* without scratch a thread takes no block (every thread meets the loop) */
     T *gm = values, *sc = values + G, *bv = values + 2 * G, *tv = bv + cap;
     int32_t *bin = ints, *cand = ints + G, *hist = ints + 2 * G, *bi = hist + BINS + 1, *ti = bi + cap,
             *cbin = ti + cap;
-    for (int64_t r = row_begin; r < row_end; r++) {
-        int64_t o = r / inner, i = r % inner;
-        F(row)(in + o * in_outer + i * in_inner, width, G, k, gm, sc, bin, cand, hist, bv, bi, cap, tv, ti, cbin);
-        T *ov = val + o * out_outer + i * out_inner;
-        int64_t offset = start + (o / groups) * base, at = o * out_outer + i * out_inner;
-        for (int64_t t = 0; t < k; t++) ov[t] = bv[t];
-        if (index_bytes == 4) {
-            int32_t *oi = (int32_t *)idx + at;
-            for (int64_t t = 0; t < k; t++) oi[t] = (int32_t)(offset + bi[t]);
-        } else {
-            int64_t *oi = (int64_t *)idx + at;
-            for (int64_t t = 0; t < k; t++) oi[t] = offset + bi[t];
+    /* blocks of rows in turn across the team (a thread that gets its core late takes fewer) */
+    #pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t b = 0; b < (rows + block - 1) / block; b++) {
+        if (!ok) continue;
+        int64_t r1 = (b + 1) * block < rows ? (b + 1) * block : rows;
+        for (int64_t r = b * block; r < r1; r++) {
+            int64_t o = r / inner, i = r % inner;
+            F(row)(in + o * in_outer + i * in_inner, width, G, k, gm, sc, bin, cand, hist, bv, bi, cap, tv, ti, cbin);
+            T *ov = val + o * out_outer + i * out_inner;
+            int64_t offset = start + (o / groups) * base, at = o * out_outer + i * out_inner;
+            for (int64_t t = 0; t < k; t++) ov[t] = bv[t];
+            if (index_bytes == 4) {
+                int32_t *oi = (int32_t *)idx + at;
+                for (int64_t t = 0; t < k; t++) oi[t] = (int32_t)(offset + bi[t]);
+            } else {
+                int64_t *oi = (int64_t *)idx + at;
+                for (int64_t t = 0; t < k; t++) oi[t] = offset + bi[t];
+            }
         }
     }
     free(values); free(ints);
-    return 0;
+    return ok ? 0 : 2;
+}
+
+int F(row_topk)(const T *in, int64_t inner, int64_t in_outer, int64_t in_inner, int64_t width, int64_t k,
+                T *val, void *idx, int64_t index_bytes, int64_t out_outer, int64_t out_inner,
+                int64_t groups, int64_t base, int64_t start, int64_t G, int64_t rows, int64_t block,
+                int64_t threads)
+{
+    if (k < 1 || k > G || G > width || width > INT32_MAX || (index_bytes != 4 && index_bytes != 8) || block < 1)
+        return 1;
+    int status = 0;
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int code = F(rows)(in, inner, in_outer, in_inner, width, k, val, idx, index_bytes, out_outer, out_inner,
+                           groups, base, start, G, rows, block);
+        if (code) {
+            #pragma omp atomic write
+            status = code;
+        }
+    }
+    return status;
 }
