@@ -40,7 +40,7 @@ from bench_topk_fast import load_revision  # noqa: E402
 PRODUCT = {"bmm", "mm", "matmul", "baddbmm", "addmm"}
 BAGS = {"_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_per_sample_weights_backward",
         "embedding_bag"}
-TRANSPOSE = {"key_order_", "sort", "searchsorted", "index_select", "floor_divide", "bitwise_right_shift", "bincount",
+TRANSPOSE = {"key_sort_", "sort", "searchsorted", "index_select", "floor_divide", "bitwise_right_shift", "bincount",
              "cumsum", "index_add_", "scatter_add_"}
 SELECTION = {"topk", "row_topk_", "gather", "amax", "masked_fill_", "remainder", "div", "mul", "add", "sub", "bitwise_and",
              "bitwise_xor", "__rshift__", "__and__", "ge", "gt", "le", "lt", "arange", "logical_not",

@@ -17,7 +17,7 @@ costs as much as vanilla attention (its §5 limitation). Here:
   rows): ``out = W·V`` and ``dQ = dS·K`` directly, ``dW = dout·V[idx]`` by its
   per-sample-weights backward, and ``dV = Wᵀ·dout``, ``dK = dSᵀ·Q`` as bags of
   the key-sorted (transposed) selection, one sort shared by both (on CPU a
-  compiled counting sort);
+  compiled counting sort that carries the entries' rows and weights along);
 * only Q, K, V, the top scores and int32 indices are kept for backward (as the
   paper); the backward runs per group of heads to bound its O(Lq·k) temporaries.
 
@@ -399,34 +399,37 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
         return
     # The transposed selection: entries sorted by key, one bag of query rows per key
     # (empty bags give zero rows); one sort serves both dV and dK.
-    order, starts = _key_order(flat, keys)
-    query_of = order >> (kk.bit_length() - 1) if kk & (kk - 1) == 0 else torch.div(order, kk, rounding_mode="floor")
-    # index_select: ~4x faster than advanced indexing for these permutations.
+    w = dropped.reshape(-1).to(dout_g.dtype) if dv is not None else None
+    query_of, starts, w_sorted, ds_sorted = _by_key(flat, keys, kk, w, ds.view(-1) if dk is not None else None)
     if dv is not None:
-        w_sorted = dropped.reshape(-1).index_select(0, order).to(dout_g.dtype)
         dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum",
                                  include_last_offset=True))
     if dk is not None:
-        ds_sorted = ds.view(-1).index_select(0, order)
         dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds_sorted, mode="sum",
                                  include_last_offset=True))
 
 
-def _key_order(flat, keys):
-    """The entries of ``flat`` (key rows in ``keys = (lo, hi)``) by key, and where each key's begin (``hi - lo + 1``
-    offsets, the last ``len(flat)``): a counting sort where compiled (:mod:`implementations.native`, CPU;
-    4.2M entries: ~15 ms against torch.sort's 150-170 ms), else a 1-D ``torch.sort`` (the batched
-    per-head sort measured 1.7x slower) and ``searchsorted``."""
+def _by_key(flat, keys, kk, w, ds):
+    """The entries of ``flat`` (key rows in ``keys = (lo, hi)``) sorted by key: their query rows, where each
+    key's begin (``hi - lo + 1`` offsets, the last ``len(flat)``), and ``w``, ``ds`` in that order (None: not
+    needed). A compiled counting sort carrying all of them where built (:mod:`implementations.native`,
+    CPU; 16K causal backward: 0.82 s of sort, searchsorted and index_select against ~0.25 s), else
+    a 1-D ``torch.sort`` (the batched per-head sort measured 1.7x slower), ``searchsorted`` and
+    ``index_select`` (~4x faster than advanced indexing for these permutations)."""
     lo, hi = keys
     device = flat.device
     if native.built(device_kind(flat)):
-        order = torch.empty(flat.numel(), dtype=torch.int64, device=device)
+        query_of = torch.empty(flat.numel(), dtype=torch.int64, device=device)
         starts = torch.empty(hi - lo + 1, dtype=torch.int64, device=device)
-        native.key_order_(flat, lo, order, starts)
-        return order, starts
+        w_sorted, ds_sorted = (None if t is None else torch.empty_like(t) for t in (w, ds))
+        native.key_sort_(flat, lo, kk, query_of, starts, w, w_sorted, ds, ds_sorted)
+        return query_of, starts, w_sorted, ds_sorted
     sorted_keys, order = torch.sort(flat)
     starts = torch.searchsorted(sorted_keys, torch.arange(lo, hi + 1, dtype=flat.dtype, device=device))
-    return order, starts
+    del sorted_keys
+    query_of = order >> (kk.bit_length() - 1) if kk & (kk - 1) == 0 else torch.div(order, kk, rounding_mode="floor")
+    w_sorted, ds_sorted = (None if t is None else t.index_select(0, order) for t in (w, ds))
+    return query_of, starts, w_sorted, ds_sorted
 
 
 class _TopkFast(torch.autograd.Function):

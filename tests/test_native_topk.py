@@ -189,23 +189,38 @@ def test_topk_fast_same_with_and_without_the_kernel(monkeypatch, causal, groups,
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-def test_key_order_is_a_stable_sort(dtype):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_key_sort_is_a_stable_sort_carrying_rows_and_weights(dtype, threads):
     torch.manual_seed(6)
-    lo, nkeys = 1000, 300
-    keys = torch.randint(lo, lo + nkeys - 20, (5000,), dtype=dtype)  # the last 20 keys have no entry
-    order = torch.empty(5000, dtype=torch.int64)
-    starts = torch.empty(nkeys + 1, dtype=torch.int64)
-    native.key_order_(keys, lo, order, starts)
-    sorted_keys, expected = torch.sort(keys, stable=True)
-    assert torch.equal(order, expected)
+    lo, nkeys, n, per_row = 1000, 300, 300_000, 7
+    keys = torch.randint(lo, lo + nkeys - 20, (n,), dtype=dtype)  # the last 20 keys have no entry
+    w, ds = torch.randn(n, dtype=torch.float64), torch.randn(n).to(torch.bfloat16)
+    rows, starts = torch.empty(n, dtype=torch.int64), torch.empty(nkeys + 1, dtype=torch.int64)
+    w_out, ds_out = torch.empty_like(w), torch.empty_like(ds)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        native.key_sort_(keys, lo, per_row, rows, starts, w, w_out, ds, ds_out)
+    finally:
+        torch.set_num_threads(previous)
+    sorted_keys, order = torch.sort(keys, stable=True)
+    assert torch.equal(rows, order // per_row)
+    assert torch.equal(w_out, w[order]) and torch.equal(ds_out, ds[order])
     assert torch.equal(starts, torch.searchsorted(sorted_keys, torch.arange(lo, lo + nkeys + 1, dtype=dtype)))
-    assert starts[-21:].eq(5000).all()
+    assert starts[-21:].eq(n).all()
+    # without carried arrays: the same rows
+    alone = torch.empty(n, dtype=torch.int64)
+    native.key_sort_(keys, lo, per_row, alone, starts)
+    assert torch.equal(alone, rows)
 
 
-def test_key_order_rejects_a_key_out_of_range():
+def test_key_sort_rejects_a_key_out_of_range():
     keys = torch.tensor([3, 4, 9], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"a key outside \[3, 8\)"):
-        native.key_order_(keys, 3, torch.empty(3, dtype=torch.int64), torch.empty(6, dtype=torch.int64))
+        native.key_sort_(keys, 3, 1, torch.empty(3, dtype=torch.int64), torch.empty(6, dtype=torch.int64))
+    with pytest.raises(ValueError, match="needs both its input and its output"):
+        native.key_sort_(keys, 3, 1, torch.empty(3, dtype=torch.int64), torch.empty(7, dtype=torch.int64),
+                         torch.randn(3))
 
 
 _FORK_SCRIPT = """

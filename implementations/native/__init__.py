@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 _HERE = Path(__file__).parent
-SOURCES = (_HERE / "row_topk.c", _HERE / "key_order.c")  # compiled into one library
+SOURCES = (_HERE / "row_topk.c", _HERE / "key_sort.c")  # compiled into one library
 HEADERS = (_HERE / "row_topk_body.h",)
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=gnu99")
 # Rows per kernel call below which splitting between threads costs more than it saves.
@@ -135,8 +135,8 @@ def _library() -> ctypes.CDLL | None:
         fn = getattr(lib, f"{value}_row_topk")
         fn.restype = ctypes.c_int
         fn.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64]
-    lib.key_order.restype = ctypes.c_int
-    lib.key_order.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr]
+    lib.key_sort.restype = ctypes.c_int
+    lib.key_sort.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, i64, ptr, ptr, i64, i64]
     return lib
 
 
@@ -203,29 +203,46 @@ def _(scores, k, values, indices, groups=1, base=0, start=0):
     _check(scores, k, values, indices)
 
 
-@torch.library.custom_op("implementations::key_order_", mutates_args=("order", "starts"), device_types="cpu")
-def key_order_(keys: torch.Tensor, lo: int, order: torch.Tensor, starts: torch.Tensor) -> None:
-    """A stable counting sort of ``keys`` (1-D int32/int64, values in ``[lo, lo + len(starts) - 1)``):
-    ``order`` (int64, ``len(keys)``) lists the entries by key, ``starts`` (int64) where each key's begin,
-    the last one ``len(keys)`` (``torch.sort(keys, stable=True)``'s indices, and its ``searchsorted``)."""
-    _check_order(keys, order, starts)
+@torch.library.custom_op("implementations::key_sort_",
+                         mutates_args=("rows", "starts", "a_out", "b_out"), device_types="cpu")
+def key_sort_(keys: torch.Tensor, lo: int, per_row: int, rows: torch.Tensor, starts: torch.Tensor,
+              a: torch.Tensor | None = None, a_out: torch.Tensor | None = None,
+              b: torch.Tensor | None = None, b_out: torch.Tensor | None = None) -> None:
+    """The entries of ``keys`` (1-D int32/int64, values in ``[lo, lo + len(starts) - 1)``) by key, stably:
+    ``rows[p] = e // per_row`` for the p-th entry ``e`` (int64), ``a_out[p] = a[e]``, ``b_out[p] = b[e]``
+    (optional), and ``starts`` (int64) where each key's entries begin, the last one ``len(keys)``
+    (``torch.sort(keys, stable=True)`` and ``searchsorted``, then ``index_select`` by its indices)."""
+    _check_sort(keys, rows, starts, ((a, a_out), (b, b_out)))
     lib = _library()
     if lib is None:
-        raise RuntimeError("key_order_: no compiled kernel (implementations.native.available() is False)")
-    if lib.key_order(keys.data_ptr(), keys.element_size(), keys.numel(), lo, starts.numel() - 1,
-                     order.data_ptr(), starts.data_ptr()):
-        raise ValueError(f"key_order_: a key outside [{lo}, {lo + starts.numel() - 1})")
+        raise RuntimeError("key_sort_: no compiled kernel (implementations.native.built() is False)")
+    carried = []
+    for src, dst in ((a, a_out), (b, b_out)):
+        carried += [None, None, 0] if src is None else [src.data_ptr(), dst.data_ptr(), src.element_size()]
+    threads = max(1, min(torch.get_num_threads(), keys.numel() // (1 << 16)))
+    if lib.key_sort(keys.data_ptr(), keys.element_size(), keys.numel(), lo, starts.numel() - 1, per_row,
+                    rows.data_ptr(), starts.data_ptr(), *carried, threads):
+        raise ValueError(f"key_sort_: a key outside [{lo}, {lo + starts.numel() - 1})")
 
 
-@key_order_.register_fake
-def _(keys, lo, order, starts):
-    _check_order(keys, order, starts)
+@key_sort_.register_fake
+def _(keys, lo, per_row, rows, starts, a=None, a_out=None, b=None, b_out=None):
+    _check_sort(keys, rows, starts, ((a, a_out), (b, b_out)))
 
 
-def _check_order(keys: torch.Tensor, order: torch.Tensor, starts: torch.Tensor) -> None:
-    if keys.dim() != 1 or order.shape != keys.shape or starts.dim() != 1 or starts.numel() < 1:
-        raise ValueError("key_order_: keys and order must be 1-D of one length, starts 1-D")
-    if keys.dtype not in _INDEX_DTYPES or order.dtype != torch.int64 or starts.dtype != torch.int64:
-        raise ValueError(f"key_order_: dtypes {keys.dtype}/{order.dtype}/{starts.dtype} not supported")
-    if not (keys.is_contiguous() and order.is_contiguous() and starts.is_contiguous()):
-        raise ValueError("key_order_: keys, order and starts must be contiguous")
+def _check_sort(keys, rows, starts, carried) -> None:
+    if keys.dim() != 1 or rows.shape != keys.shape or starts.dim() != 1 or starts.numel() < 1:
+        raise ValueError("key_sort_: keys and rows must be 1-D of one length, starts 1-D")
+    if keys.dtype not in _INDEX_DTYPES or rows.dtype != torch.int64 or starts.dtype != torch.int64:
+        raise ValueError(f"key_sort_: dtypes {keys.dtype}/{rows.dtype}/{starts.dtype} not supported")
+    tensors = [keys, rows, starts]
+    for src, dst in carried:
+        if (src is None) != (dst is None):
+            raise ValueError("key_sort_: a carried array needs both its input and its output")
+        if src is not None:
+            if src.shape != keys.shape or dst.shape != keys.shape or src.dtype != dst.dtype \
+                    or src.element_size() not in (2, 4, 8):
+                raise ValueError("key_sort_: a carried array must be 1-D like keys, its output of its dtype")
+            tensors += [src, dst]
+    if not all(t.is_contiguous() for t in tensors):
+        raise ValueError("key_sort_: every array must be contiguous")
