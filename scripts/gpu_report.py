@@ -93,6 +93,8 @@ NOT_THE_CASE = {
     "workspace_bytes", "rel_err", "grad_cos", "fidelity_seq_len", "kv_cache_bytes", "model_flops", "bytes_moved",
     "tokens", "flops_per_s", "bytes_per_s", "tokens_per_s", "time_per_token_s", "topk_recall", "mass_recall",
     "attn_rel_err", "attended_fraction", "emb_cos", "nn_agree", "nn_spearman", "device",
+    # the conditions a row was measured under (issue 29's contention columns), not the case
+    "threads", "cpu_share", "cpu_wait", "preempt_per_s", "runnable",
 }
 
 
