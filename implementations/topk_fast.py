@@ -240,6 +240,8 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
     score_dtype = stat_dtype(q3.dtype) if float_scores else q3.dtype
     # The compiled CPU top-k when the scores are what ``top`` holds.
     compiled = score_dtype == top.dtype and native.available(score_dtype, device_kind(q3))
+    # Each K/V head's first key row (the torch path adds it; the kernel adds it itself).
+    base = None if compiled else (torch.arange(bkv, device=device) * lk).view(bkv, 1, 1, 1)
     keys = k3.to(score_dtype)  # a float32 copy for half inputs: scores that select keys are not rounded
     pad = None if real_keys is None else real_keys.logical_not()  # for masked_fill_
     if pad is not None and groups > 1:
@@ -260,7 +262,7 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
                 native.row_topk_(scores.view(-1, r1 - r0, width), kk, top[heads_q, r0:r1], idx[heads_q, r0:r1],
                                  groups, lk, h0 * lk)
             else:
-                _keep(_row_topk(scores, kk, s), top[heads_q, r0:r1], idx[heads_q, r0:r1], groups, lk, h0)
+                _keep(_row_topk(scores, kk, s), top[heads_q, r0:r1], idx[heads_q, r0:r1], groups, base[h0:h1])
     return top, idx
 
 
@@ -305,13 +307,12 @@ def _tile_scores(scores, q3, keys, heads, rows, n, groups, causal, offset, pad, 
         grouped.masked_fill_(pad[h0:h1, ..., :width], float("-inf"))
 
 
-def _keep(selected, top, idx, groups, lk, h0):
-    """Store :func:`_row_topk`'s values and columns of K/V heads ``h0..`` (rows ``[h, G·R]``) into
-    ``top``, ``idx`` (``[(h1 - h0)·G, R, k]`` slices), the columns as global key rows ``h·Lk + j``."""
+def _keep(selected, top, idx, groups, base):
+    """Store :func:`_row_topk`'s values and columns of K/V heads (rows ``[h, G·R]``) into ``top``, ``idx``
+    (``[h·G, R, k]`` slices), the columns as global key rows: plus ``base [h, 1, 1, 1]``, each head's first."""
     values, where = selected
     heads, kk = where.shape[0], where.shape[-1]
     rows = idx.shape[1]
-    base = (torch.arange(h0, h0 + heads, device=idx.device) * lk).view(heads, 1, 1, 1)
     top.view(heads, groups, rows, kk).copy_(values.view(heads, groups, rows, kk))
     torch.add(where.view(heads, groups, rows, kk), base, out=idx.view(heads, groups, rows, kk))
 
@@ -366,7 +367,8 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
 def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False, keep=None, dropout=0.0):
     """Gradients of one group of heads (``dout_g, q_g``: its rows; ``k2, v2``: all heads' keys).
 
-    ``idx`` holds global key rows ``h·Lk + j``; ``keys = (lo, hi)`` is the group's range of them.
+    ``idx`` holds global key rows ``h·Lk + j``; ``keys``: the group's range of them, ``(lo, hi)`` for the
+    compiled key sort, else a tensor of them (:func:`_transposed_bags`).
     ``keep``: the forward's dropout masks of the group (``None`` without dropout).
     """
     dq, dk, dv = grads
@@ -399,8 +401,38 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
         return
     # The transposed selection: entries sorted by key, one bag of query rows per key
     # (empty bags give zero rows); one sort serves both dV and dK.
+    if isinstance(keys, tuple):
+        _transposed_bags_compiled(flat, keys, kk, dropped, ds, dout_g, q_g, dk, dv)
+        return
+    # Else a 1-D torch.sort (the batched per-head sort measured 1.7x slower) and searchsorted against
+    # ``keys``, a tensor: CUDA, and CPU without the compiled kernels. Written here, not in a function
+    # of its own: its allocations, and the order they are freed in, are the ones the H100 measured
+    # (tests/data/h100-ci*.csv, reserved bytes included).
+    sorted_keys, order = torch.sort(flat)
+    starts = torch.searchsorted(sorted_keys, keys)
+    del sorted_keys
+    query_of = order >> (kk.bit_length() - 1) if kk & (kk - 1) == 0 else torch.div(order, kk, rounding_mode="floor")
+    # index_select: ~4x faster than advanced indexing for these permutations.
+    if dv is not None:
+        w_sorted = dropped.reshape(-1).index_select(0, order).to(dout_g.dtype)
+        dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum"))
+    if dk is not None:
+        ds_sorted = ds.view(-1).index_select(0, order)
+        dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds_sorted, mode="sum"))
+
+
+def _transposed_bags_compiled(flat, keys, kk, dropped, ds, dout_g, q_g, dk, dv):
+    """dV and dK through the compiled key sort (:mod:`implementations.native`, CPU): the entries by key with their
+    query rows and weights carried along (16K causal backward: 0.82 s of sort, searchsorted and index_select
+    against ~0.25 s). ``keys = (lo, hi)``: the group's range of key rows."""
+    lo, hi = keys
+    device = flat.device
+    query_of = torch.empty(flat.numel(), dtype=torch.int64, device=device)
+    starts = torch.empty(hi - lo + 1, dtype=torch.int64, device=device)
     w = dropped.reshape(-1).to(dout_g.dtype) if dv is not None else None
-    query_of, starts, w_sorted, ds_sorted = _by_key(flat, keys, kk, w, ds.view(-1) if dk is not None else None)
+    w_sorted, ds_sorted = (None if t is None else torch.empty_like(t) for t in (w, ds.view(-1) if dk is not None
+                                                                                 else None))
+    native.key_sort_(flat, lo, kk, query_of, starts, w, w_sorted, ds.view(-1) if dk is not None else None, ds_sorted)
     # Offsets without the last (the end): with include_last_offset=True the meta kernel's bag sizes
     # hold one entry more than the CPU kernel's (8 bytes off the predicted peak).
     starts = starts[:-1]
@@ -408,29 +440,6 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
         dv.copy_(F.embedding_bag(query_of, dout_g, starts, per_sample_weights=w_sorted, mode="sum"))
     if dk is not None:
         dk.copy_(F.embedding_bag(query_of, q_g, starts, per_sample_weights=ds_sorted, mode="sum"))
-
-
-def _by_key(flat, keys, kk, w, ds):
-    """The entries of ``flat`` (key rows in ``keys = (lo, hi)``) sorted by key: their query rows, where each
-    key's begin (``hi - lo + 1`` offsets, the last ``len(flat)``), and ``w``, ``ds`` in that order (None: not
-    needed). A compiled counting sort carrying all of them where built (:mod:`implementations.native`,
-    CPU; 16K causal backward: 0.82 s of sort, searchsorted and index_select against ~0.25 s), else
-    a 1-D ``torch.sort`` (the batched per-head sort measured 1.7x slower), ``searchsorted`` and
-    ``index_select`` (~4x faster than advanced indexing for these permutations)."""
-    lo, hi = keys
-    device = flat.device
-    if native.built(device_kind(flat)):
-        query_of = torch.empty(flat.numel(), dtype=torch.int64, device=device)
-        starts = torch.empty(hi - lo + 1, dtype=torch.int64, device=device)
-        w_sorted, ds_sorted = (None if t is None else torch.empty_like(t) for t in (w, ds))
-        native.key_sort_(flat, lo, kk, query_of, starts, w, w_sorted, ds, ds_sorted)
-        return query_of, starts, w_sorted, ds_sorted
-    sorted_keys, order = torch.sort(flat)
-    starts = torch.searchsorted(sorted_keys, torch.arange(lo, hi + 1, dtype=flat.dtype, device=device))
-    del sorted_keys
-    query_of = order >> (kk.bit_length() - 1) if kk & (kk - 1) == 0 else torch.div(order, kk, rounding_mode="floor")
-    w_sorted, ds_sorted = (None if t is None else t.index_select(0, order) for t in (w, ds))
-    return query_of, starts, w_sorted, ds_sorted
 
 
 class _TopkFast(torch.autograd.Function):
@@ -485,12 +494,15 @@ class _TopkFast(torch.autograd.Function):
         # Groups of whole K/V heads, each with its G query heads (rows h*G .. h*G + G - 1),
         # so that every key's gradient comes from one group.
         heads = max(1, min(bkv, BACKWARD_ENTRIES // max(1, groups * lq * kk)))
+        compiled = native.built(device_kind(idx))
+        key_ids = None if compiled else torch.arange(bkv * lk, dtype=idx.dtype, device=idx.device)
         for h0 in range(0, bkv, heads):
             h1 = min(h0 + heads, bkv)
             g0, g1 = h0 * groups, h1 * groups
             qs, ks = slice(g0 * lq, g1 * lq), slice(h0 * lk, h1 * lk)
             _backward_group(
-                dout2[qs], q2[qs], k2, v2, top[g0:g1], idx[g0:g1], ctx.relu, (ks.start, ks.stop),
+                dout2[qs], q2[qs], k2, v2, top[g0:g1], idx[g0:g1], ctx.relu,
+                (ks.start, ks.stop) if compiled else key_ids[ks],
                 tuple(None if g is None else g[r] for g, r in ((dq, qs), (dk, ks), (dv, ks))),
                 ctx.safe, None if keep is None else keep[g0:g1], ctx.dropout,
             )

@@ -245,3 +245,22 @@ def test_a_forked_child_runs_the_kernel_on_threads():
     kernel on torch's two threads (GNU OpenMP's pool starts in the child, as for torch's own ops)."""
     result = _fresh_python(_FORK_SCRIPT)
     assert result.returncode == 0 and result.stdout.strip() == "child 0", result.stderr
+
+
+@pytest.mark.slow  # compiles (inductor, a minute on a loaded 2-core machine)
+def test_topk_fast_compiles_through_the_kernels():
+    """compile = true: dynamo takes the custom ops as they are; the compiled step gives the eager one's results."""
+    from implementations.topk_fast import topk_fast_attention
+
+    torch.manual_seed(7)
+    q = torch.randn(1, 8, 1, 64, dtype=torch.bfloat16)
+    k, v = torch.randn(1, 2, 2048, 64, dtype=torch.bfloat16), torch.randn(1, 2, 2048, 64, dtype=torch.bfloat16)
+    step = torch.compile(lambda q, k, v: topk_fast_attention(q, k, v, causal=True, topk=128))
+    torch.testing.assert_close(step(q, k, v), topk_fast_attention(q, k, v, causal=True, topk=128), rtol=0, atol=0)
+    qt, kt, vt = (torch.randn(1, 4, 200, 32, requires_grad=True) for _ in range(3))
+    layer = torch.compile(lambda a, b, c: topk_fast_attention(a, b, c, causal=True, topk=32, chunk_size=64))
+    compiled, eager = layer(qt, kt, vt), topk_fast_attention(qt, kt, vt, causal=True, topk=32, chunk_size=64)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    grads = [torch.autograd.grad(out.sum(), (qt, kt, vt)) for out in (compiled, eager)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
