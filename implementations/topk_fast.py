@@ -368,7 +368,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     """Gradients of one group of heads (``dout_g, q_g``: its rows; ``k2, v2``: all heads' keys).
 
     ``idx`` holds global key rows ``h·Lk + j``; ``keys``: the group's range of them, ``(lo, hi)`` for the
-    compiled key sort, else a tensor of them (:func:`_transposed_bags`).
+    compiled key sort (:func:`_transposed_bags_compiled`), else a tensor of them (torch.sort's path).
     ``keep``: the forward's dropout masks of the group (``None`` without dropout).
     """
     dq, dk, dv = grads
@@ -430,9 +430,9 @@ def _transposed_bags_compiled(flat, keys, kk, dropped, ds, dout_g, q_g, dk, dv):
     query_of = torch.empty(flat.numel(), dtype=torch.int64, device=device)
     starts = torch.empty(hi - lo + 1, dtype=torch.int64, device=device)
     w = dropped.reshape(-1).to(dout_g.dtype) if dv is not None else None
-    w_sorted, ds_sorted = (None if t is None else torch.empty_like(t) for t in (w, ds.view(-1) if dk is not None
-                                                                                 else None))
-    native.key_sort_(flat, lo, kk, query_of, starts, w, w_sorted, ds.view(-1) if dk is not None else None, ds_sorted)
+    dsw = ds.view(-1) if dk is not None else None
+    w_sorted, ds_sorted = (None if t is None else torch.empty_like(t) for t in (w, dsw))
+    native.key_sort_(flat, lo, kk, query_of, starts, w, w_sorted, dsw, ds_sorted)
     # Offsets without the last (the end): with include_last_offset=True the meta kernel's bag sizes
     # hold one entry more than the CPU kernel's (8 bytes off the predicted peak).
     starts = starts[:-1]

@@ -165,6 +165,8 @@ def _check(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Te
         raise ValueError(f"row_topk_: k={k} outside 1..{scores.shape[-1]}")
     if values.dtype != scores.dtype or indices.dtype not in _INDEX_DTYPES or scores.dtype not in _SUFFIX:
         raise ValueError(f"row_topk_: dtypes {scores.dtype}/{values.dtype}/{indices.dtype} not supported")
+    if values.stride()[:2] != indices.stride()[:2]:
+        raise ValueError("row_topk_: values and indices must have the same strides")
     for name, t in (("scores", scores), ("values", values), ("indices", indices)):
         if t.stride(-1) != 1 and t.shape[-1] > 1:
             raise ValueError(f"row_topk_: {name}' last dimension must be contiguous")
@@ -188,8 +190,6 @@ def row_topk_(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch
     rows = outer * inner
     if rows == 0:
         return
-    if values.stride(0) != indices.stride(0) or values.stride(1) != indices.stride(1):
-        raise ValueError("row_topk_: values and indices must have the same strides")
     args = (scores.data_ptr(), inner, scores.stride(0), scores.stride(1), width, k, values.data_ptr(),
             indices.data_ptr(), indices.element_size(), values.stride(0), values.stride(1), groups, base, start,
             groups_for(width, k))
