@@ -47,6 +47,13 @@ def _package():
     # Imported lazily: performer-pytorch pulls in extra modules and warns about distutils.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        try:
+            import distutils  # noqa: F401
+        except ModuleNotFoundError:
+            # performer-pytorch reads distutils.version, gone from the standard library since Python 3.12;
+            # setuptools provides it once imported (where its start-up hook did not run: an environment
+            # that sees another's site-packages through a plain path).
+            import setuptools  # noqa: F401
         import performer_pytorch.performer_pytorch as pp
     return pp
 
@@ -74,7 +81,9 @@ def draw_projection(nb_features: int, head_dim: int, device=None) -> torch.Tenso
         blocks.append(q.t())
     matrix = torch.cat(blocks)[:nb_features]
     multiplier = torch.randn(nb_features, head_dim, device=cpu, dtype=dtype).norm(dim=1)
-    projection = torch.diag(multiplier) @ matrix
+    # The package's diag(multiplier) @ matrix, bit for bit (each row scaled; the product only adds exact zeros),
+    # without a matrix product: a GEMM here would be the only one of the build.
+    projection = multiplier.unsqueeze(1) * matrix
     return projection.to(torch.get_default_device() if device is None else device)
 
 
