@@ -174,8 +174,8 @@ def test_fork_hazard_lets_fork_aware_pools_stop_and_refuses_other_threads():
 @pytest.mark.slow  # a fresh interpreter importing torch and warming up
 @pytest.mark.parametrize("cuda_build", [True, False], ids=["cuda-build", "cpu-build"])
 def test_the_template_warms_up_without_initialising_cuda(cuda_build):
-    # FakeTensorMode asks torch.cuda.is_available(): in the template only NVML may answer it
-    # (the default, cudaGetDeviceCount, initialises the driver, and forked children could not use CUDA).
+    # FakeTensorMode asks torch.cuda.is_available(): in the template torch asks nobody (the driver,
+    # cudaGetDeviceCount, initialises CUDA, and forked children could not use it; NVML starts a thread).
     # And in a CUDA build no backward: the autograd engine's first run counts the GPUs (initialising
     # the driver) and starts a thread per GPU (seen on an H100: threads `cuda00001800007` and
     # `pt_autograd_0`), and a template with threads must not fork. A CPU build warms backward up too.
@@ -209,7 +209,46 @@ def test_the_template_warms_up_without_initialising_cuda(cuda_build):
     """).replace("CUDA_BUILD", str(cuda_build))
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
     backward = [] if cuda_build else [("backward", "1")]
-    assert fresh_interpreter(code, env={**env, **CHILD_ENV}) == f"{sorted(backward + [('is_available', '1')])} False"
+    assert fresh_interpreter(code, env={**env, **CHILD_ENV}) == f"{backward} False"
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch and warming up
+def test_the_template_warm_up_never_asks_nvml_which_starts_a_thread():
+    """On an H100 (driver 580) NVML's device count started a thread, ``cuda00001800007``, inside the template's
+    warm-up (FakeTensorMode asking torch.cuda.is_available()): the template could not fork, and every case
+    paid a fresh interpreter (~10 s each). With the GPUs hidden instead, FakeTensorMode asks the CUDA device
+    guard for its count, which initialises the driver. Here a CUDA build is stood in for: its NVML by a count
+    that starts a thread as that one did, its device guard by a recorder. The template's warm-up must ask
+    neither, and keep one thread."""
+    code = textwrap.dedent("""
+        import os, socket, threading, torch
+        asked = []
+        def nvml_count():
+            asked.append("nvml")
+            threading.Thread(target=threading.Event().wait, daemon=True, name="cuda00001800007").start()
+            return 1
+        torch.cuda._raw_device_count_nvml = nvml_count
+        torch._C._ensureCUDADeviceGuardSet = lambda: asked.append("device guard")
+        torch.backends.cuda.is_built = lambda: True
+        cpu_build_is_available = torch.cuda.is_available
+        def cuda_build_is_available():  # torch's own answer, as a CUDA build gives it
+            torch.cuda._is_compiled = lambda: True
+            try:
+                return cpu_build_is_available()
+            finally:
+                torch.cuda._is_compiled = lambda: False
+        torch.cuda.is_available = cuda_build_is_available
+        from topk_bench.measure import template, worker
+
+        ours, parent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent.close()  # the template serves until end of file: at once
+        warm_up = worker.WarmUp()
+        template.serve(ours.detach(), run=None, warmer=warm_up)
+        print(asked, template.fork_hazard() or "forks", torch.cuda.is_available is cuda_build_is_available)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    # torch's own is_available is back after the warm-up: the children ask it.
+    assert fresh_interpreter(code, env={**env, **CHILD_ENV}) == "[] forks True"
 
 
 def test_templates_are_forgotten_in_a_forked_copy_of_the_parent():

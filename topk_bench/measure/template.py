@@ -13,9 +13,12 @@ initialised CUDA (forked OpenMP pools and CUDA contexts do not work in the
 child). The template runs no parallel region (its warm-up only runs fake
 tensors) and never initialises CUDA: ``FakeTensorMode`` asks
 ``torch.cuda.is_available()``, which by default initialises the CUDA driver
-(and a forked child then cannot use CUDA), so the template sets
-``PYTORCH_NVML_BASED_CUDA_CHECK=1``, torch's fork-safe way to answer it, and
-each child restores the variable as it was. One library starts threads at import:
+(and a forked child then cannot use CUDA); torch's fork-safe way,
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``, asks NVML, which starts a thread of its own
+(an H100 with driver 580: ``cuda00001800007``). So the warm-up answers that
+question from the build alone (:func:`topk_bench.measure.worker._cuda_asked_of_nobody`);
+the template still sets the variable, should anything else ask, and each child
+restores it as it was. One library starts threads at import:
 OpenBLAS (loaded by numpy, which torch imports) starts its pool, and stops it
 itself before any fork (``pthread_atfork``), to restart it lazily on its next
 use, which in the template never comes. So when the template has more than one
@@ -66,7 +69,8 @@ from topk_bench.types import Exited, Kill, Message, Refused, Start, Started, dec
 WorkerMain = Callable[[Sequence[str]], int]
 # Larger than any request (the argv of one case: a few paths and a budget).
 MAX_MESSAGE = 1 << 16
-# torch.cuda.is_available() then asks NVML instead of initialising the CUDA driver ("does not poison fork").
+# torch.cuda.is_available() then asks NVML instead of initialising the CUDA driver ("does not poison fork"), though
+# NVML starts a thread: the warm-up itself asks nobody (worker._cuda_asked_of_nobody).
 FORK_SAFE_ENVIRONMENT = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 

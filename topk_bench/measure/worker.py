@@ -161,6 +161,25 @@ def backward_may_run_before_fork() -> bool:
     return not torch.backends.cuda.is_built() and not getattr(torch._C, "_has_xpu", False)
 
 
+@contextlib.contextmanager
+def _cuda_asked_of_nobody():
+    """``torch.cuda.is_available()`` answered by the build alone while the template warms up.
+
+    ``FakeTensorMode`` asks it on entering, and in a CUDA build every way torch answers it leaves the
+    template unable to fork: the driver (``cudaGetDeviceCount``) initialises CUDA; NVML
+    (``PYTORCH_NVML_BASED_CUDA_CHECK=1``) starts a thread (an H100 with driver 580: ``cuda00001800007``,
+    from ``nvmlInit``); and a "no" (the GPUs hidden) makes ``FakeTensorMode`` ask the CUDA device guard
+    for its device count, which initialises the driver. The warm-up predicts on the CPU, where the
+    answer changes nothing but that; the children ask torch itself.
+    """
+    asked = torch.cuda.is_available
+    torch.cuda.is_available = lambda: torch.backends.cuda.is_built()
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = asked
+
+
 def _warm_up_case(impl: str) -> Case:
     spec = implementations.spec(impl)
     mode = Mode.FWD_BWD if backward_may_run_before_fork() else Mode.FWD
@@ -212,7 +231,8 @@ class WarmUp:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            result = execute(_warm_up_case(impl))
+            with _cuda_asked_of_nobody():
+                result = execute(_warm_up_case(impl))
         finally:
             torch.set_num_threads(threads)
         if result.status != Status.OK:  # costs each child the imports it would have shared, nothing else

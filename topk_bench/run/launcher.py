@@ -183,7 +183,8 @@ class Template:
                 if message.fresh and not self.fresh:
                     self.fresh = message.fresh
                     print(f"topk-bench: cases start as fresh interpreters (slower), not forks of the warm template: "
-                          f"{self.fresh}", file=sys.stderr, flush=True)
+                          f"{self.fresh} (python scripts/trace_template_threads.py names the call that started it)",
+                          file=sys.stderr, flush=True)
             elif isinstance(message, Exited):
                 self._children.pop(child.id, None)
                 child.end(message.code, leftovers=message.leftovers)
