@@ -31,6 +31,20 @@ def test_agreement_fails_a_wrong_implementation_and_says_by_how_much():
     assert "vs vanilla" in check.detail and "float64: max rel err" in check.detail
 
 
+def test_a_reference_that_cannot_run_here_is_a_failed_check_not_a_crash(monkeypatch):
+    """On the H100's Python 3.12, performer-pytorch failed to import (no distutils) inside Performer's own
+    float64 reference: the doctor died with a traceback instead of reporting the one failed check."""
+    from implementations import performer
+
+    def missing():
+        raise ModuleNotFoundError("No module named 'distutils'")
+
+    monkeypatch.setattr(performer, "_package", missing)
+    check = agreement.check("performer", "cpu")
+    assert check.result == Result.FAIL and check.name == "agreement: performer"
+    assert "reference performer in float64 on cpu raised ModuleNotFoundError: No module named 'distutils'" in check.detail
+
+
 def test_agreement_makes_selection_methods_exact_and_compares_them_with_vanilla():
     # Covering every key makes top-k exact: compared with vanilla, at float64 roundoff.
     topk = agreement.check("topk", "cpu")

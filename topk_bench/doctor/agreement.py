@@ -89,6 +89,9 @@ def check(name: str, device: str) -> Check:
         expected = _forward_backward(reference)
     except NotImplementedError as exc:
         return Check(label, Result.SKIPPED, f"reference {ref_name} in float64: {exc}")
+    except Exception as exc:  # noqa: BLE001 -- e.g. its package does not import here: a failed check, not a crash
+        return Check(label, Result.FAIL, f"reference {ref_name} in float64 on cpu raised {type(exc).__name__}: "
+                                         f"{brief(exc, 120)}")
     parts, passed, skipped = [], True, 0
     for dtype, tolerance in TOLERANCE.items():
         try:
