@@ -232,6 +232,77 @@ def test_cuda_snapshot_replay_finds_the_peak_blocks():
         (512, Category.TEMPORARIES, "implementations/vanilla.py:41")}
 
 
+H100 = Path(__file__).parent / "data" / "h100-2026-11-26"
+
+
+def _h100_qchunk_paper():
+    """The allocator history of ci.toml's mha/qchunk_paper profiled on an H100 (tests/data/h100-2026-11-26): its
+    trace, the history positions ``topk-bench profile`` marked (build, region) and the profile's own numbers."""
+    import gzip
+    import pickle
+
+    snapshot = pickle.loads(gzip.decompress((H100 / "qchunk_paper-snapshot.pickle.gz").read_bytes()))
+    trace = snapshot["device_traces"][0]
+    marks = [i for i, e in enumerate(trace) if e["action"] == "snapshot"]  # each _mark() takes a snapshot
+    profile = json.loads((H100 / "qchunk_paper-profile.json").read_text())
+    return trace, [(marks[0], marks[1])], (marks[2], marks[3]), profile
+
+
+def test_an_h100_history_replays_to_the_byte_with_its_own_segment_addresses():
+    """Given where cudaMalloc put each segment, the simulated allocator puts every one of the H100's 2,602 blocks
+    where the H100 did, and reads its peaks: max_memory_allocated and max_memory_reserved of the timed region."""
+    from topk_bench.measure.cuda_allocator import CachingAllocator
+
+    trace, _, region, profile = _h100_qchunk_paper()
+    alloc = CachingAllocator(e["addr"] for e in trace if e["action"] == "segment_alloc")
+    live, placed = {}, 0
+    for i, entry in enumerate(trace[:region[1]]):
+        if i == region[0]:
+            alloc.empty_cache()
+            alloc.reset_peak()
+        if entry["action"] == "alloc":
+            live[entry["addr"]] = alloc.malloc(entry["size"])
+            assert live[entry["addr"]].address == entry["addr"], f"history position {i}"
+            placed += 1
+        elif entry["action"] == "free_completed" and entry["addr"] in live:
+            alloc.free(live.pop(entry["addr"]))
+    assert placed == 2602
+    assert (alloc.peak_allocated, alloc.peak_reserved) == (profile["peak_bytes"], profile["reserved_bytes"])
+    assert profile["reserved_bytes"] == 486 * 2**20
+
+
+def test_a_cuda_profile_sums_to_the_measured_peak_where_equal_free_blocks_tie():
+    """The H100 profile of mha/qchunk_paper: three free 48 MiB segments tie at history position 61 and the H100
+    took the lowest address. Replayed with segments placed downwards (a prediction cannot know cudaMalloc's
+    addresses) the peak was 528,896 B over max_memory_allocated, and peak.csv did not add up to the row's peak;
+    with the history's addresses it does, to the byte."""
+    from topk_bench.profile.cuda_snapshot import peak_blocks, peak_rows
+
+    trace, builds, region, profile = _h100_qchunk_paper()
+    rows, peak, baseline, _ = peak_rows(trace, builds=builds, region=region, empty_cache=True, attribution=None,
+                                        sources=Sources())
+    assert peak.bytes == profile["peak_bytes"] == 493_125_632
+    assert baseline == profile["baseline_bytes"]
+    assert sum(r.bytes for r in rows) == peak.bytes - baseline
+    without = peak_blocks([{**e, "action": "ignored"} if e["action"] == "segment_alloc" else e for e in trace],
+                          region, empty_cache=True)
+    assert without.bytes - peak.bytes == 528_896
+
+
+def test_a_block_known_only_from_the_allocators_history_is_named_by_its_line():
+    """The H100 profile of qchunk_paper said "a buffer of 's kernel" of blocks with no op (the history's frames
+    only): such a block is named by the variable its line assigns, else "a block"."""
+    from topk_bench.profile.rows import Row
+    from topk_bench.profile.summary import describe
+
+    def block(source, op=""):
+        return describe(Row(48 << 20, op, source, "", "", Category.TEMPORARIES))
+
+    assert block("implementations/paper.py:209") == "d_attn, a block (paper.py:209)"
+    assert block("implementations/paper.py:218") == "a block (paper.py:218)"
+    assert block("implementations/paper.py:209", "aten.bmm.default") == "a buffer of bmm's kernel (paper.py:209)"
+
+
 # -- the selector and the command line -------------------------------------------------------------------
 
 def _cases(tmp_path):

@@ -5,8 +5,8 @@ the first build to the end of the timed iterations, and marks where each build a
 start and end (the length of the history then). The history names each allocation's requested size,
 address and Python frames; :func:`peak_blocks` replays it on the simulated allocator
 (:mod:`topk_bench.measure.cuda_allocator`, from the same empty state, ``empty_cache`` where the
-measurement emptied it) to know each block's size as ``memory_allocated`` counts it, and finds the
-blocks live at the peak of the measured region. The live blocks the latest build made are the baseline.
+measurement emptied it, each segment at the history's address) to know each block's size as
+``memory_allocated`` counts it, and finds the blocks live at the peak of the measured region. The live blocks the latest build made are the baseline.
 
 Each other block is matched to the storage of the attributed iteration it is (the timed iterations
 allocate in the same order as the attributed one, the first warm-up): its op, source, shape, dtype and
@@ -53,8 +53,9 @@ def _frames(entry: dict) -> tuple[src.Where, ...]:
 
 def peak_blocks(trace: list[dict], region: tuple[int, int], *, empty_cache: bool) -> Peak:
     """Replay ``trace`` (one device's history, from an empty allocator) and return the peak of ``region``
-    (history positions ``[from, to)``), with ``empty_cache`` first when the measurement called it there."""
-    alloc = CachingAllocator()
+    (history positions ``[from, to)``), with ``empty_cache`` first when the measurement called it there. Each
+    segment at the address the history gives it, so that equal free blocks are chosen as the GPU chose them."""
+    alloc = CachingAllocator(int(e["addr"]) for e in trace if e.get("action") == "segment_alloc")
     live: dict[int, tuple[Block, object]] = {}
     peak: Peak | None = None
     for i, entry in enumerate(trace[:region[1]]):

@@ -91,8 +91,10 @@ def describe(row: Row) -> str:
     return {
         Category.SAVED: f"{name} saved for backward ({where})",
         Category.GRADIENTS: (f"the gradient through {name}" if assigned else f"a gradient: {name}") + f" ({where})",
-        Category.TEMPORARIES: (f"{name}, a temporary" if row.shape else f"a buffer of {_op_name(row.op)}'s kernel")
-        + f" ({where})",
+        Category.TEMPORARIES: (f"{name}, a temporary" if row.shape else
+                               f"a buffer of {_op_name(row.op)}'s kernel" if row.op else
+                               # a block known from the allocator's history alone: where, no op or shape
+                               f"{name}, a block" if assigned else "a block") + f" ({where})",
         Category.WORKSPACE: f"a workspace ({_op_name(row.op) + ', ' if row.op else ''}{where})",
         Category.INPUTS: f"{name}, built in the region ({where})",
     }[row.category]
