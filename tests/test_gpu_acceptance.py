@@ -33,10 +33,14 @@ def row(impl: str, method: str, peak: int, baseline: int, reserved: int | None, 
             "timestamp": method, **extra}
 
 
-def test_gaps_take_the_workspace_out_and_hold_the_stated_accuracy(tmp_path, capsys):
+def test_gaps_compare_peaks_as_they_are_and_hold_the_stated_accuracy(tmp_path, capsys):
+    """Both rows hold the cuBLAS workspaces (measure_cuda reads the baseline after the build, the prediction
+    models them): the report once took the workspace out of the measured peak only, and called all 17 cases of
+    the H100's first run of today 65 MiB off."""
     workspace = 65 * MIB
-    predicted = write(tmp_path / "p.csv", [row("vanilla", "predicted", 900 * MIB, 16 * MIB, 1000 * MIB),
-                                           row("sdpa", "predicted", 100 * MIB, 16 * MIB, 120 * MIB)])
+    predicted = write(tmp_path / "p.csv", [
+        row("vanilla", "predicted", 900 * MIB + workspace, 16 * MIB, 1000 * MIB + workspace, workspace_bytes=workspace),
+        row("sdpa", "predicted", 100 * MIB + workspace, 16 * MIB, 120 * MIB + workspace, workspace_bytes=workspace)])
 
     def measured(off_vanilla: int, reserved_sdpa: float) -> Path:
         return write(tmp_path / "m.csv", [
@@ -50,6 +54,17 @@ def test_gaps_take_the_workspace_out_and_hold_the_stated_accuracy(tmp_path, caps
     assert gpu_report.gaps(str(measured(0, (120 * MIB + workspace) * 1.06)), str(predicted)) == 1
     # Nothing compared is no pass.
     assert gpu_report.gaps(str(measured(0, 0)), str(write(tmp_path / "none.csv", [row("topk", "predicted", 1, 1, 1)]))) == 1
+
+
+def test_todays_h100_rows_are_their_prediction(capsys):
+    """tests/data/h100-2026-11-26: 21 cases of ci.toml (prefill and decode among them) against their CUDA
+    prediction: allocated to the byte but for one 19,968 B block, reserved within 5%. A result column only the
+    prediction has (cuda_unmodeled_ops) does not keep a case from its pair."""
+    data = ROOT / "tests/data/h100-2026-11-26"
+    assert gpu_report.gaps(str(data / "ci.csv"), str(data / "ci-predicted.csv")) == 0
+    out = capsys.readouterr().out
+    assert "21 cases compared, 0 off" in out and "prefill/Top-k fast" in out and "decode/PyTorch SDPA" in out
+    assert "mha/Top-k sparse (size=512, topk=128) seq_len=20 above baseline off    +0.000 MiB" in out
 
 
 def test_the_committed_h100_rows_show_the_gaps_the_issue_names(capsys):
@@ -90,3 +105,44 @@ def test_the_fork_check_passes_here_and_fails_when_a_case_starts_a_fresh_interpr
     # Each case a fresh interpreter (as the last H100 run had it): the check says so.
     code, summary = acceptance(tmp_path, ALLOW_CPU="1", STEPS="install forks", TOPK_BENCH_FRESH_INTERPRETER="1")
     assert code == 1 and "FAIL  forks: the template did not fork in this build" in summary
+
+
+def test_host_bound_is_said_of_events_timings_only(tmp_path, capsys):
+    """ops_per_iter x the host's cost of one op against the time: a graph's replay launches nothing from the host."""
+    rows = [row("page_topk", "measured", 1, 1, None, kv_len=131072, budget=8192, timer=timer, time_median_s=0.0029,
+                times_s="0.0029;0.0029", ops_per_iter=327, case_id=timer) for timer in ("cudagraph", "events")]
+    assert gpu_report.times(str(write(tmp_path / "kv.csv", rows)), "1.083e-05") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "host 3.541 ms" in lines[0] and "host-bound" not in lines[0]
+    assert lines[1].endswith("host 3.541 ms host-bound")
+
+
+def test_profiles_add_up_and_their_snapshots_open(tmp_path, capsys):
+    """The H100's profile of mha/qchunk_paper: its peak.csv as written then (the replay without the segments'
+    addresses) is 528,896 B over the peak; the rows of today's replay add up, and the snapshot reads back."""
+    import gzip
+    import shutil
+
+    from topk_bench.profile.cuda_snapshot import peak_rows
+    from topk_bench.profile.sources import Sources
+
+    data = ROOT / "tests/data/h100-2026-11-26"
+    case = tmp_path / "profiles" / "4b68b15a318dc2d1"
+    case.mkdir(parents=True)
+    shutil.copy(data / "qchunk_paper-profile.json", case / "profile.json")
+    shutil.copy(data / "qchunk_paper-peak.csv", case / "peak.csv")
+    snapshot = gzip.decompress((data / "qchunk_paper-snapshot.pickle.gz").read_bytes())
+    (case / "snapshot.pickle").write_bytes(snapshot)
+    assert gpu_report.profiles(str(tmp_path / "profiles"), "1") == 1
+    assert "peak.csv 455.774 MiB, peak above the baseline 455.270 MiB" in capsys.readouterr().out
+
+    import pickle
+    trace = pickle.loads(snapshot)["device_traces"][0]
+    marks = [i for i, e in enumerate(trace) if e["action"] == "snapshot"]
+    rows, _, _, _ = peak_rows(trace, builds=[(marks[0], marks[1])], region=(marks[2], marks[3]), empty_cache=True,
+                              attribution=None, sources=Sources())
+    write(case / "peak.csv", [{"bytes": r.bytes, "op": r.op, "source": r.source} for r in rows])
+    assert gpu_report.profiles(str(tmp_path / "profiles"), "1") == 0
+    out = capsys.readouterr().out
+    assert "snapshot: 16 segments, 7965 history events" in out and "1 profiles of 1 expected, 0" in out
+    assert gpu_report.profiles(str(tmp_path / "profiles"), "3") == 1  # fewer than expected is no pass
