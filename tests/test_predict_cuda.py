@@ -99,3 +99,59 @@ def test_the_workspaces_are_those_of_the_h100_one_cublas_per_thread_and_cublaslt
         if (case.workload, case.impl) in (("mha", "vanilla"), ("ff", "vanilla")):
             sizes[case.workload] = predict_cuda(case).extra[col.WORKSPACE_BYTES]
     assert sizes == {"mha": 65 * MIB, "ff": 64 * MIB}
+
+
+# -- the H100 of 2026-11-26: measure_cuda as it is now ------------------------------------------------------------
+# tests/data/h100-2026-11-26 (its README): suites/ci.toml (21 of its 28 cases) and suites/mha.toml (512 to 16K tokens,
+# Performer to 32K), measured by today's measure_cuda: the baseline read after the build, the workspaces the warm-up
+# left apart (workspace_bytes), empty_cache before the peaks' reset. Peaks and baselines compare as they are.
+NOW = Path(__file__).parent / "data" / "h100-2026-11-26"
+# (workload, impl, seq_len): measured / predicted reserved, where outside the tolerance. SDPA's backward on sm90
+# (efficient attention) reserved more than the simulation at 4K and 16K, though its allocations are exact to the
+# byte: no allocator history of it was taken (the next GPU session's first profile).
+RESERVED_MISSES_NOW = {("mha", "sdpa", 4096): 1.103, ("mha", "sdpa", 16384): 1.144}
+
+
+def _now(suite: str) -> list:
+    cases = {c.case_id: c for c in (dataclasses.replace(c, device="cuda")
+                                    for c in plan(ROOT / "suites" / f"{suite}.toml", device="cpu", yes=True).cases)}
+    with open(NOW / f"{suite}.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "ok"]
+    return [pytest.param(cases[r["case_id"]], r, id=f"{suite}-{r['workload']}-{r['impl']}-{r['seq_len'] or r['kv_len']}",
+                         marks=() if (r["workload"], r["impl"]) in FAST else pytest.mark.slow) for r in rows]
+
+
+@pytest.mark.parametrize("case,row", _now("ci") + _now("mha"))
+def test_prediction_against_the_h100_as_measured_now(case, row):
+    """Every ok row: allocated peak, baseline and workspace as predicted (to the byte, but the block the H100 did
+    not split: GAP), reserved within the tolerance but for the misses named."""
+    pred = predict_cuda(case)
+    gap = GAP.get((case.workload, case.impl), (0, 0))[1] if case.workload == "mha" and row["seq_len"] == "2048" else 0
+    assert int(row["baseline_bytes"]) == pred.baseline_bytes
+    assert int(row["workspace_bytes"]) == pred.extra[col.WORKSPACE_BYTES]
+    assert int(row["peak_bytes"]) - pred.peak_bytes == gap
+    ratio = int(row["reserved_bytes"]) / pred.reserved_bytes
+    miss = RESERVED_MISSES_NOW.get((case.workload, case.impl, int(row["seq_len"] or 0)))
+    if miss is None:
+        assert abs(ratio - 1) <= RESERVED_TOLERANCE, ratio
+    else:
+        assert ratio == pytest.approx(miss, abs=5e-4)
+
+
+def test_the_h100_data_of_now_covers_prefill_and_decode():
+    workloads = {p.values[0].workload for p in _now("ci")}
+    assert {"prefill", "decode", "mha", "ff", "decoder"} <= workloads
+
+
+def test_performer_builds_no_cublas_workspace_on_the_host():
+    """doctor --device cuda on the H100 (tests/data/h100-2026-11-26/doctor.txt): Performer's tiny case measured
+    a baseline of 21,504 B and a workspace of 68,157,440 B; the prediction said 33,575,936 and 34,603,008: its
+    random features, drawn on the host with one matrix product in the build, counted as a cuBLAS call on the GPU.
+    The features are now scaled without a product (the same bits); the prediction is the measurement."""
+    from topk_bench.doctor import tiny
+    from topk_bench.types import Method
+
+    pred = predict_cuda(tiny.case("performer", device="cuda", method=Method.PREDICTED))
+    assert (pred.baseline_bytes, pred.extra[col.WORKSPACE_BYTES]) == (21_504, 68_157_440)
+    assert pred.peak_bytes - pred.baseline_bytes - pred.extra[col.WORKSPACE_BYTES] == 38_912
+    assert pred.reserved_bytes == 69_206_016
