@@ -10,7 +10,7 @@ k, v ~ N(0, 1)). Methods at budgets 1/16, 1/8 and 1/4 of the keys:
 * ``topk``: the exact top-k, k = budget;
 * ``block_topk`` (MoBA) with ``--with-block-topk``: blocks of 8, ``budget // 8`` blocks (plus the own one).
 
-Metrics (``topk_bench.measure.quality``): ``mass_recall`` (exact softmax mass on the
+Metrics (``topk_bench.extras.quality``): ``mass_recall`` (exact softmax mass on the
 attended keys), ``topk_recall`` (share of the exact top-k attended, k = the method's own
 count) and ``rel_err`` (relative Frobenius error of the output), averaged over rows,
 heads and layers; ``keys`` is the mean number of keys attended per row. MiniLM is a
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import implementations  # noqa: E402
 from topk_bench.workloads.pretrained import activations  # noqa: E402
-from topk_bench.measure.quality import selection_quality  # noqa: E402
+from topk_bench.extras.quality import selection_quality  # noqa: E402
 
 BUDGETS = (16, 8, 4)  # budget = keys // BUDGET
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from topk_bench.case import Budget, Case
-from topk_bench.measure.worker import execute
+from topk_bench.child.worker import execute
 from topk_bench.run import launcher
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -14,7 +14,7 @@ import time
 import implementations
 from topk_bench.case import Case
 from topk_bench.run.launcher import run_isolated
-from topk_bench.measure.worker import execute
+from topk_bench.child.worker import execute
 
 GIB = 1 << 30
 # The paper's settings (§3): top-128, query chunks of 1024; Performer with 256 features.

@@ -47,7 +47,7 @@ def case(impl: str, seq_len: int, method: str = "measured", **options) -> Case:
 FILL_THEN_MATMUL = textwrap.dedent("""
     import torch
     from topk_bench.case import Budget, Case
-    from topk_bench.measure.worker import classify
+    from topk_bench.child.worker import classify
     kept, size = [], 1 << 30
     torch.cuda.init()
     while size >= 1 << 20:  # fill the device through torch's allocator, before cuBLAS has a handle

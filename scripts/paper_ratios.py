@@ -16,7 +16,7 @@ import dataclasses
 from pathlib import Path
 
 from topk_bench.case import Budget, Case
-from topk_bench.measure.backends import predict
+from topk_bench.predict.backends import predict
 from topk_bench.run.plan import plan
 
 GIB = 1 << 30

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from topk_bench.case import Budget, Case
-from topk_bench.measure.backends import predict
+from topk_bench.predict.backends import predict
 
 GIB = 1 << 30
 MHA = {"batch": 1, "d_model": 768, "heads": 12}

@@ -1,4 +1,4 @@
-"""Where does the warm template gain a thread? (It may only fork with one: topk_bench/measure/template.py.)
+"""Where does the warm template gain a thread? (It may only fork with one: topk_bench/child/template.py.)
 
 Runs what the template runs before its first fork -- its imports, the fork-safe environment, the warm-up
 prediction at start and the one before a case of each implementation named -- under a profile hook that counts this
@@ -44,7 +44,7 @@ def driver_initialised() -> str:
 def main(impls: list[str]) -> int:
     import torch
 
-    from topk_bench.measure.template import settle
+    from topk_bench.child.template import settle
 
     settle()  # as the template does before each fork: pools that stop for a fork (OpenBLAS's) stop now
     before = tasks()
@@ -64,8 +64,8 @@ def main(impls: list[str]) -> int:
 
     sys.setprofile(hook)
     try:  # what the template does before its first fork: its imports, its environment, its warm-up
-        from topk_bench.measure import template
-        from topk_bench.measure.worker import WarmUp
+        from topk_bench.child import template
+        from topk_bench.child.worker import WarmUp
 
         os.environ.update(template.FORK_SAFE_ENVIRONMENT)
         warm = WarmUp()

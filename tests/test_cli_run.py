@@ -48,7 +48,7 @@ def workers_of(pid: int) -> list[int]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if b"topk_bench.measure.worker" in args and str(pid).encode() in args:
+        if b"topk_bench.child.worker" in args and str(pid).encode() in args:
             found.append(int(entry.name))
     return found
 

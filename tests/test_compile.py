@@ -90,7 +90,7 @@ def test_the_paper_protocol_refuses_compile(tmp_path):
 
 def test_a_compiled_case_is_not_predicted(tmp_path):
     case = Case.make(suite="t", workload="decode", impl="vanilla", params=DECODE, method="predicted", compile=True)
-    from topk_bench.measure.worker import execute
+    from topk_bench.child.execute import execute
 
     m = execute(case)
     assert m.status == "unsupported" and "compile = true: a compiled case is measured, not predicted" in m.error

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from topk_bench.measure.cuda_allocator import FREE, MIB, CachingAllocator
-from topk_bench.measure.simulated import simulate_measurement
+from topk_bench.predict.allocator import FREE, MIB, CachingAllocator
+from topk_bench.predict.simulated import simulate_measurement
 
 DATA = Path(__file__).parent / "data"
 
@@ -116,7 +116,7 @@ def test_a_measurement_keeps_timed_losses_frees_gradients_and_can_empty_the_cach
     # from cudaMalloc again): the peak is an iteration's whatever the cache held ...
     assert simulate_measurement(setup, big, warmup=1, repeats=0, empty_cache=True).reserved_bytes == 52 * MIB
     # ... and empty_cache gave the warm-up's segment back before the reset: 22 MiB reserved then, not 52.
-    from topk_bench.measure.simulated import SimulatedCudaSteps
+    from topk_bench.predict.simulated import SimulatedCudaSteps
 
     for empty, reserved in ((True, 22 * MIB), (False, 52 * MIB)):
         steps = SimulatedCudaSteps(setup, big, empty_cache=empty)
@@ -131,7 +131,8 @@ def test_a_cuda_prediction_runs_the_protocol_s_own_iterations(monkeypatch):
     import dataclasses
 
     from topk_bench.case import Case
-    from topk_bench.measure import backends, iterations, simulated
+    from topk_bench.measure import iterations
+    from topk_bench.predict import backends, simulated
 
     calls = []
     real_run = iterations.run

@@ -10,10 +10,11 @@ import contextlib
 import pytest
 import torch
 
+from topk_bench.child.execute import measure as run_case
 from topk_bench.measure import backends as measure
 from topk_bench.case import Budget, Case
 from topk_bench.measure.memory import OverBudget
-from topk_bench.measure.worker import classify, execute
+from topk_bench.child.execute import classify, execute
 from topk_bench.status import STOPPING
 
 
@@ -99,7 +100,7 @@ def fake_cuda(monkeypatch):
 def test_cuda_protocol(fake_cuda):
     case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
                      device="cuda", warmup=2, repeats=3)
-    m = measure.measure(case)
+    m = run_case(case)
     assert m.status == "ok" and m.device_name == "Stand-in GPU"
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert fake_cuda.calls[0] == ("device", "cuda:0")
@@ -187,7 +188,7 @@ def test_other_cuda_library_failures_are_errors():
 def test_cuda_paper_protocol(fake_cuda):
     case = Case.make(suite="t", workload="mha", impl="vanilla_paper", params={"seq_len": 8, "d_model": 8, "heads": 2},
                      causal=True, device="cuda", warmup=0, repeats=3, protocol="paper")
-    m = measure.measure(case)
+    m = run_case(case)
     assert m.status == "ok", m.error
     calls = fake_cuda.calls
     assert not [c for c in calls if c[0] == "reset_peak"]  # peaks never reset

@@ -1,4 +1,4 @@
-"""The CUDA kernel allocation rules (topk_bench.measure.cuda_kernels), each against a hand count from its CUDA source.
+"""The CUDA kernel allocation rules (topk_bench.predict.kernels), each against a hand count from its CUDA source.
 
 Every test runs ops on fake CPU tensors through :class:`KernelTrace` (what ``--predict --device cuda`` does) and
 compares the allocations, in order, with the bytes written out from the kernel's source for a small shape:
@@ -15,13 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from topk_bench.measure import cuda_kernels
-from topk_bench.measure.cuda_kernels import registry
-from topk_bench.measure.cuda_kernels.accumulation import EngineAdds
-from topk_bench.measure.cuda_kernels.program import Call, Free, Temp
-from topk_bench.measure.cuda_kernels.rules import attention, cub, selection
-from topk_bench.measure.cuda_kernels.sdpa_select import Backend
-from topk_bench.measure.memory import AllocationTrace
+from topk_bench.predict import kernels
+from topk_bench.predict.kernels import registry
+from topk_bench.predict.kernels.accumulation import EngineAdds
+from topk_bench.predict.kernels.program import Call, Free, Temp
+from topk_bench.predict.kernels.rules import attention, cub, selection
+from topk_bench.predict.kernels.sdpa_select import Backend
+from topk_bench.predict.trace import AllocationTrace
 
 MIB = 1 << 20
 FREE = AllocationTrace.FREE
@@ -45,10 +45,10 @@ def signed(events) -> list[int]:
 def traced(make, body, gpu="sm90", cuda=True):
     """The events of ``body(*make())`` on CUDA's path (``cuda=False``: the CPU kernels' plain trace), the inputs
     made before (their events dropped) and the outputs kept alive past it; also the trace and the composites."""
-    g, adds = cuda_kernels.gpu(gpu), EngineAdds()
+    g, adds = kernels.gpu(gpu), EngineAdds()
     fake = FakeTensorMode()
-    trace = cuda_kernels.KernelTrace(g, adds) if cuda else AllocationTrace()
-    composites = cuda_kernels.CudaComposites(g, adds) if cuda else contextlib.nullcontext()
+    trace = kernels.KernelTrace(g, adds) if cuda else AllocationTrace()
+    composites = kernels.CudaComposites(g, adds) if cuda else contextlib.nullcontext()
     with fake, composites, trace:
         inputs = make()
         trace.take()
@@ -63,7 +63,7 @@ def steps_of(op, *args, gpu="sm90", **kwargs):
     with FakeTensorMode():
         real = [a() if callable(a) else a for a in args]
         out = op(*real, **kwargs)
-        return registry.lookup(op).steps(Call(op, tuple(real), kwargs, out, cuda_kernels.gpu(gpu)))
+        return registry.lookup(op).steps(Call(op, tuple(real), kwargs, out, kernels.gpu(gpu)))
 
 
 # -- softmax (SoftMax.cu) -------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_multiblock_topk_buffers_by_hand():
     expected = [200_000, 400_000] + buffers + [1279, -1279, 1279, -1279] + [-b for b in reversed(buffers)]
     make = lambda: (torch.randn(5000, 400),)  # noqa: E731
     assert signed(traced(make, lambda x: x.topk(10, dim=-1, sorted=False))[0]) == expected
-    assert selection.items_per_thread(cuda_kernels.gpu("sm90"), 5000, 400) == 10
+    assert selection.items_per_thread(kernels.gpu("sm90"), 5000, 400) == 10
 
 
 def test_multiblock_topk_blocks_follow_the_sm_count():
@@ -213,7 +213,7 @@ def test_flash_backward_accumulates_dq_in_float_and_expands_grouped_heads():
                 torch.zeros(2, dtype=torch.int64), torch.zeros((), dtype=torch.int64))
         out = (q(), kv(), kv())
         op = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
-        steps = registry.lookup(op).steps(Call(op, args, {}, out, cuda_kernels.gpu("sm90")))
+        steps = registry.lookup(op).steps(Call(op, args, {}, out, kernels.gpu("sm90")))
     assert [(s.name, s.nbytes) for s in steps if isinstance(s, Temp)] == [
         ("softmax_d", 2048), ("dq_accum", 131_072), ("dk_expanded", 51_200), ("dv_expanded", 51_200)]
 
@@ -339,7 +339,7 @@ def test_every_rule_names_the_cuda_source_it_models():
 
 def test_a_program_frees_what_it_allocates():
     """Temporaries freed by name, or at the op's end in reverse order: none outlives its op."""
-    steps = selection.mbtopk(cuda_kernels.gpu("sm90"), 5000, 400, torch.float32)
+    steps = selection.mbtopk(kernels.gpu("sm90"), 5000, 400, torch.float32)
     live = set()
     for step in steps:
         if isinstance(step, Temp):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from topk_bench.case import Budget, Case, Measurement
-from topk_bench.measure import worker
+from topk_bench.child import worker
 from topk_bench.run import devices
 from topk_bench.run import plan as planning
 from topk_bench.run.executors import LocalExecutor, get_executor

@@ -170,7 +170,7 @@ def test_a_compile_failure_is_skipped_with_its_reason():
 def test_a_case_that_failed_to_compile_in_its_child_is_a_skipped_peak_check(monkeypatch):
     from topk_bench.case import Measurement
     from topk_bench.doctor import peaks
-    from topk_bench.measure.worker import classify
+    from topk_bench.child.execute import classify
     from topk_bench.case import Budget
 
     try:

@@ -108,7 +108,7 @@ def test_slurm_without_its_module_is_bad_input(monkeypatch):
 
     import topk_bench.run
 
-    monkeypatch.setitem(sys.modules, "topk_bench.run.slurm", None)  # as if the module were absent
+    monkeypatch.setitem(sys.modules, "topk_bench.run.slurm.executor", None)  # as if the module were absent
     monkeypatch.delattr(topk_bench.run, "slurm", raising=False)     # (and never imported)
     with pytest.raises(BadInput, match="slurm executor not available"):
         get_executor(ExecutorSettings(kind="slurm"))

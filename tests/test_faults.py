@@ -17,8 +17,8 @@ import pytest
 
 from faults import Cli, fill, tiny_suite, tmpfs, tree
 from topk_bench.case import Case, Measurement
-from topk_bench.measure import worker
-from topk_bench.measure.backends import measure
+from topk_bench.child import execute as child
+from topk_bench.child.execute import measure
 from topk_bench.report.stats import Verdict, classify_ratio, classify_samples
 from topk_bench.results import store
 from topk_bench.results.columns import header as columns
@@ -251,7 +251,7 @@ def test_7_a_plugin_exiting_in_the_child_is_an_error_row(tmp_path):
     (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
     case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
                      plugins=(str(tmp_path / "quits.py"),))
-    result = worker.execute(case)
+    result = child.execute(case)
     assert result.status == Status.ERROR and "SystemExit" in result.error
 
 
@@ -428,24 +428,24 @@ def _nan_case(tmp_path, mode="fwd_bwd", fidelity=False, which="nan_output") -> C
 
 @pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
 def test_a_nan_output_is_status_nonfinite_with_its_measurement(tmp_path, mode, single_thread):
-    result = worker.execute(_nan_case(tmp_path, mode))
+    result = child.execute(_nan_case(tmp_path, mode))
     assert result.status == Status.NONFINITE == "nonfinite" and "nonfinite" in STATUSES
     assert "NaN" in result.error and result.peak_bytes > 0 and len(result.times_s) == 2
 
 
 def test_a_nan_gradient_is_nonfinite_and_fidelity_is_not_computed(tmp_path, single_thread):
-    result = worker.execute(_nan_case(tmp_path, which="nan_gradient", fidelity=True))
+    result = child.execute(_nan_case(tmp_path, which="nan_gradient", fidelity=True))
     assert result.status == Status.NONFINITE and "gradient" in result.error
     assert "rel_err" not in result.extra
 
 
 def test_a_nan_error_metric_is_nonfinite(monkeypatch, single_thread):
-    from topk_bench.measure import extras
+    from topk_bench.extras import columns as extras
 
     monkeypatch.setattr(extras, "layer_columns", lambda case, budget: {"rel_err": float("nan"), "grad_cos": 1.0})
     case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
                      warmup=0, repeats=1, fidelity=True)
-    result = worker.execute(case)
+    result = child.execute(case)
     assert result.status == Status.NONFINITE and "rel_err = nan" in result.error
 
 

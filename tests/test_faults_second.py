@@ -524,7 +524,7 @@ def _prefill_case(tmp_path, impl, **fields):
 @pytest.mark.parametrize("impl,words", [("test_narrow", "shape [1, 2, 32, 1]"), ("test_doubled", "torch.float64")])
 def test_an_output_of_the_wrong_shape_or_dtype_is_an_error_not_a_measurement(tmp_path, impl, words, single_thread):
     """It was recorded ok, with a time and a peak."""
-    from topk_bench.measure.worker import execute
+    from topk_bench.child.execute import execute
 
     result = execute(_prefill_case(tmp_path, impl))
     assert result.status == "error" and result.times_s == [], result
@@ -534,7 +534,7 @@ def test_an_output_of_the_wrong_shape_or_dtype_is_an_error_not_a_measurement(tmp
 
 def test_selection_quality_is_computed_on_copies_of_the_inputs(tmp_path, single_thread):
     """An implementation that zeroes its v scored attn_rel_err 0.0: the reference was computed on the zeroed v."""
-    from topk_bench.measure.worker import execute
+    from topk_bench.child.execute import execute
 
     result = execute(_prefill_case(tmp_path, "test_zeroes", quality=("random",)))
     assert result.status == "ok", result.error

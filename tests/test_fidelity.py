@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from topk_bench.measure import fidelity
+from topk_bench.extras import fidelity
 from topk_bench.case import Budget, Case
-from topk_bench.measure.extras import choose_seq_len, extra_columns, vanilla_of
-from topk_bench.measure.backends import predict
-from topk_bench.measure.worker import execute
+from topk_bench.extras.columns import choose_seq_len, extra_columns, vanilla_of
+from topk_bench.predict.backends import predict
+from topk_bench.child.execute import execute
 from topk_bench.workloads.pretrained.metrics import emb_cos, nn_agree, nn_spearman
 
 

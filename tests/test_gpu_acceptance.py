@@ -123,8 +123,8 @@ def test_profiles_add_up_and_their_snapshots_open(tmp_path, capsys):
     import gzip
     import shutil
 
-    from topk_bench.profile.cuda_snapshot import peak_rows
-    from topk_bench.profile.sources import Sources
+    from topk_bench.capture.cuda_snapshot import peak_rows
+    from topk_bench.capture.sources import Sources
 
     data = ROOT / "tests/data/h100-2026-11-26"
     case = tmp_path / "profiles" / "4b68b15a318dc2d1"

@@ -13,7 +13,7 @@ import implementations.decode as decode
 from implementations import hardware
 from live_bytes import LiveBytes
 from topk_bench.case import Case
-from topk_bench.measure.backends import predict, predict_cuda
+from topk_bench.predict.backends import predict, predict_cuda
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

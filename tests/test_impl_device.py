@@ -27,7 +27,7 @@ import implementations
 from implementations import Decoder, FeedForward, MultiHeadAttention
 from topk_bench import workloads
 from topk_bench.case import Case
-from topk_bench.measure.backends import build, iteration
+from topk_bench.measure.steps import build, iteration
 from topk_bench.measure.placement import DevicePlacement
 from topk_bench.workloads.support import unsupported
 

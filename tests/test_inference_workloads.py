@@ -11,7 +11,7 @@ import torch
 import implementations
 from topk_bench import workloads
 from topk_bench.case import Case, Measurement
-from topk_bench.measure.backends import predict
+from topk_bench.predict.backends import predict
 from topk_bench.results import rates
 from topk_bench.results.row import make_row
 from topk_bench.workloads.attention import attended_pairs

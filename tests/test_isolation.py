@@ -14,7 +14,7 @@ import torch
 
 from topk_bench.case import Budget, Case
 from topk_bench.run.launcher import run_isolated
-from topk_bench.measure.worker import execute
+from topk_bench.child.execute import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = str(ROOT / "tests" / "plugins" / "failing_impls.py")

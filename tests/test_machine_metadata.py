@@ -102,7 +102,7 @@ def test_no_device_to_ask_about_gives_nothing(monkeypatch):
 
 def test_a_row_carries_the_machine(tmp_path):
     from topk_bench.case import Budget, Case
-    from topk_bench.measure.worker import execute
+    from topk_bench.child.execute import execute
     from topk_bench.results.row import make_row
 
     case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},

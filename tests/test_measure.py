@@ -9,8 +9,8 @@ import torch
 import implementations
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
-from topk_bench.measure.backends import measure
-from topk_bench.measure.worker import execute
+from topk_bench.child.execute import measure
+from topk_bench.child.execute import execute
 
 GIB = 1 << 30
 TINY = {

@@ -13,7 +13,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from topk_bench.measure.memory import CUDA_ALLOCATION_GRANULE, AllocatorBytes, LiveBytes, OverBudget
+from topk_bench.measure.memory import AllocatorBytes, LiveBytes, OverBudget
+from topk_bench.predict.allocator import GRANULE as CUDA_ALLOCATION_GRANULE
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20

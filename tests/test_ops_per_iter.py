@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import implementations
+from topk_bench.child.execute import measure
 from topk_bench.case import Case
 from topk_bench.measure import backends
 from topk_bench.measure.ops import OpCounter, profiled
@@ -39,8 +40,8 @@ def test_every_selection_method_is_counted():
 
 @pytest.mark.parametrize("impl", EAGER)
 def test_a_decode_step_dispatches_as_many_ops_measured_as_predicted(impl, single_thread):
-    measured = backends.measure(decode(impl))
-    predicted = backends.measure(decode(impl, method="predicted"))
+    measured = measure(decode(impl))
+    predicted = measure(decode(impl, method="predicted"))
     assert measured.status == predicted.status == "ok", (measured.error, predicted.error)
     assert measured.extra[col.OPS_PER_ITER] == predicted.extra[col.OPS_PER_ITER] > 0
     expected = "flash_attention" if impl == "sdpa" else ""  # the CPU's fused SDPA kernel
@@ -49,8 +50,8 @@ def test_a_decode_step_dispatches_as_many_ops_measured_as_predicted(impl, single
 
 def test_backward_ops_are_counted_too(single_thread):
     params = {"seq_len": 16, "d_model": 16, "heads": 2}
-    fwd = backends.measure(Case.make(suite="t", workload="mha", impl="vanilla", params=params, mode="fwd", repeats=1))
-    both = backends.measure(Case.make(suite="t", workload="mha", impl="vanilla", params=params, repeats=1))
+    fwd = measure(Case.make(suite="t", workload="mha", impl="vanilla", params=params, mode="fwd", repeats=1))
+    both = measure(Case.make(suite="t", workload="mha", impl="vanilla", params=params, repeats=1))
     assert both.extra[col.OPS_PER_ITER] > 2 * fwd.extra[col.OPS_PER_ITER]
 
 
@@ -114,7 +115,7 @@ def test_a_decode_suite_has_ops_per_iter_on_every_row_measured_and_predicted(tmp
 
 @pytest.mark.slow  # compiles FlexAttention
 def test_a_compiled_decode_step_is_counted_from_the_profiler():
-    m = backends.measure(decode("flex"))
+    m = measure(decode("flex"))
     assert m.status == "ok", m.error
     # The cache write's copies and slices, and one compiled graph: a handful, not the eager path's dozens.
     assert 0 < m.extra[col.OPS_PER_ITER] < 20 and m.extra[col.COMPILE_S] > 0

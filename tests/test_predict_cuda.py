@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from topk_bench.measure.backends import predict_cuda
+from topk_bench.predict.backends import predict_cuda
 from topk_bench.results import columns as col
 from topk_bench.run.plan import plan
 

@@ -24,13 +24,17 @@ from pathlib import Path
 import pytest
 
 import implementations
+from topk_bench.child.execute import measure
+from topk_bench.predict.backends import predict
 from topk_bench.case import Budget, Case
 from topk_bench.measure import backends
 from topk_bench.cli import main
-from topk_bench.profile import capture, files, select
-from topk_bench.profile.attribution import Attribution
-from topk_bench.profile.rows import Category
-from topk_bench.profile.sources import PROJECT_ROOT, Sources, user_files
+from topk_bench.capture import capture, files
+from topk_bench.profile import select
+from topk_bench.report.plots import timeline
+from topk_bench.capture.attribution import Attribution
+from topk_bench.capture.rows import Category
+from topk_bench.capture.sources import PROJECT_ROOT, Sources, user_files
 from topk_bench.results import columns as col
 from topk_bench.workloads.support import unsupported
 
@@ -63,7 +67,9 @@ def small_case(name: str, method: str, tmp_path: Path, **fields) -> Case:
 
 
 def profiled(case: Case):
+    """What the child writes, then what the parent draws from it."""
     result = capture.measure(case, Budget())
+    assert timeline.draw(Path(case.profile)) == ""
     info, rows = files.read(Path(case.profile))
     return result, info, rows
 
@@ -78,14 +84,14 @@ def user_share(case: Case, rows) -> float:
 def test_predicted_rows_sum_to_the_peak_above_the_baseline(name, tmp_path):
     case = small_case(name, "predicted", tmp_path)
     result, info, rows = profiled(case)
-    plain = backends.measure(case)
+    plain = measure(case)
     assert (result.peak_bytes, result.baseline_bytes, result.flops) == (plain.peak_bytes, plain.baseline_bytes,
                                                                         plain.flops)
     assert sum(r.bytes for r in rows) == plain.peak_bytes - plain.baseline_bytes
     assert info["peak_bytes"] == plain.peak_bytes and info["rows_bytes"] == sum(r.bytes for r in rows)
     assert user_share(case, rows) >= 0.99
     assert all(r.op.startswith("aten.") and r.shape.startswith("[") and r.dtype for r in rows)
-    assert (Path(case.profile) / files.TIMELINE).stat().st_size > 10_000
+    assert (Path(case.profile) / timeline.FIGURE).stat().st_size > 10_000
 
 
 @pytest.mark.parametrize("name", PREDICTABLE)
@@ -96,7 +102,7 @@ def test_measured_cpu_rows_sum_to_the_peak_above_the_baseline(name, tmp_path):
     assert sum(r.bytes for r in rows) == result.peak_bytes - result.baseline_bytes
     # The same peak as predicted (the CPU tracker and the prediction agree to the byte), and the same rows.
     predicted = Attribution(Sources(user_files((name,))))
-    backends.predict(small_case(name, "predicted", tmp_path), Budget(), tracker=predicted)
+    predict(small_case(name, "predicted", tmp_path), Budget(), tracker=predicted)
     assert (result.peak_bytes, result.baseline_bytes) == (predicted.peak_bytes, predicted.baseline_bytes)
     assert sorted((r.bytes, r.source, r.category) for r in rows) == sorted(
         (r.bytes, r.source, r.category) for r in predicted.rows())
@@ -133,7 +139,7 @@ def test_vanilla_by_hand(tmp_path):
     product = _line(vanilla, "return unfold_groups(weights @ v, groups)")
     o_proj = _line(layers, "return self.o_proj(out.transpose(1, 2).reshape(b, length, d_model))")
     mask = _line("implementations/masking.py", "allowed = torch.arange(c0, c1, device=device) <= last")
-    loss, backward = (_line("topk_bench/measure/backends.py", code) for code in ("loss = out.mean()", "loss.backward()"))
+    loss, backward = (_line("topk_bench/measure/steps.py", code) for code in ("loss = out.mean()", "loss.backward()"))
     saved, grad, temp = Category.SAVED, Category.GRADIENTS, Category.TEMPORARIES
     expected = sorted([
         (32768, "aten._softmax.default", softmax, "[1, 2, 64, 64]", "float32", saved),
@@ -183,13 +189,13 @@ def test_cuda_prediction_rows_sum_to_its_simulated_peak(name, tmp_path):
     own buffers and the cuBLAS workspaces among them, each named by the op whose rule allocated it."""
     case = small_case(name, "predicted", tmp_path, device="cuda")
     result, info, rows = profiled(case)
-    plain = backends.measure(case)  # what a run's child does for this case
+    plain = measure(case)  # what a run's child does for this case
     assert (result.peak_bytes, result.baseline_bytes, result.reserved_bytes, result.flops, result.extra) == (
         plain.peak_bytes, plain.baseline_bytes, plain.reserved_bytes, plain.flops, plain.extra)
     assert sum(r.bytes for r in rows) == plain.peak_bytes - plain.baseline_bytes
     assert all(r.bytes % 512 == 0 for r in rows)  # blocks, as the caching allocator hands them out
     # (No share asserted here: at this size the harness's two scalars, 512 B blocks each, are 1% of the peak.)
-    assert all(r.source.startswith(("implementations/", "topk_bench/measure/backends.py")) for r in rows)
+    assert all(r.source.startswith(("implementations/", "topk_bench/measure/steps.py")) for r in rows)
     workspaces = [r for r in rows if r.category is Category.WORKSPACE]
     assert sum(r.bytes for r in workspaces) == plain.extra[col.WORKSPACE_BYTES] > 0  # cuBLAS's, cuBLASLt's
     assert {r.op for r in workspaces} <= {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
@@ -206,8 +212,8 @@ def test_cuda_prediction_rows_sum_to_its_simulated_peak(name, tmp_path):
 
 def test_cuda_snapshot_replay_finds_the_peak_blocks():
     """A history as ``torch.cuda.memory._snapshot()`` gives it: build, warm-up (a workspace), the region."""
-    from topk_bench.profile.cuda_snapshot import peak_blocks, peak_rows
-    from topk_bench.profile.attribution import Attribution
+    from topk_bench.capture.cuda_snapshot import peak_blocks, peak_rows
+    from topk_bench.capture.attribution import Attribution
 
     user = str(PROJECT_ROOT / "implementations" / "vanilla.py")
 
@@ -251,7 +257,7 @@ def _h100_qchunk_paper():
 def test_an_h100_history_replays_to_the_byte_with_its_own_segment_addresses():
     """Given where cudaMalloc put each segment, the simulated allocator puts every one of the H100's 2,602 blocks
     where the H100 did, and reads its peaks: max_memory_allocated and max_memory_reserved of the timed region."""
-    from topk_bench.measure.cuda_allocator import CachingAllocator
+    from topk_bench.predict.allocator import CachingAllocator
 
     trace, _, region, profile = _h100_qchunk_paper()
     alloc = CachingAllocator(e["addr"] for e in trace if e["action"] == "segment_alloc")
@@ -276,7 +282,7 @@ def test_a_cuda_profile_sums_to_the_measured_peak_where_equal_free_blocks_tie():
     took the lowest address. Replayed with segments placed downwards (a prediction cannot know cudaMalloc's
     addresses) the peak was 528,896 B over max_memory_allocated, and peak.csv did not add up to the row's peak;
     with the history's addresses it does, to the byte."""
-    from topk_bench.profile.cuda_snapshot import peak_blocks, peak_rows
+    from topk_bench.capture.cuda_snapshot import peak_blocks, peak_rows
 
     trace, builds, region, profile = _h100_qchunk_paper()
     rows, peak, baseline, _ = peak_rows(trace, builds=builds, region=region, empty_cache=True, attribution=None,
@@ -292,8 +298,8 @@ def test_a_cuda_profile_sums_to_the_measured_peak_where_equal_free_blocks_tie():
 def test_a_block_known_only_from_the_allocators_history_is_named_by_its_line():
     """The H100 profile of qchunk_paper said "a buffer of 's kernel" of blocks with no op (the history's frames
     only): such a block is named by the variable its line assigns, else "a block"."""
-    from topk_bench.profile.rows import Row
-    from topk_bench.profile.summary import describe
+    from topk_bench.capture.rows import Row
+    from topk_bench.capture.summary import describe
 
     def block(source, op=""):
         return describe(Row(48 << 20, op, source, "", "", Category.TEMPORARIES))
@@ -354,7 +360,7 @@ def test_profile_command_prints_the_peak_by_line_and_writes_the_files(cli, tmp_p
     assert result.returncode == 0, result.stderr
     case_dirs = list(tmp_path.iterdir())
     assert len(case_dirs) == 1
-    assert {p.name for p in case_dirs[0].iterdir()} == {"peak.csv", "profile.json", "timeline.png"}
+    assert {p.name for p in case_dirs[0].iterdir()} == {"peak.csv", "profile.json", "timeline.json", "timeline.png"}
     assert "implementations/vanilla.py:" in result.stdout and "saved for backward" in result.stdout
     assert "vanilla at seq_len=64: 3 × [1, 4, 64, 64] float32" in result.stdout
 

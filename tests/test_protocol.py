@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import implementations
+from topk_bench.child.execute import measure
 from topk_bench import protocol
 from topk_bench.case import Case
 from topk_bench.measure import backends
-from topk_bench.measure.worker import execute
+from topk_bench.child.execute import execute
 from topk_bench.run import plan as planning
 from topk_bench.workloads import build
 
@@ -146,7 +147,7 @@ class Recorder:
 
 def test_paper_iterations_are_cold_rebuilt_and_three(monkeypatch):
     rec = Recorder(monkeypatch)
-    m = backends.measure(case("qchunk_paper", warmup=0, repeats=3))
+    m = measure(case("qchunk_paper", warmup=0, repeats=3))
     # No warm-up: the first iteration is timed; each on a fresh model and inputs built outside the
     # timed region; the untimed profiling iteration (live bytes, FLOPs) last, on a fresh one too.
     assert rec.events == [("build", 1), ("timed", 1), ("build", 2), ("timed", 2), ("build", 3), ("timed", 3),
@@ -158,7 +159,7 @@ def test_paper_iterations_are_cold_rebuilt_and_three(monkeypatch):
 
 def test_our_iterations_warm_up_one_workload_then_time_it(monkeypatch):
     rec = Recorder(monkeypatch)
-    backends.measure(case("qchunk_paper", "ours", warmup=2, repeats=3))
+    measure(case("qchunk_paper", "ours", warmup=2, repeats=3))
     # The profiling iteration is the first warm-up; after the peak reset one more untimed iteration, so that
     # no timed one allocates what the emptied cache gave back.
     assert rec.events == [("build", 1), ("untimed", 1), ("untimed", 1), ("untimed", 1)] + [("timed", 1)] * 3

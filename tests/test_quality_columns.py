@@ -10,8 +10,8 @@ import torch
 
 from topk_bench import workloads
 from topk_bench.case import Case
-from topk_bench.measure import extras
-from topk_bench.measure.backends import predict
+from topk_bench.extras import columns as extras
+from topk_bench.predict.backends import predict
 from topk_bench.suite import load
 from topk_bench.suite.sweep import expand
 from topk_bench.workloads.attention import with_budget

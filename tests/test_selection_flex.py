@@ -124,7 +124,7 @@ def test_flex_compile_time_is_its_own_column_and_not_in_the_timed_samples():
 @pytest.mark.slow  # compiles FlexAttention (about 5-20 s on 2 cores)
 def test_flex_forward_is_measured_on_the_cpu_with_its_compile_time_apart():
     # No dispatch mode can follow the compiled call: its peak comes from the allocator's reports.
-    from topk_bench.measure.worker import execute
+    from topk_bench.child.execute import execute
     from topk_bench.results.columns import COMPILE_S as COMPILE_COLUMN
 
     case = Case.make(suite="t", workload="prefill", impl="flex", params={"seq_len": 64, "q_heads": 2, "kv_heads": 1,
@@ -141,7 +141,7 @@ def test_what_this_torch_cannot_do_is_an_unsupported_row_not_an_error():
     # flex.py documents it: its NotImplementedError (here: no FlexAttention backward on CPU) is the
     # harness's `unsupported`, as is torch's own (a higher-order op a mode cannot follow).
     from topk_bench.case import Budget, Case
-    from topk_bench.measure.worker import classify, execute
+    from topk_bench.child.execute import classify, execute
 
     case = Case.make(suite="t", workload="mha", impl="flex", params={"seq_len": 8, "d_model": 8, "heads": 2},
                      causal=True, warmup=0, repeats=1)

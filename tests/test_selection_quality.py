@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import implementations
-from topk_bench.measure import quality as sq
+from topk_bench.extras import quality as sq
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

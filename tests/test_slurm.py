@@ -131,7 +131,7 @@ def test_gpus_are_asked_for_only_by_cases_measured_on_cuda(slurm_conf, tmp_path)
     """bench.toml's default gpus_per_node = 1 on a cluster without GPUs: a --predict run and a --device cpu
     run go through (no GPU asked for); a case measured on CUDA asks, and this cluster refuses it."""
     from topk_bench.errors import BadInput
-    from topk_bench.run.slurm import SlurmExecutor
+    from topk_bench.run.slurm.executor import SlurmExecutor
 
     suite = tmp_path / "gpus.toml"
     suite.write_text(TINY_SUITE)
@@ -179,7 +179,7 @@ def _wait_state(handle, wanted: str, limit_s: float = 300.0) -> None:
 
 @pytest.mark.timeout(600)
 def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_conf, tmp_path, monkeypatch):
-    from topk_bench.run.slurm import SlurmExecutor
+    from topk_bench.run.slurm.executor import SlurmExecutor
 
     (tmp_path / "slurm_test_jobs.py").write_text(JOB_FUNCTIONS)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -214,8 +214,8 @@ def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_c
 # ------------------------------------------------------ no cluster needed
 
 def test_state_parsing_and_sbatch_parameters():
-    from topk_bench.run.slurm_jobs import parse_states
-    from topk_bench.run.slurm_requests import Request, request, sbatch_parameters
+    from topk_bench.run.slurm.jobs import parse_states
+    from topk_bench.run.slurm.requests import Request, request, sbatch_parameters
 
     text = "12_0|COMPLETED|None\n12_1|CANCELLED by 0\n12_1.batch|CANCELLED\n13|TIMEOUT\n14_2|PENDING|BeginTime\n"
     assert parse_states(text) == {"12_0": ("COMPLETED", "None"), "12_1": ("CANCELLED", ""), "13": ("TIMEOUT", ""),
@@ -236,7 +236,7 @@ def test_state_parsing_and_sbatch_parameters():
 
 
 def test_only_cases_measured_on_cuda_need_a_gpu():
-    from topk_bench.run.slurm_requests import needs_gpu
+    from topk_bench.run.slurm.requests import needs_gpu
 
     def case(**fields):
         return Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, **fields)
@@ -247,8 +247,8 @@ def test_only_cases_measured_on_cuda_need_a_gpu():
 
 
 def test_job_killed_at_the_time_limit_is_a_timeout_with_its_log(tmp_path):
-    from topk_bench.run.slurm import SlurmHandle
-    from topk_bench.run.slurm_jobs import JobStates
+    from topk_bench.run.slurm.executor import SlurmHandle
+    from topk_bench.run.slurm.jobs import JobStates
 
     log = tmp_path / "1_0_0_log.err"
     log.write_text("slurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-01-01 DUE TO TIME LIMIT ***\n")

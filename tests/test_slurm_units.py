@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from topk_bench.case import Case
-from topk_bench.run import slurm_jobs
-from topk_bench.run.slurm_jobs import ENDED_AS, JobStates, stuck_reason
-from topk_bench.run.slurm_requests import Request, _gpus
+from topk_bench.run.slurm import jobs as slurm_jobs
+from topk_bench.run.slurm.jobs import ENDED_AS, JobStates, stuck_reason
+from topk_bench.run.slurm.requests import Request, _gpus
 from topk_bench.status import INTERRUPTED, Status
 
 
@@ -57,7 +57,7 @@ def test_a_stuck_reason_ends_the_run_only_once_it_lasted(monkeypatch):
 
 
 def test_a_prediction_asks_one_cpu_whatever_bench_toml_says():
-    from topk_bench.run.slurm_requests import request
+    from topk_bench.run.slurm.requests import request
     from topk_bench.suite.settings import ExecutorSettings
 
     settings = ExecutorSettings(kind="slurm", cpus_per_task=8, mem_gb=64, gpus_per_node=2)
@@ -76,7 +76,7 @@ def test_a_case_crashed_by_its_jobs_cancellation_takes_the_jobs_fate(tmp_path, m
     from types import SimpleNamespace
 
     from topk_bench.case import Measurement
-    from topk_bench.run.slurm import SlurmHandle
+    from topk_bench.run.slurm.executor import SlurmHandle
 
     pickle = tmp_path / "result.pkl"
     pickle.write_bytes(b"")

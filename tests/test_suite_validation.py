@@ -213,10 +213,10 @@ def test_cuda_requested_without_a_gpu(tmp_path, capsys):
 
 
 def test_slurm_executor_unavailable_is_bad_input(tmp_path, capsys, monkeypatch):
-    import topk_bench.run
+    import topk_bench.run.slurm
 
-    monkeypatch.setitem(sys.modules, "topk_bench.run.slurm", None)  # as if the module were absent
-    monkeypatch.delattr(topk_bench.run, "slurm", raising=False)     # (and never imported)
+    monkeypatch.setitem(sys.modules, "topk_bench.run.slurm.executor", None)  # as if the module were absent
+    monkeypatch.delattr(topk_bench.run.slurm, "executor", raising=False)     # (and never imported)
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD)
     code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--executor", "slurm")

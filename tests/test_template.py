@@ -54,7 +54,7 @@ def fresh_interpreter(code: str, env: dict | None = None) -> str:
 def test_the_template_forks_with_one_thread_and_no_cuda(tmp_path):
     state = probe(tmp_path / "probe.json")
     assert state["parent_pid"] != os.getpid()  # forked from the template, not from this process
-    assert "topk_bench.measure.worker" in state["parent_cmdline"] and "--template" in state["parent_cmdline"]
+    assert "topk_bench.child.worker" in state["parent_cmdline"] and "--template" in state["parent_cmdline"]
     # The template is idle between forks: what it has now, it had when it forked the probe.
     assert state["parent_threads"] == 1
     assert state["cuda_initialized"] is False
@@ -159,7 +159,7 @@ def test_a_template_that_dies_fails_its_running_case_and_the_next_case_gets_a_ne
 def test_fork_hazard_lets_fork_aware_pools_stop_and_refuses_other_threads():
     code = textwrap.dedent("""
         import threading, time
-        from topk_bench.measure import template
+        from topk_bench.child import template
         print(repr(template.fork_hazard()), template.thread_count())
         threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
         print(repr(template.fork_hazard()))
@@ -192,9 +192,9 @@ def test_the_template_warms_up_without_initialising_cuda(cuda_build):
             setattr(torch.cuda, name, record(name))
         torch.autograd._engine_run_backward = record("backward")
         import implementations
-        from topk_bench.measure import template, worker
+        from topk_bench.child import template, warmup
 
-        class EveryImplementation(worker.WarmUp):
+        class EveryImplementation(warmup.WarmUp):
             def start(self):
                 super().start()
                 for spec in implementations.all_specs():
@@ -238,11 +238,11 @@ def test_the_template_warm_up_never_asks_nvml_which_starts_a_thread():
             finally:
                 torch.cuda._is_compiled = lambda: False
         torch.cuda.is_available = cuda_build_is_available
-        from topk_bench.measure import template, worker
+        from topk_bench.child import template, warmup
 
         ours, parent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent.close()  # the template serves until end of file: at once
-        warm_up = worker.WarmUp()
+        warm_up = warmup.WarmUp()
         template.serve(ours.detach(), run=None, warmer=warm_up)
         print(asked, template.fork_hazard() or "forks", torch.cuda.is_available is cuda_build_is_available)
     """)

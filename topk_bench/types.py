@@ -87,7 +87,7 @@ class DeviceKind(Word):
 
 class GpuModel(Word):
     """The GPU a CUDA prediction models (``run --predict --device cuda --gpu``), by compute capability: the SXM
-    parts of topk_bench.measure.cuda_kernels.gpus (sm80: A100, sm90: H100)."""
+    parts of topk_bench.predict.kernels.gpus (sm80: A100, sm90: H100)."""
 
     SM80 = "sm80"
     SM90 = "sm90"
@@ -151,7 +151,7 @@ class Message:
 @dataclass(frozen=True)
 class Start(Message):
     """Parent -> template, with two file descriptors (the child's ready pipe, its log): fork a worker
-    running ``python -m topk_bench.measure.worker ARGV``. ``env``: the variables a child sets for itself
+    running ``python -m topk_bench.child.worker ARGV``. ``env``: the variables a child sets for itself
     (threads, GPU); ``threads``: what torch would take from them at start-up (None: its default)."""
 
     TYPE: ClassVar[str] = "start"

@@ -17,7 +17,7 @@ import implementations
 from topk_bench import workloads
 from topk_bench.doctor import tiny
 from topk_bench.doctor.check import Check, Result, brief, compile_failure
-from topk_bench.measure.fidelity import rel_err
+from topk_bench.extras.fidelity import rel_err
 from topk_bench.measure.placement import DevicePlacement
 from topk_bench.workloads.support import unsupported
 

@@ -7,7 +7,7 @@ import torch
 from topk_bench.case import Budget
 from topk_bench.doctor import probes, tiny
 from topk_bench.doctor.check import Check
-from topk_bench.measure.backends import measure
+from topk_bench.child.execute import measure
 
 
 def check(device: str) -> Check:

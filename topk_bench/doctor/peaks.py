@@ -19,7 +19,7 @@ from __future__ import annotations
 from topk_bench.case import Budget
 from topk_bench.doctor import tiny
 from topk_bench.doctor.check import Check, Result, brief, compile_failure
-from topk_bench.measure.backends import measure
+from topk_bench.child.execute import measure
 from topk_bench.status import Status
 from topk_bench.units import MIB
 from topk_bench.types import DeviceKind, Method

@@ -15,7 +15,7 @@ import statistics
 from topk_bench.case import Budget
 from topk_bench.doctor import probes, tiny
 from topk_bench.doctor.check import Check
-from topk_bench.measure.backends import measure
+from topk_bench.child.execute import measure
 from topk_bench.types import DeviceKind
 
 REPEATS = 5

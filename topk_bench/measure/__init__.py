@@ -1,8 +1,8 @@
-"""The child side: one case measured (or predicted) in this process, and every failure turned into a status.
+"""Measuring one case in this process: its workload built and run through the protocol's iterations.
 
-``backends`` (cpu, cuda, predict: peak memory, time, FLOPs), ``memory`` (the
-live-tensor-bytes tracker), ``extras`` (optional columns: fidelity against
-vanilla, a workload's own), ``fidelity`` (pure error metrics), ``metadata``
-(where it was measured), ``worker`` (the child process's entry point),
-``template`` (the warm process that forks a worker per case).
+``steps`` (a case's workload built, one iteration run: what measuring and predicting share),
+``iterations`` (the protocol's sequence of warm-up and timed iterations), ``backends`` (the CPU and CUDA
+measurements: peak memory, time, FLOPs), ``memory`` (the live-tensor-bytes tracker), ``ops`` (the op
+counter), ``compiled`` (torch.compile of a case), ``placement`` (every op on the case's device),
+``contention`` (what the machine did meanwhile), ``metadata`` (where it was measured).
 """

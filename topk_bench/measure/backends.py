@@ -1,6 +1,6 @@
-"""Peak memory and time of one case, in this process, on one of three backends with one result shape.
+"""Peak memory and time of one case measured in this process, on the CPU or on CUDA, with one result shape.
 
-- ``cpu``: peak = live tensor bytes (:class:`~topk_bench.memory.LiveBytes`) of the
+- ``cpu``: peak = live tensor bytes (:class:`~topk_bench.measure.memory.LiveBytes`) of the
   profiling iteration; time = ``perf_counter`` of the timed iterations, which run untracked
   (the tracker's per-op cost would otherwise inflate small shapes).
 - ``cuda``: baseline after the build; under our protocol warm-up, the workspace it left,
@@ -9,23 +9,12 @@
   forward and backward (or around each replay of a CUDA graph: ``timer = "cudagraph"``), TF32 off.
   What it calls of ``torch.cuda`` goes through one object (``cuda``), so that a stand-in can run its
   steps on the CPU.
-- ``predict``: the tracker under ``FakeTensorMode`` on the CPU device (``meta``
-  would send SDPA down another path): exact allocated bytes at any size, nothing
-  allocated, FLOPs from ``FlopCounterMode``. For a CUDA case the same run's
-  allocations go through a simulation of the caching allocator
-  (:mod:`~topk_bench.measure.cuda_allocator`), replayed as ``measure_cuda`` runs them.
 
 Which iterations run, on which model and inputs, and which are timed is the case's
 protocol's: :mod:`topk_bench.measure.iterations`, for every backend. Each counts the ops of its
-profiling iteration (``ops_per_iter``, :mod:`topk_bench.measure.ops`).
-An iteration is the paper's: forward, ``loss = out.mean()``, backward. Mode
-``fwd`` runs the forward under ``torch.no_grad()`` (the paper's chunk-size figure
-is forward only: no activations are kept for backward). Gradients of the
-previous iteration are dropped before each one, so each starts from the same
-live set: parameters, inputs and kept tensors, reported as ``baseline_bytes``.
-Failures raise; :func:`topk_bench.measure.worker.execute` turns them into statuses.
-A measured case whose last iteration left a NaN or inf (in the output, or a
-gradient) keeps its numbers with status ``nonfinite``: fast garbage is no result.
+profiling iteration (``ops_per_iter``, :mod:`topk_bench.measure.ops`). One iteration is
+:func:`topk_bench.measure.steps.iteration`. Failures raise; :func:`topk_bench.child.execute.execute` turns
+them into statuses.
 """
 
 from __future__ import annotations
@@ -35,21 +24,15 @@ import time
 from typing import Callable
 
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from implementations import hardware
-from topk_bench import workloads
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
-from topk_bench.protocol import OURS
-from topk_bench.measure import cuda_kernels, iterations, metadata
-from topk_bench.measure.compiled import compile_attention
+from topk_bench.measure import iterations, metadata
 from topk_bench.measure.memory import AllocatorBytes, LiveBytes
 from topk_bench.measure.ops import OpCount, OpCounter, ProfiledOps
-from topk_bench.measure.simulated import SimulatedCudaSteps, simulate
+from topk_bench.measure.steps import build, check_supported, checked, iteration, nonfinite, ok_result, ops_columns
 from topk_bench.results import columns as col
-from topk_bench.status import Status
 from topk_bench.types import DeviceKind, Timer
 from topk_bench.units import MIB
 from topk_bench.workloads import Workload
@@ -60,83 +43,6 @@ FLUSH_FACTOR = 2
 CPU_CACHE_FALLBACK = 32 * MIB
 # Eager iterations on a side stream before one is captured in a CUDA graph (torch.cuda.graph's advice).
 GRAPH_WARMUP = 2
-from topk_bench.workloads.support import unsupported
-
-
-def dtype_of(case: Case) -> torch.dtype:
-    return case.dtype.to_torch()
-
-
-def check_supported(case: Case, *, predict: bool) -> None:
-    problem = unsupported(case, predict=predict)
-    if problem:
-        raise Unsupported(problem)
-
-
-def build(case: Case, device) -> Workload:
-    """The case's workload; for mode ``fwd`` nothing requires grad; ``compile = true``: its attention compiled
-    (:mod:`.compiled`; the compilation itself happens at the first call).
-
-    (``no_grad`` alone is not enough: FlopCounterMode's module tracker trips over
-    views of parameters that require grad inside ``no_grad``.)
-    """
-    wl = workloads.build(case, device, dtype_of(case))
-    if not case.mode.backward:
-        for t in (*wl.model.parameters(), *wl.inputs):
-            t.requires_grad_(False)
-    if case.compile:
-        compile_attention(wl.model, case.compile_mode)
-    return wl
-
-
-def grad_context(case: Case):
-    return contextlib.nullcontext() if case.mode.backward else torch.no_grad()
-
-
-def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None,
-              losses: list[torch.Tensor] | None = None) -> tuple[float, float]:
-    """One forward (+ backward); returns (forward, backward) seconds when given a clock.
-
-    ``out`` stays alive through backward, as in a benchmark script that keeps it.
-    ``losses`` receives the detached loss (one scalar), to be checked after the timed region.
-    """
-    wl.clear_grads()
-    with grad_context(case):
-        t0 = clock() if clock else 0.0
-        out = wl()
-        loss = out.mean()
-        t1 = clock() if clock else 0.0
-        if case.mode.backward:
-            loss.backward()
-        t2 = clock() if clock else 0.0
-    if losses is not None:
-        losses.append(loss.detach())
-    del out, loss
-    return t1 - t0, t2 - t1
-
-
-def nonfinite(wl: Workload, loss: torch.Tensor) -> str:
-    """Why the last iteration's numbers are not finite ("" when they are): its output, seen through
-    ``loss = out.mean()`` (NaN or inf as soon as one element is), or a gradient it left behind."""
-    if not bool(torch.isfinite(loss)):
-        return f"the output holds NaN or inf (its mean is {float(loss)})"
-    grads = [(f"input {i}", x.grad) for i, x in enumerate(wl.inputs)]
-    grads += [(f"parameter {name}", p.grad) for name, p in wl.model.named_parameters()]
-    for what, grad in grads:
-        if grad is not None and not bool(torch.isfinite(grad).all()):
-            return f"the gradient of {what} holds NaN or inf"
-    return ""
-
-
-def _checked(measurement: Measurement, problem: str) -> Measurement:
-    if problem:
-        measurement.status, measurement.error = Status.NONFINITE, problem
-    return measurement
-
-
-def _result(case: Case, **fields) -> Measurement:
-    meta = metadata.collect(case.device)
-    return Measurement(status=Status.OK, device_name=meta["device_name"], metadata=meta, **fields)
 
 
 def _timings(samples: list[tuple[float, float]], case: Case, *, split: bool = True) -> dict[str, list[float]]:
@@ -146,13 +52,9 @@ def _timings(samples: list[tuple[float, float]], case: Case, *, split: bool = Tr
     return {"fwd_times_s": fwd, "bwd_times_s": bwd, "times_s": [f + b for f, b in samples]}
 
 
-def _ops_columns(counted: OpCount) -> dict:
-    return {col.OPS_PER_ITER: counted.ops, col.SDPA_BACKEND: counted.sdpa_backend}
-
-
 def _measured_columns(case: Case, steps: iterations.Steps, timer: Timer) -> dict:
     """A measured row's columns of how it was timed, what it dispatched and what its compilation took."""
-    columns = {col.TIMER: timer, col.FLUSH_L2: case.flush_l2, **_ops_columns(steps.counted)}
+    columns = {col.TIMER: timer, col.FLUSH_L2: case.flush_l2, **ops_columns(steps.counted)}
     if steps.compile_s is not None:
         columns[col.COMPILE_S] = steps.compile_s
     return columns
@@ -215,118 +117,11 @@ def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget],
     check_supported(case, predict=False)
     steps = make_steps(case, budget)
     samples = iterations.run(case, steps)
-    result = _result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
+    result = ok_result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
                      flops=steps.flops, **_timings(samples, case))
     result.metadata.update(steps.contention.summary())
     result.extra.update(_measured_columns(case, steps, Timer.PERF_COUNTER))
-    return _checked(result, steps.problem)
-
-
-class NotPredictable(Exception):
-    """A case declared predictable read a tensor's values under FakeTensorMode."""
-
-
-@contextlib.contextmanager
-def _declared_predictable(case: Case):
-    """A data-dependent op (``.item()``, ``nonzero``, a branch on a value) in a case declared predictable: the
-    error says which declaration to change, not only torch's exception."""
-    try:
-        yield
-    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
-        raise NotPredictable(
-            f"{case.impl} is registered with predictable=True, but reads a tensor's values, which --predict cannot "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); remove the .item() "
-            "(nonzero, data-dependent branch), or register it with predictable=False: --predict then records "
-            "its cases unsupported") from exc
-
-
-def predict(case: Case, budget: Budget, tracker: LiveBytes | None = None, **cuda_seams) -> Measurement:
-    """Peak bytes of ``case`` without allocating; on CUDA, through the caching allocator (:func:`predict_cuda`).
-
-    One iteration: every iteration of either protocol starts from the same live set, so it has the same peak.
-    ``tracker``: a fresh :class:`LiveBytes` that counts more (a profile's), for the CPU; ``cuda_seams``:
-    :func:`predict_cuda`'s ``make_trace`` and ``make_steps`` (a profile's), for CUDA.
-    """
-    check_supported(case, predict=True)
-    with _declared_predictable(case):
-        return _predict_cuda_or_cpu(case, tracker, cuda_seams)
-
-
-def _predict_cuda_or_cpu(case: Case, tracker: LiveBytes | None, cuda_seams: dict) -> Measurement:
-    if case.device_kind is DeviceKind.CUDA:
-        return predict_cuda(case, **cuda_seams)
-    fake = FakeTensorMode()
-    with fake:
-        wl = build(case, "cpu")
-    tracker = tracker or LiveBytes()
-    tracker.register(wl.model, wl.inputs, wl.kept)
-    with fake, FlopCounterMode(display=False) as flops, OpCounter() as ops, tracker:
-        iteration(wl, case)
-    result = _result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
-                     flops=flops.get_total_flops())
-    result.extra.update(_ops_columns(ops.counted))
-    return result
-
-
-def predict_cuda(case: Case, *, empty_cache: bool = True,
-                 make_trace: Callable[..., cuda_kernels.KernelTrace] = cuda_kernels.KernelTrace,
-                 make_steps: Callable[..., SimulatedCudaSteps] = SimulatedCudaSteps) -> Measurement:
-    """``measure_cuda``'s numbers from the fake run's allocations replayed on the simulated allocator.
-
-    The build's and two iterations' storages (the profiling one, under ``FlopCounterMode`` as ``CudaSteps`` runs
-    it, and a plain one for the other iterations), in order, as CUDA's kernels allocate them on the case's GPU
-    (:mod:`topk_bench.measure.cuda_kernels`: the composites that branch on the device take CUDA's branch, each
-    kernel's own buffers are added, outputs CUDA sizes otherwise are resized, the cuBLAS workspaces allocated at
-    their first use and kept), replayed step by step through the protocol's iterations
-    (:mod:`topk_bench.measure.simulated`): warm-up, gradients cleared, ``empty_cache`` (``empty_cache=False``:
-    main before issue 14's change), peaks reset, the timed iterations. As measured: ``baseline_bytes`` after the
-    build, ``workspace_bytes`` what the warm-up left besides, ``peak_bytes`` and ``reserved_bytes`` of the timed
-    iterations, workspaces included. The ops whose CUDA allocations are not modelled are named in the
-    ``cuda_unmodeled_ops`` column. ``make_trace(gpu, adds)`` and ``make_steps``: the trace and the simulation's
-    steps (a profile's name every block of the peak: :mod:`topk_bench.profile.capture`).
-    """
-    if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
-        raise Unsupported(f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
-                          f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)")
-    gpu, adds = cuda_kernels.gpu(case.gpu_model), cuda_kernels.EngineAdds()
-    fake = FakeTensorMode()
-    trace = make_trace(gpu, adds)
-    # The implementations run on fake CPU tensors but shape their temporaries for CUDA (decode's key tiles).
-    with fake, cuda_kernels.CudaComposites(gpu, adds), trace, hardware.target("cuda"):
-        wl = build(case, "cpu")
-    setup = trace.take()
-    profiled, flops, ops = _traced_iteration(wl, case, fake, trace, counted=True)  # as CudaSteps.profile runs it
-    plain, _, _ = _traced_iteration(wl, case, fake, trace, counted=False)         # as a warm-up and a timed one
-    (body, loss) = plain
-    sim = simulate(case, setup, body, loss=loss, profile=profiled, empty_cache=empty_cache,
-                   persistent=trace.persistent, make_steps=make_steps)
-    result = _result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
-                     baseline_bytes=sim.baseline_bytes, flops=flops)
-    result.device_name = gpu.name
-    result.extra[col.WORKSPACE_BYTES] = sim.workspace_bytes
-    result.extra[col.CUDA_UNMODELED_OPS] = ";".join(sorted(trace.unmodelled))
-    # The fake run's ops are what the host dispatches on CUDA too; SDPA's backend there is chosen by CUDA's
-    # rules (cuda_kernels), not the fake CPU run's: left empty.
-    result.extra[col.OPS_PER_ITER] = ops
-    return result
-
-
-def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, counted: bool):
-    """((events, loss serial), FLOPs or None, ops or None) of one fake iteration on CUDA's path, from the live set
-    of the build (the previous iteration's gradients are dropped outside the trace); ``counted``: under
-    ``FlopCounterMode`` and the op counter, as the profiling iteration runs."""
-    with fake:
-        wl.clear_grads()
-    trace.take()
-    trace.begin_iteration(counted=counted)
-    gpu, losses = trace.gpu, []
-    flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
-    with fake, cuda_kernels.CudaComposites(gpu, trace.adds), flops or contextlib.nullcontext(), \
-            ops or contextlib.nullcontext(), trace, hardware.target("cuda"):
-        iteration(wl, case, losses=losses)
-    events = trace.take()
-    return ((events, trace.serial(losses[0])), flops.get_total_flops() if counted else None,
-            ops.counted.ops if counted else None)
+    return checked(result, steps.problem)
 
 
 class CudaSteps(iterations.Steps):
@@ -451,7 +246,7 @@ def measure_cuda(case: Case, budget: Budget, make_steps: Callable[..., CudaSteps
       longer uses, so that the reserved peak is the measured region's own, not the warm-up's.
 
     The memory budget is checked against these peaks afterwards
-    (:func:`topk_bench.measure.worker.over_budget`): a failed allocation here means the device ran out.
+    (:func:`topk_bench.child.worker.over_budget`): a failed allocation here means the device ran out.
     """
     check_supported(case, predict=False)
     if not cuda.is_available():
@@ -466,7 +261,7 @@ def measure_cuda(case: Case, budget: Budget, make_steps: Callable[..., CudaSteps
         steps = make_steps(case, device, cuda)
         samples = iterations.run(case, steps)
         timer = case.timer or Timer.EVENTS
-        result = _result(
+        result = ok_result(
             case, peak_bytes=steps.peak, reserved_bytes=steps.reserved, baseline_bytes=steps.baseline,
             flops=steps.flops, **_timings(samples, case, split=timer is not Timer.CUDAGRAPH),
         )
@@ -474,19 +269,9 @@ def measure_cuda(case: Case, budget: Budget, make_steps: Callable[..., CudaSteps
         if steps.workspace is not None:
             result.extra[col.WORKSPACE_BYTES] = steps.workspace
         result.extra.update(_measured_columns(case, steps, timer))
-        return _checked(result, steps.problem)
+        return checked(result, steps.problem)
 
 
 MEASURING: dict[DeviceKind, Callable[[Case, Budget], Measurement]] = {
     DeviceKind.CPU: measure_cpu, DeviceKind.CUDA: measure_cuda,
 }
-
-
-def backend_of(case: Case) -> Callable[[Case, Budget], Measurement]:
-    """The backend that measures ``case``: :func:`predict` for a prediction, else its device kind's."""
-    return predict if case.predicted else MEASURING[case.device_kind]
-
-
-def measure(case: Case, budget: Budget | None = None) -> Measurement:
-    """Measure (or predict) ``case`` in this process. Raises on failure; no status mapping here."""
-    return backend_of(case)(case, budget or Budget())

@@ -1,3 +1,3 @@
-"""Profiles (issue 27): every storage live at a case's peak, named by its op, its line of code and what it is for,
-and, where the case is measured, one iteration's time by op. ``topk-bench profile``, ``run --profile``;
+"""``topk-bench profile``, the parent's side: the cases picked by their parameters (``select``), each run in a
+child that captures its profile (:mod:`topk_bench.capture`), then the peak printed by line (``command``).
 docs/CONTRACTS.md, "Profiles"."""

@@ -1,24 +1,28 @@
 """``topk-bench profile``: the parent's side. The suite planned as ``run`` plans it, the cases picked by
 ``--case``, each run in its own child (as ``run`` runs it) with a profile directory, then told.
 
-A profile lives in ``DIR/<case_id>/`` (:mod:`.files`); before a case runs, the files of an earlier
+A profile lives in ``DIR/<case_id>/`` (:mod:`topk_bench.capture.files`), written by the child; the parent
+draws its ``timeline.png`` (:mod:`topk_bench.report.plots.timeline`). Before a case runs, the files of an earlier
 profile there are removed, so that none is left from another method or device.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from topk_bench.case import Case, Measurement
-from topk_bench.profile import files, select, summary
+from topk_bench.capture import files, summary
+from topk_bench.profile import select
+from topk_bench.report.plots import timeline
 from topk_bench.status import Status
 from topk_bench.units import format_seconds
 
-_FILES = (files.META, files.PEAK, files.TIMELINE, files.SNAPSHOT, "ops.csv", "trace.json")
+_FILES = (files.META, files.PEAK, files.TIMELINE, "timeline.png", files.SNAPSHOT, "ops.csv", "trace.json")
 
 
 @dataclass
@@ -63,6 +67,9 @@ def profile(suite: Path, selector: str, *, predict: bool, device: str | None, ou
     for case in with_profile(chosen, Path(directory)):
         clear(Path(case.profile))
         outcomes.append(Outcome(case, launcher.run_isolated(case, the_plan.budget)))
+        problem = timeline.draw(Path(case.profile))
+        if problem:
+            print(f"topk-bench: warning: {problem}", file=sys.stderr)
     return outcomes
 
 

@@ -133,7 +133,7 @@ WORKSPACE_BYTES = Column("workspace_bytes", "what the first iterations left allo
                          "--predict --device cuda predicts it (the workspaces at their first use)", M)
 CUDA_UNMODELED_OPS = Column("cuda_unmodeled_ops", "--predict --device cuda: the aten ops of the case whose CUDA "
                             "kernels may allocate otherwise than predicted (no allocation rule, or one that leaves "
-                            "some buffer out: topk_bench.measure.cuda_kernels), ';'-separated; empty: all modelled",
+                            "some buffer out: topk_bench.predict.kernels), ';'-separated; empty: all modelled",
                             T)
 # Fidelity (fidelity = true): the layer against vanilla's, same inputs and weights.
 REL_ERR = Column("rel_err", "relative Frobenius error of the layer's output against vanilla's layer (fidelity)", N)

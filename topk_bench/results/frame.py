@@ -36,7 +36,7 @@ def csv_files(path: Path) -> list[Path]:
     return [path]
 
 
-# A case's profile directory holds this file (topk_bench.profile.files.META): its CSVs (peak.csv, ops.csv) are
+# A case's profile directory holds this file (topk_bench.capture.files.META): its CSVs (peak.csv, ops.csv) are
 # no results, and `run --profile` / `topk-bench profile` write them under a results directory.
 PROFILE_FILE = "profile.json"
 

@@ -4,7 +4,7 @@ Cases that share a GPU corrupt each other's times and peaks, so ``--jobs N`` on
 CUDA gives job slot ``i`` the GPU ``i mod count`` of those this process sees,
 through the child's ``CUDA_VISIBLE_DEVICES`` (the child then sees it as
 ``cuda:0``). The variable is read when CUDA initialises, which happens in the
-child after the fork (:mod:`topk_bench.measure.template`), so one template
+child after the fork (:mod:`topk_bench.child.template`), so one template
 serves every slot. With one GPU a measured run keeps one job (the plan says so).
 """
 

@@ -175,7 +175,7 @@ def get_executor(settings, run: CaseRunner | None = None, gpus: Sequence[str] = 
     """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml); ``gpus``: those a local
     measured CUDA run spreads its job slots over (Slurm gives each task its own); ``journal``, ``adopt``:
     where a Slurm executor writes down its jobs, and whether it may adopt an earlier run's
-    (:mod:`topk_bench.run.slurm_journal`)."""
+    (:mod:`topk_bench.run.slurm.journal`)."""
     if settings.kind == "local":
         return LocalExecutor(jobs=settings.jobs, run=run, slots=devices.slot_environments(settings.jobs, gpus))
     if settings.kind == "slurm":
@@ -185,7 +185,7 @@ def get_executor(settings, run: CaseRunner | None = None, gpus: Sequence[str] = 
 
 def _slurm():
     try:
-        from topk_bench.run import slurm  # optional: needs submitit
+        from topk_bench.run.slurm import executor as slurm  # optional: needs submitit
     except ImportError as exc:
         raise BadInput(f"slurm executor not available ({exc})", key="executor.kind") from None
     return slurm
@@ -193,9 +193,9 @@ def _slurm():
 
 def check_requests(settings, cases: Sequence[Case]) -> None:
     """Before a run touches anything: BadInput when the executor could never run a case (Slurm: a request
-    no node of the partition can satisfy, :func:`topk_bench.run.slurm_requests.check`)."""
+    no node of the partition can satisfy, :func:`topk_bench.run.slurm.requests.check`)."""
     if settings.kind == "slurm" and cases:
         _slurm()
-        from topk_bench.run.slurm_requests import check
+        from topk_bench.run.slurm.requests import check
 
         check(cases, settings)

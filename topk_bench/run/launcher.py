@@ -1,6 +1,6 @@
 """Parent side: one fresh child process per case (fresh allocator, crash isolation), supervised.
 
-Children are forked from a warm template process (:mod:`topk_bench.measure.template`)
+Children are forked from a warm template process (:mod:`topk_bench.child.template`)
 that has imported torch once, so a case costs a ``fork``, not an interpreter
 start-up. A template serves this process for as long as it lives, one per
 working directory and environment (what a fresh interpreter would have read at
@@ -37,7 +37,7 @@ from topk_bench import fileio
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
-from topk_bench.measure.leftovers import note as leftovers_note
+from topk_bench.child.leftovers import note as leftovers_note
 from topk_bench.status import Status
 from topk_bench.types import RESULT_UNWRITTEN, Exited, Kill, Refused, Start, Started, decode, encode
 
@@ -134,7 +134,7 @@ class Template:
         self._log: IO[bytes] = tempfile.TemporaryFile(prefix="topk-bench-template-")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "topk_bench.measure.worker", "--template", str(template_end.fileno()),
+                [sys.executable, "-m", "topk_bench.child.worker", "--template", str(template_end.fileno()),
                  "--parent-pid", str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 pass_fds=(template_end.fileno(),), start_new_session=True, cwd=cwd,
@@ -200,7 +200,7 @@ class Template:
         self._children.clear()
 
     def start(self, argv: list[str], env: Mapping[str, str], ready_fd: int, log_fd: int) -> _Child:
-        """Fork a worker running ``python -m topk_bench.measure.worker ARGV``; ``env``: its :data:`CHILD_VARIABLES`."""
+        """Fork a worker running ``python -m topk_bench.child.worker ARGV``; ``env``: its :data:`CHILD_VARIABLES`."""
         child = _Child(next(self._ids))
         self._children[child.id] = child
         settings = {k: v for k, v in env.items() if k in CHILD_VARIABLES}
@@ -399,7 +399,7 @@ def _outcome(case: Case, child: _Child, result_path: Path, log_path: Path, timed
 
 
 def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, str] | None = None) -> Measurement:
-    """Measure ``case`` in a new worker process (``python -m topk_bench.measure.worker``, forked from
+    """Measure ``case`` in a new worker process (``python -m topk_bench.child.worker``, forked from
     the warm template); ``env`` adds variables for the child, and the case's ``threads`` its thread settings.
 
     The time budget counts from the moment the child has started, so start-up

@@ -29,6 +29,7 @@ from topk_bench import fileio, machine
 from topk_bench.case import Case, Measurement
 from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
+from topk_bench.report.plots import timeline
 from topk_bench.results import store
 from topk_bench.results import trust
 from topk_bench.results.row import make_row
@@ -82,6 +83,10 @@ class _Writer:
         return f"{col.legend(case.label, case.impl)} {describe_size(case, self.keys)}"
 
     def write(self, case: Case, measurement: Measurement) -> None:
+        if case.profile:  # the child wrote the profile's data; its figure is drawn here, by the parent
+            problem = timeline.draw(Path(case.profile))
+            if problem:
+                self.reporter.note(f"warning: {problem}")
         row = make_row(case, measurement, self.defaults, traffic(case), self.plan.budget)
         self.header = store.append_row(self.plan.csv_path, row, self.header)
         self.written[str(measurement.status)] += 1

@@ -24,7 +24,7 @@ class ExecutorSettings(Strict):
 
     kind: Literal["local", "slurm"] = "local"
     jobs: Jobs = 1
-    # Slurm (topk_bench.run.slurm through submitit)
+    # Slurm (topk_bench.run.slurm.executor through submitit)
     partition: str | None = None
     gpus_per_node: int = Field(1, ge=0)  # asked for only by jobs of cases measured on CUDA
     cpus_per_task: int = Field(4, ge=1)

@@ -1,5 +1,0 @@
-"""The CUDA kernel allocation rules, one module per family of kernels; importing this package registers them."""
-
-from topk_bench.measure.cuda_kernels.rules import (  # noqa: F401 (registration)
-    attention, blas, embedding_bag, normalization, selection, softmax,
-)
