@@ -27,7 +27,7 @@ FIGURES = [("MHA", "seq_len", 65536, "mha.toml", "paper/mha.toml"),
 
 
 def cases_at(suite: Path, x: str, value: int, impls: tuple[str, str]) -> list[Case]:
-    cases = {c.impl: c for c in plan(suite, predict=True).cases if c.param_dict[x] == value}
+    cases = {c.impl: c for c in plan(suite, Flags(predict=True)).cases if c.param_dict[x] == value}
     return [cases[name] for name in impls]
 
 

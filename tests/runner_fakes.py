@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from topk_bench.run.resolve import Flags
 from topk_bench.case import Budget, Case, Measurement
 
 # A file that the scripted run (``main``) appends each finished case's id to, when set.
@@ -92,8 +93,7 @@ def main(suite: str, out: str, delay_s: str, *flags: str) -> None:
     from topk_bench.run.executors import LocalExecutor
 
     try:
-        runner.run(suite, out=out, device="cpu", progress=False, resume="--no-resume" not in flags,
-                   executor_obj=LocalExecutor(run=FakeRun(delay_s=float(delay_s))))
+        runner.run(suite, Flags(out=out, device="cpu"), progress=False, resume="--no-resume" not in flags, executor_obj=LocalExecutor(run=FakeRun(delay_s=float(delay_s))))
     except KeyboardInterrupt:
         sys.exit(130)
 

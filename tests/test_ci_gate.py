@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import implementations
+from topk_bench.run.resolve import Flags
 from topk_bench.run import plan as planning
 from topk_bench.run import runner
 from topk_bench.results.frame import load_results
@@ -14,7 +15,7 @@ BASELINE = ROOT / "results" / "baselines" / "ci-predicted.csv"
 
 
 def test_ci_suite_covers_every_implementation_and_benchmark_workload():
-    cases = planning.plan(CI_SUITE, device="cpu").cases
+    cases = planning.plan(CI_SUITE, Flags(device="cpu")).cases
     # The gate predicts: every implementation that can be predicted is in it.
     predictable = {name for name in implementations.names() if implementations.spec(name).predictable}
     assert {c.impl for c in cases} >= predictable
@@ -25,7 +26,7 @@ def test_ci_suite_covers_every_implementation_and_benchmark_workload():
 
 def test_committed_baseline_has_exactly_the_ci_suite_cases():
     # A suite edit without a baseline refresh would otherwise show up only as new/missing cases in .ci/run.
-    planned = {c.case_id for c in planning.plan(CI_SUITE, predict=True).cases}
+    planned = {c.case_id for c in planning.plan(CI_SUITE, Flags(predict=True)).cases}
     baseline = load_results(BASELINE)
     assert set(baseline.case_id) == planned
     assert (baseline.status == "ok").all() and (baseline.method == "predicted").all()

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from topk_bench.run.resolve import Flags
 from topk_bench.case import Case
 from topk_bench.errors import BadInput
 from topk_bench.measure import backends
@@ -57,7 +58,7 @@ SIDE_BY_SIDE = '''
 
 
 def test_eager_and_compiled_entries_are_cases_of_their_own(tmp_path):
-    cases = plan(suite(tmp_path, SIDE_BY_SIDE), device="cpu", out=tmp_path / "out").cases
+    cases = plan(suite(tmp_path, SIDE_BY_SIDE), Flags(device="cpu", out=tmp_path / "out")).cases
     assert [c.compile for c in cases] == [False, True, True]
     assert [c.compile_mode for c in cases] == [None, None, "max-autotune-no-cudagraphs"]
     assert len({c.case_id for c in cases}) == 3  # ids differ: they are side by side in one CSV
@@ -76,7 +77,7 @@ def test_eager_and_compiled_entries_are_cases_of_their_own(tmp_path):
 ])
 def test_compile_keys_are_checked(tmp_path, body, key, message):
     with pytest.raises(BadInput) as raised:
-        plan(suite(tmp_path, body), device="cpu", out=tmp_path / "out")
+        plan(suite(tmp_path, body), Flags(device="cpu", out=tmp_path / "out"))
     assert key in str(raised.value) and message in str(raised.value)
 
 
@@ -85,7 +86,7 @@ def test_the_paper_protocol_refuses_compile(tmp_path):
     path.write_text('name = "p"\nworkload = "mha"\nprotocol = "paper"\n[sweep]\nseq_len = [64]\n'
                     '[[impl]]\nname = "vanilla_paper"\ncompile = true\n')
     with pytest.raises(BadInput, match="protocol 'paper' builds a model per timed iteration"):
-        plan(str(path), device="cpu", out=tmp_path / "out")
+        plan(str(path), Flags(device="cpu", out=tmp_path / "out"))
 
 
 def test_a_compiled_case_is_not_predicted(tmp_path):

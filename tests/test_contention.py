@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from topk_bench.run.resolve import Flags
 from topk_bench import load_results, machine
 from topk_bench.measure.contention import Sampler, procs_running, thread_waits
 from topk_bench.results import trust
@@ -55,8 +56,7 @@ def _run(tmp_path: Path, name: str):
 
     suite = tmp_path / "contention.toml"
     suite.write_text(DECODE_SUITE)
-    result = runner.run(suite, out=tmp_path / name, device="cpu", threads=machine.cores(), progress=False,
-                        resume=False, max_case_seconds=300)
+    result = runner.run(suite, Flags(out=tmp_path / name, device="cpu", threads=machine.cores(), max_case_seconds=300), progress=False, resume=False)
     rows = load_results(result.csv_path)
     assert list(rows["status"]) == ["ok"] * 3, list(rows["error"])
     return rows

@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 
+from topk_bench.run.resolve import Flags
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.child import worker
 from topk_bench.run import devices
@@ -76,26 +77,26 @@ def fake_gpus(monkeypatch, count: int) -> None:
 
 def test_a_measured_cuda_run_on_one_gpu_keeps_one_job_and_says_so_once(suite, monkeypatch):
     fake_gpus(monkeypatch, 1)
-    the_plan = planning.plan(suite, device="cuda", jobs=4)
+    the_plan = planning.plan(suite, Flags(device="cuda", jobs=4))
     assert the_plan.executor.jobs == 1 and the_plan.gpus == ["0"]
     assert [n for n in the_plan.notes if "GPU" in n] == [
         "one GPU visible: --jobs 4 lowered to 1 for this measured CUDA run "
         "(cases sharing a GPU corrupt each other's times and peaks)"]
-    assert planning.plan(suite, device="cuda", threads=1).notes == []  # one job asked: nothing to say
+    assert planning.plan(suite, Flags(device="cuda", threads=1)).notes == []  # one job asked: nothing to say
 
 
 def test_a_measured_cuda_run_spreads_its_jobs_over_the_gpus(suite, monkeypatch):
     fake_gpus(monkeypatch, 2)
-    the_plan = planning.plan(suite, device="cuda", jobs=2, threads=1)  # threads given: no note of auto's
+    the_plan = planning.plan(suite, Flags(device="cuda", jobs=2, threads=1))  # threads given: no note of auto's
     assert the_plan.executor.jobs == 2 and the_plan.gpus == ["0", "1"] and the_plan.notes == []
-    crowded = planning.plan(suite, device="cuda", jobs=3)
+    crowded = planning.plan(suite, Flags(device="cuda", jobs=3))
     assert crowded.executor.jobs == 3 and any("share GPUs" in n for n in crowded.notes)
     # A prediction, for the CPU or for CUDA, runs on fake tensors: no GPU to choose, every job asked for.
     for device in ("cpu", "cuda"):
-        predicted = planning.plan(suite, predict=True, device=device, jobs=3)
+        predicted = planning.plan(suite, Flags(predict=True, device=device, jobs=3))
         assert predicted.gpus == [] and predicted.executor.jobs == 3 and predicted.notes == []
     fake_gpus(monkeypatch, 1)
-    assert planning.plan(suite, predict=True, device="cuda", jobs=3).executor.jobs == 3
+    assert planning.plan(suite, Flags(predict=True, device="cuda", jobs=3)).executor.jobs == 3
 
 
 def test_a_cuda_case_initialises_cuda_before_it_reports_ready(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from faults import Cli, tiny_suite
+from topk_bench.run.resolve import Flags
 
 PLUGINS = Path(__file__).parent / "plugins"
 
@@ -91,7 +92,7 @@ def test_entries_that_differ_in_an_option_keep_their_case_ids(tmp_path, cli):
     from topk_bench.run.plan import plan
 
     base = Path(__file__).parents[1] / "results" / "baselines" / "ci-predicted.csv"
-    planned = plan(Path(__file__).parents[1] / "suites" / "ci.toml", predict=True, out=tmp_path)
+    planned = plan(Path(__file__).parents[1] / "suites" / "ci.toml", Flags(predict=True, out=tmp_path))
     assert {c.case_id for c in planned.cases} == set(pd.read_csv(base)["case_id"])
 
 
@@ -452,7 +453,7 @@ def test_no_resume_interrupted_after_one_case_keeps_every_other_old_row(tmp_path
     from topk_bench.run.executors import LocalExecutor
 
     suite, out, marks = write_suite(tmp_path), tmp_path / "out", tmp_path / "marks"
-    runner.run(suite, out=out, device="cpu", progress=False, executor_obj=LocalExecutor(run=FakeRun(
+    runner.run(suite, Flags(out=out, device="cpu"), progress=False, executor_obj=LocalExecutor(run=FakeRun(
         status=lambda case: "error")))  # the old measurements: 8 rows, each "error" (told apart from the new)
     command = [sys.executable, str(Path(__file__).parent / "runner_fakes.py"), str(suite), str(out), "1.0",
                "--no-resume"]
@@ -470,7 +471,7 @@ def test_no_resume_interrupted_after_one_case_keeps_every_other_old_row(tmp_path
     if sig == "SIGKILL":  # no chance to tidy up: old and new rows of a case both there, the next run keeps the new
         assert len({r["case_id"] for r in store.read(out / "fake.csv").rows}) == 8
         later = FakeRun()
-        runner.run(suite, out=out, device="cpu", progress=False, executor_obj=LocalExecutor(run=later))
+        runner.run(suite, Flags(out=out, device="cpu"), progress=False, executor_obj=LocalExecutor(run=later))
         assert later.ran == []  # every case has a row: resume runs none
     rows = store.read(out / "fake.csv").rows
     assert len(rows) == len({r["case_id"] for r in rows}) == 8, [r["status"] for r in rows]

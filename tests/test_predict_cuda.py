@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from topk_bench.run.resolve import Flags
 from topk_bench.predict.backends import predict_cuda
 from topk_bench.results import columns as col
 from topk_bench.run.plan import plan
@@ -50,7 +51,7 @@ def _rows(name):
 
 
 MEASURED, EMPTIED = _rows("h100-ci.csv"), _rows("h100-ci-empty-cache.csv")
-SUITE = [dataclasses.replace(c, device="cuda") for c in plan(ROOT / "suites" / "ci.toml", device="cpu").cases]
+SUITE = [dataclasses.replace(c, device="cuda") for c in plan(ROOT / "suites" / "ci.toml", Flags(device="cpu")).cases]
 # Issue 15 added prefill and decode cases to ci.toml after the H100 data was taken: not measured there yet.
 NOT_YET_MEASURED = {"prefill", "decode"}
 CASES = [c for c in SUITE if c.workload not in NOT_YET_MEASURED]
@@ -114,7 +115,7 @@ RESERVED_MISSES_NOW = {("mha", "sdpa", 4096): 1.103, ("mha", "sdpa", 16384): 1.1
 
 def _now(suite: str) -> list:
     cases = {c.case_id: c for c in (dataclasses.replace(c, device="cuda")
-                                    for c in plan(ROOT / "suites" / f"{suite}.toml", device="cpu", yes=True).cases)}
+                                    for c in plan(ROOT / "suites" / f"{suite}.toml", Flags(device="cpu"), yes=True).cases)}
     with open(NOW / f"{suite}.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] == "ok"]
     return [pytest.param(cases[r["case_id"]], r, id=f"{suite}-{r['workload']}-{r['impl']}-{r['seq_len'] or r['kv_len']}",

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import implementations
+from topk_bench.run.resolve import Flags
 from topk_bench.child.execute import measure
 from topk_bench.predict.backends import predict
 from topk_bench.case import Budget, Case
@@ -314,7 +315,7 @@ def test_a_block_known_only_from_the_allocators_history_is_named_by_its_line():
 def _cases(tmp_path):
     from topk_bench.run.plan import plan
 
-    return plan("suites/mha.toml", predict=True, out=tmp_path, yes=True).cases
+    return plan("suites/mha.toml", Flags(predict=True, out=tmp_path), yes=True).cases
 
 
 def test_the_selector_picks_cases_by_their_parameters(tmp_path):

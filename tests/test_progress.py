@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from runner_fakes import write_suite
+from topk_bench.run.resolve import Flags
 from topk_bench.errors import BadInput
 from topk_bench.run import plan as planning
 from topk_bench.run.progress import Eta, Reporter
@@ -79,12 +80,12 @@ def test_the_estimate_is_at_most_the_budgets_about_what_cases_took_before_and_no
     from topk_bench.run.executors import LocalExecutor
 
     suite = write_suite(tmp_path)
-    the_plan = planning.plan(suite, device="cpu", out=tmp_path / "out")
+    the_plan = planning.plan(suite, Flags(device="cpu", out=tmp_path / "out"))
     n = len(the_plan.cases)
     assert planning.size_note(the_plan, n) == (f"{n} cases to run (0 already in fake.csv), estimate at most "
                                                f"{planning.format_duration(3 + n * 60.25)} (1 at a time, each "
                                                "within its 60 s time budget)")
-    runner.run(suite, out=tmp_path / "out", device="cpu", progress=False, executor_obj=LocalExecutor(run=FakeRun()))
+    runner.run(suite, Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(run=FakeRun()))
     assert planning.size_note(the_plan, 0) == f"nothing to run: all {n} cases are in fake.csv"
     # Rows written 10 s apart: a case took 10 s here; the rest are about that each, never more than the budget.
     path = tmp_path / "out" / "fake.csv"
@@ -106,14 +107,14 @@ def test_jobs_auto_is_one_per_core_and_the_default_of_predict(tmp_path, monkeypa
     from topk_bench.run import resolve
     monkeypatch.setattr(resolve, "cores", lambda: 6)
     suite = write_suite(tmp_path)
-    assert planning.plan(suite, device="cpu", jobs="auto").executor.jobs == 6
-    assert planning.plan(suite, device="cpu", jobs="3").executor.jobs == 3
-    assert planning.plan(suite, device="cpu").executor.jobs == 1
-    assert planning.plan(suite, predict=True).executor.jobs == 6
-    assert planning.plan(suite, predict=True, jobs=2).executor.jobs == 2
+    assert planning.plan(suite, Flags(device="cpu", jobs="auto")).executor.jobs == 6
+    assert planning.plan(suite, Flags(device="cpu", jobs="3")).executor.jobs == 3
+    assert planning.plan(suite, Flags(device="cpu")).executor.jobs == 1
+    assert planning.plan(suite, Flags(predict=True)).executor.jobs == 6
+    assert planning.plan(suite, Flags(predict=True, jobs=2)).executor.jobs == 2
     for bad in ("many", "0", 0):
         with pytest.raises(BadInput, match="--jobs"):
-            planning.plan(suite, device="cpu", jobs=bad)
+            planning.plan(suite, Flags(device="cpu", jobs=bad))
 
 
 @pytest.mark.slow  # real CLI processes

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import implementations
+from topk_bench.run.resolve import Flags
 from topk_bench.child.execute import measure
 from topk_bench import protocol
 from topk_bench.case import Case
@@ -69,7 +70,7 @@ def _fields(c: Case) -> dict:
 
 def test_a_paper_suite_plans_paper_cases(tmp_path):
     (tmp_path / "tiny.toml").write_text(SUITE)
-    p = planning.plan(tmp_path / "tiny.toml", device="cpu")
+    p = planning.plan(tmp_path / "tiny.toml", Flags(device="cpu"))
     assert {c.protocol for c in p.cases} == {"paper"}
     assert {(c.warmup, c.repeats) for c in p.cases} == {(0, 3)}  # fixed by the protocol, not bench.toml's
     # The protocol's options are its own: not in the cases (nor their CSV columns).
@@ -77,7 +78,7 @@ def test_a_paper_suite_plans_paper_cases(tmp_path):
     assert next(c for c in p.cases if c.impl == "qchunk_paper").option_dict == {"chunk_size": 8, "dropout": 0.1}
     assert "protocol" in p.header and planning.meta(p)["protocol"] == "paper"
     (tmp_path / "ours.toml").write_text(SUITE.replace('protocol = "paper"', ""))
-    ours = planning.plan(tmp_path / "ours.toml", device="cpu")
+    ours = planning.plan(tmp_path / "ours.toml", Flags(device="cpu"))
     assert "protocol" not in ours.header and {c.protocol for c in ours.cases} == {"ours"}
     assert not {c.case_id for c in ours.cases} & {c.case_id for c in p.cases}
 
@@ -222,7 +223,7 @@ def test_predicting_cuda_under_the_paper_protocol_is_unsupported_not_wrong():
 
 def test_paper_suites_are_the_figures_under_the_paper_protocol():
     suites = Path(__file__).resolve().parent.parent / "suites" / "paper"
-    plans = {p.stem: planning.plan(p, predict=True) for p in sorted(suites.glob("*.toml"))}
+    plans = {p.stem: planning.plan(p, Flags(predict=True)) for p in sorted(suites.glob("*.toml"))}
     assert {"mha", "chunk_size", "ff", "ff_sparse", "decoder"} <= set(plans)
     for name, p in plans.items():
         assert {c.protocol for c in p.cases} == {"paper"}, name

@@ -12,6 +12,8 @@ from topk_bench import workloads
 from topk_bench.case import Case
 from topk_bench.extras import columns as extras
 from topk_bench.predict.backends import predict
+from topk_bench.case import Measuring
+from topk_bench.types import DType, Method
 from topk_bench.suite import load
 from topk_bench.suite.sweep import expand
 from topk_bench.workloads.attention import with_budget
@@ -66,7 +68,8 @@ def test_a_prediction_leaves_the_quality_columns_empty():
 
 def test_the_budget_sets_each_methods_own_option():
     suite = load.load_suite("suites/kv_selection.toml")
-    cases = expand(suite, device="cpu", method="predicted", dtype="bfloat16", warmup=0, repeats=1)
+    cases = expand(suite, Measuring(method=Method.PREDICTED, device="cpu", dtype=DType.BFLOAT16, warmup=0, warmup_s=0.0,
+                                    repeats=1, timer=None, flush_l2=False, threads=1, gpu=None))
     for case in cases:
         budget, o = case.param_dict["budget"], case.option_dict
         expected = {"page_topk": ("token_budget", budget), "topk_fast": ("topk", budget),

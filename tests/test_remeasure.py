@@ -9,6 +9,7 @@ import sys
 import pytest
 from runner_fakes import write_suite
 
+from topk_bench.run.resolve import Flags
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
 from topk_bench.results.store import read, read_rows
@@ -33,9 +34,9 @@ class Scripted:
                            metadata={"torch_version": "fake", "git_sha": "abc", **QUIET, **self.readings.get(key, {})})
 
 
-def _run(tmp_path, fake, **kwargs):
-    return runner.run(write_suite(tmp_path), out=tmp_path / "out", device="cpu", progress=False,
-                      executor_obj=LocalExecutor(run=fake), **kwargs)
+def _run(tmp_path, fake, resume=True, **flags):
+    return runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu", **flags), progress=False,
+                      resume=resume, executor_obj=LocalExecutor(run=fake))
 
 
 def _trust(csv) -> dict[tuple[str, str], str]:

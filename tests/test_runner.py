@@ -18,6 +18,7 @@ from runner_fakes import MARK_VARIABLE, SUITE, FakeRun, interruptible, write_sui
 from topk_bench import load_results
 from topk_bench.run import plan as planning
 from topk_bench.run import runner
+from topk_bench.run.resolve import Flags
 from topk_bench.errors import BadInput
 from topk_bench.run.executors import LocalExecutor
 from topk_bench.results.columns import REQUIRED_COLUMNS
@@ -25,8 +26,9 @@ from topk_bench.results.columns import REQUIRED_COLUMNS
 HERE = Path(__file__).parent
 
 
-def run(suite, out, fake, **kwargs):
-    return runner.run(suite, out=out, device="cpu", progress=False, executor_obj=LocalExecutor(run=fake), **kwargs)
+def run(suite, out, fake, resume=True, yes=False, **flags):
+    return runner.run(suite, Flags(out=out, device="cpu", **flags), progress=False, resume=resume, yes=yes,
+                      executor_obj=LocalExecutor(run=fake))
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -149,8 +151,7 @@ def test_skip_rule_applies_on_resume_from_rows_of_an_earlier_run(tmp_path):
 
 def test_with_several_jobs_a_larger_size_waits_for_the_smaller_one(tmp_path):
     fake = FakeRun(lambda c: "oom" if c.param_dict["seq_len"] >= 32 else "ok", delay_s=0.05)
-    result = runner.run(write_suite(tmp_path), out=tmp_path / "out", device="cpu", progress=False,
-                        executor_obj=LocalExecutor(jobs=4, run=fake))
+    result = runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(jobs=4, run=fake))
     assert 1 < fake.max_active <= 2  # two implementations in parallel, never two sizes of one
     assert len(fake.ran) == 4 and result.written == {"ok": 2, "oom": 2, "skipped": 4}
 
@@ -165,7 +166,7 @@ def test_a_batch_executor_gets_every_case_at_once_and_larger_sizes_are_cancelled
 
     fake = FakeRun(lambda c: "oom" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 32 else "ok", delay_s=0.3)
     executor = Batch(jobs=1, run=fake)
-    result = runner.run(write_suite(tmp_path), out=tmp_path / "out", device="cpu", progress=False, executor_obj=executor)
+    result = runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=executor)
     assert executor.submitted == [8]
     ran = {(c.impl, c.param_dict["seq_len"]) for c in fake.ran}
     assert ("vanilla", 64) not in ran and ("vanilla", 128) not in ran  # cancelled before they started
@@ -227,20 +228,20 @@ def test_predict_marks_unpredictable_implementations_unsupported_without_running
 
 def test_cpu_memory_budget_never_exceeds_available_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(planning, "available_memory_bytes", lambda: 2**30)
-    plan = planning.plan(write_suite(tmp_path), device="cpu", max_memory_gib=30)
+    plan = planning.plan(write_suite(tmp_path), Flags(device="cpu", max_memory_gib=30))
     assert plan.budget.max_memory_bytes == 2**30 and any("capped" in n for n in plan.notes)
-    predicted = planning.plan(write_suite(tmp_path), predict=True, max_memory_gib=30)
+    predicted = planning.plan(write_suite(tmp_path), Flags(predict=True, max_memory_gib=30))
     assert predicted.budget.max_memory_bytes == 30 * 2**30  # predicting allocates nothing
 
 
 def test_predict_targets_cuda_only_when_asked_and_needs_no_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(planning.torch.cuda, "is_available", lambda: False)
-    cuda = planning.plan(write_suite(tmp_path), predict=True, device="cuda")
+    cuda = planning.plan(write_suite(tmp_path), Flags(predict=True, device="cuda"))
     assert {(c.device, c.method) for c in cuda.cases} == {("cuda", "predicted")}
     for device in (None, "auto", "cpu"):
-        assert {c.device for c in planning.plan(write_suite(tmp_path), predict=True, device=device).cases} == {"cpu"}
+        assert {c.device for c in planning.plan(write_suite(tmp_path), Flags(predict=True, device=device)).cases} == {"cpu"}
     with pytest.raises(BadInput, match="--device"):
-        planning.plan(write_suite(tmp_path), predict=True, device="tpu")
+        planning.plan(write_suite(tmp_path), Flags(predict=True, device="tpu"))
 
 
 def test_memory_budget_is_capped_to_what_the_device_or_machine_has(monkeypatch):
@@ -260,9 +261,9 @@ def test_memory_budget_is_capped_to_what_the_device_or_machine_has(monkeypatch):
 def test_a_cuda_run_has_a_workspace_column_measured_or_predicted_and_a_cpu_run_does_not(tmp_path):
     import dataclasses
 
-    plan = planning.plan(write_suite(tmp_path), device="cpu")
+    plan = planning.plan(write_suite(tmp_path), Flags(device="cpu"))
     assert "workspace_bytes" not in plan.header
-    assert "workspace_bytes" not in planning.plan(write_suite(tmp_path), predict=True).header
+    assert "workspace_bytes" not in planning.plan(write_suite(tmp_path), Flags(predict=True)).header
     cuda = [dataclasses.replace(c, device="cuda") for c in plan.cases]
     assert "workspace_bytes" in planning.optional_columns(plan.suite, cuda)
     assert "cuda_unmodeled_ops" not in planning.optional_columns(plan.suite, cuda)
@@ -276,12 +277,12 @@ def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):
     suite = write_suite(tmp_path, text='name = "{name}"\nworkload = "mha"\nwarmup = 4\n[sweep]\nseq_len = [16]\n'
                         '[[impl]]\nname = "vanilla"\n')
     monkeypatch.chdir(tmp_path)
-    plan = planning.plan(suite, device="cpu")
+    plan = planning.plan(suite, Flags(device="cpu"))
     case = plan.cases[0]
     assert (case.repeats, case.warmup, plan.budget.max_seconds) == (7, 4, 11)
     assert plan.csv_path == tmp_path / "res" / "fake.csv" and plan.executor.jobs == 3
     assert any("compete for cores" in n for n in plan.notes)
-    plan = planning.plan(suite, device="cpu", repeats=2, warmup=0, max_case_seconds=5, jobs=1, out=tmp_path / "o")
+    plan = planning.plan(suite, Flags(device="cpu", repeats=2, warmup=0, max_case_seconds=5, jobs=1, out=tmp_path / "o"))
     case = plan.cases[0]
     assert (case.repeats, case.warmup, plan.budget.max_seconds, plan.executor.jobs) == (2, 0, 5, 1)
     assert plan.csv_path == tmp_path / "o" / "fake.csv" and not any("compete" in n for n in plan.notes)
@@ -430,8 +431,7 @@ def test_rows_record_the_machine_and_the_trust_flag_of_the_measurement(tmp_path)
         m = original(case, budget)
         m.metadata.update(load_start=3.0 if case.impl == "vanilla" else 0.2, load_end=0.3, steal=0.0)
         return m
-    result = runner.run(write_suite(tmp_path), out=tmp_path / "out", device="cpu", progress=False,
-                        executor_obj=LocalExecutor(run=measured))
+    result = runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(run=measured))
     written = rows(result.csv_path)
     for r in written:  # FakeRun's samples are 1, 2, 3 ms x seq_len: CV 0.5
         assert float(r["time_cv"]) == pytest.approx(0.5)
@@ -540,5 +540,5 @@ def test_one_rule_of_precedence_for_every_layered_setting(tmp_path):
     assert layered("warmup", flags, suite, bench) == 1           # then bench.toml
     assert layered("dtype", None, suite, bench) == "bfloat16" and layered("max_cases", None, suite, bench) == 1000
     assert layered("rounds", flags, suite, None) is None         # nobody gave it
-    plan = planning.plan(write_suite(tmp_path), device="cpu", predict=True)
+    plan = planning.plan(write_suite(tmp_path), Flags(device="cpu", predict=True))
     assert plan.method == "predicted" and plan.device == "cpu" and plan.settings.predicted

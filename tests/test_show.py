@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from runner_fakes import FakeRun
+from topk_bench.run.resolve import Flags
 from topk_bench import load_results
 from topk_bench.errors import BadInput
 from topk_bench.report.show import short_bytes, short_seconds, show
@@ -25,7 +26,7 @@ LABELS = ("Vanilla", "Performer", "Q-chunking", "Top-k", "PyTorch SDPA")  # lege
 def _mha_results(out: Path, predict: bool) -> Path:
     """suites/mha.toml through the runner and its writer; vanilla times out from 4K (its larger sizes skipped)."""
     fake = FakeRun(lambda c: "timeout" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 4096 else "ok")
-    runner.run(MHA, out=out, device="cpu", predict=predict, progress=False, executor_obj=LocalExecutor(run=fake))
+    runner.run(MHA, Flags(out=out, device="cpu", predict=predict), progress=False, executor_obj=LocalExecutor(run=fake))
     return out / "mha.csv"
 
 
@@ -65,8 +66,7 @@ def test_an_inference_suite_is_one_table_per_model_its_shape_said_once(tmp_path)
     """suites/decode.toml (3 models, batch 1 and 8): a table per model whose title gives the model's heads once,
     rows per implementation and batch; no row repeats q_heads, kv_heads or head_dim, no table mixes models."""
     decode = Path(__file__).parents[1] / "suites" / "decode.toml"
-    runner.run(decode, out=tmp_path / "out", device="cpu", progress=False,
-               executor_obj=LocalExecutor(run=FakeRun(lambda c: "ok")))
+    runner.run(decode, Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(run=FakeRun(lambda c: "ok")))
     text, _ = _shown(tmp_path / "out", width=100)
     # (a table too wide for 100 columns goes on below itself, under the same title)
     titles = list(dict.fromkeys(line.strip() for line in text.splitlines() if line.startswith("decode · cpu")))

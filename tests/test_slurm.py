@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from slurm_clusters import REPO, slurm_cluster, slurm_conf  # noqa: F401 -- fixtures
 
+from topk_bench.run.resolve import Flags
 from topk_bench.run import runner
 from topk_bench.case import Budget, Case
 from topk_bench.suite.settings import ExecutorSettings
@@ -39,9 +40,11 @@ def _by_case(csv: Path) -> dict[str, dict[str, str]]:
 def test_smoke_suite_through_slurm_matches_local(slurm_conf, tmp_path):
     config = _bench_toml(tmp_path)
     # A generous time budget: on a loaded machine a slow child must not turn into a timeout in one run only.
-    common = dict(config=config, predict=True, resume=False, progress=False, max_case_seconds=600)
-    local = runner.run(REPO / "suites/smoke.toml", out=tmp_path / "local", executor="local", **common)
-    slurm = runner.run(REPO / "suites/smoke.toml", out=tmp_path / "slurm", executor="slurm", **common)
+    common = dict(config=config, resume=False, progress=False)
+    local = runner.run(REPO / "suites/smoke.toml", Flags(out=tmp_path / "local", executor="local", predict=True,
+                                                         max_case_seconds=600), **common)
+    slurm = runner.run(REPO / "suites/smoke.toml", Flags(out=tmp_path / "slurm", executor="slurm", predict=True,
+                                                         max_case_seconds=600), **common)
 
     local_rows, slurm_rows = _by_case(local.csv_path), _by_case(slurm.csv_path)
     assert len(local_rows) == len(local.plan.cases) > 0
@@ -75,8 +78,7 @@ def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, 
         [[impl]]
         name = "sdpa"
     """))
-    result = runner.run(suite, config=_bench_toml(tmp_path), out=tmp_path / "out", executor="slurm",
-                        predict=True, resume=False, progress=False, max_case_seconds=600)
+    result = runner.run(suite, Flags(out=tmp_path / "out", executor="slurm", predict=True, max_case_seconds=600), config=_bench_toml(tmp_path), resume=False, progress=False)
     rows = {row["impl"]: row for row in read_rows(result.csv_path)}
     assert rows["test_abort"]["status"] == "crashed"
     assert "SIGABRT" in rows["test_abort"]["error"]
@@ -101,8 +103,7 @@ def test_rounds_through_slurm_pool_every_rounds_samples(slurm_conf, tmp_path):
         [[impl]]
         name = "vanilla"
     """))
-    result = runner.run(suite, config=_bench_toml(tmp_path), out=tmp_path / "out", executor="slurm", device="cpu",
-                        resume=False, progress=False, max_case_seconds=600)
+    result = runner.run(suite, Flags(out=tmp_path / "out", executor="slurm", device="cpu", max_case_seconds=600), config=_bench_toml(tmp_path), resume=False, progress=False)
     rows = read_rows(result.csv_path)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert {r["repeats"] for r in rows} == {"4"}  # 2 rounds of 2 samples
@@ -137,8 +138,8 @@ def test_gpus_are_asked_for_only_by_cases_measured_on_cuda(slurm_conf, tmp_path)
     suite.write_text(TINY_SUITE)
     config = _bench_toml(tmp_path, gpus_per_node=1)
     for how in (dict(predict=True), dict(device="cpu")):
-        result = runner.run(suite, config=config, out=tmp_path / str(len(how)) / next(iter(how)), executor="slurm",
-                            resume=False, progress=False, max_case_seconds=600, **how)
+        result = runner.run(suite, Flags(out=tmp_path / str(len(how)) / next(iter(how)), executor="slurm",
+                                         max_case_seconds=600, **how), config=config, resume=False, progress=False)
         rows = read_rows(result.csv_path)
         assert [(r["status"], r["method"], r["device"]) for r in rows] == [
             ("ok", "predicted" if "predict" in how else "measured", "cpu")], rows

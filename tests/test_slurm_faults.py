@@ -24,6 +24,7 @@ import pytest
 from runner_fakes import interruptible
 from slurm_clusters import private_cluster, private_slurm, slurm_cluster, slurm_conf  # noqa: F401 -- fixtures
 
+from topk_bench.run.resolve import Flags
 from topk_bench.errors import BadInput
 from topk_bench.results.store import read_rows
 from topk_bench.run import runner
@@ -144,7 +145,7 @@ def test_an_unsatisfiable_request_is_refused_before_anything_is_submitted(slurm_
             config.write_text(config.read_text().replace("cpus_per_task = 64", "cpus_per_task = 1")
                               .replace("mem_gb = 1", "mem_gb = 9766"))
         with pytest.raises(BadInput) as caught:
-            runner.run(suite, config=config, out=tmp_path / "out", device="cpu", progress=False)
+            runner.run(suite, Flags(out=tmp_path / "out", device="cpu"), config=config, progress=False)
         message = str(caught.value)
         assert caught.value.key == "executor" and asked in message and "offers at most 2 CPUs" in message, message
         assert "partition debug" in message and "nothing was submitted" in message
@@ -159,7 +160,7 @@ def test_predict_on_slurm_asks_one_cpu_and_its_own_memory(slurm_conf, tmp_path):
     """bench.toml asks 2 CPUs and 20 GiB per job; a prediction's job asks 1 CPU and 2 GiB."""
     suite, config, marker = _files(tmp_path, sizes=(16,), cpus_per_task=2, mem_gb=20)
     marker.unlink()
-    result = runner.run(suite, config=config, out=tmp_path / "out", predict=True, progress=False)
+    result = runner.run(suite, Flags(out=tmp_path / "out", predict=True), config=config, progress=False)
     assert [r["status"] for r in read_rows(result.csv_path)] == ["ok"]
     (script,) = (tmp_path / "slurm-logs").rglob("*_submission.sh")
     text = script.read_text()
@@ -210,7 +211,7 @@ def test_a_job_waiting_for_a_reason_that_cannot_clear_ends_the_run_keeping_its_r
     assert [r["status"] for r in rows] == ["ok"]  # the job that ran: its row is kept
     assert not any(s in ("PENDING", "RUNNING") for s in _jobs(tmp_path).values())  # the rest cancelled
     subprocess.run(["scontrol", "update", "nodename=localhost", "state=resume"], check=True)
-    result = runner.run(suite, config=config, out=out, predict=True, progress=False)
+    result = runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)
     assert [r["status"] for r in read_rows(result.csv_path)] == ["ok"] * 3
 
 
@@ -222,7 +223,7 @@ def test_scancel_of_a_running_array_gives_cancelled_rows_and_a_resume_completes_
     out = tmp_path / "out"
     result: list = []
     run = threading.Thread(target=lambda: result.append(
-        runner.run(suite, config=config, out=out, predict=True, progress=False)), daemon=True)
+        runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)), daemon=True)
     run.start()
     jobs = _running(tmp_path)
     subprocess.run(["scancel", jobs[0].split("_")[0]], check=True)  # the whole array, as an operator would
@@ -231,7 +232,7 @@ def test_scancel_of_a_running_array_gives_cancelled_rows_and_a_resume_completes_
     assert [r["status"] for r in rows] == ["cancelled"] * 4, [(r["status"], r["error"]) for r in rows]
     assert all("scancel" in r["error"] and "a resume runs it again" in r["error"] for r in rows)
     marker.unlink()
-    again = runner.run(suite, config=config, out=out, predict=True, progress=False)
+    again = runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)
     assert [r["status"] for r in read_rows(again.csv_path)] == ["ok"] * 4
     assert any("ran again 4 case(s) whose Slurm job was cancelled" in note for note in again.notes), again.notes
 
@@ -244,7 +245,7 @@ def test_a_node_set_down_mid_run_gives_lost_rows_that_a_resume_completes(private
     out = tmp_path / "out"
     result: list = []
     run = threading.Thread(target=lambda: result.append(
-        runner.run(suite, config=config, out=out, predict=True, progress=False)), daemon=True)
+        runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)), daemon=True)
     run.start()
     _running(tmp_path, at_least=2)
     running = [j for j, state in _jobs(tmp_path).items() if state == "RUNNING"]
@@ -260,7 +261,7 @@ def test_a_node_set_down_mid_run_gives_lost_rows_that_a_resume_completes(private
     statuses = sorted(r["status"] for r in rows)
     assert len(rows) == 4 and statuses.count("lost") == len(running) and statuses.count("ok") == 4 - len(running)
     assert all("was lost (with its node" in r["error"] and "NODE_FAIL" in r["error"] for r in rows if r["status"] == "lost")
-    again = runner.run(suite, config=config, out=out, predict=True, progress=False)
+    again = runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)
     rows = read_rows(again.csv_path)
     assert [r["status"] for r in rows] == ["ok"] * 4 and len({r["case_id"] for r in rows}) == 4
 
@@ -281,7 +282,7 @@ def test_a_resume_adopts_the_jobs_of_a_run_killed_with_sigkill_instead_of_submit
         proc.kill()
     assert any(state in ("PENDING", "RUNNING") for state in _states(tmp_path, jobs).values())  # its jobs go on
     threading.Timer(5.0, marker.unlink).start()  # the jobs end while the resume waits for them
-    result = runner.run(suite, config=config, out=out, predict=True, progress=False)
+    result = runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)
     rows = read_rows(result.csv_path)
     assert [r["status"] for r in rows] == ["ok"] * 4
     assert _arrays(tmp_path / "slurm-logs") == {jobs[0].split("_")[0]}  # no second array

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from topk_bench.run.resolve import Flags
 from topk_bench.errors import BadInput
 from topk_bench.run import plan as planning
 from topk_bench.run import runner
@@ -16,13 +17,13 @@ from topk_bench.suite.load import load_suite
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 
 
-def plan(name: str, **kwargs):
-    return planning.plan(SUITES / f"{name}.toml", device="cpu", **kwargs)
+def plan(name: str, flags: Flags | None = None):
+    return planning.plan(SUITES / f"{name}.toml", flags or Flags(device="cpu"))
 
 
 @pytest.mark.parametrize("path", sorted(SUITES.rglob("*.toml")), ids=lambda p: str(p.relative_to(SUITES)))
 def test_every_shipped_suite_is_valid(path):
-    p = planning.plan(path, predict=True)
+    p = planning.plan(path, Flags(predict=True))
     assert p.cases and len({c.case_id for c in p.cases}) == len(p.cases)
 
 
@@ -86,7 +87,7 @@ def test_larger_means_same_implementation_and_options_and_every_swept_value_at_l
     (tmp_path / "s.toml").write_text(
         'name = "s"\nworkload = "mha"\n[sweep]\nseq_len = [16, 32]\nchunk_size = [4, 8]\n'
         '[[impl]]\nname = "qchunk"\n[[impl]]\nname = "topk"\ntopk = 2\n')
-    cases = planning.plan(tmp_path / "s.toml", device="cpu").cases
+    cases = planning.plan(tmp_path / "s.toml", Flags(device="cpu")).cases
     keys = ["seq_len", "chunk_size"]
     get = {(c.impl, size(c, keys)): c for c in cases}
     order = Order(cases, keys)
@@ -157,7 +158,7 @@ def _heads(case):
 
 
 def test_decode_is_models_shapes_over_1k_to_1m_cached_tokens_and_64k_measured_on_the_cpu():
-    predicted = plan("decode", predict=True)
+    predicted = plan("decode", Flags(predict=True))
     cases = predicted.cases
     assert {c.workload for c in cases} == {"decode"} and all(c.mode == "fwd" and c.causal for c in cases)
     assert {c.dtype for c in cases} == {"bfloat16"} and {c.param_dict["new_tokens"] for c in cases} == {1}
@@ -178,7 +179,7 @@ def test_decode_is_models_shapes_over_1k_to_1m_cached_tokens_and_64k_measured_on
 
 
 def test_prefill_is_models_shapes_over_1k_to_128k_tokens_forward():
-    cases = plan("prefill", predict=True).cases
+    cases = plan("prefill", Flags(predict=True)).cases
     assert {c.workload for c in cases} == {"prefill"} and all(c.mode == "fwd" and c.causal for c in cases)
     assert sorted({c.param_dict["seq_len"] for c in cases}) == [2**i for i in range(10, 18)]
     assert {_heads(c) for c in cases} == {LLAMA, GEMMA, BERT} and {c.dtype for c in cases} == {"bfloat16"}
@@ -190,7 +191,7 @@ def test_swept_names_are_not_sizes(tmp_path):
     (tmp_path / "s.toml").write_text(
         'name = "s"\nworkload = "decode"\n[sweep]\nkv_len = [16, 32]\nmodel = ["llama-3-8b", "bert-base"]\n'
         '[[impl]]\nname = "vanilla"\n')
-    cases = planning.plan(tmp_path / "s.toml", device="cpu").cases
+    cases = planning.plan(tmp_path / "s.toml", Flags(device="cpu")).cases
     keys = ["kv_len", "model"]
     get = {size(c, keys): c for c in cases}
     order = Order(cases, keys)
@@ -206,11 +207,11 @@ def test_max_cases_counts_only_the_cases_a_measured_cpu_run_keeps_under_cpu_max(
     suite = tmp_path / "s.toml"
     suite.write_text('name = "s"\nworkload = "decode"\nmax_cases = 4\n[sweep]\nkv_len = [16, 32, 64]\n'
                      'model = ["llama-3-8b", "bert-base"]\n[cpu_max]\nkv_len = 32\n[[impl]]\nname = "sdpa"\n')
-    measured = planning.plan(suite, device="cpu", out=tmp_path / "o")
+    measured = planning.plan(suite, Flags(device="cpu", out=tmp_path / "o"))
     assert len(measured.cases) == 4 and any("cpu_max: 2 case(s) above kv_len <= 32" in n for n in measured.notes)
     with pytest.raises(BadInput, match="6 cases"):
-        planning.plan(suite, predict=True, out=tmp_path / "o")
-    assert len(planning.plan(suite, predict=True, out=tmp_path / "o", yes=True).cases) == 6
+        planning.plan(suite, Flags(predict=True, out=tmp_path / "o"))
+    assert len(planning.plan(suite, Flags(predict=True, out=tmp_path / "o"), yes=True).cases) == 6
 
 
 def test_compile_is_kv_targets_point_eager_and_compiled_side_by_side():

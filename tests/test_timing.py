@@ -18,6 +18,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from topk_bench.run.resolve import Flags
 from topk_bench.case import Case
 from topk_bench.measure import backends, iterations
 from topk_bench.types import Timer
@@ -318,7 +319,7 @@ def timing_suite(tmp_path, keys: str = "") -> str:
 def test_the_defaults_warm_up_two_iterations_and_25_ms(tmp_path):
     from topk_bench.run.plan import plan
 
-    (case,) = plan(timing_suite(tmp_path), device="cpu", out=tmp_path / "o").cases
+    (case,) = plan(timing_suite(tmp_path), Flags(device="cpu", out=tmp_path / "o")).cases
     assert (case.warmup, case.warmup_s, case.timer, case.flush_l2) == (2, 0.025, None, False)
 
 
@@ -326,17 +327,17 @@ def test_a_cuda_timer_asked_of_a_cpu_run_is_said_and_left_out(tmp_path):
     from topk_bench.run.plan import plan
 
     path = timing_suite(tmp_path, 'timer = "cudagraph"\nflush_l2 = true\nwarmup_s = 0.5')
-    measured = plan(path, device="cpu", out=tmp_path / "o")
+    measured = plan(path, Flags(device="cpu", out=tmp_path / "o"))
     (case,) = measured.cases
     assert (case.timer, case.flush_l2, case.warmup_s) == (None, True, 0.5)  # the CPU flushes its own cache
     assert any("a CUDA timer; the CPU times each iteration with perf_counter" in n for n in measured.notes)
     # A prediction times nothing: neither enters its case (nor its id).
-    (predicted,) = plan(path, predict=True, device="cuda", out=tmp_path / "o").cases
+    (predicted,) = plan(path, Flags(predict=True, device="cuda", out=tmp_path / "o")).cases
     (tmp_path / "p").mkdir()
-    (plain,) = plan(timing_suite(tmp_path / "p"), predict=True, device="cuda", out=tmp_path / "o").cases
+    (plain,) = plan(timing_suite(tmp_path / "p"), Flags(predict=True, device="cuda", out=tmp_path / "o")).cases
     assert (predicted.timer, predicted.flush_l2) == (None, False) and predicted.case_id == plain.case_id
     # Flags win over the suite.
-    (flagged,) = plan(path, device="cpu", out=tmp_path / "o", warmup_s=0.1, flush_l2=False).cases
+    (flagged,) = plan(path, Flags(device="cpu", out=tmp_path / "o", warmup_s=0.1, flush_l2=False)).cases
     assert (flagged.warmup_s, flagged.flush_l2) == (0.1, False)
 
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from topk_bench.run.resolve import Flags
 from topk_bench import machine
 from topk_bench.results import trust
 
@@ -109,9 +110,9 @@ def test_a_case_measured_while_the_machine_is_made_busy_is_flagged(tmp_path):
             time.sleep(2)
         suite = tmp_path / "busy.toml"
         suite.write_text(BUSY_SUITE)
-        plan = runner.plan(suite, out=tmp_path / "out", device="cpu")
+        plan = runner.plan(suite, Flags(out=tmp_path / "out", device="cpu"))
         assert "busy" in runner.busy_note(plan)
-        result = runner.run(suite, out=tmp_path / "out", device="cpu", progress=False, max_case_seconds=120)
+        result = runner.run(suite, Flags(out=tmp_path / "out", device="cpu", max_case_seconds=120), progress=False)
     finally:
         for p in spinners:
             p.kill()

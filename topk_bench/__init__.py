@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,15 @@ def run_suite(path: str | Path, **overrides: Any):
     """
     from topk_bench.results.columns import CASE_ID
     from topk_bench.run import runner  # lazy: `import topk_bench` must not import torch
+    from topk_bench.run.resolve import Flags
 
-    overrides.setdefault("progress", False)
-    result = runner.run(path, **overrides)
+    # The keywords mapped once: how the run goes, and the settings it gives over the suite's.
+    how = {name: overrides.pop(name) for name in ("config", "resume", "yes") if name in overrides}
+    progress = overrides.pop("progress", False)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(Flags)})
+    if unknown:
+        raise TypeError(f"run_suite() got an unexpected keyword argument {unknown[0]!r}")
+    result = runner.run(path, Flags(**overrides), progress=progress, **how)
     frame = load_results(result.csv_path)
     ids = {c.case_id for c in result.plan.cases}
     return frame[frame[CASE_ID].isin(ids)].reset_index(drop=True)

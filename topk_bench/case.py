@@ -22,6 +22,28 @@ def _frozen(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
 
 
 @dataclass(frozen=True)
+class Measuring:
+    """How every case of a run is measured (or predicted): what the run's settings give each case it expands."""
+
+    method: Method
+    device: str                # "cpu" or "cuda": where cases run, or the device predicted for
+    dtype: DType
+    warmup: int
+    warmup_s: float            # the warm-up lasts at least this long too (ours)
+    repeats: int
+    timer: Timer | None        # measured on CUDA: events (None: the default) or cudagraph; None elsewhere
+    flush_l2: bool             # the device's cache flushed between timed iterations (measured runs)
+    threads: int               # intra-op CPU threads of each case (a prediction: 1)
+    gpu: GpuModel | None       # a CUDA prediction: the GPU it models; None otherwise
+
+    def case_fields(self) -> dict[str, Any]:
+        """The :class:`Case` fields these settings give."""
+        return {"method": self.method, "device": self.device, "dtype": self.dtype, "warmup": self.warmup,
+                "warmup_s": self.warmup_s, "repeats": self.repeats, "timer": self.timer, "flush_l2": self.flush_l2,
+                "threads": self.threads, "gpu": self.gpu or ""}
+
+
+@dataclass(frozen=True)
 class Case:
     """One point of a sweep.
 

@@ -43,6 +43,15 @@ class Protocol:
     # (their CSV columns stay empty rather than show a default the layer replaces).
     owned_options: tuple[str, ...] = ()
 
+    def fixed_value_problem(self, setting: str, value: object) -> str | None:
+        """Why ``value`` of ``setting`` (``warmup``, ``repeats``, ``warmup_s``, ``timer``, ``flush_l2``) contradicts
+        this protocol, or None."""
+        fixed = getattr(self, setting)
+        if value is None or fixed is None or value == fixed:
+            return None
+        return (f"protocol {self.name!r} fixes {setting} = {fixed} ({_WHY_FIXED[setting]}), got {value}: "
+                f"leave it out, or set protocol = {DEFAULT!r}")
+
 
 OURS = Protocol("ours")
 # Their loop: `for i in range(args.n_iters)` (3), every iteration timed, max_memory_reserved, np.mean(times).
@@ -64,17 +73,6 @@ def lookup(name: str) -> Protocol:
 _WHY_FIXED = {"warmup": "the first, cold iteration is timed", "repeats": "the time is the mean of 3 runs",
               "warmup_s": "the first, cold iteration is timed", "timer": "each eager iteration is timed as theirs was",
               "flush_l2": "theirs flushed no cache"}
-
-
-def fixed_value_problem(name: str, setting: str, value: object) -> str | None:
-    """Why ``value`` of ``setting`` (``warmup``, ``repeats``, ``warmup_s``, ``timer``, ``flush_l2``) contradicts
-    protocol ``name``, or None."""
-    fixed = getattr(lookup(name), setting)
-    if value is None or fixed is None or value == fixed:
-        return None
-    why = _WHY_FIXED[setting]
-    return (f"protocol {name!r} fixes {setting} = {fixed} ({why}), got {value}: "
-            f"leave it out, or set protocol = {DEFAULT!r}")
 
 
 def drawn_metric(metric: str, protocol: str, device: str, method: str) -> str:

@@ -81,15 +81,15 @@ def run(
     """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
     start_template_early(config, executor)
     from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
+    from topk_bench.run.resolve import Flags
 
+    flags = Flags(out=out, device=device, predict=predict, repeats=repeats, warmup=warmup, warmup_s=warmup_s,
+                  timer=timer, flush_l2=flush_l2, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
+                  executor=executor, jobs=jobs, rounds=rounds, threads=threads, remeasure=remeasure, gpu=gpu,
+                  profile=profile)
     previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in ENDING_SIGNALS}
     try:
-        result = runner.run(
-            suite, resume=resume, progress=not quiet, config=config, out=out, device=device, predict=predict,
-            repeats=repeats, warmup=warmup, warmup_s=warmup_s, timer=timer, flush_l2=flush_l2,
-            max_memory_gib=max_memory, max_case_seconds=max_case_seconds, executor=executor, jobs=jobs,
-            rounds=rounds, threads=threads, remeasure=remeasure, yes=yes, gpu=gpu, profile=profile,
-        )
+        result = runner.run(suite, flags, config=config, resume=resume, progress=not quiet, yes=yes)
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)
         raise typer.Exit(130)

@@ -58,9 +58,10 @@ def profile(suite: Path, selector: str, *, predict: bool, device: str | None, ou
     """Plan ``suite``, pick the cases ``selector`` names, and profile each in a child. Raises BadInput."""
     from topk_bench.run import launcher
     from topk_bench.run.plan import PROFILE_DIR, plan
+    from topk_bench.run.resolve import Flags
 
     wanted = select.parse(selector)
-    the_plan = plan(suite, config=config, predict=predict, device=device, out=out, yes=True)
+    the_plan = plan(suite, Flags(predict=predict, device=device, out=out), config=config, yes=True)
     directory = out if out is not None else the_plan.settings.out_dir / PROFILE_DIR
     chosen = select.select(the_plan.cases, wanted, suite=str(suite))
     outcomes = []

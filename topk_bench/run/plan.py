@@ -118,17 +118,16 @@ def capped_budget(asked: int, cap: int | None, what: str) -> tuple[int, str | No
     return cap, f"memory budget capped to {what}, {cap / GIB:.1f} GiB (asked {asked / GIB:g} GiB)"
 
 
-def plan(suite_path: str | Path, *, config: str | Path | None = None, yes: bool = False, **flags: Any) -> Plan:
-    """The suite's cases and their budget, its settings resolved (bench.toml < suite < ``flags``, the
-    keywords of :class:`~.resolve.Flags`). Raises BadInput; writes nothing.
+def plan(suite_path: str | Path, flags: Flags | None = None, *, config: str | Path | None = None,
+         yes: bool = False) -> Plan:
+    """The suite's cases and their budget, its settings resolved (bench.toml < suite < ``flags``). Raises
+    BadInput; writes nothing.
 
     A suite of more cases than ``max_cases`` is bad input unless ``yes``, said before its cases are even built.
     """
-    given = Flags(**flags)
-    given.check()
     settings = load_settings(config)
     suite = read_suite(suite_path)
-    run = resolve(settings, suite, given)
+    run = resolve(settings, suite, flags or Flags())
     memory, capped = capped_budget(int(run.max_memory_gib * GIB), *memory_cap(run.device, run.predicted))
     budget = Budget(memory, run.max_case_seconds)
     cpu_measured = run.measured_on(DeviceKind.CPU)
@@ -138,9 +137,7 @@ def plan(suite_path: str | Path, *, config: str | Path | None = None, yes: bool 
                        f"max_cases = {run.max_cases}; pass --yes to run them, or raise max_cases in the suite or "
                        "bench.toml", file=suite.path, key="max_cases")
     check_suite(suite, suite.path)
-    cases = sweep.expand(suite, device=run.device, method=run.method, dtype=run.dtype, warmup=run.warmup,
-                         repeats=run.repeats, gpu=run.gpu or "", threads=run.threads, warmup_s=run.warmup_s,
-                         timer=run.timer, flush_l2=run.flush_l2)
+    cases = sweep.expand(suite, run)
     if run.profile:  # each case writes its profile where `topk-bench profile` would put it
         cases = [replace(c, profile=str(run.out_dir / PROFILE_DIR / c.case_id)) for c in cases]
     notes = ([capped] if capped else []) + list(run.notes)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from topk_bench import machine, protocol
+from topk_bench.case import Measuring
 from topk_bench.errors import BadInput
 from topk_bench.machine import cores
 from topk_bench.results import trust
@@ -33,7 +34,9 @@ EXECUTOR_CHOICES = ("local", "slurm")
 
 @dataclass(frozen=True)
 class Flags:
-    """What the command line (or ``run_suite``'s keywords) gave; None: not given."""
+    """What the command line (or ``run_suite``'s keywords) gave; None: not given. Each value is checked on its
+    own when the flags are made (:meth:`check`: BadInput naming the flag); what it means against the suite is
+    :func:`resolve`'s."""
 
     device: str | None = None
     predict: bool = False
@@ -52,6 +55,9 @@ class Flags:
     out: str | Path | None = None
     gpu: str | None = None
     profile: bool = False
+
+    def __post_init__(self) -> None:
+        self.check()
 
     def check(self) -> None:
         """Each flag's value on its own (what it means against the suite is :func:`resolve`'s)."""
@@ -123,19 +129,11 @@ def layered(name: str, flags: Flags | None, suite: Suite | None, settings: Setti
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """Every setting of one run, resolved."""
+class RunSettings(Measuring):
+    """Every setting of one run, resolved: how its cases are measured (:class:`~topk_bench.case.Measuring`), and
+    how the run goes."""
 
-    method: Method
-    device: str                # "cpu" or "cuda": where cases run, or the device predicted for
-    dtype: DType
-    warmup: int
-    warmup_s: float            # the warm-up lasts at least this long too (ours)
-    repeats: int
-    timer: Timer | None        # measured on CUDA: events (None: the default) or cudagraph; None elsewhere
-    flush_l2: bool             # the device's cache flushed between timed iterations (measured runs)
     rounds: int                # child processes per case, round-robin over the cases
-    threads: int               # intra-op CPU threads of each case (a prediction: 1)
     remeasure: frozenset[str]  # trust flags whose rows run again (--remeasure); empty: resume as usual
     max_memory_gib: float      # the memory budget asked (the plan caps it to what the device has)
     max_case_seconds: float
@@ -144,7 +142,6 @@ class RunSettings:
     gpus: tuple[str, ...]      # a measured CUDA run on the local executor: the GPUs its job slots spread over
     out_dir: Path
     notes: tuple[str, ...]     # what the run says before it starts about how these were resolved
-    gpu: GpuModel | None = None  # a CUDA prediction: the GPU it models (--gpu, default sm90); None otherwise
     profile: bool = False      # each case also writes its profile, to out_dir/profile/<case_id>/
 
     @property
@@ -170,10 +167,10 @@ def device(requested: str, predict: bool = False) -> str:
 
 def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, int, int, list[str]]:
     """(warmup, repeats, rounds, notes): what the protocol fixes, else the layers' values."""
-    fixed = protocol.lookup(suite.protocol)
+    fixed = suite.measured_by
     for flag, setting in (("--warmup", "warmup"), ("--repeats", "repeats"), ("--warmup-s", "warmup_s"),
                           ("--timer", "timer"), ("--flush-l2", "flush_l2")):
-        problem = protocol.fixed_value_problem(suite.protocol, setting, getattr(flags, setting))
+        problem = suite.measured_by.fixed_value_problem(setting, getattr(flags, setting))
         if problem:
             raise BadInput(problem, key=flag)
     warmup = fixed.warmup if fixed.warmup is not None else layered("warmup", flags, suite, settings)
@@ -192,7 +189,7 @@ def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, in
 def _timing(suite: Suite, flags: Flags, settings: Settings, device_: str) -> tuple[float, Timer | None, bool, list[str]]:
     """(warmup_s, timer, flush_l2, notes): how a measured case is timed. A prediction times nothing (its memory
     is the eager iterations', whatever the timer); the CPU has one timer, perf_counter."""
-    fixed = protocol.lookup(suite.protocol)
+    fixed = suite.measured_by
     warmup_s = fixed.warmup_s if fixed.warmup_s is not None else layered("warmup_s", flags, suite, settings)
     asked = layered("timer", flags, suite, None)
     flush = bool(layered("flush_l2", flags, suite, None))
@@ -272,7 +269,6 @@ def _threads(settings: Settings, suite: Suite, flags: Flags, executor: ExecutorS
 def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     """Every setting of the run, each from the command line, else the suite, else bench.toml; BadInput when
     they contradict each other (a value the suite's protocol fixes)."""
-    flags.check()
     device_ = device(flags.device or settings.device, flags.predict)
     gpu = predicted_gpu(flags, device_)
     warmup, repeats, rounds, notes = _iterations(suite, flags, settings)

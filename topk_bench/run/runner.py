@@ -36,6 +36,7 @@ from topk_bench.results.row import make_row
 from topk_bench.run.executors import Executor, check_requests, get_executor
 from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
+from topk_bench.run.resolve import Flags
 from topk_bench.run.progress import Reporter, summary
 from topk_bench.run.resume import Resume, notes as resume_notes, remeasured, what_runs
 from topk_bench.status import STOPPING, Status
@@ -299,15 +300,15 @@ def _what_runs(the_plan: Plan, table: store.Table, resume: bool) -> Resume:
     return what_runs(cases, rows, the_plan.budget, list(the_plan.suite.sweep))
 
 
-def run(suite_path: str | Path, *, resume: bool = True, progress: bool = True,
-        executor_obj: Executor | None = None, yes: bool = False, **overrides: Any) -> RunResult:
-    """Run (or resume) a suite; ``overrides`` are :func:`~.plan.plan`'s keyword arguments.
+def run(suite_path: str | Path, flags: Flags | None = None, *, config: str | Path | None = None, resume: bool = True,
+        progress: bool = True, executor_obj: Executor | None = None, yes: bool = False) -> RunResult:
+    """Run (or resume) a suite with the settings ``flags`` gives over the suite's and ``config``'s (bench.toml).
 
     A suite of more cases than ``max_cases`` is bad input unless ``yes``.
     Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
     """
     started = time.monotonic()
-    the_plan = plan(suite_path, yes=yes, **overrides)
+    the_plan = plan(suite_path, flags, config=config, yes=yes)
     if the_plan.settings.remeasure and not resume:
         raise BadInput("re-runs the flagged rows, --no-resume every row: choose one", key="--remeasure")
     csv_path = the_plan.csv_path

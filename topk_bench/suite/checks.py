@@ -75,15 +75,15 @@ def _workload(name: str, path: Path, key: str) -> workloads.WorkloadSpec:
 
 
 def _check_options(impl: implementations.Implementation, options: Mapping[str, Any], path: Path, key: str,
-                   protocol_name: str) -> None:
+                   measured_by: protocol.Protocol) -> None:
     unknown = sorted(set(options) - set(impl.options))
     if unknown:
         known = ", ".join(sorted(impl.options)) or "none"
         raise BadInput(f"implementation {impl.name!r} has no option {unknown[0]!r} (options: {known})",
                        file=path, key=f"{key}.{unknown[0]}")
-    owned = sorted(set(options) & set(protocol.lookup(protocol_name).owned_options))
+    owned = sorted(set(options) & set(measured_by.owned_options))
     if owned:
-        raise BadInput(f"protocol {protocol_name!r} sets the option {owned[0]!r} itself: leave it out, "
+        raise BadInput(f"protocol {measured_by.name!r} sets the option {owned[0]!r} itself: leave it out, "
                        f"or set protocol = {protocol.DEFAULT!r}", file=path, key=f"{key}.{owned[0]}")
     for name, value in options.items():
         _check_option(impl.options[name], value, path, f"{key}.{name}")
@@ -113,10 +113,10 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
         impl = _implementation(entry.name, path, f"{key}.name")
         entries.append((spec, impl))
         _check_use(impl, activation, causal, path, key)
-        _check_options(impl, entry.options, path, key, suite.protocol)
+        _check_options(impl, entry.options, path, key, suite.measured_by)
         if entry.compile_mode is not None and not entry.compile:
             raise BadInput("compile_mode without compile = true", file=path, key=f"{key}.compile_mode")
-        if entry.compile and not protocol.lookup(suite.protocol).compiles:
+        if entry.compile and not suite.measured_by.compiles:
             raise BadInput(f"protocol {suite.protocol!r} builds a model per timed iteration: nothing compiled once "
                            f"would serve the next (compile = true is for protocol {protocol.DEFAULT!r})",
                            file=path, key=f"{key}.compile")
@@ -135,7 +135,7 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
         if ff_name is not None:
             ff = _implementation(ff_name, path, f"{key}.feedforward")
             _check_use(ff, "relu", False, path, f"{key}.feedforward")
-            _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options", suite.protocol)
+            _check_options(ff, entry.feedforward_options, path, f"{key}.feedforward_options", suite.measured_by)
     return entries
 
 
@@ -249,11 +249,11 @@ def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec
             raise BadInput(f"the {spec.name} workload does not follow protocol {suite.protocol!r} "
                            f"(workloads that do: {follow})", file=path, key="protocol")
     for setting in ("warmup", "repeats", "warmup_s", "timer", "flush_l2"):
-        problem = protocol.fixed_value_problem(suite.protocol, setting, getattr(suite, setting))
+        problem = suite.measured_by.fixed_value_problem(setting, getattr(suite, setting))
         if problem:
             raise BadInput(problem, file=path, key=setting)
     for name in suite.sweep:
-        if name in protocol.lookup(suite.protocol).owned_options:
+        if name in suite.measured_by.owned_options:
             raise BadInput(f"protocol {suite.protocol!r} sets the option {name!r} itself: it cannot be swept",
                            file=path, key=f"sweep.{name}")
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS, Protocol, lookup as lookup_protocol
 from topk_bench.suite.files import Strict
 from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds, Threads, WarmupSeconds
 from topk_bench.types import DType, Mode, Timer
@@ -126,3 +126,8 @@ class Suite(Strict):
     @property
     def path(self) -> Path | None:
         return self._path
+
+    @property
+    def measured_by(self) -> Protocol:
+        """The suite's protocol, resolved: what it fixes and owns (:mod:`topk_bench.protocol`)."""
+        return lookup_protocol(self.protocol)

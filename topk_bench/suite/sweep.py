@@ -15,7 +15,7 @@ from typing import Any
 
 import implementations
 from topk_bench import protocol, workloads
-from topk_bench.case import Case
+from topk_bench.case import Case, Measuring
 from topk_bench.errors import BadInput
 from topk_bench.suite.schema import ImplEntry, Suite
 from topk_bench.workloads.attention import BUDGET, with_budget
@@ -95,7 +95,7 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
 def _resolved(impl: implementations.Implementation, given: dict[str, Any], suite: Suite) -> dict[str, Any]:
     # Defaults included, so that the CSV shows what ran; None means "not used" and is left out,
     # as are the options the suite's protocol sets itself (the workload passes them).
-    owned = protocol.lookup(suite.protocol).owned_options
+    owned = suite.measured_by.owned_options
     return {k: v for k, v in impl.resolve(given).items() if v is not None and k not in owned}
 
 
@@ -160,16 +160,14 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
     )
 
 
-def expand(suite: Suite, *, device: str, method: str, dtype: str, warmup: int, repeats: int,
-           gpu: str = "", threads: int | None = None, **timing: Any) -> list[Case]:
-    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major (``gpu``: what a CUDA prediction models;
-    ``timing``: the run's ``warmup_s``, ``timer`` and ``flush_l2``, :class:`~topk_bench.case.Case`'s defaults
-    when not given); BadInput when two entries give one case."""
+def expand(suite: Suite, measuring: Measuring) -> list[Case]:
+    """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major, each measured as ``measuring`` says;
+    BadInput when two entries give one case."""
     cases, first = [], {}  # case_id -> the entry that gave it first
+    given = measuring.case_fields()
     for point in grid(suite):
         for i, entry in enumerate(suite.impl):
-            case = case_of(suite, entry, point, dtype=dtype, device=device, method=method, warmup=warmup,
-                           repeats=repeats, gpu=gpu, threads=threads, **timing)
+            case = case_of(suite, entry, point, **given)
             _distinct(suite, first.setdefault(case.case_id, i), i, point)
             cases.append(case)
     return cases
