@@ -44,3 +44,30 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """``topk-bench`` called in this process with the scripted executor (tests/faults.py): exit code and streams
+    as a user sees them, every case measured in milliseconds."""
+    from faults import Cli
+
+    return Cli(monkeypatch, capsys)
+
+
+@pytest.fixture
+def measured(tmp_path, cli):
+    """A results directory written by `run` of the tiny suite (3 ok cases, the scripted executor): (suite, out,
+    csv)."""
+    from faults import tiny_suite
+
+    suite = tiny_suite(tmp_path, sizes=(16, 32, 64))
+    out = tmp_path / "out"
+    assert cli("run", suite, "--out", out, "-q").code == 0
+    return suite, out, out / "tiny.csv"
+
+
+@pytest.fixture
+def measured_csv(measured):
+    """The results CSV of :func:`measured`."""
+    return measured[2]

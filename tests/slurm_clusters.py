@@ -12,6 +12,7 @@ it. It is stopped, and its directory removed, when the module's tests end.
 
 from __future__ import annotations
 
+from locations import ROOT
 import os
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 SLURM_DIR = os.environ.get("TOPK_SLURM_DIR", "/tmp/topk-bench-slurm")
 
 

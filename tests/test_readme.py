@@ -10,6 +10,7 @@ below with why they are only parsed.
 
 from __future__ import annotations
 
+from locations import ROOT
 import os
 import re
 import shlex
@@ -21,7 +22,6 @@ from pathlib import Path
 import pytest
 import typer
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 ACTIVATE = "source .venv/bin/activate"
 

@@ -1,0 +1,64 @@
+"""The doctor judges a plug-in's implementation in a process of its own: one that exits or hangs fails,
+named, and a wrong one is still judged."""
+
+from __future__ import annotations
+from locations import TESTS
+from pathlib import Path
+import pandas as pd
+import pytest
+from faults import Cli, tiny_suite
+from topk_bench.run.resolve import Flags
+
+
+PLUGINS = TESTS / "plugins"
+
+
+# --- plug-ins that end the process, at import or when called -------------------------------------------
+
+def _topk_bench(*args, timeout=600):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "topk_bench", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "250"})
+
+
+MISBEHAVING = PLUGINS / "misbehaving_impls.py"
+
+
+def test_the_doctor_judges_a_plugins_implementation_in_a_process_of_its_own():
+    """Called in the doctor's process, os._exit(0) ended it with exit 0 and nothing said: now it fails its
+    check, by name and with why."""
+    from topk_bench.doctor import isolated
+    from topk_bench.doctor.check import Result
+
+    [check] = isolated.checks(["test_os_exit"], "cpu", (str(MISBEHAVING),))
+    assert check.name == "agreement: test_os_exit" and check.result is Result.FAIL, check
+    assert "ended (exit code 0)" in check.detail and "os._exit" in check.detail, check
+
+
+@pytest.mark.slow
+def test_the_doctor_fails_an_exiting_or_hanging_plugin_and_still_judges_a_wrong_one():
+    """sys.exit(0) ended the doctor with exit 0, a sleep hung it; a wrong implementation keeps its real verdict."""
+    from topk_bench.doctor import isolated
+    from topk_bench.doctor.check import Result
+
+    plugins = (str(MISBEHAVING), str(PLUGINS / "wrong_attention.py"))
+    found = {c.name: c for c in isolated.checks(["test_sys_exit", "test_sleeps", "test_wrong"], "cpu", plugins,
+                                                limit_s=90)}
+    assert all(found[f"agreement: {n}"].result is Result.FAIL for n in ("test_sys_exit", "test_sleeps",
+                                                                         "test_wrong")), found
+    assert "ended (exit code 0)" in found["agreement: test_sys_exit"].detail
+    assert "did not finish within 90 s" in found["agreement: test_sleeps"].detail
+    assert "float64: max rel err" in found["agreement: test_wrong"].detail
+    assert found["peak = predicted: test_wrong"].result is Result.PASS
+
+
+@pytest.mark.slow
+def test_doctor_with_a_plugin_that_exits_fails_naming_it():
+    result = _topk_bench("doctor", "--plugins", MISBEHAVING, timeout=1200)
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if "checks failed" in line]
+    assert failed and all(f"agreement: {n}" in failed[0] for n in ("test_os_exit", "test_sys_exit", "test_sleeps"))
+    assert "agreement: vanilla" in result.stdout  # the others still ran

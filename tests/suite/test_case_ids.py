@@ -1,0 +1,31 @@
+"""Two [[impl]] entries never give one case: a label alone does not make a case, an option does, and the
+committed CI baseline keeps its case ids."""
+
+from __future__ import annotations
+from locations import ROOT
+from pathlib import Path
+import pandas as pd
+import pytest
+from faults import Cli, tiny_suite
+from topk_bench.run.resolve import Flags
+
+
+# --- two [[impl]] entries that differ only in their label ---------------------------------------------
+
+def test_two_entries_that_differ_only_in_label_are_bad_input(tmp_path, cli):
+    """They would share every case_id: compare of a folder with itself failed forever, show printed one."""
+    suite = tiny_suite(tmp_path, impl_extra='label = "A"\n[[impl]]\nname = "vanilla"\nlabel = "B"')
+    result = cli("run", suite, "--out", tmp_path / "out")
+    line = result.error_line
+    assert result.code == 2 and str(suite) in line and "impl[1] (vanilla)" in line, line
+    assert "impl[0]" in line and "label" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_entries_that_differ_in_an_option_keep_their_case_ids(tmp_path, cli):
+    """The committed CI baseline keys by case_id: a suite without duplicates keeps its ids."""
+    from topk_bench.run.plan import plan
+
+    base = ROOT / "results" / "baselines" / "ci-predicted.csv"
+    planned = plan(ROOT / "suites" / "ci.toml", Flags(predict=True, out=tmp_path))
+    assert {c.case_id for c in planned.cases} == set(pd.read_csv(base)["case_id"])
