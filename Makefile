@@ -1,21 +1,23 @@
 # The two entry points a new user needs (see README):
 #   make demo   set up, predict Fig. 1's memory at full scale, measure CPU times at small sizes, render both
-#   make test   set up, run the test suite
+#   make test   set up, run the test suite: about 26 minutes from a clean clone on 2 cores (AVX2-only EPYC, load ~1)
 # and, for the development loop, `make test-fast`: the tests not marked slow (no child processes
-# beyond a few, no Slurm cluster), in about a minute on 2 cores. `make figures` redraws the figures of
-# README.md and docs/ from the CSVs in docs/figures/data/; `make check-figures` fails when they are not
-# what `topk-bench plot` draws today (tests/test_docs_figures.py runs the same check).
+# beyond a few, no Slurm cluster), 2 min 47 s on 2 cores (AVX-512-BF16 EPYC, load ~1). `make figures` redraws
+# the figures of README.md and docs/ from the CSVs in docs/figures/data/; `make check-figures` fails when they
+# are not what `topk-bench plot` draws today (tests/test_docs_figures.py runs the same check). `make docs`
+# builds the documentation site (mkdocs.yml, docs/) into site/, failing on any broken link or anchor.
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup demo test test-fast figures check-figures
+.PHONY: setup demo test test-fast figures check-figures docs
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh $(VENV) dev,pretrained
 	touch $@
 
-# 2 min 28 s after set-up on 2 shared cores at load ~1.5 per core (README, "Quick start").
+# After set-up: 38 s on 2 cores at a load average of 0.9 to 1.3 (CPU kind not recorded), 2 min 28 s on a busy
+# machine (1.4 to 1.7 per core) (README, "Quick start").
 demo: setup
 	$(BIN)/topk-bench run suites/demo_memory.toml --predict --out results/demo
 	$(BIN)/topk-bench run suites/demo_time.toml --device cpu --out results/demo
@@ -33,3 +35,6 @@ figures: setup
 
 check-figures: setup
 	$(BIN)/python scripts/docs_figures.py --check
+
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site

@@ -1,11 +1,13 @@
-"""Every command of README.md works as written (issue 30).
+"""Every command of README.md and of the docs pages (docs/*.md) works as written.
 
-Fast: each `topk-bench` command line of the README's ``bash`` blocks parses with the real command
-line (options exist, values are valid) and the files it names exist (or the README says to create
-them). Slow: in a copy of the repository, the quick start (`make demo`, with a stand-in for the
-virtual environment's `topk-bench`), then, each in a new shell that does what the README says
-(`source .venv/bin/activate`), every command that is cheap enough for a test; the others are listed
-below with why they are only parsed.
+Fast: each `topk-bench` command line of their ``bash`` blocks parses with the real command line (options
+exist, values are valid) and the files it names exist (or a page says to create them); a `for` loop is
+expanded over its values. The README gives a new user exactly two commands (`make demo`, `make test`) and
+says once how to reach `topk-bench`. Slow: in a copy of the repository, the quick start (`make demo`, with a
+stand-in for the virtual environment's `topk-bench`), then, each in a new shell that does what the README
+says (`source .venv/bin/activate`), every command that is cheap enough for a test, the README's first, then
+the pages' in the order of the site's nav (mkdocs.yml); the others are listed below with why they are only
+parsed.
 """
 
 from __future__ import annotations
@@ -24,16 +26,30 @@ import typer
 
 README = (ROOT / "README.md").read_text()
 ACTIVATE = "source .venv/bin/activate"
+# The two commands a new user types on a fresh machine: the README's quick start, and nothing else of it.
+NEW_USER = ["make demo", "make test"]
+
+
+def nav_pages() -> list[Path]:
+    """The docs pages in the order of the site's nav (mkdocs.yml; read without a YAML parser)."""
+    names = re.findall(r"^\s+- [^:\n]+: (\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    return [ROOT / "docs" / name for name in names]
+
+
+PAGES = [ROOT / "README.md", *nav_pages()]
 
 # How each command is checked, by its start: run after the quick start, only parsed (with why), or not a
-# topk-bench command a test runs (with why). A README command that matches none fails the tests: classify it.
+# topk-bench command a test runs (with why). A command of a page that matches none fails the tests: classify it.
 RUN = (
-    "topk-bench show results/", "topk-bench plot results/", "topk-bench list ", "topk-bench doctor",
+    "topk-bench show results/", "topk-bench plot results/", "topk-bench list", "topk-bench doctor",
+    "topk-bench run first.toml", "cp -r results/first results/first-base", "topk-bench compare results/first",
+    "topk-bench profile first.toml",
     "topk-bench run my_suite.toml --predict", "topk-bench run suites/smoke.toml", "topk-bench run suites/mha.toml --predict",
     "rm -rf /tmp/ci-predicted && topk-bench run suites/ci.toml --predict", "topk-bench compare results/baselines/",
     "cp /tmp/ci-predicted/ci.csv", "topk-bench run suites/demo_time.toml --device cpu --out results/demo --remeasure",
-    "topk-bench profile suites/smoke.toml",
+    "topk-bench profile suites/smoke.toml", "topk-bench run suites/paper/mha_cpu.toml --predict",
 )
+PAPER_PREDICTED = "a figure of the paper predicted at full scale: 95 to 1016 s each on 2 cores (docs/REPRODUCTION.md)"
 PARSED_ONLY = {
     "topk-bench run suites/mha.toml": "measures Fig. 1's 40 cases: about 15 min on 2 cores",
     "topk-bench run suites/kv_targets.toml": "5 rounds of 7 timed decode steps over 131072 cached tokens",
@@ -43,6 +59,17 @@ PARSED_ONLY = {
     "topk-bench compare BASE NEW": "the synopsis of compare, not a command",
     "topk-bench profile suites/mha.toml": "a predicted profile at 65,536 tokens: about a minute on 2 cores",
     "topk-bench profile suites/demo_memory.toml": "every implementation's predicted profile at 65,536 tokens: minutes",
+    "topk-bench profile suites/paper/mha.toml": "the authors' vanilla predicted at 65,536 tokens: minutes",
+    "topk-bench run suites/paper/": PAPER_PREDICTED,
+    "topk-bench run suites/mha.toml --predict --max-case-seconds": PAPER_PREDICTED,
+    "topk-bench run suites/chunk_size.toml": PAPER_PREDICTED,
+    "topk-bench run suites/ff.toml": PAPER_PREDICTED,
+    "topk-bench run suites/ff_sparse.toml": PAPER_PREDICTED,
+    "topk-bench run suites/decoder.toml": PAPER_PREDICTED,
+    "topk-bench run suites/paper/mha_cpu.toml --device cpu": "the authors' code measured at 1K to 4K: 20 min on 2 cores",
+    "topk-bench plot results-pred": "draws what the predictions above wrote (`make figures` draws the committed CSVs)",
+    "timeout 280 topk-bench run suites/paper/": "needs a GPU of 80 GB",
+    "topk-bench plot results-cuda": "draws what the GPU run above wrote",
 }
 NOT_RUN = {
     "make demo": "the quick start itself: run first",
@@ -53,16 +80,18 @@ NOT_RUN = {
 }
 # The command line's parser errors (typer carries its own click): bad options, values, commands.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
-# Flags the README names that another branch adds (`run --remeasure`, issue 30, branch contention): a command
-# using one is parsed without it and, in the slow test, skipped with the reason until the flag exists.
-PENDING = {"--remeasure": "run --remeasure, from the contention branch"}
+# Flags a page names that another branch adds: a command using one is parsed without it and, in the slow test,
+# skipped with the reason until the flag exists. None at the moment.
+PENDING: dict[str, str] = {}
 
 
-def commands() -> list[str]:
-    """The command lines of the README's bash blocks, in order: continuations joined, comments cut."""
+def _lines(text: str) -> list[str]:
+    """The command lines of ``text``'s bash blocks, in order: continuations joined, comments cut."""
     out: list[str] = []
-    for body in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for body in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in body.splitlines():
+            if line.lstrip().startswith("#"):
+                continue
             line = re.sub(r"\s+#\s.*$", "", line).rstrip()
             if out and (out[-1].endswith("\\") or (line.startswith(" ") and line.strip().startswith("["))):
                 out[-1] = out[-1].rstrip("\\").rstrip() + " " + line.strip()
@@ -71,24 +100,73 @@ def commands() -> list[str]:
     return out
 
 
+def _expand(lines: list[str]) -> list[str]:
+    """``for VAR in A B; do ...; done`` (on one line, or with its body on the lines up to ``done``) as the
+    commands it runs, ``$VAR`` replaced by each value."""
+    out: list[str] = []
+    rest = list(lines)
+    while rest:
+        line = rest.pop(0)
+        loop = re.fullmatch(r"for (\w+) in ([^;]+); do(.*)", line)
+        if not loop:
+            out.append(line)
+            continue
+        var, values, tail = loop.group(1), loop.group(2).split(), loop.group(3).strip()
+        if tail.endswith("done"):
+            body = [part.strip() for part in tail[: -len("done")].split(";") if part.strip()]
+        else:
+            body = [tail] if tail else []
+            while rest and rest[0] != "done":
+                body.append(rest.pop(0))
+            assert rest, f"a for loop without its done: {line!r}"
+            rest.pop(0)
+        for value in values:
+            out += [re.sub(r"\$\{?" + var + r"\b\}?", value, command) for command in body]
+    return out
+
+
+def commands(text: str = README) -> list[str]:
+    """The commands of a page's bash blocks, in order, loops expanded (default: the README's)."""
+    return _expand(_lines(text))
+
+
+def all_commands() -> list[tuple[str, str]]:
+    """(page, command) for every page: the README, then the docs pages in the nav's order."""
+    return [(page.name, command) for page in PAGES for command in commands(page.read_text())]
+
+
 def kind(command: str) -> str:
     """run, parsed or not-run; the longest matching start decides (`run suites/mha.toml --predict` is run, the
     bare `run suites/mha.toml` parsed only)."""
     starts = [(s, "run") for s in RUN] + [(s, "parsed") for s in PARSED_ONLY] + [(s, "not-run") for s in NOT_RUN]
     matches = [(len(s), k) for s, k in starts if command.startswith(s)]
     if not matches:
-        raise AssertionError(f"README command not classified in tests/test_readme.py: {command!r}")
+        raise AssertionError(f"command not classified in tests/test_readme.py: {command!r}")
     return max(matches)[1]
 
 
-def created_by_readme() -> dict[str, str]:
-    """Files the README gives whole, to be saved under the name on their first line (``# my_attention.py``)."""
-    blocks = re.findall(r"```(?:python|toml)\n(# [\w.-]+\.(?:py|toml)\n.*?)```", README, re.S)
-    return {block.split("\n", 1)[0][2:].strip(): block for block in blocks}
+def created_by_docs() -> dict[str, str]:
+    """Files the pages give whole, to be saved under the name on their first line (``# my_attention.py``)."""
+    files: dict[str, str] = {}
+    for page in PAGES:
+        blocks = re.findall(r"```(?:python|toml)\n(# [\w.-]+\.(?:py|toml)\n.*?)```", page.read_text(), re.S)
+        for block in blocks:
+            name = block.split("\n", 1)[0][2:].strip()
+            assert files.get(name, block) == block, f"{page.name} gives {name} otherwise than another page"
+            files[name] = block
+    return files
 
 
 def _topk_bench_argvs(command: str) -> list[list[str]]:
-    return [shlex.split(part)[1:] for part in command.split("&&") if shlex.split(part)[:1] == ["topk-bench"]]
+    """The arguments of each `topk-bench` call of a command line (after `timeout N` or VAR=value)."""
+    argvs = []
+    for part in command.split("&&"):
+        words = shlex.split(part)
+        while words and (re.fullmatch(r"\w+=\S*", words[0]) or words[0] == "timeout"):
+            words = words[2:] if words[0] == "timeout" else words[1:]
+        if words[:1] == ["topk-bench"]:
+            argvs.append(words[1:])
+    return argvs
 
 
 def _command(name: str):
@@ -115,22 +193,36 @@ def parse(argv: list[str]) -> None:
     sub.make_context(argv[0], list(argv[1:]))
 
 
-def test_every_readme_command_is_classified_and_says_once_how_to_reach_topk_bench():
-    found = commands()
-    assert len(found) > 20 and "make demo" in found
-    kinds = {c: kind(c) for c in found}
-    assert sum(k == "run" for k in kinds.values()) >= 12
+def test_every_command_is_classified_and_the_readme_says_once_how_to_reach_topk_bench():
+    found = all_commands()
+    assert len(found) > 40 and ("README.md", "make demo") in found
+    kinds = {c: kind(c) for _, c in found}
+    assert sum(k == "run" for k in kinds.values()) >= 20
     assert README.count(ACTIVATE) == 1  # said once, in the quick start
+    for page in PAGES[1:]:
+        assert page.read_text().count(ACTIVATE) <= 1, page.name
     assert ACTIVATE in (ROOT / "Makefile").read_text().replace("$(VENV)", ".venv")  # and make demo says it
 
 
-def test_every_topk_bench_command_of_the_readme_parses_and_names_files_that_exist():
-    created = set(created_by_readme())
-    assert created == {"my_attention.py", "my_suite.toml", "cross_attention.py"}
-    for command in commands():
+def test_the_readme_gives_a_new_user_exactly_two_commands():
+    quick_start = re.search(r"^## Quick start\n(.*?)(?=^## )", README, re.S | re.M)
+    assert quick_start, "README.md has no section \"## Quick start\""
+    assert commands(quick_start.group(1)) == NEW_USER
+    assert [c for c in commands() if c.startswith("make ")] == NEW_USER  # no other make command in the README
+    makefile = (ROOT / "Makefile").read_text()
+    for command in NEW_USER:
+        assert re.search(rf"^{command.split()[1]}:", makefile, re.M), command
+
+
+def test_every_topk_bench_command_of_the_pages_parses_and_names_files_that_exist():
+    created = set(created_by_docs())
+    assert created == {"first.toml", "my_attention.py", "my_suite.toml", "cross_attention.py"}
+    for page, command in all_commands():
         if kind(command) == "not-run" or command.startswith("topk-bench compare BASE NEW"):
             continue
-        for argv in _topk_bench_argvs(command):
+        argvs = _topk_bench_argvs(command)
+        assert argvs or command.startswith("cp "), f"{page}: {command}: no topk-bench call"
+        for argv in argvs:
             pending = _missing_flags(argv)
             if pending:  # parse the rest: the pending flag and its value left out
                 at = argv.index(pending[0])
@@ -138,16 +230,24 @@ def test_every_topk_bench_command_of_the_readme_parses_and_names_files_that_exis
             parse(argv)
             for arg in argv:
                 if arg.endswith((".toml", ".py")) or arg.startswith("results/baselines"):
-                    assert (ROOT / arg).exists() or arg in created, f"{command}: {arg} does not exist"
+                    assert (ROOT / arg).exists() or arg in created, f"{page}: {command}: {arg} does not exist"
     for wrong in (["run", "suites/mha.toml", "--predcit"], ["plot", "results/", "--format"], ["shwo", "results/"]):
         with pytest.raises(UsageError):  # the check can fail
             parse(wrong)
 
 
+def test_a_for_loop_is_expanded_over_its_values():
+    assert commands("```bash\nfor s in a b; do\n  topk-bench run suites/$s.toml   # x\ndone\n```\n") == [
+        "topk-bench run suites/a.toml", "topk-bench run suites/b.toml"]
+    assert commands("```bash\nfor s in a b; do timeout 9 topk-bench run x/$s.toml -q; done\n```\n") == [
+        "timeout 9 topk-bench run x/a.toml -q", "timeout 9 topk-bench run x/b.toml -q"]
+    assert _topk_bench_argvs("timeout 9 OMP_NUM_THREADS=1 topk-bench run x.toml") == [["run", "x.toml"]]
+
+
 # --- the quick start, then the commands, each in a new shell ------------------------------------------
 
 COPIED = ("topk_bench", "implementations", "suites", "scripts", "bench.toml", "Makefile", "pyproject.toml",
-          "README.md", "results/baselines")
+          "README.md", "docs", "mkdocs.yml", "results/baselines")
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +269,7 @@ def clone(tmp_path_factory) -> Path:
     (bin_dir / "python").symlink_to(sys.executable)
     (bin_dir / "activate").write_text(f'export PATH="{bin_dir}:$PATH"\n')
     (root / ".venv" / ".installed").touch()  # newer than pyproject.toml and setup.sh: set-up is done
-    for name, body in created_by_readme().items():
+    for name, body in created_by_docs().items():
         (root / name).write_text(body)
     (root / "tmp").mkdir()
     done = _shell(root, "make demo", activate=False)
@@ -191,10 +291,10 @@ def _shell(root: Path, command: str, activate: bool = True) -> subprocess.Comple
 
 
 @pytest.mark.slow
-def test_after_the_quick_start_every_cheap_readme_command_runs_as_written_in_a_new_shell(clone):
+def test_after_the_quick_start_every_cheap_command_of_the_pages_runs_as_written_in_a_new_shell(clone):
     ran, waiting = [], []
-    for command in commands():
-        if kind(command) != "run":
+    for _, command in all_commands():
+        if kind(command) != "run" or command in ran:  # a command two pages give runs once
             continue
         pending = [flag for argv in _topk_bench_argvs(command) for flag in _missing_flags(argv)]
         if pending:
@@ -204,8 +304,10 @@ def test_after_the_quick_start_every_cheap_readme_command_runs_as_written_in_a_n
         assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
         ran.append(command)
-    assert len(ran) >= 12, ran
-    # What the commands left: plot results/ drew the demo's folder into plots/demo/, the plug-in's suite ran.
+    assert len(ran) >= 20, ran
+    # What the commands left: the README's loop drew its suite, plot results/ drew the demo's folder into
+    # plots/demo/, the plug-in's suite ran.
+    assert (clone / "plots" / "first" / "first-cpu-measured.png").exists()
     assert (clone / "plots" / "demo" / "demo_time-cpu-measured.png").exists()
     assert (clone / "plots" / "mine" / "my_suite-cpu-predicted.png").exists()
     if waiting:

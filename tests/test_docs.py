@@ -1,0 +1,87 @@
+"""The documentation: a short README that links every page of the site, a site that builds with
+`mkdocs build --strict` (no broken link or anchor), pages that say what is true now (no issue numbers), name
+modules and files that exist, and timings the Makefile and the README agree on. The commands of the pages:
+tests/test_readme.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+
+
+def nav() -> list[str]:
+    """The pages of mkdocs.yml's nav, in order (read without a YAML parser)."""
+    return re.findall(r"^\s+- [^:\n]+: (\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+
+
+def test_the_readme_is_short_and_links_every_page_of_the_site():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200
+    assert "docs/figures/mha-cpu-predicted.png" in text  # the hero figure
+    pages = nav()
+    assert pages[0] == "index.md" and sorted(pages) == sorted(p.name for p in PAGES)  # every page in the nav, once
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)\)", text))
+    assert linked == set(pages), set(pages) ^ linked
+
+
+def test_the_docs_name_no_issue_numbers():
+    for doc in (README, *PAGES):
+        found = re.findall(r".{0,40}\bissue[- ]?\d+.{0,40}", doc.read_text(), re.I)
+        assert not found, f"{doc.name}: {found}"
+
+
+def _exists(name: str) -> bool:
+    """A path (``topk_bench/child/worker.py``, ``suites/*.toml``) or a dotted name (``topk_bench.child.execute``,
+    ``topk_bench.results.store.read``): the longest module it starts with exists, and what follows is a name
+    that module's source has."""
+    if "/" in name:
+        return any(ROOT.glob(name.rstrip("/"))) if "*" in name else (ROOT / name).exists()
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:end])
+        source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if source.is_file():
+            rest = parts[end:]
+            return len(rest) <= 1 and all(re.search(rf"\b{re.escape(p)}\b", source.read_text()) for p in rest)
+    return False
+
+
+def test_every_module_and_file_the_docs_name_exists():
+    pattern = re.compile(r"(?<![\w/.-])((?:topk_bench|implementations|scripts|benchmarks|tests|suites)"
+                         r"(?:[/.][\w*-]+)+/?)")
+    missing = []
+    for doc in (README, *PAGES):
+        for name in sorted(set(pattern.findall(doc.read_text()))):
+            name = name.rstrip(".")
+            if not _exists(name) and not (doc.parent / name).is_file():  # suites.md: a page beside this one
+                missing.append(f"{doc.name}: {name}")
+    assert not missing, "\n".join(missing)
+    assert not _exists("topk_bench/measure/worker.py") and not _exists("topk_bench.measure.worker")  # the check can fail
+
+
+def test_the_makefiles_timings_are_the_readmes():
+    comments = "\n".join(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("#"))
+    timings = re.findall(r"\d+ min \d+ s|(?<!min )\b\d+ s\b|about \d+ minutes", comments)
+    assert len(timings) >= 4, timings
+    readme = README.read_text()
+    for timing in timings:
+        assert timing in readme, f"the Makefile says {timing!r}, the README does not"
+
+
+def test_the_site_builds_with_mkdocs_strict(tmp_path):
+    """Every link and anchor between the pages resolves (mkdocs.yml turns them into warnings, --strict fails)."""
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed: pip install -e '.[dev]' (make docs does)")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "site" / "index.html").is_file() and (tmp_path / "site" / "DESIGN" / "index.html").is_file()
