@@ -4,7 +4,7 @@
 # and, for the development loop, `make test-fast`: the tests not marked slow (no child processes
 # beyond a few, no Slurm cluster), 2 min 47 s on 2 cores (AVX-512-BF16 EPYC, load ~1). `make figures` redraws
 # the figures of README.md and docs/ from the CSVs in docs/figures/data/; `make check-figures` fails when they
-# are not what `topk-bench plot` draws today (tests/test_docs_figures.py runs the same check). `make docs`
+# are not what `topk-bench plot` draws today (tests/report/test_docs_figures.py runs the same check). `make docs`
 # builds the documentation site (mkdocs.yml, docs/) into site/, failing on any broken link or anchor.
 VENV ?= .venv
 BIN = $(VENV)/bin

@@ -432,8 +432,8 @@ if want smoke; then
     snap
 fi
 if want tests; then
-    logged tests "$(cap 150)" "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda_backend.py tests/test_timing.py \
-        tests/test_measure.py -k cuda
+    logged tests "$(cap 150)" "$PY" -m pytest -q -p no:cacheprovider tests/measure/test_cuda_backend.py tests/measure/test_timing.py \
+        tests/measure/test_backends.py -k cuda
     if [ $? -eq 0 ]; then pass "pytest -k cuda"; else fail "pytest -k cuda (tests.log)"; fi
     snap
 fi

@@ -58,7 +58,7 @@ def case(impl: str, proto: str = "paper", workload: str = "mha", **fields) -> Ca
 def test_our_case_ids_are_those_of_before_the_protocol_existed():
     ours = Case.make(suite="mha", workload="mha", impl="topk", params={"seq_len": 1024, "batch": 1, "d_model": 768,
                      "heads": 12}, options={"topk": 128, "chunk_size": 1024}, causal=True)
-    assert ours.case_id == "3af4ab3124c9c2ad"  # computed before this key existed (tests/test_ci_gate.py: all of ci.toml)
+    assert ours.case_id == "3af4ab3124c9c2ad"  # computed before this key existed (tests/suite/test_ci_suite_and_baseline.py: all of ci.toml)
     paper = Case.make(**{**_fields(ours), "protocol": "paper"})
     assert paper.case_id != ours.case_id
     assert Case.from_json(paper.to_json()) == paper and Case.from_json(paper.to_json()).protocol == "paper"

@@ -33,7 +33,7 @@ private pools, and the address ``cudaMalloc`` returns: here each new segment tak
 the addresses just below the previous one's, never reused. Addresses only decide
 ties between equal free blocks (the lowest address first); placing new segments
 downwards reproduces all 8 of the H100's random sequences
-(``tests/test_cuda_allocator.py``), placing them at the lowest free gap 6.
+(``tests/predict/test_cuda_allocator.py``), placing them at the lowest free gap 6.
 """
 
 from __future__ import annotations

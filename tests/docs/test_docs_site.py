@@ -1,10 +1,11 @@
 """The documentation: a short README that links every page of the site, a site that builds with
 `mkdocs build --strict` (no broken link or anchor), pages that say what is true now (no issue numbers), name
 modules and files that exist, and timings the Makefile and the README agree on. The commands of the pages:
-tests/test_readme.py."""
+tests/docs/test_commands_in_the_docs.py."""
 
 from __future__ import annotations
 
+from locations import ROOT
 import importlib.util
 import re
 import subprocess
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").glob("*.md"))
 

@@ -54,7 +54,7 @@ PARSED_ONLY = {
     "topk-bench run suites/mha.toml": "measures Fig. 1's 40 cases: about 15 min on 2 cores",
     "topk-bench run suites/kv_targets.toml": "5 rounds of 7 timed decode steps over 131072 cached tokens",
     "topk-bench run suites/decode.toml": "462 predicted cases, or 294 measured ones",
-    "topk-bench run suites/mha.toml --executor slurm": "needs a Slurm cluster (tests/test_slurm.py)",
+    "topk-bench run suites/mha.toml --executor slurm": "needs a Slurm cluster (tests/run/slurm/test_slurm_cluster.py)",
     "topk-bench doctor --device cuda": "without a GPU the same checks as `topk-bench doctor`, which runs",
     "topk-bench compare BASE NEW": "the synopsis of compare, not a command",
     "topk-bench profile suites/mha.toml": "a predicted profile at 65,536 tokens: about a minute on 2 cores",
@@ -141,7 +141,7 @@ def kind(command: str) -> str:
     starts = [(s, "run") for s in RUN] + [(s, "parsed") for s in PARSED_ONLY] + [(s, "not-run") for s in NOT_RUN]
     matches = [(len(s), k) for s, k in starts if command.startswith(s)]
     if not matches:
-        raise AssertionError(f"command not classified in tests/test_readme.py: {command!r}")
+        raise AssertionError(f"command not classified in tests/docs/test_commands_in_the_docs.py: {command!r}")
     return max(matches)[1]
 
 
