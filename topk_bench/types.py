@@ -24,7 +24,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+W = TypeVar("W", bound="Word")
 
 
 class Word(str, Enum):
@@ -38,7 +40,7 @@ class Word(str, Enum):
         return tuple(m.value for m in cls)
 
     @classmethod
-    def parse(cls, value: str, what: str | None = None) -> "Word":
+    def parse(cls: type[W], value: str, what: str | None = None) -> W:
         """The member spelled ``value``; ValueError naming the known spellings otherwise."""
         try:
             return cls(value)

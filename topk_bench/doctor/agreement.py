@@ -113,7 +113,7 @@ def check(name: str, device: str) -> Check:
             passed = False
             continue
         errors = {key: relative_error(got.get(key), value) for key, value in expected.items()}
-        worst = max(errors, key=errors.get)
+        worst = max(errors, key=lambda key: errors[key])
         ok = errors[worst] <= tolerance and not placement.problems
         passed &= ok
         parts.append(f"{dtype}: max rel err {errors[worst]:.1e} ({worst}) {'<=' if ok else '>'} {tolerance:g}"

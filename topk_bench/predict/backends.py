@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
+import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -126,11 +127,12 @@ def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, 
         wl.clear_grads()
     trace.take()
     trace.begin_iteration(counted=counted)
-    gpu, losses = trace.gpu, []
+    gpu = trace.gpu
+    losses: list[torch.Tensor] = []
     flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
     with fake, kernels.CudaComposites(gpu, trace.adds), flops or contextlib.nullcontext(), \
             ops or contextlib.nullcontext(), trace, hardware.target("cuda"):
         iteration(wl, case, losses=losses)
     events = trace.take()
-    return ((events, trace.serial(losses[0])), flops.get_total_flops() if counted else None,
-            ops.counted.ops if counted else None)
+    return ((events, trace.serial(losses[0])), flops.get_total_flops() if flops is not None else None,
+            ops.counted.ops if ops is not None else None)

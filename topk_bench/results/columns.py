@@ -292,7 +292,7 @@ def order_parameters(names: Iterable[str]) -> list[str]:
 
 def header(parameters: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
     """A suite's CSV header: required, then parameters, then optional result columns, then context columns."""
-    out = list(REQUIRED_COLUMNS)
+    out: list[str] = list(REQUIRED_COLUMNS)
     for name in [*parameters, *optional, *CONTEXT_COLUMNS]:
         if name not in out:
             out.append(name)

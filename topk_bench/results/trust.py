@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeGuard
 
 from topk_bench.results import columns as col
 
@@ -58,7 +58,7 @@ def _above(value: float | None, limit: float) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value)) and value > limit
 
 
-def _known(value: float | None) -> bool:
+def _known(value: float | None) -> TypeGuard[float]:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 

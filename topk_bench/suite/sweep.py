@@ -163,7 +163,8 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
 def expand(suite: Suite, measuring: Measuring) -> list[Case]:
     """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major, each measured as ``measuring`` says;
     BadInput when two entries give one case."""
-    cases, first = [], {}  # case_id -> the entry that gave it first
+    cases: list[Case] = []
+    first: dict[str, int] = {}  # case_id -> the entry that gave it first
     given = measuring.case_fields()
     for point in grid(suite):
         for i, entry in enumerate(suite.impl):

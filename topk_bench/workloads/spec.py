@@ -146,7 +146,8 @@ class WorkloadSpec:
         """``params`` with what their preset values set (``model = "llama-3-8b"``: its head counts)."""
         out = dict(params)
         for name, table in self.presets.items():
-            out.update(table.get(out.get(name), {}))
+            if out.get(name) is not None:
+                out.update(table.get(out[name], {}))
         return out
 
     def shape(self, case: Case) -> dict[str, Any]:

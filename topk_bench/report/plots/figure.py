@@ -33,7 +33,7 @@ import io
 import math
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import matplotlib
 
@@ -115,7 +115,7 @@ def _set_x_ticks(ax, xs: np.ndarray, spec: PlotSpec) -> None:
     while len(ticks) > 7:
         ticks = ticks[::2]
     formatter = format_power_of_two if spec.x == "chunk_size" else format_size
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_locator(FixedLocator(ticks.tolist()))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(v)))
     ax.xaxis.set_minor_locator(NullLocator())
 
@@ -279,7 +279,7 @@ def _iqr_bars(ax, ok: pd.DataFrame, m, style) -> bool:
     return bool(np.isfinite(q1).any())
 
 
-_BUDGET_LINE = dict(color="0.35", linestyle="-.", linewidth=1, zorder=1)
+_BUDGET_LINE: dict[str, Any] = dict(color="0.35", linestyle="-.", linewidth=1, zorder=1)
 
 
 def _budget_legend(gib: float) -> str:
@@ -370,7 +370,7 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     return fig
 
 
-def _legend_entries(axes, rows: pd.DataFrame, used: set[str]):
+def _legend_entries(axes, rows: pd.DataFrame, used: set[str]) -> tuple[list[object], list[str]]:
     """One entry per curve (first occurrence across panels), then one per other encoding the panels used
     (hollow markers, IQR bars, the budget line, the failure cross), and what no curve shows."""
     seen: dict[str, object] = {}

@@ -20,6 +20,7 @@ keys, so random quality says little about a method).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib
 
@@ -44,7 +45,7 @@ from topk_bench.types import Method  # noqa: E402
 QUALITIES = {"minilm": ("minilm_mass_recall", "minilm_attn_rel_err"), "random": ("mass_recall", "attn_rel_err")}
 LOWER_IS_BETTER = frozenset({"minilm_attn_rel_err", "attn_rel_err"})
 REFERENCE_SIZE = 11
-FRONT_STYLE = dict(color="0.55", linewidth=5, alpha=0.35, solid_capstyle="round", zorder=0)
+FRONT_STYLE: dict[str, Any] = dict(color="0.55", linewidth=5, alpha=0.35, solid_capstyle="round", zorder=0)
 REFERENCE_LEGEND = "large marker: a method whose quality does not move with the budget (the reference), at its median time"
 FRONT_LEGEND = "grey steps: Pareto front (no other point both faster and better)"
 
@@ -198,7 +199,7 @@ def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure
     return fig
 
 
-def _legend(axes, rows: pd.DataFrame, used: set[str], spec: PlotSpec):
+def _legend(axes, rows: pd.DataFrame, used: set[str], spec: PlotSpec) -> tuple[list[object], list[str]]:
     """Each method once, then every other encoding the panels used, then what no panel shows."""
     seen: dict[str, object] = {}
     for ax in axes.flat:
