@@ -47,7 +47,7 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     label = f"peak = predicted: {name}"
     try:
         measured, predicted = _pair(name, device, plugins)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 -- whatever fails is a failed check, not a crash
         return Check(label, Result.FAIL, f"raised {type(exc).__name__}: {brief(exc, 160)}")
     if measured.status != Status.OK:
         refused = compile_failure(measured.error)

