@@ -155,15 +155,16 @@ class Case:
             "mode": self.mode, "causal": self.causal, "activation": self.activation,
             "dtype": self.dtype, "device": self.device, "method": self.method, "seed": self.seed,
         }
-        if self.fidelity:  # only when set, so that ids of suites without fidelity stay as they were
+        # The keys below only when set, so that adding one leaves the ids of the cases without it unchanged.
+        if self.fidelity:
             key["fidelity"] = True
-        if self.protocol != DEFAULT_PROTOCOL:  # likewise: ids of our protocol's cases stay as they were
+        if self.protocol != DEFAULT_PROTOCOL:
             key["protocol"] = self.protocol
-        if self.quality:  # likewise
+        if self.quality:
             key["quality"] = list(self.quality)
-        if self.gpu and self.gpu is not DEFAULT_GPU:  # likewise: predictions for the default GPU keep their ids
+        if self.gpu and self.gpu is not DEFAULT_GPU:  # the default GPU counts as none
             key["gpu"] = self.gpu
-        if self.timer is Timer.CUDAGRAPH:  # likewise: a graph replay's time is another quantity than events'
+        if self.timer is Timer.CUDAGRAPH:  # a graph replay's time is another quantity than events'
             key["timer"] = self.timer
         if self.flush_l2:
             key["flush_l2"] = True

@@ -5,7 +5,7 @@ command line, the parent, the warm template and the child all import it.
 
 - :class:`Mode`, :class:`Method`, :class:`DeviceKind`, :class:`Timer`, :class:`DType`: ``str``
   enums. Each member *is* its CSV/JSON/TOML spelling (``Mode.FWD == "fwd"``), so
-  rows and case ids read and hash as before; code compares members, never bare
+  rows and case ids read and hash as the plain strings do; code compares members, never bare
   strings (``case.method is Method.MEASURED``).
 - The parent <-> template messages (one ``AF_UNIX``/``SOCK_SEQPACKET`` datagram
   each, JSON with a ``"type"``): :class:`Start` and :class:`Kill` (parent to

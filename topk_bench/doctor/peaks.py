@@ -25,8 +25,8 @@ from topk_bench.units import MIB
 from topk_bench.types import DeviceKind, Method
 from topk_bench.results import columns as col
 
-# The CUDA prediction's stated accuracy (issue 26's targets): the peak above the baseline within 1 MiB, the
-# reserved peak within 5% of the measured.
+# The CUDA prediction's stated accuracy: the peak above the baseline within 1 MiB, the reserved peak within 5%
+# of the measured.
 PEAK_TOLERANCE = 1 * MIB
 RESERVED_TOLERANCE = 0.05
 

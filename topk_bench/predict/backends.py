@@ -87,7 +87,7 @@ def predict_cuda(case: Case, *, empty_cache: bool = True,
     kernel's own buffers are added, outputs CUDA sizes otherwise are resized, the cuBLAS workspaces allocated at
     their first use and kept), replayed step by step through the protocol's iterations
     (:mod:`topk_bench.predict.simulated`): warm-up, gradients cleared, ``empty_cache`` (``empty_cache=False``:
-    main before issue 14's change), peaks reset, the timed iterations. As measured: ``baseline_bytes`` after the
+    a measurement without it), peaks reset, the timed iterations. As measured: ``baseline_bytes`` after the
     build, ``workspace_bytes`` what the warm-up left besides, ``peak_bytes`` and ``reserved_bytes`` of the timed
     iterations, workspaces included. The ops whose CUDA allocations are not modelled are named in the
     ``cuda_unmodeled_ops`` column. ``make_trace(gpu, adds)`` and ``make_steps``: the trace and the simulation's

@@ -125,7 +125,7 @@ def _header(first: bytes, path: Path) -> list[str]:
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise BadInput(f"not a topk-bench results file: no column {str(missing[0])!r}", file=path)
-    return migrate(header)  # an older file's renamed columns, as this version names them
+    return migrate(header)  # quality columns under fidelity's names, renamed
 
 
 def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | None:

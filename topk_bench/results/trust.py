@@ -115,7 +115,7 @@ def warning(cells: Iterable[object]) -> str | None:
 
 
 def remeasure_hint(counts: dict[str, int]) -> str:
-    """The command that measures the flagged rows again (``run --remeasure``, issue 30), naming the flags
+    """The command that measures the flagged rows again (``run --remeasure``), naming the flags
     that occur (``counts``: flag -> rows), in the order flags are written."""
     named = ",".join(flag for flag, count in counts.items() if count)
     return f"measure them again on a quiet machine: topk-bench run SUITE --remeasure {named}"

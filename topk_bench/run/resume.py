@@ -40,7 +40,7 @@ def _number(value: str | None) -> float | None:
 def retry_reason(row: Mapping[str, str], budget: Budget) -> str | None:
     """Why a stopping row runs again under ``budget`` (None: it does not): its own budget was smaller.
 
-    A row without a recorded budget (written before issue 19) is not retried.
+    A row without a recorded budget is not retried.
     """
     status = row.get(col.STATUS)
     if status == Status.TIMEOUT:

@@ -54,7 +54,8 @@ def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, 
     impl = implementations.spec(entry.name)
     ff_name = feedforward(suite, entry)
     ff = implementations.spec(ff_name) if ff_name and spec.swept_options_reach_feedforward else None
-    # An optional parameter (decode's budget) is in a case only when the suite gives it: ids stay as they were.
+    # An optional parameter (decode's budget) is in a case only when the suite gives it: the ids of cases
+    # without it do not change.
     params = {k: v for k, v in spec.params.items() if k not in spec.optional_params}
     params.update({k: v for k, v in suite.shape.items() if spec.open_params or k in spec.params})
     options, ff_options = dict(entry.options), dict(entry.feedforward_options)

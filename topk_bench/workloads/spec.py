@@ -99,7 +99,7 @@ class WorkloadSpec:
     params: Mapping[str, Any]
     open_params: bool = False
     # Parameters a case holds only when its suite gives them (their default is "not used"), so that adding
-    # one leaves the ids of existing cases as they were.
+    # one leaves the ids of the cases without it unchanged.
     optional_params: tuple[str, ...] = ()
     causal: bool = False
     activation: str = "softmax"
