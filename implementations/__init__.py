@@ -17,11 +17,11 @@ from implementations.registry import (
 )
 
 # Importing a module registers its implementations.
-from implementations import vanilla, sdpa, qchunk, topk, topk_sparse, performer, topk_fast  # noqa: E402,F401
-from implementations import paper  # noqa: E402,F401  (vanilla_paper, qchunk_paper, topk_paper)
-from implementations import page_topk, sink_window, block_topk, flex  # noqa: E402,F401  (KV-cache and block selection)
+from implementations import vanilla, sdpa, qchunk, topk, topk_sparse, performer, topk_fast  # noqa: F401 -- to register
+from implementations import paper  # noqa: F401 -- registers vanilla_paper, qchunk_paper, topk_paper
+from implementations import page_topk, sink_window, block_topk, flex  # noqa: F401 -- to register
 
-from implementations.layers import Decoder, FeedForward, MultiHeadAttention  # noqa: E402
+from implementations.layers import Decoder, FeedForward, MultiHeadAttention
 
 __all__ = [
     "ACTIVATIONS", "Implementation", "UnknownImplementation", "all_specs", "get", "names",

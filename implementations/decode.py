@@ -92,7 +92,8 @@ def decode_scores(q, k, groups: int, *, causal: bool, real_keys=None, multiple: 
     lo = min(max(offset + 1, 0), lk)  # keys before lo are visible to every row
     if causal and lo < lk:
         allowed = allowed_keys(0, lq, lq, lk, causal=True, device=device, cols=(lo, lk))
-        grouped[..., lo:lk].masked_fill_(allowed.logical_not_(), float("-inf"))
+        if allowed is not None:  # None: every key allowed
+            grouped[..., lo:lk].masked_fill_(allowed.logical_not_(), float("-inf"))
     if real_keys is not None:  # [B, Lk] -> [B*Hkv, 1, 1, Lk]
         shape = (k.shape[0],) + (1,) * (k.dim() - 3) + (lk,)
         pad = real_keys.logical_not().view(shape).expand(*k.shape[:-2], lk).reshape(bkv, 1, 1, lk)

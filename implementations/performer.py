@@ -48,12 +48,12 @@ def _package():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            import distutils  # noqa: F401
+            import distutils  # noqa: F401 -- only whether it imports
         except ModuleNotFoundError:
             # performer-pytorch reads distutils.version, gone from the standard library since Python 3.12;
             # setuptools provides it once imported (where its start-up hook did not run: an environment
             # that sees another's site-packages through a plain path).
-            import setuptools  # noqa: F401
+            import setuptools  # noqa: F401 -- importing it provides distutils
         import performer_pytorch.performer_pytorch as pp
     return pp
 

@@ -93,7 +93,7 @@ class Case:
     # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
     quality: tuple[str, ...] = ()
     # The GPU a CUDA prediction models (run --predict --device cuda --gpu); "" for any other case.
-    gpu: str = ""
+    gpu: GpuModel | str = ""
     # Where the case's profile goes (topk_bench.profile: `topk-bench profile`, `run --profile`); empty: none.
     # Not in the case id: a profile changes what is written, not what is measured.
     profile: str = ""
@@ -108,7 +108,7 @@ class Case:
     @property
     def gpu_model(self) -> GpuModel:
         """The GPU a CUDA prediction of this case models (the default when none was named)."""
-        return self.gpu or DEFAULT_GPU
+        return self.gpu if isinstance(self.gpu, GpuModel) else DEFAULT_GPU
         if self.timer is not None:
             object.__setattr__(self, "timer", Timer.parse(self.timer, "timer"))
 
@@ -148,22 +148,23 @@ class Case:
 
         Not the label, warm-up, repeat count or threads: re-running with more repeats resumes.
         """
-        key = {
+        key: dict[str, Any] = {
             "suite": self.suite, "workload": self.workload, "impl": self.impl,
             "params": self.params, "options": self.options,
             "ff_impl": self.ff_impl, "ff_options": self.ff_options,
             "mode": self.mode, "causal": self.causal, "activation": self.activation,
             "dtype": self.dtype, "device": self.device, "method": self.method, "seed": self.seed,
         }
-        if self.fidelity:  # only when set, so that ids of suites without fidelity stay as they were
+        # The keys below only when set, so that adding one leaves the ids of the cases without it unchanged.
+        if self.fidelity:
             key["fidelity"] = True
-        if self.protocol != DEFAULT_PROTOCOL:  # likewise: ids of our protocol's cases stay as they were
+        if self.protocol != DEFAULT_PROTOCOL:
             key["protocol"] = self.protocol
-        if self.quality:  # likewise
+        if self.quality:
             key["quality"] = list(self.quality)
-        if self.gpu and self.gpu is not DEFAULT_GPU:  # likewise: predictions for the default GPU keep their ids
+        if self.gpu and self.gpu is not DEFAULT_GPU:  # the default GPU counts as none
             key["gpu"] = self.gpu
-        if self.timer is Timer.CUDAGRAPH:  # likewise: a graph replay's time is another quantity than events'
+        if self.timer is Timer.CUDAGRAPH:  # a graph replay's time is another quantity than events'
             key["timer"] = self.timer
         if self.flush_l2:
             key["flush_l2"] = True

@@ -99,15 +99,15 @@ def _probe(plugin: str, limit_s: float | None = None) -> str | None:
     os.close(write_end)
     try:
         ready, _, _ = select.select([read_end], [], [], limit_s)
-        word = os.read(read_end, 1) if ready else None
+        answer = os.read(read_end, 1) if ready else None
     finally:
         os.close(read_end)
-        if word is None:
+        if answer is None:
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
-    if word is None:
+    if answer is None:
         return f"did not finish importing within {limit_s:g} s"
-    if word:
+    if answer:
         return None
     code = os.waitstatus_to_exitcode(status)
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"

@@ -5,7 +5,7 @@ command line, the parent, the warm template and the child all import it.
 
 - :class:`Mode`, :class:`Method`, :class:`DeviceKind`, :class:`Timer`, :class:`DType`: ``str``
   enums. Each member *is* its CSV/JSON/TOML spelling (``Mode.FWD == "fwd"``), so
-  rows and case ids read and hash as before; code compares members, never bare
+  rows and case ids read and hash as the plain strings do; code compares members, never bare
   strings (``case.method is Method.MEASURED``).
 - The parent <-> template messages (one ``AF_UNIX``/``SOCK_SEQPACKET`` datagram
   each, JSON with a ``"type"``): :class:`Start` and :class:`Kill` (parent to
@@ -24,7 +24,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+W = TypeVar("W", bound="Word")
 
 
 class Word(str, Enum):
@@ -38,7 +40,7 @@ class Word(str, Enum):
         return tuple(m.value for m in cls)
 
     @classmethod
-    def parse(cls, value: str, what: str | None = None) -> "Word":
+    def parse(cls: type[W], value: str, what: str | None = None) -> W:
         """The member spelled ``value``; ValueError naming the known spellings otherwise."""
         try:
             return cls(value)

@@ -221,9 +221,10 @@ def key_sort_(keys: torch.Tensor, lo: int, per_row: int, rows: torch.Tensor, sta
     lib = _library()
     if lib is None:
         raise RuntimeError("key_sort_: no compiled kernel (implementations.native.built() is False)")
-    carried = []
-    for src, dst in ((a, a_out), (b, b_out)):
-        carried += [None, None, 0] if src is None else [src.data_ptr(), dst.data_ptr(), src.element_size()]
+    carried: list[int | None] = []
+    for src, dst in ((a, a_out), (b, b_out)):  # _check_sort: both given, or neither
+        carried += [None, None, 0] if src is None or dst is None else [src.data_ptr(), dst.data_ptr(),
+                                                                      src.element_size()]
     threads = max(1, min(torch.get_num_threads(), keys.numel() // (1 << 16)))
     if lib.key_sort(keys.data_ptr(), keys.element_size(), keys.numel(), lo, starts.numel() - 1, per_row,
                     rows.data_ptr(), starts.data_ptr(), *carried, threads):

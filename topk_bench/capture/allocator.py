@@ -14,6 +14,7 @@ the CPU, whose FlexAttention has no backward).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity
@@ -65,9 +66,10 @@ class AllocatorRows(AllocatorBytes):
 
     def __exit__(self, *exc) -> None:
         super().__exit__(*exc)
-        live: dict[int, object] = {}
+        live: dict[int, Any] = {}  # ptr -> the profiler's allocation event
         running = highest = 0
-        at_peak: dict[int, object] = {}
+        at_peak: dict[int, Any] = {}
+        assert self._profile is not None, "__exit__ without __enter__"
         for node in allocation_events(self._profile):  # as AllocatorBytes counts them, keeping who is live
             size, ptr = node.extra_fields.alloc_size, node.extra_fields.ptr
             running += size

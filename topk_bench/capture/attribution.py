@@ -25,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import enum
 from dataclasses import dataclass
+from typing import Final
 
 import torch
+from torch.autograd.graph import Node
 from torch.utils._python_dispatch import _disable_current_modes
 
 from topk_bench.predict.trace import AllocationTrace
@@ -36,8 +38,14 @@ from topk_bench.capture.rows import Category, Row, shape_text
 _current_node = torch._C._current_autograd_node
 _graph_task = torch._C._current_graph_task_id
 _sequence_nr = torch._C._autograd._get_sequence_nr
-_UNSET = object()
 _DETACH = torch.ops.aten.detach.default
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+_UNSET: Final = _Unset.UNSET  # the op's source, not looked up yet
 
 
 class Phase(enum.IntEnum):
@@ -94,10 +102,10 @@ class Attribution(AllocationTrace):
         self.backward_from: int | None = None  # the first op of the backward
         self.peak_at = 0                     # how many steps of the timeline the peak includes
         self._node_where: dict[int, src.Where | None] = {}  # autograd sequence number -> forward source
-        self._node = None
+        self._node: Node | None = None
         self._task = 0
         self._runs: dict[int, tuple[tuple[int, str], int]] = {}  # graph task -> (its current node, its run number)
-        self._op_where = _UNSET
+        self._op_where: src.Where | None | _Unset = _UNSET
         self._tensor: torch.Tensor | None = None
         self._unpacked: torch.Tensor | None = None  # a saved tensor just unpacked for the backward
         self._marks_saved = True  # the saved-tensor hooks are on in this iteration
@@ -161,9 +169,9 @@ class Attribution(AllocationTrace):
     def _released(self, key: int) -> None:
         serial = self._serials.get(key)
         super()._released(key)
-        storage = self.storages.get(serial)
-        if storage is None:
+        if serial is None or serial not in self.storages:
             return
+        storage = self.storages[serial]
         task, run = storage.run
         if storage.phase is Phase.BACKWARD and self._runs.get(task, (None, None))[1] == run:
             storage.freed_in_run = True

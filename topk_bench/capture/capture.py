@@ -55,18 +55,19 @@ def _predicted_cpu(case: Case, budget: Budget, sources: src.Sources) -> tuple[Me
 def _predicted_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Measurement, Captured]:
     """:func:`~topk_bench.predict.backends.predict` itself (its ``predict_cuda``), the trace attributed and the simulation keeping its
     peak's blocks."""
-    made: dict[str, object] = {}
+    traces: list[KernelAttribution] = []
+    simulations: list[PeakSimulation] = []
 
     def trace(gpu, adds) -> KernelAttribution:
-        made["trace"] = KernelAttribution(sources, gpu, adds)
-        return made["trace"]
+        traces.append(KernelAttribution(sources, gpu, adds))
+        return traces[-1]
 
     def steps(*args, **options) -> PeakSimulation:
-        made["steps"] = PeakSimulation(*args, **options)
-        return made["steps"]
+        simulations.append(PeakSimulation(*args, **options))
+        return simulations[-1]
 
     result = predict(case, budget, make_trace=trace, make_steps=steps)
-    tracker, simulation = made["trace"], made["steps"]
+    tracker, simulation = traces[-1], simulations[-1]
     for serial, nbytes in simulation.setup:  # what the build made is the baseline
         if nbytes != FREE and serial in tracker.storages:
             tracker.storages[serial].phase = Phase.BASELINE
@@ -103,6 +104,7 @@ def _measured_cpu(case: Case, budget: Budget, sources: src.Sources) -> tuple[Mea
     tracker = made[0].tracker
     if isinstance(tracker, AllocatorRows):  # a compiled call (flex): the profiler's allocations, no timeline
         return result, Captured(tracker.rows, None, made[0].timing, notes=tracker.notes)
+    assert isinstance(tracker, Attribution), "what _ProfiledCpuSteps.live_bytes makes"
     return result, Captured(tracker.rows(), tracker, made[0].timing)
 
 
@@ -115,6 +117,7 @@ def _measured_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Me
 
     result = backends.measure_cuda(case, budget, make_steps=steps)
     done = made[0]
+    assert done.region is not None, "set when the timed iterations finish"
     rows, peak, baseline, notes = peak_rows(
         done.trace(), builds=done.builds, region=done.region, empty_cache=case.protocol == OURS.name,
         attribution=done.attribution, sources=sources)

@@ -25,6 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from topk_bench.case import Case
 from topk_bench.measure import backends, iterations
 from topk_bench.measure.steps import iteration
+from topk_bench.predict import allocator
 from topk_bench.predict.allocator import CachingAllocator
 from topk_bench.measure.ops import OpCounter
 from topk_bench.capture import sources as src, timing
@@ -57,7 +58,7 @@ def peak_blocks(trace: list[dict], region: tuple[int, int], *, empty_cache: bool
     (history positions ``[from, to)``), with ``empty_cache`` first when the measurement called it there. Each
     segment at the address the history gives it, so that equal free blocks are chosen as the GPU chose them."""
     alloc = CachingAllocator(int(e["addr"]) for e in trace if e.get("action") == "segment_alloc")
-    live: dict[int, tuple[Block, object]] = {}
+    live: dict[int | None, tuple[Block, allocator.Block | None]] = {}  # the history's address -> its block
     peak: Peak | None = None
     for i, entry in enumerate(trace[:region[1]]):
         if i == region[0]:

@@ -17,6 +17,7 @@ import linecache
 import os
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Iterable
 
 import implementations
@@ -84,7 +85,7 @@ class Sources:
 
     def here(self, skip: int = 1) -> Where | None:
         """(file, line) of the innermost user frame of the caller's stack, else of the harness, else None."""
-        frame = sys._getframe(skip + 1)
+        frame: FrameType | None = sys._getframe(skip + 1)
         harness: Where | None = None
         kinds = self._kinds
         while frame is not None:

@@ -42,7 +42,7 @@ def groups(rows: Iterable[Row]) -> list[Group]:
         by_source[row.source].append(row)
     out = []
     for source, members in by_source.items():
-        per_category = collections.Counter()
+        per_category: collections.Counter[str] = collections.Counter()
         for row in members:
             per_category[str(row.category)] += row.bytes
         out.append(Group(source, code_line(source), sum(r.bytes for r in members), len(members),

@@ -67,7 +67,7 @@ def _table(profile: torch.profiler.profile, cuda: bool) -> list[dict]:
     return sorted(rows, key=lambda r: (-(r[key] or 0.0), r["op"]))
 
 
-def profile_iteration(run: Callable[[], None], *, cuda: bool) -> Timing:
+def profile_iteration(run: Callable[[], object], *, cuda: bool) -> Timing:
     """Run ``run`` (one iteration) under ``torch.profiler``; on CUDA, device activity too."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=activities, with_flops=True) as profile:

@@ -70,7 +70,7 @@ def classify(exc: BaseException, budget: Budget, case: Case | None = None) -> tu
         return Status.UNSUPPORTED, first_line
     if isinstance(exc, NotImplementedError):  # what this torch (or an implementation on it) cannot do
         return Status.UNSUPPORTED, message
-    if isinstance(exc, NonFinite):  # issue 18: a NaN in an optional column (extras)
+    if isinstance(exc, NonFinite):  # a NaN in an optional column (extras)
         return Status.NONFINITE, first_line
     if _is_allocation_failure(exc):
         return (Status.OVER_BUDGET if budget_limits_allocations(case, budget) else Status.OOM), message
@@ -125,7 +125,7 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
         result = _measuring(case)(case, budget)
         result.metadata.update(machine.context(start, machine.read()))
         # Outside the measured region: fidelity against vanilla, a workload's own columns.
-        if result.status == Status.OK:  # issue 18: not for a nonfinite case (its error metrics are NaN)
+        if result.status == Status.OK:  # not for a nonfinite case (its error metrics would be NaN)
             result.extra.update(extra_columns(case, budget))
     except Exception as exc:  # noqa: BLE001 -- every failure becomes a status
         status, message = classify(exc, budget, case)

@@ -34,7 +34,7 @@ def become_subreaper() -> None:
 
 def _parents() -> dict[int, int]:
     """pid -> parent pid of every process (``/proc/PID/stat``: the field after the command's closing paren)."""
-    table = {}
+    table: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:

@@ -22,6 +22,7 @@ import resource
 import signal
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -47,7 +48,7 @@ def die_with_parent(parent_pid: int | None) -> None:
 
 def limit_address_space(case: Case, budget: Budget) -> None:
     """Make a CPU allocation far past the budget fail at once instead of swapping the machine."""
-    if not budget_limits_allocations(case, budget):
+    if not budget_limits_allocations(case, budget) or budget.max_memory_bytes is None:
         return
     vm_size = 0
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -70,7 +71,7 @@ def initialise_device(case: Case) -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m topk_bench.child.worker", description=__doc__.splitlines()[0])
     parser.add_argument("case", type=Path, nargs="?", help="the case, as written by Case.to_json()")
     parser.add_argument("result", type=Path, nargs="?", help="where the Measurement JSON goes")

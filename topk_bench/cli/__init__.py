@@ -69,7 +69,7 @@ def output_width(default: int = 100) -> int:
 
 
 # Each command module registers itself on ``app`` when imported.
-from topk_bench.cli import commands  # noqa: E402,F401
+from topk_bench.cli import commands  # noqa: E402,F401 -- registers the commands on app, made above
 
 
 def main(argv: list[str] | None = None) -> None:

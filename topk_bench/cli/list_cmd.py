@@ -69,9 +69,9 @@ def list_registry(
         table.add_column(column, no_wrap=column == "name", overflow="fold")
     table.add_column("description", overflow="fold", ratio=1)
     for name in workloads.names():
-        spec = workloads.lookup(name)
-        params = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or ("any" if spec.open_params else "-")
-        table.add_row(name, params, "yes" if spec.feedforward else "no", spec.description)
+        workload = workloads.lookup(name)
+        params = ", ".join(f"{k}={v}" for k, v in workload.params.items()) or ("any" if workload.open_params else "-")
+        table.add_row(name, params, "yes" if workload.feedforward else "no", workload.description)
     console.print(table)
     # Named values of a parameter (model = "llama-3-8b") and what each sets, once for the workloads sharing it.
     presets: dict[tuple, list[str]] = {}

@@ -35,7 +35,7 @@ def compile_failure(problem: BaseException | str) -> str | None:
     refusing to compile (``BackendCompilerFailed``: e.g. FlexAttention on CUDA below head_dim 16): what this
     torch cannot compile is skipped, not failed; None for anything else."""
     if isinstance(problem, BaseException):
-        seen = problem
+        seen: BaseException | None = problem
         while seen is not None and not any(c.__name__ == "BackendCompilerFailed" for c in type(seen).__mro__):
             seen = seen.__cause__ or seen.__context__  # raised while handling it, or from it
         if seen is None:

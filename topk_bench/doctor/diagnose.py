@@ -32,7 +32,8 @@ def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (), isolated: tu
     """
     import torch
 
-    from topk_bench.doctor import agreement, cuda, isolated as apart, oom, peaks, probes, timer  # noqa: F401
+    # probes is imported for its side effect: it registers the doctor's own implementations here.
+    from topk_bench.doctor import agreement, cuda, isolated as apart, oom, peaks, probes, timer  # noqa: F401 -- probes
 
     found: list[Check] = []
 

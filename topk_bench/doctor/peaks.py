@@ -25,8 +25,8 @@ from topk_bench.units import MIB
 from topk_bench.types import DeviceKind, Method
 from topk_bench.results import columns as col
 
-# The CUDA prediction's stated accuracy (issue 26's targets): the peak above the baseline within 1 MiB, the
-# reserved peak within 5% of the measured.
+# The CUDA prediction's stated accuracy: the peak above the baseline within 1 MiB, the reserved peak within 5%
+# of the measured.
 PEAK_TOLERANCE = 1 * MIB
 RESERVED_TOLERANCE = 0.05
 
@@ -47,7 +47,7 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     label = f"peak = predicted: {name}"
     try:
         measured, predicted = _pair(name, device, plugins)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 -- whatever fails is a failed check, not a crash
         return Check(label, Result.FAIL, f"raised {type(exc).__name__}: {brief(exc, 160)}")
     if measured.status != Status.OK:
         refused = compile_failure(measured.error)

@@ -72,7 +72,9 @@ def choose_seq_len(case: Case, budget: Budget) -> int:
         return seq_len
     while True:
         probe = dataclasses.replace(vanilla_of(case, seq_len), method=Method.PREDICTED, mode=Mode.FWD_BWD)
-        if predict(probe, Budget()).peak_bytes <= limit:
+        peak = predict(probe, Budget()).peak_bytes
+        assert peak is not None, "a prediction has a peak"
+        if peak <= limit:
             return seq_len
         if seq_len // 2 < MIN_SEQ_LEN:
             # Not a MemoryError: the case itself fitted, only its reference does not.
@@ -86,6 +88,7 @@ def _run(wl: Workload, upstream: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     x.grad = None
     out = wl()
     out.backward(upstream)
+    assert x.grad is not None, "the workload's input requires grad"
     return out.detach(), x.grad.detach()
 
 
@@ -141,7 +144,9 @@ def quality_random(case: Case) -> dict[str, float]:
     with torch.no_grad():
         # Copies taken before the call: an implementation that writes into its inputs must not make the
         # reference (computed from them) agree with it.
-        q, k, v = (x.clone() for x in workloads.lookup(case.workload).attention_inputs(wl))
+        inputs_of = workloads.lookup(case.workload).attention_inputs
+        assert inputs_of is not None, "suite checks: quality only on workloads with attention inputs"
+        q, k, v = (x.clone() for x in inputs_of(wl))
         out = wl()
         return _selection_quality(case.impl, q, k, v, out, case.option_dict, case.causal)
 

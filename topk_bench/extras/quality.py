@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from topk_bench.extras.fidelity import rel_err  # noqa: F401 (one definition, re-exported)
+from topk_bench.extras.fidelity import rel_err  # noqa: F401 -- one definition, re-exported
 
 
 def allowed_mask(lq: int, lk: int, causal: bool, device=None) -> torch.Tensor:

@@ -19,7 +19,6 @@ them into statuses.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Callable
 
@@ -52,7 +51,7 @@ def _timings(samples: list[tuple[float, float]], case: Case, *, split: bool = Tr
     return {"fwd_times_s": fwd, "bwd_times_s": bwd, "times_s": [f + b for f, b in samples]}
 
 
-def _measured_columns(case: Case, steps: iterations.Steps, timer: Timer) -> dict:
+def _measured_columns(case: Case, steps: CpuSteps | CudaSteps, timer: Timer) -> dict:
     """A measured row's columns of how it was timed, what it dispatched and what its compilation took."""
     columns = {col.TIMER: timer, col.FLUSH_L2: case.flush_l2, **ops_columns(steps.counted)}
     if steps.compile_s is not None:
@@ -60,7 +59,7 @@ def _measured_columns(case: Case, steps: iterations.Steps, timer: Timer) -> dict
     return columns
 
 
-class CpuSteps(iterations.Steps):
+class CpuSteps(iterations.Steps[Workload]):
     """Live bytes, FLOPs and ops from the profiling iteration, times from ``perf_counter``."""
 
     def __init__(self, case: Case, budget: Budget):
@@ -78,14 +77,20 @@ class CpuSteps(iterations.Steps):
     def profile(self, wl: Workload) -> None:
         # No dispatch mode can follow a compiled call (flex, compile = true): the allocator's own reports and
         # the profiler's ops, and no FLOPs (the FLOP counter is a mode too).
-        compiled = iterations.compiles(self.case)
-        self.tracker = self.allocator_bytes() if compiled else self.live_bytes()
-        self.tracker.register(wl.model, wl.inputs, wl.kept)
-        flops, ops = (None, None) if compiled else (FlopCounterMode(display=False), OpCounter())
-        with flops or contextlib.nullcontext(), ops or contextlib.nullcontext(), self.tracker:
+        if iterations.compiles(self.case):
+            allocator = self.allocator_bytes()
+            self.tracker = allocator
+            allocator.register(wl.model, wl.inputs, wl.kept)
+            with allocator:
+                iteration(wl, self.case)
+            self.flops, self.counted = None, allocator.counted
+            return
+        live = self.live_bytes()
+        self.tracker = live
+        live.register(wl.model, wl.inputs, wl.kept)
+        with FlopCounterMode(display=False) as flops, OpCounter() as ops, live:
             iteration(wl, self.case)
-        self.flops = flops.get_total_flops() if flops else None
-        self.counted = self.tracker.counted if compiled else ops.counted
+        self.flops, self.counted = flops.get_total_flops(), ops.counted
 
     def live_bytes(self) -> LiveBytes:
         """The tracker of the profiling iteration (a profile's counts more: :mod:`topk_bench.profile`)."""
@@ -117,14 +122,16 @@ def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget],
     check_supported(case, predict=False)
     steps = make_steps(case, budget)
     samples = iterations.run(case, steps)
-    result = ok_result(case, peak_bytes=steps.tracker.peak_bytes, baseline_bytes=steps.tracker.baseline_bytes,
-                     flops=steps.flops, **_timings(samples, case))
+    tracker = steps.tracker
+    assert tracker is not None, "set by the profiling iteration"
+    result = ok_result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
+                       flops=steps.flops, **_timings(samples, case))
     result.metadata.update(steps.contention.summary())
     result.extra.update(_measured_columns(case, steps, Timer.PERF_COUNTER))
     return checked(result, steps.problem)
 
 
-class CudaSteps(iterations.Steps):
+class CudaSteps(iterations.Steps[Workload]):
     """The caching allocator's peaks over the measured iterations, CUDA events around forward and backward, or
     around each replay of a captured iteration. ``cuda``: what is called of ``torch.cuda`` (a stand-in on the
     CPU in tests); ``clock``: the host's clock the warm-up is timed by."""
@@ -133,10 +140,14 @@ class CudaSteps(iterations.Steps):
         self.case, self.device, self.cuda, self.clock = case, device, cuda, clock
         self.flops: int | None = None
         self.counted = OpCount()
-        self.after_build = self.baseline = self.workspace = self.peak = self.reserved = None
+        self.after_build: int | None = None
+        self.baseline: int | None = None
+        self.workspace: int | None = None
+        self.peak: int | None = None
+        self.reserved: int | None = None
         self.losses: list[torch.Tensor] = []
         self.problem = ""
-        self.graph = None
+        self.graph: torch.cuda.CUDAGraph | None = None
         self._flush: torch.Tensor | None = None
 
     def build(self) -> Workload:
@@ -225,6 +236,7 @@ class CudaSteps(iterations.Steps):
     def replay(self) -> iterations.Pending:
         start, end = self._events(2)
         start.record()
+        assert self.graph is not None, "replay() after capture()"
         self.graph.replay()
         end.record()
         return lambda: (start.elapsed_time(end) / 1e3, 0.0)

@@ -1,7 +1,7 @@
 """Contention seen from inside a case: what its threads got of the machine while its timed iterations ran.
 
 The load average is read at a case's ends and lags by a minute; a case can be slowed many times over
-by a competing process that the load average never shows (issue 29). So the child looks at itself,
+by a competing process that the load average never shows. So the child looks at itself,
 around each timed iteration (:func:`topk_bench.measure.iterations.run` calls :meth:`Sampler.around`):
 
 - wall time (``perf_counter``), and the process's CPU time and involuntary context switches

@@ -31,7 +31,7 @@ timed one, in either protocol.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 import torch
 
@@ -41,22 +41,31 @@ from topk_bench.case import Case
 from topk_bench.measure.contention import Sampler
 from topk_bench.protocol import OURS, PAPER
 from topk_bench.types import Timer
-from topk_bench.workloads import Workload
 
 Sample = tuple[float, float]  # (forward, backward) seconds of one timed iteration
 Pending = Callable[[], Sample]  # a timed iteration's sample, to read once the device is synchronised
 
 
-class Steps:
+class Built(Protocol):
+    """What the iterations use of a built workload: a :class:`~topk_bench.workloads.Workload`, or a simulation's
+    stand-in."""
+
+    def clear_grads(self) -> None: ...
+
+
+W = TypeVar("W", bound=Built)
+
+
+class Steps(Generic[W]):
     """How a backend does each step on its device (``start``, ``finish`` and ``flush`` do nothing unless
-    overridden)."""
+    overridden), on what its ``build`` returns."""
 
     # Seconds of the first call of an implementation that compiles (ours), compilation included; else None.
     compile_s: float | None = None
     # What the case's threads got of the machine around each timed iteration (set by :func:`run`).
     contention: Sampler
 
-    def build(self) -> Workload:
+    def build(self) -> W:
         raise NotImplementedError
 
     def sync(self) -> None:
@@ -67,28 +76,28 @@ class Steps:
         self.sync()
         return time.perf_counter()
 
-    def profile(self, wl: Workload) -> None:
+    def profile(self, wl: W) -> None:
         """One untimed iteration that counts FLOPs (on the CPU, also live bytes)."""
         raise NotImplementedError
 
-    def warm_up(self, wl: Workload) -> None:
+    def warm_up(self, wl: W) -> None:
         """One untimed iteration."""
         raise NotImplementedError
 
-    def start(self, wl: Workload, *, reset_peak: bool) -> None:
+    def start(self, wl: W, *, reset_peak: bool) -> None:
         """The measured region starts, on ``wl``: what is live now is the baseline; peaks restart if asked."""
 
-    def timed(self, wl: Workload) -> Pending:
+    def timed(self, wl: W) -> Pending:
         """One timed iteration, started; its sample is read after :meth:`sync`."""
         raise NotImplementedError
 
-    def finish(self, wl: Workload) -> None:
+    def finish(self, wl: W) -> None:
         """The timed iterations are over, the last on ``wl``: read the peaks, then check its numbers."""
 
     def flush(self) -> None:
         """Flush the device's cache (zero a buffer larger than it), outside any timing."""
 
-    def capture(self, wl: Workload) -> None:
+    def capture(self, wl: W) -> None:
         """Capture one iteration on ``wl`` in a CUDA graph, for :meth:`replay`."""
         raise NotImplementedError("only CUDA captures an iteration in a graph")
 
@@ -97,7 +106,7 @@ class Steps:
         raise NotImplementedError("only CUDA replays a graph")
 
 
-def _timed(steps: Steps, wl: Workload) -> Pending:
+def _timed(steps: Steps[W], wl: W) -> Pending:
     """One timed iteration, the case's contention read around its dispatch (:mod:`topk_bench.measure.contention`:
     on the CPU the whole iteration; on CUDA the host's part)."""
     with steps.contention.around():
@@ -115,7 +124,7 @@ def own_timing_pass(case: Case) -> bool:
     return case.timer is Timer.CUDAGRAPH or case.flush_l2
 
 
-def _ours(case: Case, steps: Steps) -> list[Sample]:
+def _ours(case: Case, steps: Steps[W]) -> list[Sample]:
     wl = steps.build()
     if compiles(case):  # its first call compiles: a warm-up of its own, whose seconds are compile_s
         start = time.perf_counter()
@@ -133,7 +142,7 @@ def _ours(case: Case, steps: Steps) -> list[Sample]:
     return samples
 
 
-def _warm_up(case: Case, steps: Steps, wl: Workload) -> None:
+def _warm_up(case: Case, steps: Steps[W], wl: W) -> None:
     """The profiling iteration, then more until ``warmup`` iterations and ``warmup_s`` seconds of them."""
     steps.profile(wl)
     done, start = 1, steps.now()
@@ -142,7 +151,7 @@ def _warm_up(case: Case, steps: Steps, wl: Workload) -> None:
         done += 1
 
 
-def _back_to_back(case: Case, steps: Steps, run: Callable[[], Pending], flush: bool = False) -> list[Sample]:
+def _back_to_back(case: Case, steps: Steps[Any], run: Callable[[], Pending], flush: bool = False) -> list[Sample]:
     """``repeats`` timed iterations (``run``) queued back to back (each after a cache flush when asked), then
     one synchronisation, then their samples."""
     pending = []
@@ -154,7 +163,7 @@ def _back_to_back(case: Case, steps: Steps, run: Callable[[], Pending], flush: b
     return [read() for read in pending]
 
 
-def _timing_pass(case: Case, steps: Steps, wl: Workload) -> list[Sample]:
+def _timing_pass(case: Case, steps: Steps[W], wl: W) -> list[Sample]:
     """The samples of a timing pass after the memory pass: graph replays or eager iterations, flushed if asked."""
     if case.timer is Timer.CUDAGRAPH:
         steps.capture(wl)
@@ -162,8 +171,9 @@ def _timing_pass(case: Case, steps: Steps, wl: Workload) -> list[Sample]:
     return _back_to_back(case, steps, lambda: _timed(steps, wl), flush=case.flush_l2)
 
 
-def _paper(case: Case, steps: Steps) -> list[Sample]:
-    samples, wl = [], None
+def _paper(case: Case, steps: Steps[W]) -> list[Sample]:
+    samples: list[Sample] = []
+    wl: W | None = None
     for i in range(case.repeats):
         wl = None  # the last one freed before the next is built, as their `del Q, model, out, loss`
         wl = steps.build()  # outside the timed region, as their get_inputs()
@@ -172,16 +182,17 @@ def _paper(case: Case, steps: Steps) -> list[Sample]:
         read = _timed(steps, wl)
         steps.sync()  # their loop synchronised around each iteration
         samples.append(read())
+    assert wl is not None, "repeats >= 1"
     steps.finish(wl)
     wl = None
     steps.profile(steps.build())
     return samples
 
 
-STRUCTURES: dict[str, Callable[[Case, Steps], list[Sample]]] = {OURS.name: _ours, PAPER.name: _paper}
+STRUCTURES: dict[str, Callable[[Case, Steps[Any]], list[Sample]]] = {OURS.name: _ours, PAPER.name: _paper}
 
 
-def run(case: Case, steps: Steps) -> list[Sample]:
+def run(case: Case, steps: Steps[Any]) -> list[Sample]:
     """Run ``case``'s iterations in its protocol's structure; the samples of the timed ones."""
     try:
         structure = STRUCTURES[case.protocol]

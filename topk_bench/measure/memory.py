@@ -168,7 +168,8 @@ class AllocatorBytes:
     def __init__(self) -> None:
         self.baseline_bytes = 0
         self.peak_bytes = 0
-        self._profile = None
+        self.counted = OpCount()  # the profiled region's ops, once it ends
+        self._profile: torch.profiler.profile | None = None
 
     def register(self, *objects) -> None:
         counted = LiveBytes()
@@ -181,6 +182,7 @@ class AllocatorBytes:
         return self
 
     def __exit__(self, *exc) -> None:
+        assert self._profile is not None, "__exit__ without __enter__"
         self._profile.__exit__(*exc)
         self.counted = profiled(self._profile.events())
         live = highest = 0
@@ -194,10 +196,13 @@ def allocation_events(profile: torch.profiler.profile) -> list:
     """The allocator's events of a profile taken with ``profile_memory=True``, in order, each allocation and free
     once. (Not the ops' ``cpu_memory_usage``: an op's includes its children's, so ``matmul`` and the ``mm`` inside
     it would each count the product.)"""
-    found, pending = [], list(profile.profiler.kineto_results.experimental_event_tree())
+    results = profile.profiler.kineto_results if profile.profiler is not None else None
+    if results is None:
+        raise ValueError("allocation_events: the profile has not run")
+    found, pending = [], list(results.experimental_event_tree())
     while pending:
         node = pending.pop()
         pending.extend(node.children)
-        if type(node.extra_fields).__name__ == "_ExtraFields_Allocation" and node.extra_fields.alloc_size:
+        if isinstance(node.extra_fields, torch._C._profiler._ExtraFields_Allocation) and node.extra_fields.alloc_size:
             found.append(node)
     return sorted(found, key=lambda n: (n.start_time_ns, n.id))

@@ -134,7 +134,9 @@ def gpu_state(device: str, nvml: Any = None) -> dict[str, Any]:
 
 def _nvml_state(uuid: str, nvml: Any = None) -> dict[str, Any]:
     if nvml is None:
-        import pynvml as nvml
+        import pynvml
+
+        nvml = pynvml
     nvml.nvmlInit()
     try:
         handle = nvml.nvmlDeviceGetHandleByUUID(uuid)

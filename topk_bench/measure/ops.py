@@ -23,9 +23,12 @@ only SDPA's math composite calls.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from torch.utils._python_dispatch import TorchDispatchMode
+
+if TYPE_CHECKING:
+    import torch.profiler
 
 # The op SDPA dispatches to -> its backend, named as torch.nn.attention.SDPBackend's members (lower case).
 SDPA_OPS = {
@@ -100,7 +103,7 @@ class ProfiledOps:
 
     def __init__(self) -> None:
         self.counted = OpCount()
-        self._profile = None
+        self._profile: torch.profiler.profile | None = None
 
     def __enter__(self) -> "ProfiledOps":
         import torch.profiler
@@ -110,5 +113,6 @@ class ProfiledOps:
         return self
 
     def __exit__(self, *exc) -> None:
+        assert self._profile is not None, "__exit__ without __enter__"
         self._profile.__exit__(*exc)
         self.counted = profiled(self._profile.events())

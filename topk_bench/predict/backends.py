@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
+import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -86,7 +87,7 @@ def predict_cuda(case: Case, *, empty_cache: bool = True,
     kernel's own buffers are added, outputs CUDA sizes otherwise are resized, the cuBLAS workspaces allocated at
     their first use and kept), replayed step by step through the protocol's iterations
     (:mod:`topk_bench.predict.simulated`): warm-up, gradients cleared, ``empty_cache`` (``empty_cache=False``:
-    main before issue 14's change), peaks reset, the timed iterations. As measured: ``baseline_bytes`` after the
+    a measurement without it), peaks reset, the timed iterations. As measured: ``baseline_bytes`` after the
     build, ``workspace_bytes`` what the warm-up left besides, ``peak_bytes`` and ``reserved_bytes`` of the timed
     iterations, workspaces included. The ops whose CUDA allocations are not modelled are named in the
     ``cuda_unmodeled_ops`` column. ``make_trace(gpu, adds)`` and ``make_steps``: the trace and the simulation's
@@ -126,11 +127,12 @@ def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, 
         wl.clear_grads()
     trace.take()
     trace.begin_iteration(counted=counted)
-    gpu, losses = trace.gpu, []
+    gpu = trace.gpu
+    losses: list[torch.Tensor] = []
     flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
     with fake, kernels.CudaComposites(gpu, trace.adds), flops or contextlib.nullcontext(), \
             ops or contextlib.nullcontext(), trace, hardware.target("cuda"):
         iteration(wl, case, losses=losses)
     events = trace.take()
-    return ((events, trace.serial(losses[0])), flops.get_total_flops() if counted else None,
-            ops.counted.ops if counted else None)
+    return ((events, trace.serial(losses[0])), flops.get_total_flops() if flops is not None else None,
+            ops.counted.ops if ops is not None else None)

@@ -36,7 +36,7 @@ class _Replayed:
         self._steps.clear()
 
 
-class SimulatedCudaSteps(iterations.Steps):
+class SimulatedCudaSteps(iterations.Steps[_Replayed]):
     """The steps of a CUDA measurement on a fresh simulated allocator.
 
     ``setup``: the events of building the workload (what stays live is the baseline); ``body``: the
@@ -63,7 +63,11 @@ class SimulatedCudaSteps(iterations.Steps):
         self._setup_keys: set = set()
         self._kept: set = set()  # the timed iterations' losses
         self._count = 0  # iterations so far: also the simulated clock, one second each
-        self.after_build = self.baseline = self.workspace = self.peak = self.reserved = None
+        self.after_build: int | None = None
+        self.baseline: int | None = None
+        self.workspace: int | None = None
+        self.peak: int | None = None
+        self.reserved: int | None = None
 
     def _replay(self, events: Sequence[Event], tag) -> None:
         for serial, nbytes in events:
@@ -106,6 +110,7 @@ class SimulatedCudaSteps(iterations.Steps):
         return float(self._count)
 
     def start(self, wl, *, reset_peak: bool) -> None:
+        assert self.after_build is not None, "start() after build()"
         self.baseline = self.after_build
         if reset_peak:
             self.workspace = self.alloc.allocated - self.after_build
@@ -127,6 +132,7 @@ class SimulatedCudaSteps(iterations.Steps):
         return lambda: (0.0, 0.0)
 
     def result(self) -> Simulated:
+        assert self.baseline is not None and self.peak is not None and self.reserved is not None, "after finish()"
         return Simulated(self.baseline, self.peak, self.reserved, self.workspace)
 
 

@@ -199,7 +199,7 @@ SOFTWARE = (col.TORCH_VERSION, col.CUDA_VERSION, col.CUDNN_VERSION, col.DRIVER_V
 
 def _machines_differ(base: pd.DataFrame, new: pd.DataFrame) -> str:
     """One warning line when the two runs come from different hardware or software (the verdicts may mislead);
-    "" when they do not, or when a side does not say (an older CSV's empty column is no difference)."""
+    "" when they do not, or when a side does not say (a CSV without the column is no difference)."""
     measured = [frame.loc[frame[col.METHOD] == Method.MEASURED] if col.METHOD in frame.columns else frame
                 for frame in (base, new)]
     differences = [_difference(measured[0], measured[1], c) for c in HARDWARE]

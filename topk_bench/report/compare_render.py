@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 from pathlib import Path
 
 import pandas as pd
@@ -146,7 +147,7 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
         for metric, column, unit in EXPORTED:
             if metric not in exported:
                 continue
-            entry = {"name": f"{name} {metric}", "unit": unit}
+            entry: dict[str, Any] = {"name": f"{name} {metric}", "unit": unit}
             if row[col.STATUS] != Status.OK:
                 error = " ".join(str(row.get(col.ERROR) or "").split())[:200]
                 entry.update(value=FAILED_VALUE, extra=f"status={row['status']}; case_id={row['case_id']}"

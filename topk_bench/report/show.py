@@ -218,7 +218,7 @@ def show(path: str | Path, errors: bool = True, console: Console | None = None,
     for folder, frame in zip(folders, frames):
         if folder != Path(path):
             console.print(f"{folder}:", highlight=False, markup=False)
-        for table in _tables(frame, errors) if wide else pivot_tables(frame, width):
+        for table in _tables(frame, errors) if wide else pivot_tables(frame, width or DEFAULT_WIDTH):
             console.print(table)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     frame.attrs = {"dropped": [d for f in frames for d in f.attrs.get("dropped", [])]}

@@ -7,11 +7,11 @@ pandas column), and knows what it means and what its cells may hold. A header is
 the required columns in their order, then one column per suite parameter, then the
 optional result columns a suite asks for, then the context columns (how far to trust
 the time, the budget the case ran under). Context columns are written with every row
-but not required: a CSV from before them still loads (readers see them empty).
+but not required: a CSV without them still loads (readers see them empty).
 
 One name per meaning: the selection quality's relative error against exact attention is
-``attn_rel_err`` (``rel_err`` is fidelity's, against vanilla's layer). A CSV written before
-the rename is read with its quality columns renamed (:func:`migrate`).
+``attn_rel_err`` (``rel_err`` is fidelity's, against vanilla's layer). A CSV whose quality
+columns carry fidelity's names is read with them renamed (:func:`migrate`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ REQUIRED_COLUMNS: tuple[Column, ...] = (
     TORCH_VERSION, GIT_SHA, TIMESTAMP,
 )
 
-# -- context: written with every row since issue 19, not required of a file ------------------------
+# -- context: written with every row, not required of a file ---------------------------------------
 TRUST = Column("trust", "busy, contended, noisy, ';'-joined, or empty (topk_bench.results.trust)", T)
 TIME_CV = Column("time_cv", "coefficient of variation of times_s (standard deviation / mean)", M)
 LOAD_START = Column("load_start", "1-minute load average per core when the measurement started", M)
@@ -94,7 +94,7 @@ LOAD_END = Column("load_end", "1-minute load average per core when it ended", M)
 STEAL = Column("steal", "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)", M)
 MAX_MEMORY_BYTES = Column("max_memory_bytes", "the memory budget the case ran under", M)
 MAX_CASE_SECONDS = Column("max_case_seconds", "the time budget the case ran under", M)
-# What the case's threads got of the machine during its timed iterations (issue 29; topk_bench.measure.contention).
+# What the case's threads got of the machine during its timed iterations (topk_bench.measure.contention).
 THREADS = Column("threads", "the intra-op CPU threads the case ran with", M)
 CPU_WAIT = Column("cpu_wait", "median over timed iterations of the largest share of the iteration one of the case's "
                   "threads was runnable but waited for a CPU (Linux schedstat run delay)", M)
@@ -103,7 +103,7 @@ PREEMPT_PER_S = Column("preempt_per_s", "involuntary context switches of the pro
 RUNNABLE = Column("runnable", "the machine's runnable threads per core (the case's own included), median of the "
                   "samples taken after each timed iteration", M)
 CONTENTION_COLUMNS: tuple[Column, ...] = (THREADS, CPU_WAIT, CPU_SHARE, PREEMPT_PER_S, RUNNABLE)
-# How the time was taken (issue 26): measured rows only.
+# How the time was taken: measured rows only.
 TIMER = Column("timer", "perf_counter (CPU), events or cudagraph (CUDA): what timed each sample", T)
 FLUSH_L2 = Column("flush_l2", "True when the device's cache was flushed before each timed iteration", T)
 # What an iteration dispatched (every backend: cpu, cuda, predict).
@@ -207,16 +207,16 @@ def register_column(name: str, description: str, *, number: bool = False) -> Col
     return known
 
 
-# -- migration: CSVs written before a column was renamed -------------------------------------------
+# -- migration: quality columns under fidelity's names ---------------------------------------------
 
-# The selection quality's rel_err (issue 25: one name per meaning); told apart from fidelity's by the other
-# columns of the header (a suite asks for one of the two).
+# The selection quality's columns named as fidelity's (rel_err), renamed so that a name has one meaning; told
+# apart from fidelity's by the other columns of the header (a suite asks for one of the two).
 _QUALITY_RENAMED = {"rel_err": ATTN_REL_ERR, "minilm_rel_err": QUALITY["minilm"]["attn_rel_err"]}
 _QUALITY_ONLY = {c for kind in QUALITY.values() for c in kind.values()} - set(_QUALITY_RENAMED.values())
 
 
 def migrate(header: list[str]) -> list[str]:
-    """A header as this version names its columns (an older file's quality ``rel_err`` is ``attn_rel_err``)."""
+    """``header`` with the quality columns under their own names (a quality ``rel_err`` is ``attn_rel_err``)."""
     if not any(c in _QUALITY_ONLY for c in header) or any(c in (GRAD_COS, FIDELITY_SEQ_LEN) for c in header):
         return list(header)
     return [_QUALITY_RENAMED.get(c, c) for c in header]
@@ -292,7 +292,7 @@ def order_parameters(names: Iterable[str]) -> list[str]:
 
 def header(parameters: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
     """A suite's CSV header: required, then parameters, then optional result columns, then context columns."""
-    out = list(REQUIRED_COLUMNS)
+    out: list[str] = list(REQUIRED_COLUMNS)
     for name in [*parameters, *optional, *CONTEXT_COLUMNS]:
         if name not in out:
             out.append(name)
@@ -380,7 +380,8 @@ def metric(name: str) -> Metric:
 
 
 def migrate_metrics(names: Iterable[str], columns: Iterable[str]) -> list[str]:
-    """Metric names a suite wrote before a rename, as this version names them, for a CSV of ``columns``."""
+    """Metric names a suite wrote under fidelity's names, as :func:`migrate` renames them, for a CSV of
+    ``columns``."""
     present = set(columns)
     renamed = {old: new for old, new in _QUALITY_RENAMED.items() if new in present and old not in present}
     return [renamed.get(n, n) for n in names]

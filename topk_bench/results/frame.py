@@ -61,7 +61,7 @@ def _frame(table: store.Table, file: Path) -> pd.DataFrame:
     buffer.seek(0)
     # Only an empty cell is missing: a label "NA" or "null" stays text.
     frame = pd.read_csv(buffer, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False, na_values=[""])
-    for column in CONTEXT_COLUMNS:  # a CSV from before them: every reader sees them, empty
+    for column in CONTEXT_COLUMNS:  # a CSV without them: every reader sees them, empty
         if column not in frame.columns:
             frame[column] = pd.Series([None] * len(frame), dtype=object if column == col.TRUST else float)
     for column in (col.ERROR, col.LABEL, col.TIMES_S, col.DEVICE_NAME, col.GIT_SHA, col.TRUST):
@@ -89,7 +89,7 @@ def _last_of_each_case(frame: pd.DataFrame) -> pd.DataFrame:
 
 def load_results(path: str | Path) -> pd.DataFrame:
     """A results CSV, or every results CSV of a directory, as one DataFrame (required columns first; the
-    context columns of a CSV written before them are there, empty).
+    context columns of a CSV written without them are there, empty).
 
     ``frame.attrs["dropped"]`` lists the lines left out (cut, an unknown status, a
     number that is not one, an earlier row of a repeated ``case_id``).

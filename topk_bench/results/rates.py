@@ -20,11 +20,17 @@ COLUMNS = TRAFFIC_COLUMNS + RATE_COLUMNS
 
 
 class Traffic(Protocol):  # topk_bench.workloads.Traffic (results does not import the workloads)
-    flops: int
-    bytes: int
-    tokens: int
-    tokens_per_sequence: int
-    kv_cache_bytes: int | None
+    # Read-only, as the frozen dataclass's fields are.
+    @property
+    def flops(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def tokens_per_sequence(self) -> int: ...
+    @property
+    def kv_cache_bytes(self) -> int | None: ...
 
 
 def names(traffic: Traffic | None) -> tuple[str, ...]:
@@ -40,7 +46,7 @@ def columns(traffic: Traffic | None, measurement: Measurement) -> dict[str, Any]
         return {}
     time = measurement.time_median_s
     rate = (lambda amount: amount / time) if time else (lambda amount: None)
-    values = {
+    values: dict[str, Any] = {
         col.KV_CACHE_BYTES: traffic.kv_cache_bytes, col.MODEL_FLOPS: traffic.flops,
         col.BYTES_MOVED: traffic.bytes, col.TOKENS: traffic.tokens,
         col.FLOPS_PER_S: rate(traffic.flops), col.BYTES_PER_S: rate(traffic.bytes),

@@ -38,8 +38,9 @@ def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
     threads got of the machine while timed (:mod:`topk_bench.measure.contention`), and the machine and software
     it ran on (its metadata). How it was timed and its ops come with its ``extra``."""
     m, meta, budget = measurement, measurement.metadata or {}, budget or Budget()
-    machine = {key: meta.get(key) for key in (col.LOAD_START, col.LOAD_END, col.STEAL)}
-    seen = {key: meta.get(key) for key in col.CONTENTION_COLUMNS}  # what the case's threads got, while timed
+    machine: dict[str, Any] = {key: meta.get(key) for key in (col.LOAD_START, col.LOAD_END, col.STEAL)}
+    # What the case's threads got, while timed.
+    seen: dict[str, Any] = {key: meta.get(key) for key in col.CONTENTION_COLUMNS}
     spread = trust.cv(m.times_s)
     evidence = {key: seen[key] for key in (col.RUNNABLE, col.CPU_WAIT, col.CPU_SHARE)}
     return {

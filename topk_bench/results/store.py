@@ -23,7 +23,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Collection, Iterable, Iterator, Mapping
 
 from topk_bench import fileio
 from topk_bench.errors import BadInput, file_error
@@ -125,7 +125,7 @@ def _header(first: bytes, path: Path) -> list[str]:
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise BadInput(f"not a topk-bench results file: no column {str(missing[0])!r}", file=path)
-    return migrate(header)  # an older file's renamed columns, as this version names them
+    return migrate(header)  # quality columns under fidelity's names, renamed
 
 
 def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | None:
@@ -189,6 +189,7 @@ def read(path: Path) -> Table:
         elif fields is not None:
             table.whole += 1
         if problem is None:
+            assert fields is not None, "a line without a problem was read into fields"
             table.rows.append(dict(zip(header, fields)))
             table.line_numbers.append(number)
         else:
@@ -214,7 +215,8 @@ def read_header(path: Path) -> list[str] | None:
     return _header(first, path) if first.strip() else None
 
 
-def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset(), drop_lines: set[int] = frozenset()) -> int:
+def _rewrite(path: Path, header: list[str], drop: Collection[str] = frozenset(),
+             drop_lines: Collection[int] = frozenset()) -> int:
     """Rewrite the file under ``header`` (one atomic write); returns how many rows of ``drop`` (case_ids) went.
     ``drop_lines``: line numbers of valid rows that go too.
 
@@ -233,9 +235,12 @@ def _rewrite(path: Path, header: list[str], drop: set[str] = frozenset(), drop_l
             removed += 1
             continue
         if problem is not None:
-            whole = fields is not None and len(fields) == len(old) and header != old
-            lines.append(_line(dict(zip(old, fields)).get(c, "") for c in header) if whole else line + b"\n")
+            if fields is not None and len(fields) == len(old) and header != old:  # whole, under the old header
+                lines.append(_line(dict(zip(old, fields)).get(c, "") for c in header))
+            else:
+                lines.append(line + b"\n")
             continue
+        assert fields is not None, "a line without a problem was read into fields"
         row = dict(zip(old, fields))
         if row[col.CASE_ID] in drop:
             removed += 1

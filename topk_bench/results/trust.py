@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeGuard
 
 from topk_bench.results import columns as col
 
@@ -58,7 +58,7 @@ def _above(value: float | None, limit: float) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value)) and value > limit
 
 
-def _known(value: float | None) -> bool:
+def _known(value: float | None) -> TypeGuard[float]:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
@@ -115,7 +115,7 @@ def warning(cells: Iterable[object]) -> str | None:
 
 
 def remeasure_hint(counts: dict[str, int]) -> str:
-    """The command that measures the flagged rows again (``run --remeasure``, issue 30), naming the flags
+    """The command that measures the flagged rows again (``run --remeasure``), naming the flags
     that occur (``counts``: flag -> rows), in the order flags are written."""
     named = ",".join(flag for flag, count in counts.items() if count)
     return f"measure them again on a quiet machine: topk-bench run SUITE --remeasure {named}"

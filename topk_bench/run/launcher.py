@@ -61,7 +61,8 @@ CHILD_VARIABLES = (*THREAD_VARIABLES, "CUDA_VISIBLE_DEVICES")
 VOLATILE_VARIABLES = ("PYTEST_CURRENT_TEST",)
 
 # What measures one case in a process of its own (:func:`run_isolated`, or a test's stand-in).
-CaseRunner = Callable[[Case, Budget], Measurement]
+# (case, budget) -> its measurement; also called with env=... where job slots give their children variables.
+CaseRunner = Callable[..., Measurement]
 
 # Templates of other environments kept alive at once (each holds torch's memory, ~0.5 GB).
 MAX_TEMPLATES = 2

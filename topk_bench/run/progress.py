@@ -6,10 +6,11 @@ import collections
 import datetime
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -78,7 +79,7 @@ class Reporter:
         self.total, self.done, self.suite = total, done, suite
         self.eta = Eta()
         self._progress: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None  # set with _progress
 
     def __enter__(self) -> "Reporter":
         if self.live:
@@ -101,13 +102,13 @@ class Reporter:
 
     def running(self, what: str) -> None:
         """What runs now (implementation and size)."""
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=what)
 
     def waiting(self, line: str) -> None:
         """How the cases do on an executor where they wait (``slurm: 3 pending (Resources), 1 running``):
         the bar's description on a terminal, else a line of its own."""
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=line)
         elif self.enabled:
             self.console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -116,7 +117,7 @@ class Reporter:
         self.done += 1
         status = row.get(col.STATUS, "")
         self.eta.ended(ran=status not in _INSTANT)
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.advance(self._task)
         detail = row.get(col.ERROR) or ""
         line = (f"[{self.done}/{self.total}] {what}: {status}  peak {short_bytes(row.get(col.PEAK_BYTES))}"
@@ -129,7 +130,7 @@ class Reporter:
 
 
 def summary(suite: str, csv_path: Path, written: collections.Counter, in_file: collections.Counter,
-            elapsed_s: float, console: Console | None = None, notes: list[str] = ()) -> None:
+            elapsed_s: float, console: Console | None = None, notes: Sequence[str] = ()) -> None:
     """Status counts of this run and of the whole file, where the results went, then ``notes`` (one line each)."""
     console = console or Console()
     table = Table(title=f"{suite}: {sum(written.values())} case(s) in {elapsed_s:.1f} s")

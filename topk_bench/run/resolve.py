@@ -253,7 +253,7 @@ def _threads(settings: Settings, suite: Suite, flags: Flags, executor: ExecutorS
     if flags.predict:
         return 1, []
     asked = threads_value(layered("threads", flags, suite, settings), "threads")
-    if asked != "auto":
+    if isinstance(asked, int):  # else "auto" (threads_value checked it)
         return asked, []
     if executor.kind == "slurm":
         return executor.cpus_per_task, [f"threads = auto: {executor.cpus_per_task} per case (cpus_per_task of "

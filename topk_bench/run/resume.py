@@ -16,7 +16,7 @@ those ``trust`` flags, and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from topk_bench.case import Budget, Case
 from topk_bench.results import trust
@@ -30,7 +30,7 @@ from topk_bench.results import columns as col
 MEMORY_GROWTH = 1.05
 
 
-def _number(value: object) -> float | None:
+def _number(value: str | None) -> float | None:
     try:
         return float(value) if value not in (None, "") else None
     except (TypeError, ValueError):
@@ -40,7 +40,7 @@ def _number(value: object) -> float | None:
 def retry_reason(row: Mapping[str, str], budget: Budget) -> str | None:
     """Why a stopping row runs again under ``budget`` (None: it does not): its own budget was smaller.
 
-    A row without a recorded budget (written before issue 19) is not retried.
+    A row without a recorded budget is not retried.
     """
     status = row.get(col.STATUS)
     if status == Status.TIMEOUT:
@@ -74,7 +74,7 @@ class Resume:
                 | {c.case_id for c, _ in self.interrupted} | {c.case_id for c in self.remeasured})
 
 
-def what_runs(cases: list[Case], rows: list[Mapping[str, str]], budget: Budget, keys: list[str]) -> Resume:
+def what_runs(cases: list[Case], rows: Sequence[Mapping[str, str]], budget: Budget, keys: list[str]) -> Resume:
     """What runs of ``cases`` given the file's ``rows``; ``keys``: the swept parameters (for "larger")."""
     existing = {r[col.CASE_ID]: r for r in rows}
     todo, stoppers, retried, kept, skipped, interrupted = [], [], [], [], [], []
@@ -102,7 +102,7 @@ def what_runs(cases: list[Case], rows: list[Mapping[str, str]], budget: Budget, 
     return Resume(todo, stoppers, retried, kept, rerun, interrupted=interrupted)
 
 
-def remeasured(cases: list[Case], rows: list[Mapping[str, str]], flags: frozenset[str]) -> Resume:
+def remeasured(cases: list[Case], rows: Sequence[Mapping[str, str]], flags: frozenset[str]) -> Resume:
     """``--remeasure FLAGS``: exactly the cases whose row carries one of ``flags`` (``trust``), in plan order."""
     existing = {r[col.CASE_ID]: r for r in rows}
     again = [c for c in cases if c.case_id in existing and trust.named(existing[c.case_id].get(col.TRUST)) & flags]

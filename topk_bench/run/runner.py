@@ -131,7 +131,7 @@ def pooled(rounds: list[Measurement]) -> Measurement:
 
     metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END)}
     for key, worst in trust.WORST_OF_ROUNDS.items():  # the machine as the worst round saw it
-        values = [m.metadata.get(key) for m in rounds if m.metadata.get(key) is not None]
+        values = [v for m in rounds if (v := m.metadata.get(key)) is not None]
         if values:
             metadata[key] = worst(values)
     return replace(first, times_s=[t for m in rounds for t in m.times_s],

@@ -20,14 +20,14 @@ from topk_bench.suite.schema import Suite
 from topk_bench.workloads.support import capability_problem
 
 
-def _check_size(value: Any, path: Path, key: str) -> None:
+def _check_size(value: Any, path: Path | None, key: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadInput(f"expected a positive integer, got {value!r}", file=path, key=key)
     if value < 1:
         raise BadInput(f"expected a positive integer, got {value}", file=path, key=key)
 
 
-def _check_param(spec: workloads.WorkloadSpec, name: str, value: Any, path: Path, key: str) -> None:
+def _check_param(spec: workloads.WorkloadSpec, name: str, value: Any, path: Path | None, key: str) -> None:
     """A parameter's value: one of its presets' names, a string where the default is one, else a size."""
     if name in spec.presets:
         if value not in spec.presets[name]:
@@ -39,7 +39,7 @@ def _check_param(spec: workloads.WorkloadSpec, name: str, value: Any, path: Path
         _check_size(value, path, key)
 
 
-def _check_option(default: Any, value: Any, path: Path, key: str) -> None:
+def _check_option(default: Any, value: Any, path: Path | None, key: str) -> None:
     """An option's value has its default's type; integer options (topk, chunk_size, nb_features) are sizes."""
     if default is None:
         return
@@ -60,21 +60,21 @@ def _check_option(default: Any, value: Any, path: Path, key: str) -> None:
         raise BadInput(f"expected a string, got {value!r}", file=path, key=key)
 
 
-def _implementation(name: str, path: Path, key: str) -> implementations.Implementation:
+def _implementation(name: str, path: Path | None, key: str) -> implementations.Implementation:
     try:
         return implementations.spec(name)
     except implementations.UnknownImplementation as exc:
         raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
 
 
-def _workload(name: str, path: Path, key: str) -> workloads.WorkloadSpec:
+def _workload(name: str, path: Path | None, key: str) -> workloads.WorkloadSpec:
     try:
         return workloads.lookup(name)
     except workloads.UnknownWorkload as exc:
         raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
 
 
-def _check_options(impl: implementations.Implementation, options: Mapping[str, Any], path: Path, key: str,
+def _check_options(impl: implementations.Implementation, options: Mapping[str, Any], path: Path | None, key: str,
                    measured_by: protocol.Protocol) -> None:
     unknown = sorted(set(options) - set(impl.options))
     if unknown:
@@ -89,13 +89,14 @@ def _check_options(impl: implementations.Implementation, options: Mapping[str, A
         _check_option(impl.options[name], value, path, f"{key}.{name}")
 
 
-def _check_use(impl: implementations.Implementation, activation: str, causal: bool, path: Path, key: str) -> None:
+def _check_use(impl: implementations.Implementation, activation: str, causal: bool, path: Path | None,
+               key: str) -> None:
     problem = capability_problem(impl, activation, causal)
     if problem:
         raise BadInput(problem, file=path, key=key)
 
 
-def _check_settings(spec: workloads.WorkloadSpec, causal: bool, activation: str, mode: str, path: Path,
+def _check_settings(spec: workloads.WorkloadSpec, causal: bool, activation: str, mode: str, path: Path | None,
                     key: str | None = None) -> None:
     violation = spec.violation(causal, activation, mode)
     if violation:
@@ -103,7 +104,8 @@ def _check_settings(spec: workloads.WorkloadSpec, causal: bool, activation: str,
         raise BadInput(problem, file=path, key=key or setting)
 
 
-def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpec, implementations.Implementation]]:
+def _check_entries(suite: Suite,
+                   path: Path | None) -> list[tuple[workloads.WorkloadSpec, implementations.Implementation]]:
     entries = []
     for i, entry in enumerate(suite.impl):
         key = f"impl[{i}] ({entry.name})"
@@ -139,7 +141,7 @@ def _check_entries(suite: Suite, path: Path) -> list[tuple[workloads.WorkloadSpe
     return entries
 
 
-def _check_shape(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) -> None:
+def _check_shape(suite: Suite, path: Path | None, specs: list[workloads.WorkloadSpec]) -> None:
     open_params = any(s.open_params for s in specs)
     allowed = sorted({p for s in specs for p in s.params})
     for name, value in suite.shape.items():
@@ -153,12 +155,14 @@ def _check_shape(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) 
             _check_size(value, path, f"shape.{name}")
 
 
-def _check_presets(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) -> None:
+def _check_presets(suite: Suite, path: Path | None, specs: list[workloads.WorkloadSpec]) -> None:
     """A parameter a preset sets (``model = "llama-3-8b"``: its heads) is not given too: which would win?"""
     given = {**{k: [v] for k, v in suite.shape.items()}, **suite.sweep}
     for spec in specs:
         for name, presets in spec.presets.items():
             for value in given.get(name, [spec.params.get(name)]):
+                if not isinstance(value, str):  # presets are named; a number names none
+                    continue
                 for param in presets.get(value, {}):
                     if param in given:
                         where = "sweep" if param in suite.sweep else "shape"
@@ -168,7 +172,7 @@ def _check_presets(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]
                                        f"to give it yourself, use {how}", file=path, key=f"{where}.{param}")
 
 
-def _check_sweep(suite: Suite, path: Path, entries) -> None:
+def _check_sweep(suite: Suite, path: Path | None, entries) -> None:
     for name, values in suite.sweep.items():
         key = f"sweep.{name}"
         if not values:
@@ -203,7 +207,7 @@ def _check_sweep(suite: Suite, path: Path, entries) -> None:
                                key=f"impl[{i}] ({impl.name}).{name}")
 
 
-def _check_combinations(suite: Suite, path: Path) -> None:
+def _check_combinations(suite: Suite, path: Path | None) -> None:
     """Each workload's rule on its parameters (d_model divisible by heads), at every point of the grid."""
     for entry in suite.impl:
         spec = workloads.lookup(entry.workload or suite.workload)
@@ -217,7 +221,7 @@ def _check_combinations(suite: Suite, path: Path) -> None:
                 raise BadInput(message, file=path, key=f"sweep.{param}" if param in suite.sweep else f"shape.{param}")
 
 
-def _check_cpu_max(suite: Suite, path: Path) -> None:
+def _check_cpu_max(suite: Suite, path: Path | None) -> None:
     for name, value in suite.cpu_max.items():
         if name not in suite.sweep or not sweep.is_size(suite.sweep[name]):
             sizes = [k for k, v in suite.sweep.items() if sweep.is_size(v)]
@@ -225,7 +229,7 @@ def _check_cpu_max(suite: Suite, path: Path) -> None:
         _check_size(value, path, f"cpu_max.{name}")
 
 
-def _check_plot(suite: Suite, path: Path, entries) -> None:
+def _check_plot(suite: Suite, path: Path | None, entries) -> None:
     columns = set(suite.sweep) | set(suite.shape)
     for spec, impl in entries:
         columns |= set(spec.params) | set(impl.options)
@@ -241,7 +245,7 @@ def _check_plot(suite: Suite, path: Path, entries) -> None:
                            key=f"plot.metrics[{i}]")
 
 
-def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec]) -> None:
+def _check_protocol(suite: Suite, path: Path | None, specs: list[workloads.WorkloadSpec]) -> None:
     """The workloads build their layers the protocol's way, and the suite leaves what it fixes alone."""
     for spec in specs:
         if suite.protocol not in spec.protocols:
@@ -258,7 +262,7 @@ def _check_protocol(suite: Suite, path: Path, specs: list[workloads.WorkloadSpec
                            file=path, key=f"sweep.{name}")
 
 
-def _check_quality(suite: Suite, path: Path, entries) -> None:
+def _check_quality(suite: Suite, path: Path | None, entries) -> None:
     if not suite.quality:
         return
     if suite.fidelity:
@@ -276,15 +280,17 @@ def _check_quality(suite: Suite, path: Path, entries) -> None:
             raise BadInput(f"quality 'minilm' {problem}", file=path, key="quality")
 
 
-def check_suite(suite: Suite, path: Path) -> None:
+def check_suite(suite: Suite, path: Path | None) -> None:
     """Everything a suite means; fills in its defaults (plug-ins made absolute, causal, activation)."""
     suite.plugins = plugins.resolve(suite.plugins, path)
     spec = _workload(suite.workload, path, "workload")
-    suite.causal, suite.activation = spec.settings(suite.causal, suite.activation)
+    causal, activation = spec.settings(suite.causal, suite.activation)
+    # The file's activation is one of the field's Literal; when it gives none, the workload's (a str) fills it.
+    suite.causal, suite.activation = causal, activation  # type: ignore[assignment]  # the workload's: a str
     suite.mode = suite.mode or spec.default_mode()
     if not suite.title:
         suite.title = suite.name
-    _check_settings(spec, suite.causal, suite.activation, suite.mode, path)
+    _check_settings(spec, causal, activation, suite.mode, path)
     entries = _check_entries(suite, path)
     for name in sorted({s.name for s, _ in entries}):
         unavailable = workloads.lookup(name).unavailable

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails
 
 from topk_bench.errors import BadInput
 
@@ -70,9 +71,9 @@ def _key(loc: tuple, data: dict[str, Any]) -> str:
     return ".".join(parts)
 
 
-def problem(error: dict[str, Any], fields: list[str] | None = None) -> str:
+def problem(error: ErrorDetails, fields: list[str] | None = None) -> str:
     """One pydantic error as the words after ``FILE: KEY:``: what was expected, and what was given."""
-    kind, msg, value = error["type"], error["msg"], error.get("input")
+    kind, msg, value = error["type"], error["msg"], error["input"]
     if kind == "extra_forbidden":
         known = f" (expected one of: {', '.join(fields)})" if fields else ""
         return f"unknown key{known}"

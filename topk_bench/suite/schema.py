@@ -17,8 +17,11 @@ from topk_bench.suite.files import Strict
 from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds, Threads, WarmupSeconds
 from topk_bench.types import DType, Mode, Timer
 
+# Literal[Mode.values()] and the like: pydantic checks a file's value against the enum's spellings; mypy
+# takes only literal values in a Literal, hence its valid-type error ignored on those fields.
+
 # torch.compile's modes (``compile_mode``): None is its default.
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 class PlotSection(Strict):
@@ -65,13 +68,14 @@ class ImplEntry(BaseModel):
     workload: str | None = None
     causal: bool | None = None
     activation: Literal["softmax", "relu"] | None = None
-    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # default: the suite's
+    # Default: the suite's mode.
+    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
     feedforward: str | None = None  # workloads with a feed-forward sublayer: its implementation
     feedforward_options: dict[str, Any] = Field(default_factory=dict)
     # torch.compile the entry's attention modules (its compile time outside the timed region: compile_s);
     # compile_mode: torch.compile's mode. An entry without it is eager, so both can run side by side.
     compile: bool = False
-    compile_mode: Literal[COMPILE_MODES] | None = None  # type: ignore[valid-type]
+    compile_mode: CompileMode | None = None
 
     @property
     def options(self) -> dict[str, Any]:
@@ -84,17 +88,18 @@ class Suite(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
     title: str = ""
     workload: str                       # a registered workload (topk_bench.workloads)
-    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # default: the workload's (fwd_bwd; fwd for prefill, decode)
+    # Default: the workload's mode (fwd_bwd; fwd for prefill, decode).
+    mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
     causal: bool | None = None          # default: the workload's
     activation: Literal["softmax", "relu"] | None = None  # default: the workload's
-    dtype: Literal[DType.values()] | None = None  # type: ignore[valid-type]
+    dtype: Literal[DType.values()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
     seed: int = Field(0, ge=0)
     repeats: AtLeastOne | None = None
     warmup: AtLeastZero | None = None
     warmup_s: WarmupSeconds | None = None  # the warm-up also lasts at least this many seconds
     # Measured on CUDA: "events" around each eager iteration (default), or "cudagraph": each timed iteration a
     # replay of one iteration captured in a CUDA graph (memory from the eager iterations before it).
-    timer: Literal[Timer.cuda_choices()] | None = None  # type: ignore[valid-type]
+    timer: Literal[Timer.cuda_choices()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
     flush_l2: bool | None = None  # the device's cache flushed between timed iterations, outside the timing
     # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
     # every round's times (load that drifts over minutes spreads over all cases alike).
@@ -105,7 +110,8 @@ class Suite(Strict):
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes
     plugins: list[str] = Field(default_factory=list)
     fidelity: bool = False
-    protocol: Literal[tuple(PROTOCOLS)] = DEFAULT_PROTOCOL  # type: ignore[valid-type]  # topk_bench.protocol
+    # One of topk_bench.protocol's.
+    protocol: Literal[tuple(PROTOCOLS)] = DEFAULT_PROTOCOL  # type: ignore[valid-type]  # a Literal built at run time
     # Selection-quality columns against exact attention, on these inputs: "random" (the case's own),
     # "minilm" (the pretrained MiniLM's activations); a string names one.
     quality: list[Literal["random", "minilm"]] = Field(default_factory=list)

@@ -39,7 +39,7 @@ class Settings(Strict):
     """bench.toml: defaults of every run."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal[DType.values()] = "float32"  # type: ignore[valid-type]
+    dtype: Literal[DType.values()] = "float32"  # type: ignore[valid-type]  # a Literal built at run time
     # The warm-up (our protocol): at least `warmup` untimed iterations (the profiling one included) and at
     # least `warmup_s` seconds of them, as triton.testing.do_bench's 25 ms.
     warmup: AtLeastZero = 2

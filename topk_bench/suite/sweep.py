@@ -54,7 +54,8 @@ def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, 
     impl = implementations.spec(entry.name)
     ff_name = feedforward(suite, entry)
     ff = implementations.spec(ff_name) if ff_name and spec.swept_options_reach_feedforward else None
-    # An optional parameter (decode's budget) is in a case only when the suite gives it: ids stay as they were.
+    # An optional parameter (decode's budget) is in a case only when the suite gives it: the ids of cases
+    # without it do not change.
     params = {k: v for k, v in spec.params.items() if k not in spec.optional_params}
     params.update({k: v for k, v in suite.shape.items() if spec.open_params or k in spec.params})
     options, ff_options = dict(entry.options), dict(entry.feedforward_options)
@@ -87,7 +88,9 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
     value, ``cpu_max``), how many of them are within those."""
     limits = limits or {}
     # Names (a swept model) are never above a limit: checks.py refuses a limit on them, after the count.
-    above = lambda name, v: name in limits and isinstance(v, (int, float)) and v > limits[name]  # noqa: E731
+    def above(name: str, v: Any) -> bool:
+        return name in limits and isinstance(v, (int, float)) and v > limits[name]
+
     kept = ([v for v in values if not above(name, v)] for name, values in suite.sweep.items())
     return math.prod(len(values) for values in kept) * len(suite.impl)
 
@@ -163,7 +166,8 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
 def expand(suite: Suite, measuring: Measuring) -> list[Case]:
     """Every case of the grid ``[sweep]`` x ``[[impl]]``, size-major, each measured as ``measuring`` says;
     BadInput when two entries give one case."""
-    cases, first = [], {}  # case_id -> the entry that gave it first
+    cases: list[Case] = []
+    first: dict[str, int] = {}  # case_id -> the entry that gave it first
     given = measuring.case_fields()
     for point in grid(suite):
         for i, entry in enumerate(suite.impl):

@@ -98,7 +98,12 @@ def cache_state_bytes(case) -> int:
 
 def attention_inputs(workload: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(q, k, v)`` of the step's attention: the queries and the whole cache, the new tokens' K/V in it."""
-    q, k_new, v_new, k_cache, v_cache = workload.inputs
+    return _filled(workload.inputs)
+
+
+def _filled(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`attention_inputs` of a step's inputs ``(q, k_new, v_new, k_cache, v_cache)``."""
+    q, k_new, v_new, k_cache, v_cache = inputs
     n = q.shape[-2]
     with torch.no_grad():
         k_cache[..., -n:, :].copy_(k_new)
@@ -114,12 +119,11 @@ def build(case, device, dtype) -> Workload:
     k_new, v_new = (keys_or_values(b, p["kv_heads"], n, d) for _ in range(2))
     # The whole buffer is drawn; the step overwrites its last n positions with k_new / v_new.
     k_cache, v_cache = (keys_or_values(b, p["kv_heads"], cached + n, d) for _ in range(2))
-    workload = Workload(None, (q, k_new, v_new, k_cache, v_cache))
-    attention_inputs(workload)  # the new tokens' K/V in the cache, as after every step, before its state is built
+    inputs = (q, k_new, v_new, k_cache, v_cache)
+    _filled(inputs)  # the new tokens' K/V in the cache, as after every step, before its state is built
     state = cache_state(case, k_cache)
     layer = AttentionLayer(case.impl, d, causal=True, activation=case.activation, **case.option_dict, **state)
-    workload.model = DecodeStep(layer, state, case)
-    return workload
+    return Workload(DecodeStep(layer, state, case), inputs)
 
 
 def traffic(case) -> Traffic:

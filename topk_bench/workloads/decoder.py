@@ -13,13 +13,15 @@ from topk_bench.workloads.protocol import attention_layer
 from topk_bench.workloads.mha import heads_divide_d_model
 from topk_bench.workloads.spec import Fixed, Workload, WorkloadSpec, hidden_states, register
 
+DEFAULT_FEEDFORWARD = "vanilla"  # an [[impl]] that names no feed-forward implementation gets this one
+
 
 def build(case, device, dtype) -> Workload:
     p = DECODER.shape(case)
     layer = attention_layer(case, p["seq_len"], device)  # one mask for all layers, as the authors'
     model = Decoder(
         p["layers"], p["d_model"], p["heads"], p["d_ff"],
-        attention=case.impl, feedforward=case.ff_impl or DECODER.default_feedforward,
+        attention=case.impl, feedforward=case.ff_impl or DEFAULT_FEEDFORWARD,
         # Every block passes these to its MultiHeadAttention (scale_in_attention is the layer's own).
         attention_options={**layer.options, **case.option_dict}, feedforward_options=case.ff_option_dict,
     )
@@ -34,7 +36,7 @@ DECODER = register(WorkloadSpec(
     causal=True,
     fixed={"causal": Fixed(True, "the decoder is causal: expected causal = true")},
     feedforward=True,
-    default_feedforward="vanilla",
+    default_feedforward=DEFAULT_FEEDFORWARD,
     check_params=heads_divide_d_model,
     legend=lambda attention, feedforward: f"{attention} + {feedforward} FF",
     protocols=(OURS.name, PAPER.name),

@@ -13,6 +13,8 @@ backward, Q, K, V, O and dO read once and dQ, dK and dV written once.
 
 from __future__ import annotations
 
+import torch
+
 from topk_bench.workloads.attention import (
     AttentionLayer, attention_flops, element_size, grouped, heads_group, keys_or_values, queries,
 )
@@ -30,6 +32,12 @@ def build(case, device, dtype) -> Workload:
     v = keys_or_values(b, p["kv_heads"], length, d).requires_grad_()
     model = AttentionLayer(case.impl, d, causal=True, activation=case.activation, **case.option_dict)
     return Workload(model, (q, k, v))
+
+
+def attention_inputs(workload: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q, k, v)``: the layer's inputs."""
+    q, k, v = workload.inputs
+    return q, k, v
 
 
 def traffic(case) -> Traffic:
@@ -58,5 +66,5 @@ PREFILL = register(WorkloadSpec(
     check_params=heads_group,
     grouped_heads=grouped,
     traffic=traffic,
-    attention_inputs=lambda workload: workload.inputs,
+    attention_inputs=attention_inputs,
 ))

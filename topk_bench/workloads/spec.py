@@ -99,7 +99,7 @@ class WorkloadSpec:
     params: Mapping[str, Any]
     open_params: bool = False
     # Parameters a case holds only when its suite gives them (their default is "not used"), so that adding
-    # one leaves the ids of existing cases as they were.
+    # one leaves the ids of the cases without it unchanged.
     optional_params: tuple[str, ...] = ()
     causal: bool = False
     activation: str = "softmax"
@@ -146,7 +146,8 @@ class WorkloadSpec:
         """``params`` with what their preset values set (``model = "llama-3-8b"``: its head counts)."""
         out = dict(params)
         for name, table in self.presets.items():
-            out.update(table.get(out.get(name), {}))
+            if out.get(name) is not None:
+                out.update(table.get(out[name], {}))
         return out
 
     def shape(self, case: Case) -> dict[str, Any]:

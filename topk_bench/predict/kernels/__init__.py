@@ -10,7 +10,7 @@
 - :mod:`.trace`: the allocation trace with the rules applied, for :mod:`topk_bench.predict.simulated`.
 """
 
-from topk_bench.predict.kernels import rules  # noqa: F401 (registers the rules)
+from topk_bench.predict.kernels import rules  # noqa: F401 -- registers the rules
 from topk_bench.predict.kernels.accumulation import EngineAdds
 from topk_bench.predict.kernels.composites import CudaComposites
 from topk_bench.predict.kernels.gpus import DEFAULT, GPUS, Gpu, gpu

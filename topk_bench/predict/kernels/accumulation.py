@@ -16,6 +16,7 @@ addition in place: the sum keeps that operand's allocation.
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import Node
 
 ADD = torch.ops.aten.add.Tensor
 
@@ -24,14 +25,15 @@ class EngineAdds:
     """Which nodes of the graphs being differentiated have finished their ``apply``."""
 
     def __init__(self) -> None:
-        self.finished = None  # the node whose apply returned last (its grads are being routed now)
+        self.finished: Node | None = None  # the node whose apply returned last (its grads are being routed now)
 
     def _done(self, grad_inputs, grad_outputs) -> None:
         self.finished = torch._C._current_autograd_node()
 
     def hook(self, roots) -> None:
         """A post hook on every node reachable from the ``grad_fn`` of the tensors ``roots``."""
-        seen, stack = set(), [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        seen: set[Node] = set()
+        stack: list[Node | None] = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while stack:
             node = stack.pop()
             if node is None or node in seen:

@@ -88,7 +88,9 @@ class KernelTrace(AllocationTrace):
             self._sum, self._freed = (out.untyped_storage()._cdata, dense), {}
         if self._held is not None:
             held, self._held = self._held, None
-            steps = registry.lookup(func).steps(Call(func, args, kwargs, out, self.gpu))
+            ruled = registry.lookup(func)
+            assert ruled is not None, "ops are held only when they have a rule (_op_started)"
+            steps = ruled.steps(Call(func, args, kwargs, out, self.gpu))
             if any(isinstance(s, Unmodelled) for s in steps):
                 self.unmodelled.add(str(func))
             self._replay([s for s in steps if not isinstance(s, Unmodelled)], held, self._output_keys(out), func)

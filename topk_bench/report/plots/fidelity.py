@@ -12,13 +12,13 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
 
-from topk_bench.report.plots.spec import PlotSpec  # noqa: E402
-from topk_bench.results.columns import metric  # noqa: E402
-from topk_bench.status import Status  # noqa: E402
+from topk_bench.report.plots.spec import PlotSpec
+from topk_bench.results.columns import metric
+from topk_bench.status import Status
 from topk_bench.results import columns as col
 
 FIDELITY_METRICS = (col.EMB_COS, col.NN_AGREE, col.NN_SPEARMAN, col.REL_ERR, col.GRAD_COS)

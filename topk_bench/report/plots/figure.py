@@ -33,34 +33,34 @@ import io
 import math
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on servers and CI
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from topk_bench import fileio  # noqa: E402
-from topk_bench.errors import BadInput  # noqa: E402
-from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, drawn_metric  # noqa: E402
-from topk_bench.report.plots import marks, pareto  # noqa: E402
-from topk_bench.report.plots.inputs import FigureInput, figure_inputs  # noqa: E402
-from topk_bench.report.plots.series import series, short, styled  # noqa: E402
-from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric  # noqa: E402
-from topk_bench.report.plots.style import (  # noqa: E402
+from topk_bench import fileio
+from topk_bench.errors import BadInput
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, drawn_metric
+from topk_bench.report.plots import marks, pareto
+from topk_bench.report.plots.inputs import FigureInput, figure_inputs
+from topk_bench.report.plots.series import series, short, styled
+from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric
+from topk_bench.report.plots.style import (
     FAILURE_MARKER, FAILURE_TEXT, format_power_of_two, format_size, impl_rank, series_style,
 )
-from topk_bench.results import trust  # noqa: E402
-from topk_bench.results.columns import metric, parameter_columns  # noqa: E402
-from topk_bench.status import Status  # noqa: E402
-from topk_bench.results import columns as col  # noqa: E402
-from topk_bench.types import Method  # noqa: E402
-from topk_bench.units import GIB  # noqa: E402
+from topk_bench.results import trust
+from topk_bench.results.columns import metric, parameter_columns
+from topk_bench.status import Status
+from topk_bench.results import columns as col
+from topk_bench.types import Method
+from topk_bench.units import GIB
 
 Renderer = Callable[[pd.DataFrame, PlotSpec, str, str], Figure]
 # Suite name or workload -> renderer; the suite name wins.
@@ -115,7 +115,7 @@ def _set_x_ticks(ax, xs: np.ndarray, spec: PlotSpec) -> None:
     while len(ticks) > 7:
         ticks = ticks[::2]
     formatter = format_power_of_two if spec.x == "chunk_size" else format_size
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_locator(FixedLocator(ticks.tolist()))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(v)))
     ax.xaxis.set_minor_locator(NullLocator())
 
@@ -279,7 +279,7 @@ def _iqr_bars(ax, ok: pd.DataFrame, m, style) -> bool:
     return bool(np.isfinite(q1).any())
 
 
-_BUDGET_LINE = dict(color="0.35", linestyle="-.", linewidth=1, zorder=1)
+_BUDGET_LINE: dict[str, Any] = dict(color="0.35", linestyle="-.", linewidth=1, zorder=1)
 
 
 def _budget_legend(gib: float) -> str:
@@ -370,7 +370,7 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     return fig
 
 
-def _legend_entries(axes, rows: pd.DataFrame, used: set[str]):
+def _legend_entries(axes, rows: pd.DataFrame, used: set[str]) -> tuple[list[object], list[str]]:
     """One entry per curve (first occurrence across panels), then one per other encoding the panels used
     (hollow markers, IQR bars, the budget line, the failure cross), and what no curve shows."""
     seen: dict[str, object] = {}

@@ -61,8 +61,9 @@ def _inputs(path: Path, warn: Callable[[str], None] | None) -> list[FigureInput]
     inputs = []
     for csv in csv_files(path):
         frame = load_results(csv)
-        for line in left_out(frame) if warn else ():
-            warn(line)
+        if warn:
+            for line in left_out(frame):
+                warn(line)
         if frame.empty:
             raise BadInput("results CSV has no rows", file=csv)
         meta = csv.with_name(f"{csv.stem}.meta.json")

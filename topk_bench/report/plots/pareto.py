@@ -20,31 +20,32 @@ keys, so random quality says little about a method).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
 
-from topk_bench.report.plots import marks  # noqa: E402
-from topk_bench.report.plots.series import series, short, styled  # noqa: E402
-from topk_bench.report.plots.spec import PlotSpec  # noqa: E402
-from topk_bench.report.plots.style import SeriesStyle  # noqa: E402
-from topk_bench.results import columns as col  # noqa: E402
-from topk_bench.results.columns import metric  # noqa: E402
-from topk_bench.status import Status  # noqa: E402
-from topk_bench.types import Method  # noqa: E402
+from topk_bench.report.plots import marks
+from topk_bench.report.plots.series import series, short, styled
+from topk_bench.report.plots.spec import PlotSpec
+from topk_bench.report.plots.style import SeriesStyle
+from topk_bench.results import columns as col
+from topk_bench.results.columns import metric
+from topk_bench.status import Status
+from topk_bench.types import Method
 
 # The qualities drawn, per input kind, in the order of preference of the kinds.
 QUALITIES = {"minilm": ("minilm_mass_recall", "minilm_attn_rel_err"), "random": ("mass_recall", "attn_rel_err")}
 LOWER_IS_BETTER = frozenset({"minilm_attn_rel_err", "attn_rel_err"})
 REFERENCE_SIZE = 11
-FRONT_STYLE = dict(color="0.55", linewidth=5, alpha=0.35, solid_capstyle="round", zorder=0)
+FRONT_STYLE: dict[str, Any] = dict(color="0.55", linewidth=5, alpha=0.35, solid_capstyle="round", zorder=0)
 REFERENCE_LEGEND = "large marker: a method whose quality does not move with the budget (the reference), at its median time"
 FRONT_LEGEND = "grey steps: Pareto front (no other point both faster and better)"
 
@@ -198,7 +199,7 @@ def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure
     return fig
 
 
-def _legend(axes, rows: pd.DataFrame, used: set[str], spec: PlotSpec):
+def _legend(axes, rows: pd.DataFrame, used: set[str], spec: PlotSpec) -> tuple[list[object], list[str]]:
     """Each method once, then every other encoding the panels used, then what no panel shows."""
     seen: dict[str, object] = {}
     for ax in axes.flat:

@@ -45,4 +45,6 @@ def styled(series):
 
 
 def short(value) -> str:
-    return format_size(value) if isinstance(value, (int, float, np.number)) and not pd.isna(value) else str(value)
+    if isinstance(value, np.number):
+        value = value.item()  # the Python number format_size takes
+    return format_size(value) if isinstance(value, (int, float)) and not pd.isna(value) else str(value)

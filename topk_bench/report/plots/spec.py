@@ -120,7 +120,7 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     metrics = plot.pop("metrics", None) or ["memory", "time"]
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise BadInput("expected a list of metric names", file=meta_path, key="plot.metrics")
-    metrics = migrate_metrics(metrics, frame.columns)  # a run from before a column was renamed
+    metrics = migrate_metrics(metrics, frame.columns)  # a run whose quality columns carry fidelity's names
     for name in metrics:
         for column in metric(name).columns:
             if column not in frame.columns:

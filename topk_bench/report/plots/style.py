@@ -40,7 +40,7 @@ _VARIANT_DASHES = (None, (5, 2), (2, 1.5), (6, 2, 1, 2), (1, 1))
 
 # How a failed point is drawn and annotated.
 FAILURE_MARKER = "X"
-FAILURE_TEXT = {
+FAILURE_TEXT: dict[str, str] = {  # looked up by a CSV cell's status
     Status.OOM: "OOM",
     Status.OVER_BUDGET: "over budget",
     Status.TIMEOUT: "timeout",

@@ -48,7 +48,7 @@ def render(data: Series, title: str) -> bytes:
     scale, unit = _unit(data.peak_bytes)
     fig, (ax, bar) = plt.subplots(1, 2, figsize=(6.7, 4.8), dpi=200, sharey=True,
                                   gridspec_kw={"width_ratios": [14, 1], "wspace": 0.04})
-    palette = iter(plt.get_cmap("tab10").colors)
+    palette = iter(plt.get_cmap("tab10").colors)  # type: ignore[attr-defined]  # tab10 is a ListedColormap
     colors = [{BASELINE_BAND: "#bdbdbd", OTHER_BAND: "#e8d5a9"}.get(b) or next(palette) for b in data.bands]
     ax.stackplot(data.ops, data.live / scale, labels=[_legend(b) for b in data.bands], colors=colors,
                  step="post", linewidth=0)

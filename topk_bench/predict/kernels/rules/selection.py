@@ -24,7 +24,8 @@ import math
 
 import torch
 
-from topk_bench.predict.kernels.program import Call, Free, Temp, contiguous_copy, non_overlapping_and_dense, nbytes
+from topk_bench.predict.kernels.program import (Call, Free, Step, Temp, contiguous_copy, non_overlapping_and_dense,
+                                                nbytes)
 from topk_bench.predict.kernels.registry import aten, rule
 from topk_bench.predict.kernels.rules.cub import radix_sort_bytes, scan_by_key_bytes, segmented_radix_sort_bytes
 
@@ -62,7 +63,7 @@ def mbtopk(gpu, num_slices: int, slice_size: int, dtype: torch.dtype) -> list:
                ("desired", 2 * num_slices * bitwise), ("counts", blocks * RADIX_DIGITS * 2),
                ("digit_cum_sum", num_slices * RADIX_DIGITS * 4), ("withinKCounts", blocks * 4),
                ("kthCounts", blocks * 4)]
-    steps = [Temp(name, size) for name, size in buffers]
+    steps: list[Step] = [Temp(name, size) for name, size in buffers]
     for scan in ("scan_within", "scan_kth"):  # cub::inclusive_sum_by_key of withinKCounts, then kthCounts
         steps += [Temp(scan, scan_by_key_bytes(blocks)), Free(scan)]
     return steps + [Free(name) for name, _ in reversed(buffers)]
@@ -116,7 +117,7 @@ def stable_sort(numel: int, nsort: int, key_bytes: int) -> list:
     """``launch_stable_sort_kernel`` (one batch: fewer than 2^31 elements)."""
     nsegments = numel // nsort
     if nsegments == 1 or nsort >= 1_000_000:  # segmented_sort_large_segments
-        steps = [Temp("indices", nsort * 8)]
+        steps: list[Step] = [Temp("indices", nsort * 8)]
         for _ in range(nsegments):
             steps += [Temp("cub", radix_sort_bytes(nsort, key_bytes, 8)), Free("cub")]
         return steps + [Free("indices")]
@@ -150,6 +151,6 @@ def searchsorted(call: Call):
             sorter is None or sorter.is_contiguous()):
         return []
     # searchsorted_maybe_trim_input_tensors: contiguous copies, values in the boundaries' dtype
-    steps = [Temp("values", values.numel() * boundaries.element_size())]
+    steps: list[Step] = [Temp("values", values.numel() * boundaries.element_size())]
     steps += contiguous_copy(boundaries, "boundaries")
     return steps + (contiguous_copy(sorter, "sorter") if sorter is not None else [])
