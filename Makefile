@@ -5,11 +5,12 @@
 # beyond a few, no Slurm cluster), 2 min 47 s on 2 cores (AVX-512-BF16 EPYC, load ~1). `make figures` redraws
 # the figures of README.md and docs/ from the CSVs in docs/figures/data/; `make check-figures` fails when they
 # are not what `topk-bench plot` draws today (tests/report/test_docs_figures.py runs the same check). `make docs`
-# builds the documentation site (mkdocs.yml, docs/) into site/, failing on any broken link or anchor.
+# builds the documentation site (mkdocs.yml, docs/) into site/, failing on any broken link or anchor. `make lint`:
+# ruff (lint and format check) and mypy, as CI runs them (pyproject.toml has their settings).
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup demo test test-fast figures check-figures docs
+.PHONY: setup demo test test-fast figures check-figures docs lint
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
@@ -38,3 +39,8 @@ check-figures: setup
 
 docs: setup
 	$(BIN)/mkdocs build --strict --site-dir site
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy

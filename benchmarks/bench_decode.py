@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import implementations  # noqa: E402
+import implementations
 
 DENSE = ("vanilla", "sdpa")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -60,8 +60,9 @@ def inputs(args, kv_len, new_tokens, seed=0):
 
 def options(name, args):
     spec = implementations.spec(name)
-    return {key: value for key, value in {"topk": args.topk, "chunk_size": args.chunk_size}.items()
-            if key in spec.options}
+    return {
+        key: value for key, value in {"topk": args.topk, "chunk_size": args.chunk_size}.items() if key in spec.options
+    }
 
 
 def time_step(name, q, k, v, args):
@@ -109,10 +110,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(uptime())
-    print(f"torch {torch.__version__}, {args.threads} threads, B={args.batch} Hq={args.heads} Hkv={args.kv_heads} "
-          f"d={args.head_dim} {args.dtype}, causal={not args.non_causal}, forward only (no_grad), "
-          f"topk={args.topk} chunk_size={args.chunk_size}, {args.rounds} interleaved rounds (+{args.warmup} warm-up), "
-          "medians", flush=True)
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, B={args.batch} Hq={args.heads} Hkv={args.kv_heads} "
+        f"d={args.head_dim} {args.dtype}, causal={not args.non_causal}, forward only (no_grad), "
+        f"topk={args.topk} chunk_size={args.chunk_size}, {args.rounds} interleaved rounds (+{args.warmup} warm-up), "
+        "medians",
+        flush=True,
+    )
     rows = []
     for kv_len in args.kv_lens:
         for new_tokens in args.new_tokens:
@@ -121,14 +125,17 @@ def main(argv=None):
             times = {name: {"wall": [], "cpu": []} for name in names}
             for r in range(args.warmup + args.rounds):
                 # Rotate the order so no implementation always runs after the same neighbour.
-                for name in names[r % len(names):] + names[: r % len(names)]:
+                for name in names[r % len(names) :] + names[: r % len(names)]:
                     wall, cpu = time_step(name, q, k, v, args)
                     if r >= args.warmup:
                         times[name]["wall"].append(wall)
                         times[name]["cpu"].append(cpu)
             rows.append((kv_len, new_tokens, times))
-            print(f"  kv_len={kv_len} new_tokens={new_tokens}: " + ", ".join(
-                f"{n} {statistics.median(times[n]['wall']) * 1e3:.1f} ms" for n in names), flush=True)
+            print(
+                f"  kv_len={kv_len} new_tokens={new_tokens}: "
+                + ", ".join(f"{n} {statistics.median(times[n]['wall']) * 1e3:.1f} ms" for n in names),
+                flush=True,
+            )
             del q, k, v
     table(rows, args.impls, "wall")
     table(rows, args.impls, "cpu")

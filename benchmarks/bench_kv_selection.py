@@ -28,6 +28,7 @@ average before and after.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import subprocess
@@ -39,8 +40,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import implementations  # noqa: E402
-from implementations.page_topk import page_summaries  # noqa: E402
+import implementations
+from implementations.page_topk import page_summaries
 
 DENSE = ("einsum", "sdpa", "vanilla")
 
@@ -76,27 +77,32 @@ def build(args):
         "einsum": lambda: einsum_decode(q, k, v),
         "sdpa": lambda: implementations.get("sdpa")(q, k, v, causal=False),
         "page_topk": lambda: implementations.get("page_topk")(
-            q, k, v, causal=True, page_size=args.page_size, token_budget=budget, summaries=summaries),
+            q, k, v, causal=True, page_size=args.page_size, token_budget=budget, summaries=summaries
+        ),
         "sink_window": lambda: implementations.get("sink_window")(q, k, v, causal=True, sinks=4, window=budget - 4),
     }
     notes = []
-    for label, name, options in (("vanilla", "vanilla", {}), ("topk_fast", "topk_fast", {"topk": budget}),
-                                 ("topk_fast_f32", "topk_fast", {"topk": budget, "float_scores": True})):
+    for label, name, options in (
+        ("vanilla", "vanilla", {}),
+        ("topk_fast", "topk_fast", {"topk": budget}),
+        ("topk_fast_f32", "topk_fast", {"topk": budget, "float_scores": True}),
+    ):
         if label not in args.impls:
             continue
         kr, vr = repeated(name, k, v, groups)  # outside the timed step
-        steps[label] = (lambda fn, kr, vr, options: lambda: fn(q, kr, vr, causal=False, **options))(
-            implementations.get(name), kr, vr, options)
+        steps[label] = functools.partial(implementations.get(name), q, kr, vr, causal=False, **options)
         if kr is not k:
             notes.append(f"{name}: no native GQA, K/V repeated x{groups} before timing")
     cache = 2 * k.numel() * k.element_size()
     summary_bytes = summaries.numel() * summaries.element_size()
     # The G query heads of a kv head share its pages (group_pages, the default): one budget per kv head.
     picked = 2 * b * hkv * args.new_tokens * (budget + args.page_size) * d * k.element_size()
-    notes = [f"token budget {budget} (1/{args.budget} of {lk}); K+V cache {cache / 2**20:.0f} MiB; page_topk reads "
-             f"its summaries {summary_bytes / 2**20:.0f} MiB ({summaries.dtype}) + at most "
-             f"{picked / 2**20:.0f} MiB of K/V rows (pages shared by the {groups} query heads of a kv head): "
-             f"{(summary_bytes + picked) / cache:.2f} of the cache"] + notes
+    notes = [
+        f"token budget {budget} (1/{args.budget} of {lk}); K+V cache {cache / 2**20:.0f} MiB; page_topk reads "
+        f"its summaries {summary_bytes / 2**20:.0f} MiB ({summaries.dtype}) + at most "
+        f"{picked / 2**20:.0f} MiB of K/V rows (pages shared by the {groups} query heads of a kv head): "
+        f"{(summary_bytes + picked) / cache:.2f} of the cache"
+    ] + notes
     return {n: steps[n] for n in args.impls}, notes
 
 
@@ -117,18 +123,25 @@ def main(argv=None):
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                        help="cpu: the process's CPU time (with --threads 1, robust to other processes' load)")
-    parser.add_argument("--impls", nargs="+",
-                        default=list(DENSE) + ["page_topk", "sink_window", "topk_fast", "topk_fast_f32"])
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: the process's CPU time (with --threads 1, robust to other processes' load)",
+    )
+    parser.add_argument(
+        "--impls", nargs="+", default=list(DENSE) + ["page_topk", "sink_window", "topk_fast", "topk_fast_f32"]
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     steps, notes = build(args)
     names = list(steps)
-    print(f"torch {torch.__version__}, {args.threads} threads, B={args.batch} Hq={args.heads} Hkv={args.kv_heads} "
-          f"d={args.head_dim} kv_len={args.kv_len} new_tokens={args.new_tokens} {args.dtype}, no grad, "
-          f"{args.rounds} interleaved rounds, {args.clock} clock, CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}")
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, B={args.batch} Hq={args.heads} Hkv={args.kv_heads} "
+        f"d={args.head_dim} kv_len={args.kv_len} new_tokens={args.new_tokens} {args.dtype}, no grad, "
+        f"{args.rounds} interleaved rounds, {args.clock} clock, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}"
+    )
     for note in notes:
         print("  " + note)
     print("  before: " + uptime(), flush=True)
@@ -139,7 +152,7 @@ def main(argv=None):
             steps[name]()
         for r in range(args.rounds):
             # Rotate the order so no implementation always runs after the same neighbour.
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 start = clock()
                 steps[name]()
                 times[name].append(clock() - start)
@@ -150,8 +163,10 @@ def main(argv=None):
     ref = min(dense, key=med.get) if dense else None
     # Per round: each method against the reference's time in that same round.
     per_round = {n: [t / r for t, r in zip(times[n], times[ref])] for n in names} if ref else {}
-    print(f"\n{'impl':<14} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'/ ' + (ref or '-'):>10} "
-          f"{'round ratio q1-q3':>18} {'rounds < 1':>10}")
+    print(
+        f"\n{'impl':<14} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'/ ' + (ref or '-'):>10} "
+        f"{'round ratio q1-q3':>18} {'rounds < 1':>10}"
+    )
     for name in names:
         line = f"{name:<14} {med[name] * 1e3:10.2f} {min(times[name]) * 1e3:8.2f} {max(times[name]) * 1e3:8.2f}"
         if ref:

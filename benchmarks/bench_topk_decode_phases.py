@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from implementations import decode, native
 import implementations
+from implementations import decode, native
 from implementations.topk_fast import _ordered_bits, _segments
 
 
@@ -51,8 +51,12 @@ def main() -> None:
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     with torch.no_grad():
         for ranking, float_scores in (("float32", True), ("bf16", False)):
-            timed(f"scores ({ranking} ranking)", lambda: decode.decode_scores(
-                q, k, 4, causal=True, multiple=s, float_scores=float_scores))
+            timed(
+                f"scores ({ranking} ranking)",
+                lambda float_scores=float_scores: decode.decode_scores(
+                    q, k, 4, causal=True, multiple=s, float_scores=float_scores
+                ),
+            )
         scores = decode.decode_scores(q, k, 4, causal=True, multiple=s, float_scores=False)
         rows, width = scores.shape[-2:]
         ranks = timed("scores to their int16 bits", lambda: _ordered_bits(scores))
@@ -61,21 +65,31 @@ def main() -> None:
         best = timed("top-k of runs", lambda: maxima.view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices)
         first = torch.arange(0, best.shape[0] * rows * (width // s), width // s).view(best.shape[0], rows, 1)
         members = timed("their members", lambda: runs.index_select(0, (best + first).view(-1)))
-        top, pos = timed("top-k of members", lambda: members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False))
+        top, pos = timed(
+            "top-k of members", lambda: members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False)
+        )
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
         if native.available(ranks.dtype):  # what topk_fast runs on CPU instead of the four phases above
             out = (ranks.new_empty(best.shape), torch.empty(best.shape, dtype=torch.int64))
-            timed("compiled row top-k (replaces the 4 above)", lambda: native.row_topk_(
-                ranks.view(-1, rows, width), kk, out[0].view(-1, rows, kk), out[1].view(-1, rows, kk)))
+            timed(
+                "compiled row top-k (replaces the 4 above)",
+                lambda: native.row_topk_(
+                    ranks.view(-1, rows, width), kk, out[0].view(-1, rows, kk), out[1].view(-1, rows, kk)
+                ),
+            )
         weights = timed("softmax", lambda: torch.softmax(_ordered_bits(top).view(scores.dtype).float(), dim=-1))
         timed("bag of the chosen V rows", lambda: decode.decode_output(weights, where, q, v))
         dense_weights = torch.softmax(scores.float(), dim=-1).to(torch.bfloat16).view(8, 4, -1)[..., : args.kv_len]
         timed("dense: weights @ V (all keys)", lambda: dense_weights @ v.view(8, args.kv_len, 128))
         for ranking, float_scores in (("float32", True), ("bf16", False)):
-            timed(f"whole step, topk_fast ({ranking} ranking)", lambda: implementations.get("topk_fast")(
-                q, k, v, causal=True, topk=kk, float_scores=float_scores))
+            timed(
+                f"whole step, topk_fast ({ranking} ranking)",
+                lambda float_scores=float_scores: implementations.get("topk_fast")(
+                    q, k, v, causal=True, topk=kk, float_scores=float_scores
+                ),
+            )
         for name in ("vanilla", "sdpa"):
-            timed(f"whole step, {name}", lambda: implementations.get(name)(q, k, v, causal=True))
+            timed(f"whole step, {name}", lambda name=name: implementations.get(name)(q, k, v, causal=True))
     for name, samples in times.items():
         print(f"{name:34s} {statistics.median(samples) * 1e3:8.1f} ms")
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

@@ -38,8 +38,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import implementations  # noqa: E402
-from topk_bench.measure.memory import LiveBytes  # noqa: E402
+import implementations
+from topk_bench.measure.memory import LiveBytes
 
 OPTIONS = {"topk": {"topk": 128, "chunk_size": 1024}, "topk_fast": {"topk": 128, "chunk_size": 1024}}
 
@@ -55,8 +55,9 @@ def load_revision(rev: str):
     sha = subprocess.run(git + ["rev-parse", "--short", rev], capture_output=True, text=True, check=True).stdout.strip()
     name = f"implementations_{sha}"
     dest = Path(tempfile.mkdtemp(prefix="topk-bench-rev-"))
-    files = subprocess.run(git + ["ls-tree", "-r", "--name-only", sha, "implementations"], capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = subprocess.run(
+        git + ["ls-tree", "-r", "--name-only", sha, "implementations"], capture_output=True, text=True, check=True
+    ).stdout.split()
     for file in files:
         text = subprocess.run(git + ["show", f"{sha}:{file}"], capture_output=True, text=True, check=True).stdout
         target = dest / name / Path(file).relative_to("implementations")
@@ -106,8 +107,12 @@ def main(argv=None):
     parser.add_argument("--non-causal", action="store_true")
     parser.add_argument("--rounds", "--repeats", type=int, default=5, dest="rounds")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                        help="cpu: the process's CPU time (with --threads 1, robust to other processes' load)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: the process's CPU time (with --threads 1, robust to other processes' load)",
+    )
     parser.add_argument("--max-memory", type=float, default=16.0, help="GiB; skip bigger (predicted) cases")
     parser.add_argument("--memory", choices=["predict", "real"], default="predict")
     args = parser.parse_args(argv)
@@ -117,9 +122,11 @@ def main(argv=None):
     fns = {name: (implementations.get(name), OPTIONS.get(name, {})) for name in args.impls}
     if args.before:
         fns[f"topk_fast@{args.before}"] = (load_revision(args.before).get("topk_fast"), OPTIONS["topk_fast"])
-    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, {args.threads} "
-          f"threads; B={args.batch} H={args.heads} d={args.head_dim}, causal={causal}, fp32, fwd+bwd, top-128, "
-          f"chunk 1024, {args.rounds} interleaved rounds, {args.clock} clock, memory={args.memory}")
+    print(
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, {args.threads} "
+        f"threads; B={args.batch} H={args.heads} d={args.head_dim}, causal={causal}, fp32, fwd+bwd, top-128, "
+        f"chunk 1024, {args.rounds} interleaved rounds, {args.clock} clock, memory={args.memory}"
+    )
     print(f"  before: {uptime()}", flush=True)
     for length in args.lengths:
         shape = (args.batch, args.heads, length, args.head_dim)
@@ -131,20 +138,23 @@ def main(argv=None):
                 run_once(fns[name][0], (1, 2, 2048, args.head_dim), causal, fns[name][1])
         for r in range(args.rounds):
             # Rotate the order so no implementation always runs after the same neighbour.
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 times[name].append(run_once(fns[name][0], shape, causal, fns[name][1], clock))
             # Progress as it comes: a run stopped early still shows its finished rounds.
             print(f"  L={length} round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in names), flush=True)
         med = {name: statistics.median(ts) for name, ts in times.items()}
         ref = "sdpa" if "sdpa" in times else None
         print(f"\nL={length}  ({uptime()})")
-        print(f"{'impl':<22} {'median s':>9} {'min s':>8} {'max s':>8} {'peak MiB':>9} {'/sdpa':>7} {'round q1-q3':>13}"
-              + "".join(f" {'/' + n:>12}" for n in names if n != ref))
+        print(
+            f"{'impl':<22} {'median s':>9} {'min s':>8} {'max s':>8} {'peak MiB':>9} {'/sdpa':>7} {'round q1-q3':>13}"
+            + "".join(f" {'/' + n:>12}" for n in names if n != ref)
+        )
         for name in fns:
             if name not in med:
                 print(f"{name:<22} {'skipped':>9} {'':>8} {'':>8} {peaks[name] / 2**20:9.0f}  (over --max-memory)")
                 continue
-            line = f"{name:<22} {med[name]:9.3f} {min(times[name]):8.3f} {max(times[name]):8.3f} {peaks[name] / 2**20:9.0f}"
+            spread = f"{min(times[name]):8.3f} {max(times[name]):8.3f}"
+            line = f"{name:<22} {med[name]:9.3f} {spread} {peaks[name] / 2**20:9.0f}"
             if ref:
                 per_round = [t / s for t, s in zip(times[name], times[ref])]
                 q1, q2, q3 = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else (per_round * 3)

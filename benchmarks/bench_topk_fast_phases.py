@@ -34,18 +34,62 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import implementations  # noqa: E402
 from bench_topk_fast import load_revision  # noqa: E402
 
+import implementations  # noqa: E402
+
 PRODUCT = {"bmm", "mm", "matmul", "baddbmm", "addmm"}
-BAGS = {"_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_per_sample_weights_backward",
-        "embedding_bag"}
-TRANSPOSE = {"key_sort_", "sort", "searchsorted", "index_select", "floor_divide", "bitwise_right_shift", "bincount",
-             "cumsum", "index_add_", "scatter_add_"}
-SELECTION = {"topk", "row_topk_", "gather", "amax", "masked_fill_", "remainder", "div", "mul", "add", "sub", "bitwise_and",
-             "bitwise_xor", "__rshift__", "__and__", "ge", "gt", "le", "lt", "arange", "logical_not",
-             "logical_not_", "clamp", "clamp_", "clamp_max", "max_pool1d", "maximum", "where", "take",
-             "bitwise_and_", "bitwise_xor_", "masked_fill", "eq", "ne", "expand", "repeat_interleave", "cat"}
+BAGS = {"_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_per_sample_weights_backward", "embedding_bag"}
+TRANSPOSE = {
+    "key_sort_",
+    "sort",
+    "searchsorted",
+    "index_select",
+    "floor_divide",
+    "bitwise_right_shift",
+    "bincount",
+    "cumsum",
+    "index_add_",
+    "scatter_add_",
+}
+SELECTION = {
+    "topk",
+    "row_topk_",
+    "gather",
+    "amax",
+    "masked_fill_",
+    "remainder",
+    "div",
+    "mul",
+    "add",
+    "sub",
+    "bitwise_and",
+    "bitwise_xor",
+    "__rshift__",
+    "__and__",
+    "ge",
+    "gt",
+    "le",
+    "lt",
+    "arange",
+    "logical_not",
+    "logical_not_",
+    "clamp",
+    "clamp_",
+    "clamp_max",
+    "max_pool1d",
+    "maximum",
+    "where",
+    "take",
+    "bitwise_and_",
+    "bitwise_xor_",
+    "masked_fill",
+    "eq",
+    "ne",
+    "expand",
+    "repeat_interleave",
+    "cat",
+}
 
 
 class OpTimes(TorchDispatchMode):
@@ -108,16 +152,21 @@ def main(argv=None):
     versions = {"now": implementations.get("topk_fast")}
     if args.before:
         versions[args.before] = load_revision(args.before).get("topk_fast")
-    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, "
-          f"{args.threads} thread(s); {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, "
+        f"{args.threads} thread(s); {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"
+    )
     for length in args.lengths:
         best = {name: None for name in versions}
         for _ in range(args.rounds):
             for name, fn in versions.items():  # interleaved: the same load for both versions
                 mode = measure(fn, length)
                 seen = dict(mode.seconds)
-                best[name] = seen if best[name] is None else {
-                    key: min(seen.get(key, 0.0), best[name].get(key, 0.0)) for key in set(seen) | set(best[name])}
+                best[name] = (
+                    seen
+                    if best[name] is None
+                    else {key: min(seen.get(key, 0.0), best[name].get(key, 0.0)) for key in set(seen) | set(best[name])}
+                )
                 calls = mode.calls
         print(f"\nL={length}: CPU seconds per phase (least of {args.rounds} rounds)")
         phases = collections.defaultdict(lambda: collections.defaultdict(float))
@@ -126,8 +175,17 @@ def main(argv=None):
                 phases[phase(scope, op)][name] += s
         names = list(versions)
         print(f"{'phase':<28}" + "".join(f"{n:>12}" for n in names))
-        order = ["fwd: score product", "fwd: selection", "fwd: bags", "fwd: other", "bwd: sampled dW",
-                 "bwd: key-sorted transpose", "bwd: bags", "bwd: products", "bwd: other"]
+        order = [
+            "fwd: score product",
+            "fwd: selection",
+            "fwd: bags",
+            "fwd: other",
+            "bwd: sampled dW",
+            "bwd: key-sorted transpose",
+            "bwd: bags",
+            "bwd: products",
+            "bwd: other",
+        ]
         for p in order + sorted(set(phases) - set(order)):
             if p in phases:
                 print(f"{p:<28}" + "".join(f"{phases[p][n]:12.3f}" for n in names))

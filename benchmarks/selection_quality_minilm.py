@@ -33,9 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import implementations  # noqa: E402
-from topk_bench.workloads.pretrained import activations  # noqa: E402
-from topk_bench.extras.quality import selection_quality  # noqa: E402
+import implementations
+from topk_bench.extras.quality import selection_quality
+from topk_bench.workloads.pretrained import activations
 
 BUDGETS = (16, 8, 4)  # budget = keys // BUDGET
 
@@ -49,9 +49,13 @@ def random_like(layers: list[dict[str, torch.Tensor]], seed: int = 0) -> list[di
     out = []
     for acts in layers:
         d = acts["q"].shape[-1]
-        out.append({"q": torch.randn(acts["q"].shape, generator=g) / math.sqrt(d),
-                    "k": torch.randn(acts["k"].shape, generator=g),
-                    "v": torch.randn(acts["v"].shape, generator=g)})
+        out.append(
+            {
+                "q": torch.randn(acts["q"].shape, generator=g) / math.sqrt(d),
+                "k": torch.randn(acts["k"].shape, generator=g),
+                "v": torch.randn(acts["v"].shape, generator=g),
+            }
+        )
     return out
 
 
@@ -91,11 +95,16 @@ def evaluate(layers, causal: bool, with_block_topk: bool) -> dict:
 
 def print_table(title: str, rows: dict) -> None:
     print(f"\n{title}")
-    print(f"{'method':<12} {'budget':>7} {'keys':>7} {'mass_recall':>12} {'topk_recall':>12} {'rel_err':>9}   mass_recall per layer")
+    print(
+        f"{'method':<12} {'budget':>7} {'keys':>7} {'mass_recall':>12} {'topk_recall':>12} {'rel_err':>9}"
+        "   mass_recall per layer"
+    )
     for (label, denom), m in rows.items():
         layers = " ".join(f"{x:.3f}" for x in m["layers_mass"])
-        print(f"{label:<12} {'1/' + str(denom):>7} {m['keys']:7.1f} {m['mass_recall']:12.4f} {m['topk_recall']:12.4f} "
-              f"{m['rel_err']:9.4f}   {layers}")
+        print(
+            f"{label:<12} {'1/' + str(denom):>7} {m['keys']:7.1f} {m['mass_recall']:12.4f} {m['topk_recall']:12.4f} "
+            f"{m['rel_err']:9.4f}   {layers}"
+        )
 
 
 def main(argv=None):
@@ -109,8 +118,10 @@ def main(argv=None):
     start = time.perf_counter()
     real = extract_activations(corpus_text(), args.max_tokens)
     shape = tuple(real[0]["q"].shape)
-    print(f"MiniLM activations: {len(real)} layers, q/k/v {shape} (q scaled by 1/sqrt(d)), "
-          f"causal={args.causal}, torch {torch.__version__}")
+    print(
+        f"MiniLM activations: {len(real)} layers, q/k/v {shape} (q scaled by 1/sqrt(d)), "
+        f"causal={args.causal}, torch {torch.__version__}"
+    )
     for kind, layers in (("MiniLM (real activations)", real), ("random N(0,1) inputs, same shape", random_like(real))):
         print_table(f"{kind}, L={shape[2]}", evaluate(layers, args.causal, args.with_block_topk))
     print(f"\n({time.perf_counter() - start:.1f} s)")

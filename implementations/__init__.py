@@ -5,6 +5,22 @@
 >>> out = attn(q, k, v, causal=True, activation="softmax")
 """
 
+# Importing a module registers its implementations.
+from implementations import (  # noqa: F401 -- to register  # noqa: F401 -- to register
+    block_topk,
+    flex,
+    page_topk,
+    paper,
+    performer,
+    qchunk,
+    sdpa,
+    sink_window,
+    topk,
+    topk_fast,
+    topk_sparse,
+    vanilla,
+)
+from implementations.layers import Decoder, FeedForward, MultiHeadAttention
 from implementations.registry import (
     ACTIVATIONS,
     Implementation,
@@ -16,14 +32,16 @@ from implementations.registry import (
     spec,
 )
 
-# Importing a module registers its implementations.
-from implementations import vanilla, sdpa, qchunk, topk, topk_sparse, performer, topk_fast  # noqa: F401 -- to register
-from implementations import paper  # noqa: F401 -- registers vanilla_paper, qchunk_paper, topk_paper
-from implementations import page_topk, sink_window, block_topk, flex  # noqa: F401 -- to register
-
-from implementations.layers import Decoder, FeedForward, MultiHeadAttention
-
 __all__ = [
-    "ACTIVATIONS", "Implementation", "UnknownImplementation", "all_specs", "get", "names",
-    "register", "spec", "MultiHeadAttention", "FeedForward", "Decoder",
+    "ACTIVATIONS",
+    "Implementation",
+    "UnknownImplementation",
+    "all_specs",
+    "get",
+    "names",
+    "register",
+    "spec",
+    "MultiHeadAttention",
+    "FeedForward",
+    "Decoder",
 ]

@@ -6,7 +6,8 @@ Two ways, the same result: the sampled products of :class:`_BlockSparse` (traini
 prefill, forward and backward: no key or value row is copied) and, for a decode step,
 :func:`_gathered_blocks` (the chosen blocks copied whole, a few MiB at a time, for dense
 products; half inputs, where the target emulates half GEMMs (:mod:`implementations.hardware`):
-float32 products from float32 copies of the copied blocks, rounded once as a half GEMM rounds). Shape-static: runs under ``FakeTensorMode``.
+float32 products from float32 copies of the copied blocks, rounded once as a half GEMM rounds). Shape-static: runs
+under ``FakeTensorMode``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
 
     ``blocks, ok [B, Hq, C, n]`` -> ``rows [R, n*block_size]`` (global rows of
     ``k.reshape(-1, d)``, int32 when they fit), ``allowed [R, n*block_size]`` (True: the
-    entry has weight; a fresh mask, which :func:`_weights` negates in place) and ``empty`` (``[R, 1]``, rows without any key, or None when no row can
+    entry has weight; a fresh mask, which :func:`_weights` negates in place) and ``empty`` (``[R, 1]``, rows without
+    any key, or None when no row can
     be empty), with ``R = B*Hq*C``. Few full-size ops: this runs at every decode step.
     """
     b, hq, c, n = blocks.shape
@@ -34,7 +36,7 @@ def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
     # First row of the query head's kv head (h // G) in the flattened [B*Hkv*Lk, d] keys.
     head = torch.arange(b, device=device).view(b, 1) * hkv + torch.arange(hq, device=device).view(1, hq) // (hq // hkv)
     base = (head * lk).view(b, hq, 1, 1).to(index)
-    first = blocks.to(index) * block_size + base                                     # [B, Hq, C, n]
+    first = blocks.to(index) * block_size + base  # [B, Hq, C, n]
     rows = first.unsqueeze(-1) + torch.arange(block_size, dtype=index, device=device)  # [B, Hq, C, n, bs]
     # The last allowed key of each query: its own position when causal, else the last key.
     if causal:
@@ -61,7 +63,9 @@ def _dots(x2, table2, rows):
     flat = rows.reshape(-1)
     offsets = torch.arange(0, r * m, m, dtype=rows.dtype, device=rows.device)
     bag_of = torch.arange(r, dtype=rows.dtype, device=rows.device).repeat_interleave(m)
-    return torch.ops.aten._embedding_bag_per_sample_weights_backward(x2, table2, flat, offsets, bag_of, 0, -1).view(r, m)
+    return torch.ops.aten._embedding_bag_per_sample_weights_backward(x2, table2, flat, offsets, bag_of, 0, -1).view(
+        r, m
+    )
 
 
 def _weights(q2, k2, rows, allowed, empty):
@@ -95,7 +99,8 @@ class _BlockSparse(torch.autograd.Function):
             rows, allowed, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
             w = _weights(q[:, :, r0:r1].reshape(-1, d), k2, rows, allowed, empty)
             out[:, :, r0:r1] = F.embedding_bag(rows, v2, per_sample_weights=w.to(v.dtype), mode="sum").view(
-                b, hq, r1 - r0, dv)
+                b, hq, r1 - r0, dv
+            )
         ctx.save_for_backward(q, k, v, blocks, ok)
         ctx.options = (block_size, causal, chunk)
         return out
@@ -118,12 +123,13 @@ class _BlockSparse(torch.autograd.Function):
             r1 = min(r0 + chunk, lq)
             rows, allowed, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
             q2, do2 = q[:, :, r0:r1].reshape(-1, d), dout[:, :, r0:r1].reshape(-1, dv)
-            w = _weights(q2, k2, rows, allowed, empty)                                        # [R, M]
-            dw = _dots(do2, v2, rows).to(sdt)                                         # dout · v_j
-            ds = w * (dw - (w * dw).sum(dim=-1, keepdim=True))                        # softmax backward
+            w = _weights(q2, k2, rows, allowed, empty)  # [R, M]
+            dw = _dots(do2, v2, rows).to(sdt)  # dout · v_j
+            ds = w * (dw - (w * dw).sum(dim=-1, keepdim=True))  # softmax backward
             if need_q:
                 dq[:, :, r0:r1] = F.embedding_bag(rows, k2, per_sample_weights=ds.to(k.dtype), mode="sum").view(
-                    b, hq, r1 - r0, d)
+                    b, hq, r1 - r0, d
+                )
             if not (need_k or need_v):
                 continue
             # The transposed selection without gathering: entries sorted by key row, one bag of
@@ -133,13 +139,23 @@ class _BlockSparse(torch.autograd.Function):
             del sorted_rows
             query_of = torch.div(order, rows.shape[1], rounding_mode="floor")
             if need_k:
-                dk += F.embedding_bag(query_of, q2.to(sdt), starts, mode="sum",
-                                      per_sample_weights=ds.reshape(-1).index_select(0, order))
+                dk += F.embedding_bag(
+                    query_of, q2.to(sdt), starts, mode="sum", per_sample_weights=ds.reshape(-1).index_select(0, order)
+                )
             if need_v:
-                dv_ += F.embedding_bag(query_of, do2.to(sdt), starts, mode="sum",
-                                       per_sample_weights=w.reshape(-1).index_select(0, order))
-        return (dq, None if dk is None else dk.to(k.dtype).view(k.shape),
-                None if dv_ is None else dv_.to(v.dtype).view(v.shape), None, None, None, None, None)
+                dv_ += F.embedding_bag(
+                    query_of, do2.to(sdt), starts, mode="sum", per_sample_weights=w.reshape(-1).index_select(0, order)
+                )
+        return (
+            dq,
+            None if dk is None else dk.to(k.dtype).view(k.shape),
+            None if dv_ is None else dv_.to(v.dtype).view(v.shape),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def block_sparse_attention(q, k, v, blocks, ok, block_size: int, causal: bool, chunk_size: int) -> torch.Tensor:
@@ -156,8 +172,9 @@ def block_sparse_attention(q, k, v, blocks, ok, block_size: int, causal: bool, c
     if use_decode_path(q, k, v, chunk_size, 0.0) and block_size <= lk and not (causal and lq > lk):
         return _gathered_blocks(q, k, v, blocks, ok, block_size, causal)
     hq = q.shape[1]
-    return _BlockSparse.apply(q, k, v, per_query_head(blocks, hq), per_query_head(ok, hq), block_size, causal,
-                              chunk_size)
+    return _BlockSparse.apply(
+        q, k, v, per_query_head(blocks, hq), per_query_head(ok, hq), block_size, causal, chunk_size
+    )
 
 
 # Bytes of the key and value blocks one part of :func:`_gathered_blocks` copies (it walks the
@@ -168,7 +185,8 @@ GATHER_BYTES = 4 << 20
 
 
 def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torch.Tensor:
-    """Forward only: each table's blocks copied whole (one ``index_select`` of block-long windows), then dense attention.
+    """Forward only: each table's blocks copied whole (one ``index_select`` of block-long windows), then dense
+    attention.
 
     A block is ``block_size`` consecutive keys, so it is copied as one row of a view whose
     rows are windows of the flattened keys (one window starting at every key). A partial
@@ -178,16 +196,16 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
     b, hq, lq, d = q.shape
     hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
     ht, n = blocks.shape[1], blocks.shape[-1]
-    per = hq // ht                              # query heads per table: 1, or G when shared
+    per = hq // ht  # query heads per table: 1, or G when shared
     device = q.device
     # First key of each picked window, and the row of its kv head's key 0 in the flattened keys.
-    first = blocks * block_size                                                          # [B, Ht, Lq, n]
+    first = blocks * block_size  # [B, Ht, Lq, n]
     start = first.clamp(max=lk - block_size)
     kv_head = torch.arange(ht, device=device) * per // (hq // hkv)
     base = ((torch.arange(b, device=device).view(b, 1) * hkv + kv_head.view(1, ht)) * lk).view(b, ht, 1, 1)
     # Keys of each window with weight: in the block (not a partial last block's window before
     # it), of an accepted pick, and (causal) not after the query.
-    pos = start.unsqueeze(-1) + torch.arange(block_size, device=device)                 # [B, Ht, Lq, n, bs]
+    pos = start.unsqueeze(-1) + torch.arange(block_size, device=device)  # [B, Ht, Lq, n, bs]
     allowed = (pos >= first.unsqueeze(-1)) & ok.unsqueeze(-1)
     if causal:
         allowed = allowed & (pos <= query_positions(0, lq, lq, lk, device).view(1, 1, lq, 1, 1))
@@ -212,7 +230,7 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
         part_float = qt.new_empty(step * width)
     for r0 in range(0, rows, step):
         r1 = min(r0 + step, rows)
-        m, picked = r1 - r0, windows[r0 * n: r1 * n]
+        m, picked = r1 - r0, windows[r0 * n : r1 * n]
         keys = torch.index_select(keys_of, 0, picked, out=part[: m * n * block_size * d].view(m * n, -1))
         keys = keys.view(m, n * block_size, d)
         if convert:  # keys on the left: with a few query rows the tall product measured 2x faster

@@ -57,25 +57,42 @@ def block_means(k: torch.Tensor, block_size: int) -> torch.Tensor:
         blocks = k[:, :, : full * block_size].reshape(b, h, full, block_size, d)
         parts.append(blocks.sum(dim=3, dtype=sdt) / block_size)
     if lk % block_size:
-        parts.append((k[:, :, full * block_size:].sum(dim=2, dtype=sdt) / (lk % block_size)).unsqueeze(2))
+        parts.append((k[:, :, full * block_size :].sum(dim=2, dtype=sdt) / (lk % block_size)).unsqueeze(2))
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
 def _table(q, k, causal, block_size, topk_blocks, means, chunk_size):
     check_qkv(q, k, k, batched=True)
     if block_size < 1 or topk_blocks < 0 or chunk_size < 1:
-        raise ValueError(f"block_topk needs block_size >= 1, topk_blocks >= 0, chunk_size >= 1, got "
-                         f"block_size={block_size}, topk_blocks={topk_blocks}, chunk_size={chunk_size}")
+        raise ValueError(
+            f"block_topk needs block_size >= 1, topk_blocks >= 0, chunk_size >= 1, got "
+            f"block_size={block_size}, topk_blocks={topk_blocks}, chunk_size={chunk_size}"
+        )
     b, hkv, lk, d = k.shape
-    means = kept_state(means, lambda: block_means(k.detach(), block_size), "means", "[B, Hkv, P, d]",
-                       (b, hkv, n_blocks(lk, block_size), d), f"block_means(k, {block_size})")
-    means = means.transpose(-2, -1)                                                   # [B, Hkv, d, P]
-    return select_blocks(q.detach(), k.shape[1], k.shape[2], block_size, topk_blocks, causal, chunk_size,
-                         lambda qg: qg.to(means.dtype) @ means)
+    means = kept_state(
+        means,
+        lambda: block_means(k.detach(), block_size),
+        "means",
+        "[B, Hkv, P, d]",
+        (b, hkv, n_blocks(lk, block_size), d),
+        f"block_means(k, {block_size})",
+    )
+    means = means.transpose(-2, -1)  # [B, Hkv, d, P]
+    return select_blocks(
+        q.detach(),
+        k.shape[1],
+        k.shape[2],
+        block_size,
+        topk_blocks,
+        causal,
+        chunk_size,
+        lambda qg: qg.to(means.dtype) @ means,
+    )
 
 
-def block_topk_attention(q, k, v, *, causal=False, activation="softmax", block_size=512, topk_blocks=3,
-                         means=None, chunk_size=64):
+def block_topk_attention(
+    q, k, v, *, causal=False, activation="softmax", block_size=512, topk_blocks=3, means=None, chunk_size=64
+):
     """MoBA attention: own block (causally) plus the ``topk_blocks`` earlier blocks whose mean key scores highest.
 
     ``means``: optional ``block_means(k, block_size)``; computed here when None.
@@ -87,8 +104,7 @@ def block_topk_attention(q, k, v, *, causal=False, activation="softmax", block_s
     return block_sparse_attention(q, k, v, blocks, ok, block_size, causal, chunk_size)
 
 
-def block_topk_selection(q, k, *, causal=False, block_size=512, topk_blocks=3, means=None, chunk_size=64,
-                         **_ignored):
+def block_topk_selection(q, k, *, causal=False, block_size=512, topk_blocks=3, means=None, chunk_size=64, **_ignored):
     """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`block_topk_attention` attends to (True = attended)."""
     blocks, ok = _table(q, k, causal, int(block_size), int(topk_blocks), means, int(chunk_size))
     return table_selection(blocks, ok, k.shape[2], int(block_size), causal)

@@ -66,8 +66,9 @@ class CausalProduct(torch.autograd.Function):
         da = a.new_empty(a.shape)
         db = b.new_empty(b.shape)
         dv = v.new_empty(v.shape)
-        chunks = list(zip(_chunks(ctx.chunk_size, a, b, v, d_out, da, db, dv),
-                          _transposed_chunks(ctx.chunk_size, a, b, v)))
+        chunks = list(
+            zip(_chunks(ctx.chunk_size, a, b, v, d_out, da, db, dv), _transposed_chunks(ctx.chunk_size, a, b, v))
+        )
         # da_i = sum_{j <= i} (do_i . v_j) b_j: forward scan with state sum_j v_jᵀ b_j.
         state = v.new_zeros(*a.shape[:-2], v.shape[-1], b.shape[-1])
         state3 = _batched(state)

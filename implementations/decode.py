@@ -11,7 +11,8 @@ keeps what backward needs. A decode step has a handful of queries and no backwar
    place (grouped-query heads need no repeated K/V);
 2. half inputs ranked in float32 (``float_scores``): by tiles of keys, each from one reused
    float32 copy of the tile, never of all of K (``DECODE_TILE_BYTES``: cache-sized on the
-   CPU; ``DECODE_TILE_BYTES_CUDA`` on an accelerator, where one big GEMM is what the device wants, yet a float32 copy of a
+   CPU; ``DECODE_TILE_BYTES_CUDA`` on an accelerator, where one big GEMM is what the device wants, yet a float32 copy of
+   a
    whole cache (512 MiB at 131072 Llama-3-8B tokens) is not); ranked in their own dtype: one
    product where the target multiplies half matrices natively, else the same float32 tiles,
    each product rounded once into the half scores (:mod:`implementations.hardware`); scores
@@ -58,8 +59,7 @@ def use_decode_path(q, k, v, chunk_size: int, dropout: float) -> bool:
     return not needs_grad and not dropout and q.shape[-2] <= min(DECODE_ROWS, chunk_size)
 
 
-def decode_scores(q, k, groups: int, *, causal: bool, real_keys=None, multiple: int = 1,
-                  float_scores: bool = True):
+def decode_scores(q, k, groups: int, *, causal: bool, real_keys=None, multiple: int = 1, float_scores: bool = True):
     """Masked scores ``[B*Hkv, G*Lq, width]`` (float32 for half inputs); masked entries are ``-inf``.
 
     ``real_keys``: bool ``[B, Lk]``, True = a real key (:func:`~implementations.masking.from_padding`), or None.
@@ -162,6 +162,7 @@ def decode_output(weights, where, q, v):
     bkv, _, kk = where.shape
     lk, dv = v.shape[-2], v.shape[-1]
     where = where + (torch.arange(bkv, device=where.device) * lk).view(bkv, 1, 1)
-    out = F.embedding_bag(where.view(-1, kk), v.reshape(-1, dv),
-                          per_sample_weights=weights.to(v.dtype).view(-1, kk), mode="sum")
+    out = F.embedding_bag(
+        where.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.to(v.dtype).view(-1, kk), mode="sum"
+    )
     return out.view(*q.shape[:-1], dv)

@@ -32,8 +32,8 @@ import time
 
 import torch
 
-from implementations.registry import Implementation, register
 from implementations.masking import allowed_keys, check_activation, check_qkv, query_positions
+from implementations.registry import Implementation, register
 
 OPTIONS = {"window": 0}
 
@@ -65,10 +65,12 @@ def _block_mask(lq: int, lk: int, causal: bool, window: int, device):
         offset = lk - lq
 
         if window:
+
             def mask_mod(b, h, q_idx, kv_idx):
                 pos = q_idx + offset
                 return (kv_idx <= pos) & (kv_idx > pos - window)
         else:
+
             def mask_mod(b, h, q_idx, kv_idx):
                 return kv_idx <= q_idx + offset
 
@@ -84,8 +86,10 @@ def flex_attention(q, k, v, *, causal=False, activation="softmax", window=0):
     if window < 0:
         raise ValueError(f"flex needs window >= 0, got {window}")
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise NotImplementedError(f"flex: FlexAttention has no backward on CPU in torch {torch.__version__} "
-                                  "(forward only: run under no_grad, or on CUDA)")
+        raise NotImplementedError(
+            f"flex: FlexAttention has no backward on CPU in torch {torch.__version__} "
+            "(forward only: run under no_grad, or on CUDA)"
+        )
     if q.device.type == "cpu" and q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise NotImplementedError(f"flex: FlexAttention on CPU takes float32/float16/bfloat16, not {q.dtype}")
     mask = _block_mask(q.shape[2], k.shape[2], bool(causal), window, q.device)

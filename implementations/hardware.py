@@ -43,14 +43,16 @@ def device_kind(x: torch.Tensor) -> str:
     return _TARGET.get() or x.device.type
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cpu_multiplies_natively(dtype: torch.dtype) -> bool:
     # torch.backends.cpu.get_cpu_capability(): "AVX512" or "AVX2" (or "DEFAULT", ...) on x86; AVX-512
     # without BF16 (or AMX-FP16 for fp16) still emulates half GEMMs.
     if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
         return False
-    probe = {torch.bfloat16: ("_is_avx512_bf16_supported", "_is_amx_tile_supported"),
-             torch.float16: ("_is_amx_fp16_supported",)}.get(dtype, ())
+    probe = {
+        torch.bfloat16: ("_is_avx512_bf16_supported", "_is_amx_tile_supported"),
+        torch.float16: ("_is_amx_fp16_supported",),
+    }.get(dtype, ())
     return any(getattr(torch.cpu, name, lambda: False)() for name in probe)
 
 

@@ -9,7 +9,8 @@ cast a layer (``.to(torch.bfloat16)``); the implementations keep the input dtype
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -51,7 +52,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"scale_in_attention needs an attention with a 'scale' option; {attention!r} has none")
             if "scale" in options:
                 raise ValueError("scale_in_attention sets the attention's 'scale' itself: do not pass one")
-            options = {**options, "scale": self.head_dim ** -0.5}
+            options = {**options, "scale": self.head_dim**-0.5}
         self.attention = spec(attention).module(self.head_dim, **options)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,7 +79,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int = 768, d_ff: int = 3072, attention: str = "vanilla", **options: Any):
         super().__init__()
-        self.keys = nn.Parameter(torch.empty(d_ff, d_model))    # W1 [d_ff, d_model]
+        self.keys = nn.Parameter(torch.empty(d_ff, d_model))  # W1 [d_ff, d_model]
         self.values = nn.Parameter(torch.empty(d_ff, d_model))  # W2ᵀ [d_ff, d_model]
         nn.init.normal_(self.keys, std=1.0 / math.sqrt(d_model))
         nn.init.normal_(self.values, std=1.0 / math.sqrt(d_ff))
@@ -123,8 +124,13 @@ class Decoder(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(
             DecoderBlock(
-                d_model, heads, d_ff, attention, feedforward,
-                dict(attention_options or {}), dict(feedforward_options or {}),
+                d_model,
+                heads,
+                d_ff,
+                attention,
+                feedforward,
+                dict(attention_options or {}),
+                dict(feedforward_options or {}),
             )
             for _ in range(layers)
         )

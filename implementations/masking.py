@@ -72,8 +72,13 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, batched: boo
         tails = False
     if tails and q.shape[:-2] == k.shape[:-2]:
         return 1
-    if tails and q.dim() == k.dim() >= 3 and q.shape[:-3] == k.shape[:-3] and 0 < k.shape[-3] and \
-            q.shape[-3] % k.shape[-3] == 0:
+    if (
+        tails
+        and q.dim() == k.dim() >= 3
+        and q.shape[:-3] == k.shape[:-3]
+        and 0 < k.shape[-3]
+        and q.shape[-3] % k.shape[-3] == 0
+    ):
         return q.shape[-3] // k.shape[-3]
     lead, lk = ("B, ", " and Lk >= 1") if batched else ("*, ", "")
     raise ValueError(
@@ -90,8 +95,9 @@ def kv_groups(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
     return check_qkv(q, k, v)
 
 
-def check_topk_args(q: torch.Tensor, k: torch.Tensor, topk: int, chunk_size: int, dropout: float,
-                    key_padding_mask: torch.Tensor | None) -> None:
+def check_topk_args(
+    q: torch.Tensor, k: torch.Tensor, topk: int, chunk_size: int, dropout: float, key_padding_mask: torch.Tensor | None
+) -> None:
     """The options every top-k variant shares (``topk``, ``topk_sparse``, ``topk_fast``), checked once."""
     if topk < 1 or chunk_size < 1:
         raise ValueError(f"topk and chunk_size must be >= 1, got topk={topk}, chunk_size={chunk_size}")
@@ -162,8 +168,18 @@ def from_padding(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if key_padding_mask is None else key_padding_mask.logical_not()
 
 
-def allowed_keys(r0: int, r1: int, lq: int, lk: int, *, causal: bool, real_keys: torch.Tensor | None = None,
-                 device=None, cols: tuple[int, int] | None = None, ndim: int = 2) -> torch.Tensor | None:
+def allowed_keys(
+    r0: int,
+    r1: int,
+    lq: int,
+    lk: int,
+    *,
+    causal: bool,
+    real_keys: torch.Tensor | None = None,
+    device=None,
+    cols: tuple[int, int] | None = None,
+    ndim: int = 2,
+) -> torch.Tensor | None:
     """Bool mask, True where query row ``i`` (``r0 <= i < r1`` of ``Lq``) may attend key ``j``.
 
     Keys ``j`` in ``cols = (c0, c1)`` (default all ``Lk``; columns ``>= Lk`` are never
@@ -179,11 +195,11 @@ def allowed_keys(r0: int, r1: int, lq: int, lk: int, *, causal: bool, real_keys:
         last = query_positions(r0, r1, lq, lk, device).unsqueeze(1)
         if c1 > lk:
             last = last.clamp_max(lk - 1)
-        allowed = torch.arange(c0, c1, device=device) <= last                       # [C, W]
+        allowed = torch.arange(c0, c1, device=device) <= last  # [C, W]
     elif c1 > lk:  # the same columns for every row: [1, W]
         allowed = (torch.arange(c0, c1, device=device) < lk).unsqueeze(0)
     if real_keys is not None:
-        pad = real_keys[(slice(None),) + (None,) * (ndim - 2)][..., c0:min(c1, lk)]
+        pad = real_keys[(slice(None),) + (None,) * (ndim - 2)][..., c0 : min(c1, lk)]
         if c1 > lk:
             pad = torch.cat([pad, pad.new_zeros(*pad.shape[:-1], c1 - max(c0, lk))], dim=-1)
         elif allowed is None:

@@ -66,7 +66,7 @@ def page_summaries(k: torch.Tensor, page_size: int) -> torch.Tensor:
         pages = k[:, :, : full * page_size].reshape(b, h, full, page_size, d)
         parts.append(torch.stack((pages.amin(dim=3), pages.amax(dim=3)), dim=3))
     if lk % page_size:
-        tail = k[:, :, full * page_size:]
+        tail = k[:, :, full * page_size :]
         parts.append(torch.stack((tail.amin(dim=2), tail.amax(dim=2)), dim=2).unsqueeze(2))
     # min/max are exact in the key dtype: convert the summaries, not the cache.
     return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)).to(stat_dtype(k.dtype))
@@ -78,7 +78,7 @@ def page_bounds(qg: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
     sdt = stat_dtype(qg.dtype)
     qs = qg.to(sdt)
     # q⁻ pairs with the min, q⁺ with the max: sum_d max(q_d min_d, q_d max_d) in one product.
-    signed = torch.cat((qs.clamp(max=0), qs.clamp(min=0)), dim=-1)                 # [B, Hkv, R, 2d]
+    signed = torch.cat((qs.clamp(max=0), qs.clamp(min=0)), dim=-1)  # [B, Hkv, R, 2d]
     # [P, 2d] @ [2d, R], not [R, 2d] @ [2d, P]: with few query rows (decode) the tall
     # product measured 2.5x faster on CPU; the transpose back is a view.
     return (summaries.reshape(b, h, p, 2 * d).to(sdt) @ signed.transpose(-2, -1)).transpose(-2, -1)
@@ -87,17 +87,45 @@ def page_bounds(qg: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
 def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size):
     check_qkv(q, k, k, batched=True)
     if page_size < 1 or token_budget < 0 or chunk_size < 1:
-        raise ValueError(f"page_topk needs page_size >= 1, token_budget >= 0, chunk_size >= 1, got "
-                         f"page_size={page_size}, token_budget={token_budget}, chunk_size={chunk_size}")
+        raise ValueError(
+            f"page_topk needs page_size >= 1, token_budget >= 0, chunk_size >= 1, got "
+            f"page_size={page_size}, token_budget={token_budget}, chunk_size={chunk_size}"
+        )
     b, hkv, lk, d = k.shape
-    summaries = kept_state(summaries, lambda: page_summaries(k, page_size), "summaries", "[B, Hkv, P, 2, d]",
-                           (b, hkv, n_blocks(lk, page_size), 2, d), f"page_summaries(k, {page_size})")
-    return select_blocks(q.detach(), hkv, lk, page_size, token_budget // page_size, causal, chunk_size,
-                         lambda qg: page_bounds(qg, summaries), shared=bool(group_pages))
+    summaries = kept_state(
+        summaries,
+        lambda: page_summaries(k, page_size),
+        "summaries",
+        "[B, Hkv, P, 2, d]",
+        (b, hkv, n_blocks(lk, page_size), 2, d),
+        f"page_summaries(k, {page_size})",
+    )
+    return select_blocks(
+        q.detach(),
+        hkv,
+        lk,
+        page_size,
+        token_budget // page_size,
+        causal,
+        chunk_size,
+        lambda qg: page_bounds(qg, summaries),
+        shared=bool(group_pages),
+    )
 
 
-def page_topk_attention(q, k, v, *, causal=False, activation="softmax", page_size=16, token_budget=1024,
-                        group_pages=True, summaries=None, chunk_size=64):
+def page_topk_attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    activation="softmax",
+    page_size=16,
+    token_budget=1024,
+    group_pages=True,
+    summaries=None,
+    chunk_size=64,
+):
     """Quest attention: each query attends its ``token_budget // page_size`` best-bounded pages plus its own.
 
     ``summaries``: optional ``page_summaries(k, page_size)``; built here when None.
@@ -110,8 +138,9 @@ def page_topk_attention(q, k, v, *, causal=False, activation="softmax", page_siz
     return block_sparse_attention(q, k, v, blocks, ok, page_size, causal, chunk_size)
 
 
-def page_topk_selection(q, k, *, causal=False, page_size=16, token_budget=1024, group_pages=True, summaries=None,
-                        chunk_size=64, **_ignored):
+def page_topk_selection(
+    q, k, *, causal=False, page_size=16, token_budget=1024, group_pages=True, summaries=None, chunk_size=64, **_ignored
+):
     """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`page_topk_attention` attends to (True = attended)."""
     blocks, ok = _table(q, k, causal, int(page_size), int(token_budget), group_pages, summaries, int(chunk_size))
     hq = q.shape[1]

@@ -73,7 +73,7 @@ class Settings(NamedTuple):
     scale: float
     dropout: float
     topk: int | None  # None: query chunking without top-k
-    fill: float       # what masked scores are filled with
+    fill: float  # what masked scores are filled with
     # A softmax row may have no allowed key: its output (and so its gradients) must be zeroed.
     empty_rows: bool = False
 
@@ -95,8 +95,9 @@ def check_args(q, k, v, *, activation, dropout, scale, chunk_size=1, topk=1, mas
     if mask is not None:
         lq, lk = q.shape[-2], k.shape[-2]
         if mask.dtype != torch.bool or mask.dim() < 2 or mask.shape[-2] not in (1, lq) or mask.shape[-1] not in (1, lk):
-            raise ValueError(f"mask must be bool and broadcastable to [.., {lq}, {lk}], got {mask.dtype} "
-                             f"{tuple(mask.shape)}")
+            raise ValueError(
+                f"mask must be bool and broadcastable to [.., {lq}, {lk}], got {mask.dtype} {tuple(mask.shape)}"
+            )
 
 
 def fill_value(dtype: torch.dtype, scale: float) -> float:
@@ -179,13 +180,13 @@ class PaperChunkFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qc, k, v, mask, rng, s):
-        dots = qc @ k.transpose(-2, -1)                                   # [C, Lk]
+        dots = qc @ k.transpose(-2, -1)  # [C, Lk]
         if mask is not None:
             dots.masked_fill_(mask, s.fill)
         if s.dropout:
             rng.record()
         if s.topk is None:
-            attn = activate(dots, s)                                      # new [C, Lk] blocks
+            attn = activate(dots, s)  # new [C, Lk] blocks
             del dots
             ctx.save_for_backward(qc, k, v, mask)
             has_key = rows_with_a_key(mask) if s.empty_rows else None
@@ -193,7 +194,7 @@ class PaperChunkFunction(torch.autograd.Function):
             top_dots, top_idx = dots.topk(min(s.topk, dots.shape[-1]), dim=-1, sorted=False)
             attn = dots.zero_().scatter_(-1, top_idx, activate(top_dots, s))  # scores are dead: reused
             del dots
-            ctx.save_for_backward(qc, k, v, top_dots, top_idx)           # the mask is in the top values
+            ctx.save_for_backward(qc, k, v, top_dots, top_idx)  # the mask is in the top values
             has_key = top_rows_with_a_key(top_dots, s) if s.empty_rows else None
         ctx.rng, ctx.settings = rng, s
         out = attn @ v
@@ -206,8 +207,8 @@ class PaperChunkFunction(torch.autograd.Function):
             qc, k, v, mask = ctx.saved_tensors
             if s.empty_rows:  # recomputed from what is cached anyway: nothing more is kept
                 d_out = d_out * rows_with_a_key(mask)
-            d_attn = d_out @ v.transpose(-2, -1)                          # [C, Lk]
-            dots = qc @ k.transpose(-2, -1)                               # recomputed [C, Lk]
+            d_attn = d_out @ v.transpose(-2, -1)  # [C, Lk]
+            dots = qc @ k.transpose(-2, -1)  # recomputed [C, Lk]
             if mask is not None:
                 dots.masked_fill_(mask, s.fill)
             with torch.enable_grad(), rng.replay():
@@ -224,8 +225,8 @@ class PaperChunkFunction(torch.autograd.Function):
             qc, k, v, top_dots, top_idx = ctx.saved_tensors
             if s.empty_rows:
                 d_out = d_out * top_rows_with_a_key(top_dots, s)
-            d_attn = d_out @ v.transpose(-2, -1)                          # [C, Lk]
-            d_top = d_attn.gather(-1, top_idx)                            # [C, k]
+            d_attn = d_out @ v.transpose(-2, -1)  # [C, Lk]
+            d_top = d_attn.gather(-1, top_idx)  # [C, k]
             with torch.enable_grad(), rng.replay():
                 top_dots = top_dots.detach().requires_grad_()
                 top_actv = activate(top_dots, s)
@@ -262,7 +263,7 @@ def chunked_attention(q, k, v, *, causal, activation, chunk_size, dropout, scale
         if mask is not None:
             mask_c = mask if mask.shape[-2] == 1 else mask[..., ids, :]
         elif causal:
-            mask_c = causal_mask(start, c, lq, lk, q.device)              # built per chunk, as theirs
+            mask_c = causal_mask(start, c, lq, lk, q.device)  # built per chunk, as theirs
         else:
             mask_c = None
         out[..., ids, :] = PaperChunkFunction.apply(q[..., ids, :], k, v, mask_c, new_chunk_rng(q.device), s)
@@ -270,21 +271,44 @@ def chunked_attention(q, k, v, *, causal, activation, chunk_size, dropout, scale
     return out
 
 
-def qchunk_paper_attention(q, k, v, *, causal=False, activation="softmax", chunk_size=1024, dropout=0.1,
-                           scale=1.0, mask=None):
+def qchunk_paper_attention(
+    q, k, v, *, causal=False, activation="softmax", chunk_size=1024, dropout=0.1, scale=1.0, mask=None
+):
     """The authors' query chunking (their top-k function with top-k off): caches the inputs only."""
     check_args(q, k, v, activation=activation, dropout=dropout, scale=scale, chunk_size=chunk_size, mask=mask)
-    return chunked_attention(q, k, v, causal=causal, activation=activation, chunk_size=int(chunk_size),
-                             dropout=dropout, scale=scale, mask=mask, topk=None)
+    return chunked_attention(
+        q,
+        k,
+        v,
+        causal=causal,
+        activation=activation,
+        chunk_size=int(chunk_size),
+        dropout=dropout,
+        scale=scale,
+        mask=mask,
+        topk=None,
+    )
 
 
-def topk_paper_attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024, dropout=0.1,
-                         scale=1.0, mask=None):
+def topk_paper_attention(
+    q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024, dropout=0.1, scale=1.0, mask=None
+):
     """The authors' top-k attention (paper §2.2 pseudo-code) in their query chunks."""
-    check_args(q, k, v, activation=activation, dropout=dropout, scale=scale, chunk_size=chunk_size, topk=topk,
-               mask=mask)
-    return chunked_attention(q, k, v, causal=causal, activation=activation, chunk_size=int(chunk_size),
-                             dropout=dropout, scale=scale, mask=mask, topk=int(topk))
+    check_args(
+        q, k, v, activation=activation, dropout=dropout, scale=scale, chunk_size=chunk_size, topk=topk, mask=mask
+    )
+    return chunked_attention(
+        q,
+        k,
+        v,
+        causal=causal,
+        activation=activation,
+        chunk_size=int(chunk_size),
+        dropout=dropout,
+        scale=scale,
+        mask=mask,
+        topk=int(topk),
+    )
 
 
 def vanilla_paper_attention(q, k, v, *, causal=False, activation="softmax", dropout=0.1, scale=1.0, mask=None):
@@ -310,7 +334,7 @@ VANILLA_PAPER = register(
         name="vanilla_paper",
         fn=vanilla_paper_attention,
         description="the authors' benchmark vanilla: dense scores, full causal mask, scale + softmax + dropout 0.1 "
-                    "through autograd",
+        "through autograd",
         options=dict(PAPER_OPTIONS),
         label="Vanilla, paper code",
     )
@@ -321,7 +345,7 @@ QCHUNK_PAPER = register(
         name="qchunk_paper",
         fn=qchunk_paper_attention,
         description="the authors' query chunking: one autograd node per torch.chunk piece, caches inputs, "
-                    "out-of-place backward through autograd (several C x Lk blocks), dropout 0.1",
+        "out-of-place backward through autograd (several C x Lk blocks), dropout 0.1",
         options={"chunk_size": 1024, **PAPER_OPTIONS},
         label="Q-chunking, paper code (size={chunk_size})",
     )
@@ -332,7 +356,7 @@ TOPK_PAPER = register(
         name="topk_paper",
         fn=topk_paper_attention,
         description="the authors' top-k (§2.2 pseudo-code) in their query chunks: caches top values + indices, "
-                    "dropout 0.1",
+        "dropout 0.1",
         options={"topk": 128, "chunk_size": 1024, **PAPER_OPTIONS},
         label="Top-k, paper code (size={chunk_size}, topk={topk})",
         exact=False,

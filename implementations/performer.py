@@ -90,17 +90,18 @@ def draw_projection(nb_features: int, head_dim: int, device=None) -> torch.Tenso
 def causal_key_features(k: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
     """The package's positive softmax features of keys with a stabiliser that sees no other key."""
     d = k.shape[-1]
-    normalizer = d ** -0.25
+    normalizer = d**-0.25
     ratio = projection.shape[0] ** -0.5
-    dash = (normalizer * k) @ projection.t()                                  # [.., L, m]
-    diag = (k * k).sum(dim=-1, keepdim=True) * (normalizer ** 2 / 2)
+    dash = (normalizer * k) @ projection.t()  # [.., L, m]
+    diag = (k * k).sum(dim=-1, keepdim=True) * (normalizer**2 / 2)
     # w.y - |y|^2/2 <= |w|^2/2 for every y: the largest exponent is at most 0.
     bound = (projection * projection).sum(dim=-1).amax() / 2
     return ratio * torch.exp(dash - diag - bound)
 
 
-def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_features=256, chunk_size=512,
-                        projection=None):
+def performer_attention(
+    q, k, v, *, causal=False, activation="softmax", nb_features=256, chunk_size=512, projection=None
+):
     """FAVOR+ estimate of ``softmax(q kᵀ) v`` (``q`` already scaled by ``1/sqrt(d)``).
 
     ``chunk_size``: positions per step of the causal prefix sum (a ``C x C`` matrix per
@@ -116,8 +117,7 @@ def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_featu
         projection = draw_projection(nb_features, d, device=q.device).to(q.dtype)
     if causal and lq > lk:
         # The first lq - lk rows sit before every key: zeros (and zero gradients), not 0/0.
-        out = performer_attention(q[..., lq - lk:, :], k, v, causal=True, chunk_size=chunk_size,
-                                  projection=projection)
+        out = performer_attention(q[..., lq - lk :, :], k, v, causal=True, chunk_size=chunk_size, projection=projection)
         return F.pad(out, (0, 0, lq - lk, 0)).to(dtype)
     pp = _package()
     # The package scales q and k by d^-1/4 each, expecting unscaled q: undo the caller's 1/sqrt(d).
@@ -132,7 +132,7 @@ def performer_attention(q, k, v, *, causal=False, activation="softmax", nb_featu
     values = torch.cat([v, ones], dim=-1)
     prefix = lk - lq  # keys every query sees (bottom-right alignment)
     if prefix:
-        state = k_features[..., :prefix, :].transpose(-2, -1) @ values[..., :prefix, :]   # [*, Hkv, m, dv + 1]
+        state = k_features[..., :prefix, :].transpose(-2, -1) @ values[..., :prefix, :]  # [*, Hkv, m, dv + 1]
         k_features, values = k_features[..., prefix:, :], values[..., prefix:, :]
     if groups == 1:
         both = causal_product(q_features, k_features, values, chunk_size)
@@ -159,8 +159,14 @@ class PerformerAttention(nn.Module):
 
     def forward(self, q, k, v, *, causal=False, activation="softmax"):
         return performer_attention(
-            q, k, v, causal=causal, activation=activation, nb_features=self.nb_features,
-            chunk_size=self.chunk_size, projection=self.projection.to(stat_dtype(q.dtype)),
+            q,
+            k,
+            v,
+            causal=causal,
+            activation=activation,
+            nb_features=self.nb_features,
+            chunk_size=self.chunk_size,
+            projection=self.projection.to(stat_dtype(q.dtype)),
         )
 
 

@@ -22,8 +22,16 @@ from __future__ import annotations
 import torch
 
 from implementations.masking import (
-    allowed_keys, batched_addmm_t_, by_query, check_activation, check_qkv, from_padding, group_rows, put_group_rows,
-    safe_softmax_, upcast,
+    allowed_keys,
+    batched_addmm_t_,
+    by_query,
+    check_activation,
+    check_qkv,
+    from_padding,
+    group_rows,
+    put_group_rows,
+    safe_softmax_,
+    upcast,
 )
 from implementations.registry import Implementation, register
 
@@ -36,8 +44,16 @@ def chunk_weights(qc, k, start, lq, *, causal, activation, real_keys, groups=1):
     """
     scores = upcast(qc @ k.transpose(-2, -1))
     grouped = by_query(scores, groups)
-    allowed = allowed_keys(start, start + grouped.shape[-2], lq, k.shape[-2], causal=causal, real_keys=real_keys,
-                           device=qc.device, ndim=grouped.dim())
+    allowed = allowed_keys(
+        start,
+        start + grouped.shape[-2],
+        lq,
+        k.shape[-2],
+        causal=causal,
+        real_keys=real_keys,
+        device=qc.device,
+        ndim=grouped.dim(),
+    )
     hidden = None if allowed is None else allowed.logical_not_()  # for masked_fill_ (in place: no copy)
     if activation == "softmax":
         if hidden is not None:
@@ -59,8 +75,16 @@ class QChunkFunction(torch.autograd.Function):
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
-            w = chunk_weights(group_rows(q, groups, s, e), k, s, lq, causal=causal, activation=activation,
-                              real_keys=real_keys, groups=groups)
+            w = chunk_weights(
+                group_rows(q, groups, s, e),
+                k,
+                s,
+                lq,
+                causal=causal,
+                activation=activation,
+                real_keys=real_keys,
+                groups=groups,
+            )
             put_group_rows(out, groups, s, e, w.to(v.dtype) @ v)
             del w
         ctx.save_for_backward(q, k, v, real_keys)

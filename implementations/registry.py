@@ -37,8 +37,9 @@ harness can validate suites and draw legends without special cases.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -82,7 +83,8 @@ class Implementation:
     # budget sweeps top-k's k, page top-k's token_budget, the window and the number of blocks alike.
     budget: Callable[[int, Mapping[str, Any]], dict[str, Any]] | None = None
     # What the method keeps with a KV cache besides K and V, built once per cache (not per step):
-    # ``cache_state(k, options) -> options to add`` (page top-k's page summaries, block top-k's block means). None: nothing.
+    # ``cache_state(k, options) -> options to add`` (page top-k's page summaries, block top-k's block means). None:
+    # nothing.
     cache_state: Callable[[torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
     # Compiles on its first call for each shape (torch.compile: flex): the harness keeps that call out of
     # the timed region and reports its seconds (``compile_s``).
@@ -97,9 +99,7 @@ class Implementation:
         unknown = sorted(set(options) - set(self.options))
         if unknown:
             known = ", ".join(sorted(self.options)) or "none"
-            raise TypeError(
-                f"implementation {self.name!r} has no option {unknown[0]!r} (options: {known})"
-            )
+            raise TypeError(f"implementation {self.name!r} has no option {unknown[0]!r} (options: {known})")
         return {**self.options, **options}
 
     def legend(self, options: Mapping[str, Any] | None = None) -> str:
@@ -129,11 +129,18 @@ class _OutputCheck:
             return
         q, v = args[0], args[2]
         expected = [*q.shape[:-1], v.shape[-1]]
-        if isinstance(out, torch.Tensor) and list(out.shape) == expected and out.dtype == q.dtype \
-                and out.device == q.device:
+        if (
+            isinstance(out, torch.Tensor)
+            and list(out.shape) == expected
+            and out.dtype == q.dtype
+            and out.device == q.device
+        ):
             return
-        got = (f"shape {list(out.shape)}, {out.dtype}, on {out.device}" if isinstance(out, torch.Tensor)
-               else type(out).__name__)
+        got = (
+            f"shape {list(out.shape)}, {out.dtype}, on {out.device}"
+            if isinstance(out, torch.Tensor)
+            else type(out).__name__
+        )
         raise ValueError(f"implementation {self.name!r} returned {got}; expected {expected}, {q.dtype}, on {q.device}")
 
 
@@ -165,9 +172,7 @@ def spec(name: str) -> Implementation:
         return _REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(_REGISTRY))
-        raise UnknownImplementation(
-            f"unknown implementation {name!r} (known: {known})"
-        ) from None
+        raise UnknownImplementation(f"unknown implementation {name!r} (known: {known})") from None
 
 
 def get(name: str) -> AttentionFn:

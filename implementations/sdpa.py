@@ -46,7 +46,7 @@ def sdpa_attention(q, k, v, *, causal=False, activation="softmax"):
     if causal and lq > lk:
         # The first lq - lk rows sit before every key (zero rows, zero gradients); the
         # last lk rows and the lk keys form a square causal problem.
-        out = sdpa_attention(q[..., lq - lk:, :], k, v, causal=True)
+        out = sdpa_attention(q[..., lq - lk :, :], k, v, causal=True)
         return F.pad(out, (0, 0, lq - lk, 0))
     # The caller has already scaled q (paper convention), hence scale=1.
     if groups == 1:

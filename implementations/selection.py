@@ -27,21 +27,27 @@ branches), so it runs under ``FakeTensorMode``.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from implementations.decode import DECODE_ROWS, decode_scores
 from implementations.masking import (
-    allowed_keys, fold_groups, from_padding, group_rows, query_positions, stat_dtype, unfold_groups,
+    allowed_keys,
+    fold_groups,
+    from_padding,
+    group_rows,
+    query_positions,
+    stat_dtype,
+    unfold_groups,
 )
-
 
 # --------------------------------------------------------------------------- exact top-k
 
 
-def topk_selection(q, k, *, causal=False, topk=128, chunk_size=1024, key_padding_mask=None, dropout=0.0,
-                   float_scores=True, **_ignored) -> torch.Tensor:
+def topk_selection(
+    q, k, *, causal=False, topk=128, chunk_size=1024, key_padding_mask=None, dropout=0.0, float_scores=True, **_ignored
+) -> torch.Tensor:
     """Bool ``[B, Hq, Lq, Lk]``: the ``topk`` largest scores among each row's allowed keys.
 
     Allowed: bottom-right causal, and not padding (``key_padding_mask`` bool ``[B, Lk]``,
@@ -63,8 +69,9 @@ def topk_selection(q, k, *, causal=False, topk=128, chunk_size=1024, key_padding
     if lq <= min(DECODE_ROWS, int(chunk_size)):
         ok = allowed_keys(0, lq, lq, lk, causal=causal, real_keys=real_keys, device=q.device, ndim=4)
         with torch.no_grad():
-            scores = decode_scores(q.detach(), k.detach(), groups, causal=causal, real_keys=real_keys,
-                                   float_scores=float_scores)
+            scores = decode_scores(
+                q.detach(), k.detach(), groups, causal=causal, real_keys=real_keys, float_scores=float_scores
+            )
         idx = scores.topk(kk, dim=-1, sorted=False).indices.view(b, hq, lq, kk)  # rows: [B*Hkv, G*Lq] = [B, Hq, Lq]
         out.scatter_(-1, idx, True)
         return out if ok is None else out & ok
@@ -72,7 +79,9 @@ def topk_selection(q, k, *, causal=False, topk=128, chunk_size=1024, key_padding
     kt = k.to(sdt).transpose(-2, -1)
     for r0 in range(0, lq, max(1, int(chunk_size))):
         r1 = min(r0 + max(1, int(chunk_size)), lq)
-        ok = allowed_keys(r0, r1, lq, lk, causal=causal, real_keys=real_keys, device=q.device, ndim=4)  # [(B, 1,) C, Lk]
+        ok = allowed_keys(
+            r0, r1, lq, lk, causal=causal, real_keys=real_keys, device=q.device, ndim=4
+        )  # [(B, 1,) C, Lk]
         scores = unfold_groups(fold_groups(q[:, :, r0:r1].to(sdt), groups) @ kt, groups)  # [B, Hq, C, Lk]
         if ok is not None:
             scores = scores.masked_fill(~ok, float("-inf"))
@@ -101,8 +110,17 @@ def current_block(r0: int, r1: int, lq: int, lk: int, block_size: int, device) -
     return torch.div(query_positions(r0, r1, lq, lk, device).clamp_min(0), block_size, rounding_mode="floor")
 
 
-def select_blocks(q: torch.Tensor, hkv: int, lk: int, block_size: int, n_top: int, causal: bool, chunk_size: int,
-                  block_scores: Callable[[torch.Tensor], torch.Tensor], shared: bool = False):
+def select_blocks(
+    q: torch.Tensor,
+    hkv: int,
+    lk: int,
+    block_size: int,
+    n_top: int,
+    causal: bool,
+    chunk_size: int,
+    block_scores: Callable[[torch.Tensor], torch.Tensor],
+    shared: bool = False,
+):
     """Block table ``(blocks, ok)``, both ``[B, H, Lq, n + 1]``: top-scoring eligible blocks, then the own one.
 
     ``block_scores(qg)`` maps grouped query rows ``[B, Hkv, G*C, d]`` to block scores
@@ -127,7 +145,7 @@ def select_blocks(q: torch.Tensor, hkv: int, lk: int, block_size: int, n_top: in
         for r0 in range(0, lq, chunk_size):
             r1 = min(r0 + chunk_size, lq)
             c = r1 - r0
-            own = current_block(r0, r1, lq, lk, block_size, q.device)                      # [C]
+            own = current_block(r0, r1, lq, lk, block_size, q.device)  # [C]
             blocks[:, :, r0:r1, n] = own
             # The own block always holds allowed keys, except for rows before the first key.
             ok[:, :, r0:r1, n] = query_positions(r0, r1, lq, lk, q.device) >= 0 if causal else True
@@ -135,10 +153,10 @@ def select_blocks(q: torch.Tensor, hkv: int, lk: int, block_size: int, n_top: in
                 continue
             scores = block_scores(group_rows(q, g, r0, r1)).view(b, hkv, g, c, p)
             if shared:
-                scores = scores.amax(dim=2, keepdim=True)                                  # [B, Hkv, 1, C, P]
+                scores = scores.amax(dim=2, keepdim=True)  # [B, Hkv, 1, C, P]
             # Causal: blocks up to the own one start at or before the query; the own block
             # is added separately. Rows before the first key (Lq > Lk) see nothing.
-            shut = ids >= own.unsqueeze(1) if causal else ids == own.unsqueeze(1)             # [C, P]
+            shut = ids >= own.unsqueeze(1) if causal else ids == own.unsqueeze(1)  # [C, P]
             if causal:
                 shut = shut | (query_positions(r0, r1, lq, lk, q.device) < 0).unsqueeze(1)
             scores = scores.masked_fill(shut, float("-inf"))
@@ -161,7 +179,11 @@ def kept_state(state, build: Callable[[], torch.Tensor], name: str, layout: str,
 def per_query_head(table: torch.Tensor, hq: int) -> torch.Tensor:
     """A block table (or its ``ok``) per query head: a table shared by a group (``[B, Hkv, ...]``) repeated G times."""
     b, h = table.shape[:2]
-    return table if h == hq else table.unsqueeze(2).expand(b, h, hq // h, *table.shape[2:]).reshape(b, hq, *table.shape[2:])
+    return (
+        table
+        if h == hq
+        else table.unsqueeze(2).expand(b, h, hq // h, *table.shape[2:]).reshape(b, hq, *table.shape[2:])
+    )
 
 
 def table_selection(blocks: torch.Tensor, ok: torch.Tensor, lk: int, block_size: int, causal: bool) -> torch.Tensor:

@@ -23,7 +23,14 @@ from __future__ import annotations
 import torch
 
 from implementations.masking import (
-    allowed_keys, check_activation, check_qkv, group_rows, query_positions, safe_softmax, stat_dtype, unfold_groups,
+    allowed_keys,
+    check_activation,
+    check_qkv,
+    group_rows,
+    query_positions,
+    safe_softmax,
+    stat_dtype,
+    unfold_groups,
 )
 from implementations.registry import Implementation, register
 
@@ -50,12 +57,12 @@ def _tile(q, k, v, r0, r1, lq, causal, sinks, window):
     if s + hi - lo == 0:  # no key for any row of the tile (sinks = window = 0, or rows before the keys)
         return q.new_zeros(b, hq, c, v.shape[-1])
     g = hq // hkv
-    qg = group_rows(q, g, r0, r1)                                                # [B, Hkv, G*C, d]
+    qg = group_rows(q, g, r0, r1)  # [B, Hkv, G*C, d]
     sink_cols = torch.arange(s, device=device)
     band_cols = torch.arange(lo, hi, device=device)
     sink_ok = sink_cols <= pos if causal else torch.ones(c, s, dtype=torch.bool, device=device)
     band_ok = (band_cols <= pos) & (band_cols > pos - window)
-    allowed = torch.cat((sink_ok, band_ok), dim=-1)                               # [C, s + band]
+    allowed = torch.cat((sink_ok, band_ok), dim=-1)  # [C, s + band]
     # Two products (sinks, band) rather than one over concatenated keys: no copy of the band.
     # Keys on the left ([n, d] @ [d, G*C]): a key slice is not contiguous across heads, and
     # this orientation measured ~3x faster than q @ kᵀ on it at decode (bf16, CPU).

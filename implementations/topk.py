@@ -36,8 +36,19 @@ import torch
 
 from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.masking import (
-    HALF, allowed_keys, batched_addmm_t_, by_query, check_activation, check_qkv, check_topk_args, from_padding,
-    group_rows, put_group_rows, safe_softmax_, stat_dtype, upcast,
+    HALF,
+    allowed_keys,
+    batched_addmm_t_,
+    by_query,
+    check_activation,
+    check_qkv,
+    check_topk_args,
+    from_padding,
+    group_rows,
+    put_group_rows,
+    safe_softmax_,
+    stat_dtype,
+    upcast,
 )
 from implementations.registry import Implementation, register
 from implementations.selection import topk_budget, topk_selection
@@ -103,14 +114,15 @@ class TopkFunction(torch.autograd.Function):
         keep = torch.empty(*q.shape[:-1], kk, dtype=torch.bool, device=q.device) if dropout else None
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
-            dots = upcast(group_rows(q, groups, s, e)) @ k_dots.transpose(-2, -1)   # [C, Lk] (G*C rows)
+            dots = upcast(group_rows(q, groups, s, e)) @ k_dots.transpose(-2, -1)  # [C, Lk] (G*C rows)
             grouped = by_query(dots, groups)
-            allowed = allowed_keys(s, e, lq, lk, causal=causal, real_keys=real_keys, device=q.device,
-                                   ndim=grouped.dim())
+            allowed = allowed_keys(
+                s, e, lq, lk, causal=causal, real_keys=real_keys, device=q.device, ndim=grouped.dim()
+            )
             if allowed is not None:
                 grouped.masked_fill_(allowed.logical_not_(), float("-inf"))
             del allowed, grouped
-            top_dots, top_indices = dots.topk(kk, dim=-1, sorted=False)        # [C, k]
+            top_dots, top_indices = dots.topk(kk, dim=-1, sorted=False)  # [C, k]
             top_actv = activate(top_dots, activation)
             if dropout:
                 chunk_keep = torch.rand_like(top_actv) >= dropout
@@ -120,7 +132,7 @@ class TopkFunction(torch.autograd.Function):
             # (not for half inputs, whose activations are scattered in the input dtype).
             actv = ops.matrix(top_actv.to(v.dtype), top_indices, lk, buffer=dots if dots.dtype == v.dtype else None)
             del dots
-            put_group_rows(out, groups, s, e, ops.mm(actv, v))                  # [C, d]
+            put_group_rows(out, groups, s, e, ops.mm(actv, v))  # [C, d]
             del actv
             put_group_rows(top_vals, groups, s, e, top_dots)
             put_group_rows(top_idx, groups, s, e, top_indices)
@@ -141,8 +153,8 @@ class TopkFunction(torch.autograd.Function):
             e = min(s + chunk_size, lq)
             qc, doc = group_rows(q, groups, s, e), group_rows(d_out, groups, s, e)
             top_dots, top_indices = group_rows(top_vals, groups, s, e), group_rows(top_idx, groups, s, e)
-            d_top_actv = upcast(ops.sampled_mm(doc, v, top_indices))           # [C, k]
-            top_actv = activate(top_dots, activation)                          # recomputed, not cached
+            d_top_actv = upcast(ops.sampled_mm(doc, v, top_indices))  # [C, k]
+            top_actv = activate(top_dots, activation)  # recomputed, not cached
             if dropout:  # the forward's masks, applied with the same rounding
                 chunk_keep = group_rows(keep, groups, s, e)
                 dropped = top_actv * chunk_keep / (1.0 - dropout)
@@ -151,12 +163,12 @@ class TopkFunction(torch.autograd.Function):
                 dropped = top_actv
             d_top_dots = activation_backward(top_dots, top_actv, d_top_actv, activation)
             actv = ops.matrix(dropped.to(v.dtype), top_indices, lk)
-            ops.addmm_t_(dv, actv, doc)                                        # d_V += actvᵀ d_out
+            ops.addmm_t_(dv, actv, doc)  # d_V += actvᵀ d_out
             # One C x Lk matrix at a time: actv's buffer becomes d_dots.
             d_dots = ops.matrix(d_top_dots.to(k.dtype), top_indices, lk, buffer=actv)
             del actv
-            put_group_rows(dq, groups, s, e, ops.mm(d_dots, k))                 # d_Q = d_dots K
-            ops.addmm_t_(dk, d_dots, qc)                                       # d_K += d_dotsᵀ Q
+            put_group_rows(dq, groups, s, e, ops.mm(d_dots, k))  # d_Q = d_dots K
+            ops.addmm_t_(dk, d_dots, qc)  # d_K += d_dotsᵀ Q
             del d_dots
         return dq, dk, dv, None, None, None, None, None, None, None, None
 
@@ -177,20 +189,31 @@ def make_topk(ops, decode=False):
     ``ops.half_in_float32``: half inputs are computed in float32 (output in their dtype).
     """
 
-    def attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024,
-                  key_padding_mask=None, dropout=0.0):
+    def attention(
+        q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024, key_padding_mask=None, dropout=0.0
+    ):
         check_activation(activation)
         groups = check_qkv(q, k, v)
         check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
         if getattr(ops, "half_in_float32", False) and q.dtype in HALF:
-            out = attention(upcast(q), upcast(k), upcast(v), causal=causal, activation=activation, topk=topk,
-                            chunk_size=chunk_size, key_padding_mask=key_padding_mask, dropout=dropout)
+            out = attention(
+                upcast(q),
+                upcast(k),
+                upcast(v),
+                causal=causal,
+                activation=activation,
+                topk=topk,
+                chunk_size=chunk_size,
+                key_padding_mask=key_padding_mask,
+                dropout=dropout,
+            )
             return out.to(q.dtype)
         real_keys = from_padding(key_padding_mask)
         if decode and use_decode_path(q, k, v, chunk_size, dropout):
             return decode_topk(q, k, v, causal, activation, min(int(topk), k.shape[-2]), real_keys, groups)
-        return TopkFunction.apply(q, k, v, ops, causal, activation, int(topk), int(chunk_size),
-                                  real_keys, float(dropout), groups)
+        return TopkFunction.apply(
+            q, k, v, ops, causal, activation, int(topk), int(chunk_size), real_keys, float(dropout), groups
+        )
 
     return attention
 

@@ -69,8 +69,16 @@ from implementations import native
 from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.hardware import device_kind
 from implementations.masking import (
-    allowed_keys, causal_offset, check_activation, check_qkv, check_topk_args, from_padding, rows_may_be_empty,
-    safe_softmax_, stat_dtype, upcast,
+    allowed_keys,
+    causal_offset,
+    check_activation,
+    check_qkv,
+    check_topk_args,
+    from_padding,
+    rows_may_be_empty,
+    safe_softmax_,
+    stat_dtype,
+    upcast,
 )
 from implementations.registry import Implementation, register
 from implementations.selection import topk_budget, topk_selection
@@ -164,7 +172,7 @@ def _row_topk(scores: torch.Tensor, k: int, s: int):
     r = rows.shape[0]
     grouped = rows[:, : s * g].unflatten(-1, (s, g))  # [r, s, G]: column i·G + j is member i of group j
     maxima = grouped.amax(dim=-2)
-    tail = rows[:, s * g:]
+    tail = rows[:, s * g :]
     if rem:
         torch.maximum(maxima[:, :rem], tail, out=maxima[:, :rem])
     best = _topk(maxima, k)[1]  # [r, k]: the k best groups
@@ -247,8 +255,10 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
     if pad is not None and groups > 1:
         pad = pad.unsqueeze(1)  # broadcast over the G heads of a group
     itemsize = keys.element_size()
-    tiles = [(r0, r1, n, s, width, _heads_per_tile(bkv, groups * (r1 - r0) * width * itemsize, compiled))
-             for r0, r1, n, s, width in _tiles(lq, lk, kk, causal, chunk_size, offset)]
+    tiles = [
+        (r0, r1, n, s, width, _heads_per_tile(bkv, groups * (r1 - r0) * width * itemsize, compiled))
+        for r0, r1, n, s, width in _tiles(lq, lk, kk, causal, chunk_size, offset)
+    ]
     # One score buffer for all tiles: no fresh pages (and page faults) per tile.
     buffer = keys.new_empty(max((h * groups * (r1 - r0) * w for r0, r1, _, _, w, h in tiles), default=0))
     hidden = {}  # the complement of a tile's allowed keys depends only on its offsets relative to ``lo``
@@ -259,8 +269,9 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
             _tile_scores(scores, q3, keys, (h0, h1), (r0, r1), n, groups, causal, offset, pad, hidden)
             heads_q = slice(h0 * groups, h1 * groups)
             if compiled:  # straight into the results' rows (the kernel adds each head's base)
-                native.row_topk_(scores.view(-1, r1 - r0, width), kk, top[heads_q, r0:r1], idx[heads_q, r0:r1],
-                                 groups, lk, h0 * lk)
+                native.row_topk_(
+                    scores.view(-1, r1 - r0, width), kk, top[heads_q, r0:r1], idx[heads_q, r0:r1], groups, lk, h0 * lk
+                )
             else:
                 _keep(_row_topk(scores, kk, s), top[heads_q, r0:r1], idx[heads_q, r0:r1], groups, base[h0:h1])
     return top, idx
@@ -332,8 +343,7 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     score_dtype = stat_dtype(q.dtype) if float_scores else q.dtype
     compiled = native.available(_SAME_WIDTH_INT[2] if score_dtype.itemsize == 2 else score_dtype, device_kind(q))
     s = 1 if compiled else _segments(max(lk, kk), kk)
-    scores = decode_scores(q, k, groups, causal=causal, real_keys=real_keys, multiple=s,
-                           float_scores=float_scores)
+    scores = decode_scores(q, k, groups, causal=causal, real_keys=real_keys, multiple=s, float_scores=float_scores)
     rows, width = scores.shape[-2:]
     dtype = scores.dtype
     # Converted once (:func:`_ranks`): the runs' maxima, copies and top-k all run on the ranks
@@ -348,7 +358,7 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     elif s == 1:
         top, where = ranks.topk(kk, dim=-1, sorted=False)
     else:
-        runs = ranks.view(-1, s)                                                             # [rows * width/s, s]
+        runs = ranks.view(-1, s)  # [rows * width/s, s]
         best = runs.amax(dim=-1).view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices  # [.., k]
         first = torch.arange(0, best.shape[0] * rows * (width // s), width // s, device=best.device)
         members = runs.index_select(0, (best + first.view(best.shape[0], rows, 1)).view(-1))  # [.. * k, s]
@@ -359,8 +369,9 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     top = _scores(top, dtype)
     if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
         where.clamp_(max=lk - 1)
-    weights = _activate(upcast(top), relu, rows_may_be_empty(q.shape[-2], lk, causal=causal,
-                                                       padded=real_keys is not None))
+    weights = _activate(
+        upcast(top), relu, rows_may_be_empty(q.shape[-2], lk, causal=causal, padded=real_keys is not None)
+    )
     return decode_output(weights, where, q, v)
 
 
@@ -384,9 +395,9 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     offsets = torch.arange(0, rows * kk, kk, dtype=index_dtype, device=device)
     bag_of = torch.arange(rows, dtype=index_dtype, device=device).repeat_interleave(kk)
     # dW[r, t] = dout[r] · V[idx[r, t]]: the per-sample-weights gradient of out = bag(W, V).
-    ds = upcast(torch.ops.aten._embedding_bag_per_sample_weights_backward(
-        dout_g, v2, flat, offsets, bag_of, 0, -1
-    )).view(rows, kk)
+    ds = upcast(
+        torch.ops.aten._embedding_bag_per_sample_weights_backward(dout_g, v2, flat, offsets, bag_of, 0, -1)
+    ).view(rows, kk)
     del bag_of, offsets
     if dropout:  # ds was the gradient w.r.t. the dropped weights
         ds = ds * keep / (1.0 - dropout)
@@ -467,8 +478,9 @@ class _TopkFast(torch.autograd.Function):
                 e = min(s + chunk_size, lq)
                 torch.ge(torch.rand(bh, e - s, kk, dtype=weights.dtype, device=q.device), dropout, out=keep[:, s:e])
             weights = weights * keep / (1.0 - dropout)
-        out = F.embedding_bag(idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.to(v.dtype).view(-1, kk),
-                              mode="sum")
+        out = F.embedding_bag(
+            idx.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.to(v.dtype).view(-1, kk), mode="sum"
+        )
         ctx.save_for_backward(q, k, v, top, idx, keep)
         ctx.relu = relu
         ctx.safe = safe
@@ -501,22 +513,49 @@ class _TopkFast(torch.autograd.Function):
             g0, g1 = h0 * groups, h1 * groups
             qs, ks = slice(g0 * lq, g1 * lq), slice(h0 * lk, h1 * lk)
             _backward_group(
-                dout2[qs], q2[qs], k2, v2, top[g0:g1], idx[g0:g1], ctx.relu,
+                dout2[qs],
+                q2[qs],
+                k2,
+                v2,
+                top[g0:g1],
+                idx[g0:g1],
+                ctx.relu,
                 (ks.start, ks.stop) if compiled else key_ids[ks],
                 tuple(None if g is None else g[r] for g, r in ((dq, qs), (dk, ks), (dv, ks))),
-                ctx.safe, None if keep is None else keep[g0:g1], ctx.dropout,
+                ctx.safe,
+                None if keep is None else keep[g0:g1],
+                ctx.dropout,
             )
         return (
             dq.view(q.shape) if need_q else None,
             dk.view(k.shape) if need_k else None,
             dv.view(v.shape) if need_v else None,
-            None, None, None, None, None, None, None, None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
         )
 
 
-def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024,
-                        key_padding_mask=None, dropout=0.0, float_scores=False):
-    """``activation(top-k(q kᵀ)) v``: the same result as ``topk`` (half inputs: ``float_scores=True``), computed sparsely.
+def topk_fast_attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    activation="softmax",
+    topk=128,
+    chunk_size=1024,
+    key_padding_mask=None,
+    dropout=0.0,
+    float_scores=False,
+):
+    """``activation(top-k(q kᵀ)) v``: the same result as ``topk`` (half inputs: ``float_scores=True``), computed
+    sparsely.
 
     Rows with fewer than ``topk`` allowed keys give the masked keys zero weight;
     ``key_padding_mask`` (bool ``[B, Lk]``, True = padding) masks keys, and a row
@@ -532,10 +571,30 @@ def topk_fast_attention(q, k, v, *, causal=False, activation="softmax", topk=128
     check_topk_args(q, k, topk, chunk_size, dropout, key_padding_mask)
     real_keys = from_padding(key_padding_mask)
     if use_decode_path(q, k, v, chunk_size, dropout):
-        return _decode(q, k, v, bool(causal), activation == "relu", min(int(topk), k.shape[-2]),
-                       real_keys, groups, bool(float_scores))
-    return _TopkFast.apply(q, k, v, bool(causal), activation == "relu", int(topk), int(chunk_size),
-                           real_keys, float(dropout), groups, bool(float_scores))
+        return _decode(
+            q,
+            k,
+            v,
+            bool(causal),
+            activation == "relu",
+            min(int(topk), k.shape[-2]),
+            real_keys,
+            groups,
+            bool(float_scores),
+        )
+    return _TopkFast.apply(
+        q,
+        k,
+        v,
+        bool(causal),
+        activation == "relu",
+        int(topk),
+        int(chunk_size),
+        real_keys,
+        float(dropout),
+        groups,
+        bool(float_scores),
+    )
 
 
 TOPK_FAST = register(

@@ -39,10 +39,15 @@ class SparseOps:
         indices, order = indices.sort(dim=-1)
         values = values.gather(-1, order)
         row = torch.arange(heads * rows, device=values.device).repeat_interleave(k)
-        col = (indices.reshape(heads, rows * k) + n_keys * torch.arange(heads, device=values.device)[:, None]).reshape(-1)
+        col = (indices.reshape(heads, rows * k) + n_keys * torch.arange(heads, device=values.device)[:, None]).reshape(
+            -1
+        )
         return torch.sparse_coo_tensor(
-            torch.stack([row, col]), values.reshape(-1), (heads * rows, heads * n_keys),
-            is_coalesced=True, check_invariants=False,
+            torch.stack([row, col]),
+            values.reshape(-1),
+            (heads * rows, heads * n_keys),
+            is_coalesced=True,
+            check_invariants=False,
         )
 
     @staticmethod
@@ -64,7 +69,7 @@ class SparseOps:
         d = b.shape[-1]
         b3 = b.reshape(-1, b.shape[-2], d)
         picked = b3.gather(1, indices.reshape(b3.shape[0], rows * k, 1).expand(-1, -1, d))  # [BH, C*k, d]
-        out = picked.view(-1, k, d) @ a.reshape(-1, d, 1)                                   # [BH*C, k, 1]
+        out = picked.view(-1, k, d) @ a.reshape(-1, d, 1)  # [BH*C, k, 1]
         return out.view(*batch, rows, k)
 
 

@@ -19,7 +19,14 @@ from __future__ import annotations
 import torch
 
 from implementations.masking import (
-    allowed_keys, by_query, check_activation, fold_groups, from_padding, kv_groups, rows_may_be_empty, unfold_groups,
+    allowed_keys,
+    by_query,
+    check_activation,
+    fold_groups,
+    from_padding,
+    kv_groups,
+    rows_may_be_empty,
+    unfold_groups,
 )
 from implementations.registry import Implementation, register
 
@@ -35,8 +42,9 @@ def vanilla_attention(q, k, v, *, causal=False, activation="softmax", key_paddin
     lq, lk = q.shape[-2], k.shape[-2]
     scores = fold_groups(q, groups) @ k.transpose(-2, -1)
     grouped = by_query(scores, groups)  # [*, Hkv, G, Lq, Lk]: per-position masks broadcast over G
-    allowed = allowed_keys(0, lq, lq, lk, causal=causal, real_keys=from_padding(key_padding_mask), device=q.device,
-                           ndim=grouped.dim())
+    allowed = allowed_keys(
+        0, lq, lq, lk, causal=causal, real_keys=from_padding(key_padding_mask), device=q.device, ndim=grouped.dim()
+    )
     masked = None if allowed is None else allowed.logical_not_()  # for masked_fill (in place: no copy)
     if activation == "softmax":
         if masked is not None:

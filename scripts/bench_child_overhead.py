@@ -46,8 +46,16 @@ def main(n: int) -> None:
     first = None
     reference: list[float] = []
     for method in ("measured", "predicted"):
-        case = Case.make(suite="overhead", workload="mha", impl="vanilla", method=method, causal=True,
-                         params={"seq_len": 16, "d_model": 16, "heads": 2}, warmup=0, repeats=1)
+        case = Case.make(
+            suite="overhead",
+            workload="mha",
+            impl="vanilla",
+            method=method,
+            causal=True,
+            params={"seq_len": 16, "d_model": 16, "heads": 2},
+            warmup=0,
+            repeats=1,
+        )
         if first is None:  # starts the template: imports torch and warms up
             first = run_isolated_checked(case)
             template_s = time.perf_counter() - start
@@ -68,9 +76,11 @@ def main(n: int) -> None:
             reference.append(import_torch_s())
         med = statistics.median
         overhead = med(walls) - med(inproc)
-        print(f"{method:9s} in-process {med(inproc) * 1e3:6.1f} ms | child: wall {med(walls) * 1e3:6.1f} ms "
-              f"(to ready {med(startups) * 1e3:5.1f} ms), CPU {med(cpus) * 1e3:5.0f} ms | "
-              f"overhead per case {overhead * 1e3:6.1f} ms = {overhead / med(reference):.3f} x import torch")
+        print(
+            f"{method:9s} in-process {med(inproc) * 1e3:6.1f} ms | child: wall {med(walls) * 1e3:6.1f} ms "
+            f"(to ready {med(startups) * 1e3:5.1f} ms), CPU {med(cpus) * 1e3:5.0f} ms | "
+            f"overhead per case {overhead * 1e3:6.1f} ms = {overhead / med(reference):.3f} x import torch"
+        )
     print(f"template start (first case, imports and warm-up included): {template_s:.2f} s")
     print(f"python -c 'import torch': median {statistics.median(reference):.2f} s of {len(reference)}")
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

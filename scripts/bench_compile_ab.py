@@ -37,9 +37,16 @@ def main() -> None:
     parser.add_argument("--mode", default="default", help="torch.compile's mode")
     args = parser.parse_args()
     options = {"page_size": 16} if args.impl == "page_topk" else {}
-    case = Case.make(suite="ab", workload="decode", impl=args.impl, dtype="bfloat16", mode="fwd", causal=True,
-                     params={"model": "llama-3-8b", "kv_len": args.kv_len, "budget": args.kv_len // 16},
-                     options=with_budget(args.impl, options, args.kv_len // 16))
+    case = Case.make(
+        suite="ab",
+        workload="decode",
+        impl=args.impl,
+        dtype="bfloat16",
+        mode="fwd",
+        causal=True,
+        params={"model": "llama-3-8b", "kv_len": args.kv_len, "budget": args.kv_len // 16},
+        options=with_budget(args.impl, options, args.kv_len // 16),
+    )
     torch.manual_seed(0)
     wl = workloads.build(case, "cpu", torch.bfloat16)
     eager = wl.model.layer.attention
@@ -50,8 +57,8 @@ def main() -> None:
     def step(attention) -> float:
         start = time.perf_counter()
         with torch.no_grad():
-            k_cache[..., -k_new.shape[-2]:, :].copy_(k_new)
-            v_cache[..., -v_new.shape[-2]:, :].copy_(v_new)
+            k_cache[..., -k_new.shape[-2] :, :].copy_(k_new)
+            v_cache[..., -v_new.shape[-2] :, :].copy_(v_new)
             attention(q, k_cache, v_cache, causal=True, activation="softmax")
         return time.perf_counter() - start
 
@@ -70,11 +77,15 @@ def main() -> None:
     e_med, c_med = statistics.median(e for e, _ in pairs), statistics.median(c for _, c in pairs)
     q1, _, q3 = statistics.quantiles(ratios, n=4)
     print(f"{args.impl}, kv_len {args.kv_len}, bf16, compile mode {args.mode}: first compiled call {first:.1f} s")
-    print(f"eager median {e_med:.3f} s, compiled median {c_med:.3f} s: ratio of medians {c_med / e_med:.3f}; "
-          f"per-pair ratio median {statistics.median(ratios):.3f} (quartiles {q1:.3f} to {q3:.3f}), {args.pairs} pairs")
-    print(f"CPU {metadata.cpu_model()}, ATen {metadata.cpu_capability()}, bf16/AMX flags {metadata.cpu_flags()}, "
-          f"{torch.get_num_threads()} threads, 1-minute load {load:.2f} then {os.getloadavg()[0]:.2f} "
-          f"on {os.cpu_count()} cores")
+    print(
+        f"eager median {e_med:.3f} s, compiled median {c_med:.3f} s: ratio of medians {c_med / e_med:.3f}; "
+        f"per-pair ratio median {statistics.median(ratios):.3f} (quartiles {q1:.3f} to {q3:.3f}), {args.pairs} pairs"
+    )
+    print(
+        f"CPU {metadata.cpu_model()}, ATen {metadata.cpu_capability()}, bf16/AMX flags {metadata.cpu_flags()}, "
+        f"{torch.get_num_threads()} threads, 1-minute load {load:.2f} then {os.getloadavg()[0]:.2f} "
+        f"on {os.cpu_count()} cores"
+    )
 
 
 if __name__ == "__main__":

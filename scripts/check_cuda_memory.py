@@ -40,8 +40,19 @@ def check(ok: bool, what: str) -> None:
 
 
 def case(impl: str, seq_len: int, method: str = "measured", **options) -> Case:
-    return Case.make(suite="check", workload="mha", impl=impl, label=impl, causal=True, device="cuda",
-                     method=method, warmup=1, repeats=3, params={"seq_len": seq_len}, options=options)
+    return Case.make(
+        suite="check",
+        workload="mha",
+        impl=impl,
+        label=impl,
+        causal=True,
+        device="cuda",
+        method=method,
+        warmup=1,
+        repeats=3,
+        params={"seq_len": seq_len},
+        options=options,
+    )
 
 
 FILL_THEN_MATMUL = textwrap.dedent("""
@@ -71,26 +82,40 @@ def statuses() -> None:
     free, total = torch.cuda.mem_get_info()
     print(f"device: {torch.cuda.get_device_name()}, {total / GIB:.1f} GiB ({free / GIB:.1f} free)")
     huge = run_isolated(case("vanilla", 65536), Budget(max_memory_bytes=30 * GIB, max_seconds=300))
-    check(huge.status == "oom", f"vanilla L=65536 (>200 GiB of scores), 30 GiB budget: {huge.status} ({huge.error[:120]})")
+    check(
+        huge.status == "oom", f"vanilla L=65536 (>200 GiB of scores), 30 GiB budget: {huge.status} ({huge.error[:120]})"
+    )
     over = run_isolated(case("vanilla", 8192), Budget(max_memory_bytes=1 * GIB, max_seconds=300))
-    check(over.status == "over_budget" and over.peak_bytes and over.reserved_bytes,
-          f"vanilla L=8192, 1 GiB budget: {over.status}, peak {over.peak_bytes} reserved {over.reserved_bytes} "
-          f"({over.error})")
+    check(
+        over.status == "over_budget" and over.peak_bytes and over.reserved_bytes,
+        f"vanilla L=8192, 1 GiB budget: {over.status}, peak {over.peak_bytes} reserved {over.reserved_bytes} "
+        f"({over.error})",
+    )
     proc = subprocess.run([sys.executable, "-c", FILL_THEN_MATMUL], capture_output=True, text=True, timeout=300)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(("STATUS", "no failure"))),
-                (proc.stderr.strip().splitlines() or ["no output"])[-1])
+    line = next(
+        (ln for ln in proc.stdout.splitlines() if ln.startswith(("STATUS", "no failure"))),
+        (proc.stderr.strip().splitlines() or ["no output"])[-1],
+    )
     check(not line.startswith("STATUS") or line.startswith("STATUS oom"), f"device full, then a first matmul: {line}")
     from topk_bench.run.plan import capped_budget, memory_cap
+
     budget, note = capped_budget(1000 * GIB, *memory_cap("cuda", predict=False))
     check(budget == total and note is not None, f"a 1000 GiB budget on cuda: {budget} bytes; {note}")
 
 
 def memory() -> None:
     print("== 2. memory per implementation at L=2048, measured (one child each) against predicted (items 3, 4)")
-    print(f"{'impl':10} {'baseline':>10} {'pred.base':>10} {'workspace':>10} {'peak':>11} {'peak-ws':>11} "
-          f"{'predicted':>11} {'meas/pred':>9} {'reserved':>11} {'res/alloc':>9}")
-    for impl, options in (("vanilla", {}), ("sdpa", {}), ("qchunk", {"chunk_size": 512}),
-                          ("topk", {"chunk_size": 512, "topk": 128}), ("performer", {"nb_features": 256})):
+    print(
+        f"{'impl':10} {'baseline':>10} {'pred.base':>10} {'workspace':>10} {'peak':>11} {'peak-ws':>11} "
+        f"{'predicted':>11} {'meas/pred':>9} {'reserved':>11} {'res/alloc':>9}"
+    )
+    for impl, options in (
+        ("vanilla", {}),
+        ("sdpa", {}),
+        ("qchunk", {"chunk_size": 512}),
+        ("topk", {"chunk_size": 512, "topk": 128}),
+        ("performer", {"nb_features": 256}),
+    ):
         m = run_isolated(case(impl, 2048, **options), Budget(max_memory_bytes=30 * GIB, max_seconds=300))
         p = run_isolated(case(impl, 2048, method="predicted", **options), Budget(max_seconds=300))
         if m.status != "ok" or p.status != "ok":
@@ -98,18 +123,24 @@ def memory() -> None:
             continue
         workspace = m.extra.get("workspace_bytes")
         above = m.peak_bytes - workspace
-        print(f"{impl:10} {m.baseline_bytes:>10} {p.baseline_bytes:>10} {workspace:>10} {m.peak_bytes:>11} "
-              f"{above:>11} {p.peak_bytes:>11} {above / p.peak_bytes:>9.4f} {m.reserved_bytes:>11} "
-              f"{m.reserved_bytes / m.peak_bytes:>9.3f}", flush=True)
+        print(
+            f"{impl:10} {m.baseline_bytes:>10} {p.baseline_bytes:>10} {workspace:>10} {m.peak_bytes:>11} "
+            f"{above:>11} {p.peak_bytes:>11} {above / p.peak_bytes:>9.4f} {m.reserved_bytes:>11} "
+            f"{m.reserved_bytes / m.peak_bytes:>9.3f}",
+            flush=True,
+        )
         check(m.baseline_bytes == p.baseline_bytes, f"{impl}: baseline measured = predicted (parameters + inputs)")
-        check(workspace > 0 and m.reserved_bytes >= m.peak_bytes, f"{impl}: workspace {workspace / MIB:.1f} MiB, "
-              f"reserved >= allocated")
+        check(
+            workspace > 0 and m.reserved_bytes >= m.peak_bytes,
+            f"{impl}: workspace {workspace / MIB:.1f} MiB, reserved >= allocated",
+        )
 
 
 def cli(out: Path) -> None:
     print("== 3. topk-bench run and plot on cuda (items 2-4 through the CLI)", flush=True)
     suite = out / "check_mha.toml"
-    suite.write_text(textwrap.dedent("""
+    suite.write_text(
+        textwrap.dedent("""
         name = "check_mha"
         workload = "mha"
         causal = true
@@ -122,23 +153,34 @@ def cli(out: Path) -> None:
         name = "sdpa"
         [plot]
         memory = "reserved"
-    """))
+    """)
+    )
     bench = [sys.executable, "-m", "topk_bench"]
-    run = subprocess.run([*bench, "run", str(suite), "--device", "cuda", "--out", str(out / "run"), "--no-resume",
-                          "-q"], capture_output=True, text=True, timeout=400)
+    run = subprocess.run(
+        [*bench, "run", str(suite), "--device", "cuda", "--out", str(out / "run"), "--no-resume", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     print(run.stdout[-1500:], run.stderr[-1500:])
     rows = list(csv.DictReader((out / "run" / "check_mha.csv").open()))
     for r in rows:
-        print(f"  {r['impl']:8} L={r['seq_len']:>6} {r['status']:12} peak {r['peak_bytes']:>11} "
-              f"reserved {r['reserved_bytes']:>11} baseline {r['baseline_bytes']:>10} "
-              f"workspace {r.get('workspace_bytes', 'NO COLUMN'):>9} {r['error'][:70]}")
+        print(
+            f"  {r['impl']:8} L={r['seq_len']:>6} {r['status']:12} peak {r['peak_bytes']:>11} "
+            f"reserved {r['reserved_bytes']:>11} baseline {r['baseline_bytes']:>10} "
+            f"workspace {r.get('workspace_bytes', 'NO COLUMN'):>9} {r['error'][:70]}"
+        )
     got = {(r["impl"], r["seq_len"]): r["status"] for r in rows}
-    check(got.get(("vanilla", "32768")) == "oom" and got.get(("vanilla", "65536")) == "skipped"
-          and all(got.get(("sdpa", str(n))) == "ok" for n in (1024, 4096, 32768, 65536)),
-          f"vanilla oom at 32K (scores alone 48 GiB, three of them live), skipped after; sdpa ok: {got}")
+    check(
+        got.get(("vanilla", "32768")) == "oom"
+        and got.get(("vanilla", "65536")) == "skipped"
+        and all(got.get(("sdpa", str(n))) == "ok" for n in (1024, 4096, 32768, 65536)),
+        f"vanilla oom at 32K (scores alone 48 GiB, three of them live), skipped after; sdpa ok: {got}",
+    )
     check(all(r.get("workspace_bytes") for r in rows if r["status"] == "ok"), "every ok row has workspace_bytes")
-    plot = subprocess.run([*bench, "plot", str(out / "run"), "--out", str(out / "plots")], capture_output=True,
-                          text=True, timeout=200)
+    plot = subprocess.run(
+        [*bench, "plot", str(out / "run"), "--out", str(out / "plots")], capture_output=True, text=True, timeout=200
+    )
     check(plot.returncode == 0, f"plot: {plot.stdout.strip()} {plot.stderr.strip()[-300:]}")
 
 

@@ -43,8 +43,8 @@ def differences(committed: Path = FIGURES, drawn: dict[str, Path] | None = None)
     if drawn is None:
         with tempfile.TemporaryDirectory() as tmp:
             return differences(committed, {p.name: p for p in draw(Path(tmp))})
-    from matplotlib.image import imread
     import numpy as np
+    from matplotlib.image import imread
 
     problems = []
     for name in sorted(set(drawn) | {p.name for p in committed.glob("*.png")}):
@@ -72,8 +72,10 @@ def main(argv: list[str]) -> int:
         return 0
     recorded = json.loads(RENDERER.read_text())
     if recorded != renderer():
-        print(f"docs/figures were drawn with {recorded}, this is {renderer()}: not compared "
-              "(make figures redraws them with these)")
+        print(
+            f"docs/figures were drawn with {recorded}, this is {renderer()}: not compared "
+            "(make figures redraws them with these)"
+        )
         return 0
     problems = differences()
     for line in problems:

@@ -64,9 +64,11 @@ def status(folder: str, allowed: str) -> int:
         t = number(r.get("time_median_s"))
         note = "" if r["status"] in allowed_set else "   <-- " + (r.get("error") or "")[:200]
         bad += r["status"] not in allowed_set
-        print(f"  {name(r)[:48]:48} {r['status']:11} peak={mib(number(r.get('peak_bytes')))} "
-              f"reserved={mib(number(r.get('reserved_bytes')))} t={t * 1e3 if t else float('nan'):.3f}ms "
-              f"ops={r.get('ops_per_iter', '')} {r.get('timer', '')} {r.get('sdpa_backend', '')}{note}")
+        print(
+            f"  {name(r)[:48]:48} {r['status']:11} peak={mib(number(r.get('peak_bytes')))} "
+            f"reserved={mib(number(r.get('reserved_bytes')))} t={t * 1e3 if t else float('nan'):.3f}ms "
+            f"ops={r.get('ops_per_iter', '')} {r.get('timer', '')} {r.get('sdpa_backend', '')}{note}"
+        )
     print(f"  {len(found)} rows, {bad} with a status outside {sorted(allowed_set)}")
     return 1 if bad or not found else 0
 
@@ -90,22 +92,81 @@ def gap(measured: dict[str, str], predicted: dict[str, str]) -> tuple[float, flo
 # workload, implementation, label, mode and the parameters) pairs a measured row with its prediction, whose
 # case_id differs by the method.
 NOT_THE_CASE = {
-    "case_id", "device_name", "method", "status", "error", "peak_bytes", "reserved_bytes", "baseline_bytes",
-    "time_median_s", "time_iqr_s", "time_mean_s", "time_min_s", "repeats", "times_s", "flops", "torch_version",
-    "git_sha", "timestamp", "trust", "time_cv", "load_start", "load_end", "steal", "max_memory_bytes",
-    "max_case_seconds", "timer", "flush_l2", "ops_per_iter", "sdpa_backend", "cpu_capability", "cpu_flags",
-    "cuda_version", "cudnn_version", "driver_version", "gpu_sm_clock_mhz", "gpu_sm_clock_max_mhz", "compile_s",
-    "workspace_bytes", "cuda_unmodeled_ops", "rel_err", "grad_cos", "fidelity_seq_len", "kv_cache_bytes", "model_flops", "bytes_moved",
-    "tokens", "flops_per_s", "bytes_per_s", "tokens_per_s", "time_per_token_s", "topk_recall", "mass_recall",
-    "attn_rel_err", "attended_fraction", "emb_cos", "nn_agree", "nn_spearman", "device",
+    "case_id",
+    "device_name",
+    "method",
+    "status",
+    "error",
+    "peak_bytes",
+    "reserved_bytes",
+    "baseline_bytes",
+    "time_median_s",
+    "time_iqr_s",
+    "time_mean_s",
+    "time_min_s",
+    "repeats",
+    "times_s",
+    "flops",
+    "torch_version",
+    "git_sha",
+    "timestamp",
+    "trust",
+    "time_cv",
+    "load_start",
+    "load_end",
+    "steal",
+    "max_memory_bytes",
+    "max_case_seconds",
+    "timer",
+    "flush_l2",
+    "ops_per_iter",
+    "sdpa_backend",
+    "cpu_capability",
+    "cpu_flags",
+    "cuda_version",
+    "cudnn_version",
+    "driver_version",
+    "gpu_sm_clock_mhz",
+    "gpu_sm_clock_max_mhz",
+    "compile_s",
+    "workspace_bytes",
+    "cuda_unmodeled_ops",
+    "rel_err",
+    "grad_cos",
+    "fidelity_seq_len",
+    "kv_cache_bytes",
+    "model_flops",
+    "bytes_moved",
+    "tokens",
+    "flops_per_s",
+    "bytes_per_s",
+    "tokens_per_s",
+    "time_per_token_s",
+    "topk_recall",
+    "mass_recall",
+    "attn_rel_err",
+    "attended_fraction",
+    "emb_cos",
+    "nn_agree",
+    "nn_spearman",
+    "device",
     # the conditions a row was measured under (issue 29's contention columns), not the case
-    "threads", "cpu_share", "cpu_wait", "preempt_per_s", "runnable",
+    "threads",
+    "cpu_share",
+    "cpu_wait",
+    "preempt_per_s",
+    "runnable",
 }
 
 
 def _key(row: dict[str, str]) -> tuple:
-    return tuple(sorted((k, v) for k, v in row.items()
-                        if k not in NOT_THE_CASE and not k.startswith("minilm_") and v not in ("", None)))
+    return tuple(
+        sorted(
+            (k, v)
+            for k, v in row.items()
+            if k not in NOT_THE_CASE and not k.startswith("minilm_") and v not in ("", None)
+        )
+    )
 
 
 def gaps(measured_path: str, predicted_path: str) -> int:
@@ -121,10 +182,14 @@ def gaps(measured_path: str, predicted_path: str) -> int:
         off, ratio = result
         bad = abs(off) > PEAK_TOLERANCE or (ratio is not None and abs(ratio - 1) > RESERVED_TOLERANCE)
         off_cases += bad
-        print(f"  {name(r)[:48]:48} above baseline off {off / MIB:+9.3f} MiB   reserved measured/predicted "
-              f"{'-' if ratio is None else f'{ratio:.3f}'}{'   <-- off' if bad else ''}")
-    print(f"  {compared} cases compared, {off_cases} off by more than {PEAK_TOLERANCE // MIB} MiB above the baseline "
-          f"or {RESERVED_TOLERANCE:.0%} reserved")
+        print(
+            f"  {name(r)[:48]:48} above baseline off {off / MIB:+9.3f} MiB   reserved measured/predicted "
+            f"{'-' if ratio is None else f'{ratio:.3f}'}{'   <-- off' if bad else ''}"
+        )
+    print(
+        f"  {compared} cases compared, {off_cases} off by more than {PEAK_TOLERANCE // MIB} MiB above the baseline "
+        f"or {RESERVED_TOLERANCE:.0%} reserved"
+    )
     return 1 if off_cases or not compared else 0
 
 
@@ -136,8 +201,9 @@ def times(folder: str, dispatch_s: str = "") -> int:
     per_op = number(dispatch_s)
     groups: dict[tuple, list[dict[str, str]]] = {}
     for r in found:
-        groups.setdefault((r.get("kv_len"), r.get("seq_len"), r.get("budget"), r.get("timer"), r.get("dtype")),
-                          []).append(r)
+        groups.setdefault(
+            (r.get("kv_len"), r.get("seq_len"), r.get("budget"), r.get("timer"), r.get("dtype")), []
+        ).append(r)
     for group in groups.values():
         dense = [number(r["time_median_s"]) for r in group if r.get("impl") in DENSE and not r.get("compile_s")]
         reference = min(dense) if dense else None
@@ -152,8 +218,10 @@ def times(folder: str, dispatch_s: str = "") -> int:
                 launch = ops * per_op
                 bound = launch >= 0.8 * t and r.get("timer") != "cudagraph"
                 host = f"  host {launch * 1e3:.3f} ms{' host-bound' if bound else ''}"
-            print(f"  {name(r)[:48]:48} {r.get('dtype', ''):8} {r.get('timer', ''):9} median {t * 1e3:9.3f} ms  IQR "
-                  f"{(spread[2] - spread[0]) * 1e3:7.3f} ms  ops {r.get('ops_per_iter', ''):>5}  {ratio}{host}")
+            print(
+                f"  {name(r)[:48]:48} {r.get('dtype', ''):8} {r.get('timer', ''):9} median {t * 1e3:9.3f} ms  IQR "
+                f"{(spread[2] - spread[0]) * 1e3:7.3f} ms  ops {r.get('ops_per_iter', ''):>5}  {ratio}{host}"
+            )
     return 0 if found else 1
 
 
@@ -173,8 +241,10 @@ def profiles(folder: str, expected: str = "1") -> int:
         with open(os.path.join(here, "peak.csv"), newline="") as fh:
             listed = sum(int(r["bytes"]) for r in csv.DictReader(fh))
         above = (meta.get("peak_bytes") or 0) - (meta.get("baseline_bytes") or 0)
-        line = f"  {meta.get('what', here)[:60]:60} {meta.get('device')}: peak.csv {listed / MIB:.3f} MiB, peak above " \
-               f"the baseline {above / MIB:.3f} MiB"
+        line = (
+            f"  {meta.get('what', here)[:60]:60} {meta.get('device')}: peak.csv {listed / MIB:.3f} MiB, peak above "
+            f"the baseline {above / MIB:.3f} MiB"
+        )
         ok = listed == above
         snapshot = os.path.join(here, "snapshot.pickle")
         if os.path.exists(snapshot):
@@ -210,5 +280,6 @@ def upto(limit: str, src: str, dst: str, least: str = "0") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit({"status": status, "gaps": gaps, "times": times, "profiles": profiles, "upto": upto}[sys.argv[1]](
-        *sys.argv[2:]))
+    sys.exit(
+        {"status": status, "gaps": gaps, "times": times, "profiles": profiles, "upto": upto}[sys.argv[1]](*sys.argv[2:])
+    )

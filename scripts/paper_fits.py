@@ -58,17 +58,23 @@ def main(results: str) -> None:
         vanilla, topk = f"vanilla{impl_suffix}", f"topk{impl_suffix}"
         L, peak = points(frame, mha, vanilla, "seq_len", within_budget=False)
         quadratic = np.polyfit(L, peak, 2)
-        print(f"{column}: claim 2, vanilla MHA, quadratic fit over L = {L.min():.0f}..{L.max():.0f}: "
-              f"30 GiB at L = {solve(quadratic, BUDGET):,.0f}")
+        print(
+            f"{column}: claim 2, vanilla MHA, quadratic fit over L = {L.min():.0f}..{L.max():.0f}: "
+            f"30 GiB at L = {solve(quadratic, BUDGET):,.0f}"
+        )
         fits = {}
         for impl in (vanilla, topk):
             d_ff, peak = points(frame, ff, impl, "d_ff", within_budget=True)
             fits[impl] = line = np.polyfit(d_ff, peak, 1)
-            print(f"{column}: claim 5, {impl} FF, linear fit over d_ff = {d_ff.min():.0f}..{d_ff.max():.0f}: "
-                  f"{line[0] * 1024 / GIB:.3f} GiB per 1,024 of d_ff, 30 GiB at d_ff = {solve(line, BUDGET):,.0f}")
+            print(
+                f"{column}: claim 5, {impl} FF, linear fit over d_ff = {d_ff.min():.0f}..{d_ff.max():.0f}: "
+                f"{line[0] * 1024 / GIB:.3f} GiB per 1,024 of d_ff, 30 GiB at d_ff = {solve(line, BUDGET):,.0f}"
+            )
         _, topk_peak = points(frame, ff, topk, "d_ff", within_budget=True)
-        print(f"{column}: claim 4, {vanilla} FF reaches {topk}'s {topk_peak[-1] / GIB:.2f} GiB (at its largest "
-              f"d_ff) at d_ff = {solve(fits[vanilla], topk_peak[-1]):,.0f}")
+        print(
+            f"{column}: claim 4, {vanilla} FF reaches {topk}'s {topk_peak[-1] / GIB:.2f} GiB (at its largest "
+            f"d_ff) at d_ff = {solve(fits[vanilla], topk_peak[-1]):,.0f}"
+        )
 
 
 if __name__ == "__main__":

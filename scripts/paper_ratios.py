@@ -18,12 +18,12 @@ from pathlib import Path
 from topk_bench.case import Budget, Case
 from topk_bench.predict.backends import predict
 from topk_bench.run.plan import plan
+from topk_bench.run.resolve import Flags
 
 GIB = 1 << 30
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 # (figure, x parameter, its value, suite of ours, suite under the paper protocol)
-FIGURES = [("MHA", "seq_len", 65536, "mha.toml", "paper/mha.toml"),
-           ("FF", "d_ff", 65536, "ff.toml", "paper/ff.toml")]
+FIGURES = [("MHA", "seq_len", 65536, "mha.toml", "paper/mha.toml"), ("FF", "d_ff", 65536, "ff.toml", "paper/ff.toml")]
 
 
 def cases_at(suite: Path, x: str, value: int, impls: tuple[str, str]) -> list[Case]:
@@ -39,9 +39,11 @@ def main() -> None:
     print(f"{'figure':6} {'column':26} {'query chunking':>15} {'top-k':>10} {'ratio':>7}")
     for figure, x, value, ours, paper in FIGURES:
         paper_cases = cases_at(SUITES / paper, x, value, ("qchunk_paper", "topk_paper"))
-        rows = [("paper protocol, dropout 0.1", paper_cases),
-                ("paper protocol, dropout 0", [without_dropout(c) for c in paper_cases]),
-                ("ours", cases_at(SUITES / ours, x, value, ("qchunk", "topk")))]
+        rows = [
+            ("paper protocol, dropout 0.1", paper_cases),
+            ("paper protocol, dropout 0", [without_dropout(c) for c in paper_cases]),
+            ("ours", cases_at(SUITES / ours, x, value, ("qchunk", "topk"))),
+        ]
         for column, (chunked, topk) in rows:
             q, t = (predict(c, Budget()).peak_bytes for c in (chunked, topk))
             print(f"{figure:6} {column:26} {q / GIB:11.2f} GiB {t / GIB:6.2f} GiB {q / t:6.2f}x", flush=True)

@@ -35,8 +35,14 @@ CASES = [
     ("ff", "topk_paper", {"chunk_size": 16384, "topk": 512}, {**FF, "d_ff": 65536}, None, {}),
     ("decoder", "vanilla_paper", {}, {**DECODER, "seq_len": 2048}, "vanilla_paper", {}),
     ("decoder", "vanilla_paper", {}, {**DECODER, "seq_len": 4096}, "vanilla_paper", {}),
-    ("decoder", "topk_paper", {"chunk_size": 1024, "topk": 64}, {**DECODER, "seq_len": 32768},
-     "qchunk_paper", {"chunk_size": 4096}),
+    (
+        "decoder",
+        "topk_paper",
+        {"chunk_size": 1024, "topk": 64},
+        {**DECODER, "seq_len": 32768},
+        "qchunk_paper",
+        {"chunk_size": 4096},
+    ),
 ]
 
 
@@ -69,13 +75,25 @@ def peak(case: Case, *, fused: bool) -> int:
 
 def main() -> None:
     for workload, impl, options, params, ff, ff_options in CASES:
-        case = Case.make(suite="estimate", workload=workload, impl=impl, params=params, options=options,
-                         ff_impl=ff, ff_options=ff_options, causal=workload != "ff",
-                         activation="relu" if workload == "ff" else "softmax", method="predicted", protocol="paper")
+        case = Case.make(
+            suite="estimate",
+            workload=workload,
+            impl=impl,
+            params=params,
+            options=options,
+            ff_impl=ff,
+            ff_options=ff_options,
+            causal=workload != "ff",
+            activation="relu" if workload == "ff" else "softmax",
+            method="predicted",
+            protocol="paper",
+        )
         size = params.get("d_ff") if workload == "ff" else params["seq_len"]
         cpu, cuda = peak(case, fused=False), peak(case, fused=True)
-        print(f"{workload:8} {impl:14} {size:6}: CPU dropout {cpu / GIB:7.2f} GiB, CUDA dropout {cuda / GIB:7.2f} GiB",
-              flush=True)
+        print(
+            f"{workload:8} {impl:14} {size:6}: CPU dropout {cpu / GIB:7.2f} GiB, CUDA dropout {cuda / GIB:7.2f} GiB",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

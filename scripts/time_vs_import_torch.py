@@ -42,8 +42,10 @@ def main(argv: list[str]) -> None:
     med = statistics.median
     print(f"command:      median {med(commands):7.2f} s  ({', '.join(f'{t:.2f}' for t in commands)})")
     print(f"import torch: median {med(references):7.2f} s  ({', '.join(f'{t:.2f}' for t in references)})")
-    print(f"ratio {med(commands) / med(references):.1f}x; load average (1 min) {min(loads):.1f}..{max(loads):.1f} "
-          f"on {os.cpu_count()} cores")
+    print(
+        f"ratio {med(commands) / med(references):.1f}x; load average (1 min) {min(loads):.1f}..{max(loads):.1f} "
+        f"on {os.cpu_count()} cores"
+    )
 
 
 if __name__ == "__main__":

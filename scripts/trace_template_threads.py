@@ -58,8 +58,10 @@ def main(impls: list[str]) -> int:
         now = tasks()
         if len(now) > len(before):
             new = sorted(name for task, name in now.items() if task not in before)
-            found.append(f"{getattr(arg, '__qualname__', arg)!r} started thread(s) {new}, called from:\n"
-                         + "".join(traceback.format_stack(frame)))
+            found.append(
+                f"{getattr(arg, '__qualname__', arg)!r} started thread(s) {new}, called from:\n"
+                + "".join(traceback.format_stack(frame))
+            )
         before = now
 
     sys.setprofile(hook)
@@ -76,9 +78,11 @@ def main(impls: list[str]) -> int:
         sys.setprofile(None)
     settle()
     after = tasks()
-    print(f"after the warm-up: {len(after)} thread(s) {sorted(after.values())}; CUDA initialised by torch: "
-          f"{torch.cuda.is_initialized()}; fork hazard: {template.fork_hazard() or 'none'}; the CUDA driver "
-          f"initialised: {driver_initialised()}")
+    print(
+        f"after the warm-up: {len(after)} thread(s) {sorted(after.values())}; CUDA initialised by torch: "
+        f"{torch.cuda.is_initialized()}; fork hazard: {template.fork_hazard() or 'none'}; the CUDA driver "
+        f"initialised: {driver_initialised()}"
+    )
     if found:
         print(found[0])
     elif len(after) > 1:

@@ -52,8 +52,7 @@ def out_and_grads(fn, q, k, v, **kw):
 def assert_all_close(got, want):
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
         assert torch.isfinite(a).all(), name
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"{name}: {m}")
-
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def qkv_gqa(lq, lk, hq, hkv, d=5, dv=4, b=2, seed=0, dtype=torch.float64):

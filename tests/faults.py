@@ -40,8 +40,9 @@ name = "vanilla"
 """
 
 
-def tiny_suite(directory: Path, name: str = "tiny", sizes=(16, 32), extra: str = "", impl_extra: str = "",
-               file: str | None = None) -> Path:
+def tiny_suite(
+    directory: Path, name: str = "tiny", sizes=(16, 32), extra: str = "", impl_extra: str = "", file: str | None = None
+) -> Path:
     path = directory / f"{file or name}.toml"
     path.write_text(TINY.format(name=name, sizes=list(sizes), extra=extra, impl_extra=impl_extra))
     return path
@@ -96,7 +97,9 @@ def tmpfs(path: Path, size: str = "64k", read_only: bool = False):
     need_root("a full or read-only disk")
     path.mkdir(parents=True, exist_ok=True)
     options = f"size={size}" + (",ro" if read_only else "")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:

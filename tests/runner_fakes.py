@@ -11,11 +11,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from topk_bench.run.resolve import Flags
 from topk_bench.case import Budget, Case, Measurement
+from topk_bench.run.resolve import Flags
 
 # A file that the scripted run (``main``) appends each finished case's id to, when set.
 MARK_VARIABLE = "TOPK_BENCH_FAKE_MARKS"
@@ -54,8 +54,12 @@ def write_suite(directory: Path, name: str = "fake", text: str = SUITE) -> Path:
 class FakeRun:
     """``run(case, budget) -> Measurement``; ``status(case)`` scripts the outcome, ``ran`` records the cases."""
 
-    def __init__(self, status: Callable[[Case], str] = lambda case: "ok", delay_s: float = 0.0,
-                 extra: Callable[[Case], dict] = lambda case: {}):
+    def __init__(
+        self,
+        status: Callable[[Case], str] = lambda case: "ok",
+        delay_s: float = 0.0,
+        extra: Callable[[Case], dict] = lambda case: {},
+    ):
         self.status, self.delay_s, self.extra = status, delay_s, extra
         self.ran: list[Case] = []
         self.active = 0
@@ -73,10 +77,13 @@ class FakeRun:
             length = case.param_dict.get("seq_len", 1)
             ok = status == "ok"
             return Measurement(
-                status=status, error="" if ok else f"scripted {status}",
-                peak_bytes=length * 1000 if ok else None, baseline_bytes=100 if ok else None,
+                status=status,
+                error="" if ok else f"scripted {status}",
+                peak_bytes=length * 1000 if ok else None,
+                baseline_bytes=100 if ok else None,
                 times_s=[0.001 * length, 0.002 * length, 0.003 * length] if ok else [],
-                device_name="fake cpu", metadata={"torch_version": "fake", "git_sha": "abc"},
+                device_name="fake cpu",
+                metadata={"torch_version": "fake", "git_sha": "abc"},
                 extra=self.extra(case),
             )
         finally:
@@ -93,7 +100,13 @@ def main(suite: str, out: str, delay_s: str, *flags: str) -> None:
     from topk_bench.run.executors import LocalExecutor
 
     try:
-        runner.run(suite, Flags(out=out, device="cpu"), progress=False, resume="--no-resume" not in flags, executor_obj=LocalExecutor(run=FakeRun(delay_s=float(delay_s))))
+        runner.run(
+            suite,
+            Flags(out=out, device="cpu"),
+            progress=False,
+            resume="--no-resume" not in flags,
+            executor_obj=LocalExecutor(run=FakeRun(delay_s=float(delay_s))),
+        )
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -12,14 +12,14 @@ it. It is stopped, and its directory removed, when the module's tests end.
 
 from __future__ import annotations
 
-from locations import ROOT
 import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from locations import ROOT
 
 REPO = ROOT
 SLURM_DIR = os.environ.get("TOPK_SLURM_DIR", "/tmp/topk-bench-slurm")
@@ -27,8 +27,13 @@ SLURM_DIR = os.environ.get("TOPK_SLURM_DIR", "/tmp/topk-bench-slurm")
 
 def answers(conf: str) -> bool:
     try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15,
-                              env={**os.environ, "SLURM_CONF": conf})
+        proc = subprocess.run(
+            ["sinfo", "-h", "-o", "%t"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            env={**os.environ, "SLURM_CONF": conf},
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0 and any(s in proc.stdout for s in ("idle", "mix", "alloc"))
@@ -39,8 +44,9 @@ def _start(directory: str, **ports: int) -> str:
         pytest.skip("Slurm cannot start: the test cluster needs Linux")
     env = {**os.environ, **{name: str(port) for name, port in ports.items()}}
     env.pop("SLURM_CONF", None)
-    proc = subprocess.run(["bash", str(REPO / "scripts/slurm/start.sh"), directory], capture_output=True, text=True,
-                          timeout=900, env=env)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts/slurm/start.sh"), directory], capture_output=True, text=True, timeout=900, env=env
+    )
     conf = f"{directory}/slurm.conf"
     if proc.returncode != 0 or not answers(conf):
         reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -75,8 +81,9 @@ def private_cluster(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("slurm-private"))
     conf = _start(directory, TOPK_SLURMCTLD_PORT=_free_port(), TOPK_SLURMD_PORT=_free_port())
     yield conf
-    subprocess.run(["bash", str(REPO / "scripts/slurm/stop.sh"), "--clean", directory], capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        ["bash", str(REPO / "scripts/slurm/stop.sh"), "--clean", directory], capture_output=True, timeout=120
+    )
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
 from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Mode, Timer
@@ -26,21 +27,30 @@ class Measuring:
     """How every case of a run is measured (or predicted): what the run's settings give each case it expands."""
 
     method: Method
-    device: str                # "cpu" or "cuda": where cases run, or the device predicted for
+    device: str  # "cpu" or "cuda": where cases run, or the device predicted for
     dtype: DType
     warmup: int
-    warmup_s: float            # the warm-up lasts at least this long too (ours)
+    warmup_s: float  # the warm-up lasts at least this long too (ours)
     repeats: int
-    timer: Timer | None        # measured on CUDA: events (None: the default) or cudagraph; None elsewhere
-    flush_l2: bool             # the device's cache flushed between timed iterations (measured runs)
-    threads: int               # intra-op CPU threads of each case (a prediction: 1)
-    gpu: GpuModel | None       # a CUDA prediction: the GPU it models; None otherwise
+    timer: Timer | None  # measured on CUDA: events (None: the default) or cudagraph; None elsewhere
+    flush_l2: bool  # the device's cache flushed between timed iterations (measured runs)
+    threads: int  # intra-op CPU threads of each case (a prediction: 1)
+    gpu: GpuModel | None  # a CUDA prediction: the GPU it models; None otherwise
 
     def case_fields(self) -> dict[str, Any]:
         """The :class:`Case` fields these settings give."""
-        return {"method": self.method, "device": self.device, "dtype": self.dtype, "warmup": self.warmup,
-                "warmup_s": self.warmup_s, "repeats": self.repeats, "timer": self.timer, "flush_l2": self.flush_l2,
-                "threads": self.threads, "gpu": self.gpu or ""}
+        return {
+            "method": self.method,
+            "device": self.device,
+            "dtype": self.dtype,
+            "warmup": self.warmup,
+            "warmup_s": self.warmup_s,
+            "repeats": self.repeats,
+            "timer": self.timer,
+            "flush_l2": self.flush_l2,
+            "threads": self.threads,
+            "gpu": self.gpu or "",
+        }
 
 
 @dataclass(frozen=True)
@@ -113,8 +123,14 @@ class Case:
             object.__setattr__(self, "timer", Timer.parse(self.timer, "timer"))
 
     @classmethod
-    def make(cls, *, params: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-             ff_options: Mapping[str, Any] | None = None, **fields: Any) -> "Case":
+    def make(
+        cls,
+        *,
+        params: Mapping[str, Any],
+        options: Mapping[str, Any] | None = None,
+        ff_options: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> Case:
         return cls(params=_frozen(params), options=_frozen(options), ff_options=_frozen(ff_options), **fields)
 
     @property
@@ -149,11 +165,20 @@ class Case:
         Not the label, warm-up, repeat count or threads: re-running with more repeats resumes.
         """
         key: dict[str, Any] = {
-            "suite": self.suite, "workload": self.workload, "impl": self.impl,
-            "params": self.params, "options": self.options,
-            "ff_impl": self.ff_impl, "ff_options": self.ff_options,
-            "mode": self.mode, "causal": self.causal, "activation": self.activation,
-            "dtype": self.dtype, "device": self.device, "method": self.method, "seed": self.seed,
+            "suite": self.suite,
+            "workload": self.workload,
+            "impl": self.impl,
+            "params": self.params,
+            "options": self.options,
+            "ff_impl": self.ff_impl,
+            "ff_options": self.ff_options,
+            "mode": self.mode,
+            "causal": self.causal,
+            "activation": self.activation,
+            "dtype": self.dtype,
+            "device": self.device,
+            "method": self.method,
+            "seed": self.seed,
         }
         # The keys below only when set, so that adding one leaves the ids of the cases without it unchanged.
         if self.fidelity:
@@ -177,7 +202,7 @@ class Case:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "Case":
+    def from_json(cls, text: str) -> Case:
         data = json.loads(text)
         for name in ("params", "options", "ff_options"):
             data[name] = tuple(tuple(item) for item in data[name])
@@ -188,7 +213,8 @@ class Case:
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits of one case: above ``max_memory_bytes`` of peak it is ``over_budget``; after ``max_seconds`` it is killed (``timeout``)."""
+    """Limits of one case: above ``max_memory_bytes`` of peak it is ``over_budget``; after ``max_seconds`` it is
+    killed (``timeout``)."""
 
     max_memory_bytes: int | None = None
     max_seconds: float | None = None
@@ -197,7 +223,7 @@ class Budget:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "Budget":
+    def from_json(cls, text: str) -> Budget:
         return cls(**json.loads(text))
 
 
@@ -216,7 +242,7 @@ class Measurement:
     flops: int | None = None
     device_name: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)  # torch/cuda version, threads, host, git sha
-    extra: dict[str, Any] = field(default_factory=dict)     # optional columns (rel_err, grad_cos, ...)
+    extra: dict[str, Any] = field(default_factory=dict)  # optional columns (rel_err, grad_cos, ...)
 
     @property
     def time_median_s(self) -> float | None:
@@ -241,5 +267,5 @@ class Measurement:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "Measurement":
+    def from_json(cls, text: str) -> Measurement:
         return cls(**json.loads(text))

@@ -1,4 +1,5 @@
-"""Errors with a meaning for the harness: bad input and unwritable files (exit code 2), and cases that become statuses."""
+"""Errors with a meaning for the harness: bad input and unwritable files (exit code 2), and cases that become
+statuses."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ class BadInput(Exception):
         return ": ".join([*parts, self.problem])
 
 
-def file_error(exc: OSError, doing: str = "", file: str | Path | None = None, hint: str = "",
-               key: str | None = None) -> BadInput:
+def file_error(
+    exc: OSError, doing: str = "", file: str | Path | None = None, hint: str = "", key: str | None = None
+) -> BadInput:
     """A filesystem error (a full disk, a read-only place, a directory where a file belongs) as one line:
     ``FILE: DOING: WHY; HINT``, the file being ``file``, else the one the error names."""
     why = exc.strerror or str(exc)

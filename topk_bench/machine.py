@@ -85,6 +85,7 @@ def context(start: Reading, end: Reading) -> dict[str, float | None]:
 
 # -- the cores other processes keep busy ---------------------------------------------------------
 
+
 def _busy_jiffies(cpus: set[int], path: Path = PROC_STAT) -> int | None:
     """Jiffies the CPUs ``cpus`` spent on anything but idling (iowait is idle too) since boot."""
     try:

@@ -20,8 +20,8 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from topk_bench.errors import BadInput
 
@@ -138,8 +138,9 @@ def resolve(plugins: Iterable[str], suite_path: Path | None = None, key: str = "
         try:
             with contextlib.redirect_stdout(sys.stderr):  # a plug-in's prints must not mix into run's output
                 load([plugin])
-        except Exception as exc:  # any failure of user code is bad input, reported in one line
-            raise BadInput(f"cannot import plug-in {plugin!r} ({type(exc).__name__}: {exc})",
-                           file=suite_path, key=key) from None
+        except Exception as exc:  # noqa: BLE001 -- any failure of user code is bad input, reported in one line
+            raise BadInput(
+                f"cannot import plug-in {plugin!r} ({type(exc).__name__}: {exc})", file=suite_path, key=key
+            ) from None
         resolved.append(plugin)
     return resolved

@@ -49,16 +49,28 @@ class Protocol:
         fixed = getattr(self, setting)
         if value is None or fixed is None or value == fixed:
             return None
-        return (f"protocol {self.name!r} fixes {setting} = {fixed} ({_WHY_FIXED[setting]}), got {value}: "
-                f"leave it out, or set protocol = {DEFAULT!r}")
+        return (
+            f"protocol {self.name!r} fixes {setting} = {fixed} ({_WHY_FIXED[setting]}), got {value}: "
+            f"leave it out, or set protocol = {DEFAULT!r}"
+        )
 
 
 OURS = Protocol("ours")
 # Their loop: `for i in range(args.n_iters)` (3), every iteration timed, max_memory_reserved, np.mean(times).
 # Their timer: synchronise, time.time() around the eager iteration, no cache flush; a model per timed iteration
 # (so nothing compiled once could serve the next).
-PAPER = Protocol("paper", warmup=0, repeats=3, warmup_s=0.0, timer="events", flush_l2=False, compiles=False,
-                 time_metric="time_mean", cuda_memory_metric="reserved", owned_options=("scale", "mask"))
+PAPER = Protocol(
+    "paper",
+    warmup=0,
+    repeats=3,
+    warmup_s=0.0,
+    timer="events",
+    flush_l2=False,
+    compiles=False,
+    time_metric="time_mean",
+    cuda_memory_metric="reserved",
+    owned_options=("scale", "mask"),
+)
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (OURS, PAPER)}
 DEFAULT = OURS.name
 
@@ -70,9 +82,13 @@ def lookup(name: str) -> Protocol:
         raise ValueError(f"unknown protocol {name!r} (known: {', '.join(PROTOCOLS)})") from None
 
 
-_WHY_FIXED = {"warmup": "the first, cold iteration is timed", "repeats": "the time is the mean of 3 runs",
-              "warmup_s": "the first, cold iteration is timed", "timer": "each eager iteration is timed as theirs was",
-              "flush_l2": "theirs flushed no cache"}
+_WHY_FIXED = {
+    "warmup": "the first, cold iteration is timed",
+    "repeats": "the time is the mean of 3 runs",
+    "warmup_s": "the first, cold iteration is timed",
+    "timer": "each eager iteration is timed as theirs was",
+    "flush_l2": "theirs flushed no cache",
+}
 
 
 def drawn_metric(metric: str, protocol: str, device: str, method: str) -> str:

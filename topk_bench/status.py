@@ -11,18 +11,18 @@ from enum import Enum
 
 class Status(str, Enum):
     OK = "ok"
-    OOM = "oom"                   # the device (or the machine) ran out of memory
-    OVER_BUDGET = "over_budget"   # the peak exceeded the case's memory budget
-    TIMEOUT = "timeout"           # killed after the case's time budget
-    CRASHED = "crashed"           # the child process died (a signal; a Slurm job that failed)
-    ERROR = "error"               # the case raised
-    NONFINITE = "nonfinite"       # it ran, but its output (or a gradient, or an error metric) holds NaN or inf
-    SKIPPED = "skipped"           # not run: a smaller size of the same implementation failed
-    UNSUPPORTED = "unsupported"   # the implementation cannot run this case (activation, masking, prediction...)
+    OOM = "oom"  # the device (or the machine) ran out of memory
+    OVER_BUDGET = "over_budget"  # the peak exceeded the case's memory budget
+    TIMEOUT = "timeout"  # killed after the case's time budget
+    CRASHED = "crashed"  # the child process died (a signal; a Slurm job that failed)
+    ERROR = "error"  # the case raised
+    NONFINITE = "nonfinite"  # it ran, but its output (or a gradient, or an error metric) holds NaN or inf
+    SKIPPED = "skipped"  # not run: a smaller size of the same implementation failed
+    UNSUPPORTED = "unsupported"  # the implementation cannot run this case (activation, masking, prediction...)
     # What happened to the case's Slurm job, not to the case: it never ended on its own (resume runs it again).
-    CANCELLED = "cancelled"       # the job was cancelled (scancel) by someone else than this run
-    PREEMPTED = "preempted"       # the scheduler preempted the job
-    LOST = "lost"                 # the job was lost with its node (NODE_FAIL, BOOT_FAIL), or Slurm forgot it
+    CANCELLED = "cancelled"  # the job was cancelled (scancel) by someone else than this run
+    PREEMPTED = "preempted"  # the scheduler preempted the job
+    LOST = "lost"  # the job was lost with its node (NODE_FAIL, BOOT_FAIL), or Slurm forgot it
 
     def __str__(self) -> str:
         return self.value

@@ -45,8 +45,9 @@ class Word(str, Enum):
         try:
             return cls(value)
         except ValueError:
-            raise ValueError(f"unknown {what or cls.__name__.lower()} {value!r} "
-                             f"(known: {', '.join(cls.values())})") from None
+            raise ValueError(
+                f"unknown {what or cls.__name__.lower()} {value!r} (known: {', '.join(cls.values())})"
+            ) from None
 
 
 class Mode(Word):
@@ -74,12 +75,12 @@ class DeviceKind(Word):
     CUDA = "cuda"
 
     @classmethod
-    def of(cls, device: str) -> "DeviceKind":
+    def of(cls, device: str) -> DeviceKind:
         """The kind of ``device``; ValueError for a device the harness does not run on."""
         return cls.parse(str(device).split(":")[0], "device")
 
     @classmethod
-    def read(cls, device: object) -> "DeviceKind | None":
+    def read(cls, device: object) -> DeviceKind | None:
         """The kind a results file's ``device`` cell names, None for anything else (a reader never raises)."""
         try:
             return cls(str(device).split(":")[0])
@@ -96,6 +97,8 @@ class GpuModel(Word):
 
 
 DEFAULT_GPU = GpuModel.SM90  # what a CUDA prediction models unless told: the GPU of the committed H100 data
+
+
 class Timer(Word):
     """How a measured iteration is timed: ``perf_counter`` on the CPU; on CUDA, events around each eager
     iteration (``events``, the default) or around each replay of one iteration captured in a CUDA graph

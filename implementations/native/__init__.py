@@ -62,6 +62,7 @@ def groups_for(width: int, k: int) -> int:
     """Groups per row of ``width`` values for a top-``k`` (``k <= G <= width``)."""
     return max(k, min(width, int(math.sqrt(GROUP_RATIO * k * width))))
 
+
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int16: "i16"}
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -102,8 +103,17 @@ def _compiler() -> str | None:
 def _build(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
     flags = _flags()
-    key = hashlib.sha256(b"\0".join([*(p.read_bytes() for p in SOURCES + HEADERS), " ".join(flags).encode(), version.encode(),
-                                      _cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
+    key = hashlib.sha256(
+        b"\0".join(
+            [
+                *(p.read_bytes() for p in SOURCES + HEADERS),
+                " ".join(flags).encode(),
+                version.encode(),
+                _cpu_flags().encode(),
+                platform.machine().encode(),
+            ]
+        )
+    ).hexdigest()[:16]
     target = _cache_dir() / f"row_topk-{key}.so"
     if target.exists():
         return target
@@ -112,8 +122,9 @@ def _build(cc: str) -> Path:
     fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        result = subprocess.run([cc, *flags, "-o", partial, *map(str, SOURCES)], capture_output=True, text=True,
-                                check=False)
+        result = subprocess.run(
+            [cc, *flags, "-o", partial, *map(str, SOURCES)], capture_output=True, text=True, check=False
+        )
         if result.returncode != 0:
             raise RuntimeError(f"{cc} failed on {', '.join(p.name for p in SOURCES)}: {result.stderr.strip()[-500:]}")
         os.replace(partial, target)
@@ -159,8 +170,10 @@ def _check(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Te
     if scores.dim() != 3 or values.dim() != 3 or indices.dim() != 3:
         raise ValueError("row_topk_: scores, values and indices must be 3-D [outer, inner, *]")
     if values.shape != (*scores.shape[:2], k) or indices.shape != values.shape:
-        raise ValueError(f"row_topk_: values/indices {tuple(values.shape)}/{tuple(indices.shape)} "
-                         f"do not fit scores {tuple(scores.shape)} and k={k}")
+        raise ValueError(
+            f"row_topk_: values/indices {tuple(values.shape)}/{tuple(indices.shape)} "
+            f"do not fit scores {tuple(scores.shape)} and k={k}"
+        )
     if not 1 <= k <= scores.shape[-1]:
         raise ValueError(f"row_topk_: k={k} outside 1..{scores.shape[-1]}")
     if values.dtype != scores.dtype or indices.dtype not in _INDEX_DTYPES or scores.dtype not in _SUFFIX:
@@ -173,8 +186,15 @@ def _check(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Te
 
 
 @torch.library.custom_op("implementations::row_topk_", mutates_args=("values", "indices"), device_types="cpu")
-def row_topk_(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor,
-              groups: int = 1, base: int = 0, start: int = 0) -> None:
+def row_topk_(
+    scores: torch.Tensor,
+    k: int,
+    values: torch.Tensor,
+    indices: torch.Tensor,
+    groups: int = 1,
+    base: int = 0,
+    start: int = 0,
+) -> None:
     """The top-``k`` (unsorted) of each row of ``scores [outer, inner, width]`` into ``values``,
     ``indices [outer, inner, k]`` (views allowed), an index being ``start + (o // groups) * base + column``.
 
@@ -190,9 +210,23 @@ def row_topk_(scores: torch.Tensor, k: int, values: torch.Tensor, indices: torch
     rows = outer * inner
     if rows == 0:
         return
-    args = (scores.data_ptr(), inner, scores.stride(0), scores.stride(1), width, k, values.data_ptr(),
-            indices.data_ptr(), indices.element_size(), values.stride(0), values.stride(1), groups, base, start,
-            groups_for(width, k))
+    args = (
+        scores.data_ptr(),
+        inner,
+        scores.stride(0),
+        scores.stride(1),
+        width,
+        k,
+        values.data_ptr(),
+        indices.data_ptr(),
+        indices.element_size(),
+        values.stride(0),
+        values.stride(1),
+        groups,
+        base,
+        start,
+        groups_for(width, k),
+    )
     # Threads of torch's OpenMP team (where built with it) take blocks of rows in turn: a
     # static half each measured 1.05x one thread's speed on 2 cores, a thread pool of our own
     # competing with torch's workers still spinning after the product that made the tile.
@@ -208,11 +242,20 @@ def _(scores, k, values, indices, groups=1, base=0, start=0):
     _check(scores, k, values, indices)
 
 
-@torch.library.custom_op("implementations::key_sort_",
-                         mutates_args=("rows", "starts", "a_out", "b_out"), device_types="cpu")
-def key_sort_(keys: torch.Tensor, lo: int, per_row: int, rows: torch.Tensor, starts: torch.Tensor,
-              a: torch.Tensor | None = None, a_out: torch.Tensor | None = None,
-              b: torch.Tensor | None = None, b_out: torch.Tensor | None = None) -> None:
+@torch.library.custom_op(
+    "implementations::key_sort_", mutates_args=("rows", "starts", "a_out", "b_out"), device_types="cpu"
+)
+def key_sort_(
+    keys: torch.Tensor,
+    lo: int,
+    per_row: int,
+    rows: torch.Tensor,
+    starts: torch.Tensor,
+    a: torch.Tensor | None = None,
+    a_out: torch.Tensor | None = None,
+    b: torch.Tensor | None = None,
+    b_out: torch.Tensor | None = None,
+) -> None:
     """The entries of ``keys`` (1-D int32/int64, values in ``[lo, lo + len(starts) - 1)``) by key, stably:
     ``rows[p] = e // per_row`` for the p-th entry ``e`` (int64), ``a_out[p] = a[e]``, ``b_out[p] = b[e]``
     (optional), and ``starts`` (int64) where each key's entries begin, the last one ``len(keys)``
@@ -223,11 +266,22 @@ def key_sort_(keys: torch.Tensor, lo: int, per_row: int, rows: torch.Tensor, sta
         raise RuntimeError("key_sort_: no compiled kernel (implementations.native.built() is False)")
     carried: list[int | None] = []
     for src, dst in ((a, a_out), (b, b_out)):  # _check_sort: both given, or neither
-        carried += [None, None, 0] if src is None or dst is None else [src.data_ptr(), dst.data_ptr(),
-                                                                      src.element_size()]
+        carried += (
+            [None, None, 0] if src is None or dst is None else [src.data_ptr(), dst.data_ptr(), src.element_size()]
+        )
     threads = max(1, min(torch.get_num_threads(), keys.numel() // (1 << 16)))
-    if lib.key_sort(keys.data_ptr(), keys.element_size(), keys.numel(), lo, starts.numel() - 1, per_row,
-                    rows.data_ptr(), starts.data_ptr(), *carried, threads):
+    if lib.key_sort(
+        keys.data_ptr(),
+        keys.element_size(),
+        keys.numel(),
+        lo,
+        starts.numel() - 1,
+        per_row,
+        rows.data_ptr(),
+        starts.data_ptr(),
+        *carried,
+        threads,
+    ):
         raise ValueError(f"key_sort_: a key outside [{lo}, {lo + starts.numel() - 1})")
 
 
@@ -246,8 +300,12 @@ def _check_sort(keys, rows, starts, carried) -> None:
         if (src is None) != (dst is None):
             raise ValueError("key_sort_: a carried array needs both its input and its output")
         if src is not None:
-            if src.shape != keys.shape or dst.shape != keys.shape or src.dtype != dst.dtype \
-                    or src.element_size() not in (2, 4, 8):
+            if (
+                src.shape != keys.shape
+                or dst.shape != keys.shape
+                or src.dtype != dst.dtype
+                or src.element_size() not in (2, 4, 8)
+            ):
                 raise ValueError("key_sort_: a carried array must be 1-D like keys, its output of its dtype")
             tensors += [src, dst]
     if not all(t.is_contiguous() for t in tensors):

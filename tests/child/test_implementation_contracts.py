@@ -2,16 +2,12 @@
 not a measurement; selection quality reads copies of the inputs."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+import pytest
 
 # --- what an implementation returns, and what it does to its inputs ------------------------------------
 
-CONTRACT_BREAKERS = '''
+CONTRACT_BREAKERS = """
 import torch
 import implementations
 from implementations import Implementation
@@ -38,7 +34,7 @@ for _impl in (Implementation("test_narrow", narrow, "wrong shape", predictable=F
               Implementation("test_zeroes", zeroes_its_values, "writes into v", predictable=False)):
     if _impl.name not in implementations.names():
         implementations.register(_impl)
-'''
+"""
 
 
 def _prefill_case(tmp_path, impl, **fields):
@@ -46,9 +42,18 @@ def _prefill_case(tmp_path, impl, **fields):
 
     plugin = tmp_path / "breakers.py"
     plugin.write_text(CONTRACT_BREAKERS)
-    return Case.make(suite="t", workload="prefill", impl=impl, mode="fwd", causal=True, warmup=0, repeats=1,
-                     params={"seq_len": 32, "batch": 1, "q_heads": 2, "kv_heads": 2, "head_dim": 8},
-                     plugins=(str(plugin),), **fields)
+    return Case.make(
+        suite="t",
+        workload="prefill",
+        impl=impl,
+        mode="fwd",
+        causal=True,
+        warmup=0,
+        repeats=1,
+        params={"seq_len": 32, "batch": 1, "q_heads": 2, "kv_heads": 2, "head_dim": 8},
+        plugins=(str(plugin),),
+        **fields,
+    )
 
 
 @pytest.mark.parametrize("impl,words", [("test_narrow", "shape [1, 2, 32, 1]"), ("test_doubled", "torch.float64")])

@@ -1,12 +1,10 @@
 """Processes a case started are killed with it and said in its row."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+from pathlib import Path
+
+import pytest
 
 # --- processes a case leaves behind --------------------------------------------------------------------
 
@@ -69,17 +67,32 @@ def test_processes_a_case_started_are_killed_with_it_and_said_in_its_row(tmp_pat
 
     plugin = tmp_path / "spawner.py"
     plugin.write_text(SPAWNER)
-    case = Case.make(suite="t", workload="mha", impl="spawner", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     options={"hang": hang}, mode="fwd", warmup=0, repeats=1, plugins=(str(plugin),))
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="spawner",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        options={"hang": hang},
+        mode="fwd",
+        warmup=0,
+        repeats=1,
+        plugins=(str(plugin),),
+    )
     try:
         result = run_isolated(case, Budget(max_seconds=5 if hang else 120))
         pids = [int(p) for p in plugin.with_suffix(".pids").read_text().split()]
         assert len(pids) == 3
         assert result.status == ("timeout" if hang else "ok"), result.error
         assert not [p for p in pids if _alive(p)], "processes outlived their case"
-        assert f"killed {named} process(es) the case left running" in result.error and "sleep" in result.error, result.error
+        assert f"killed {named} process(es) the case left running" in result.error and "sleep" in result.error, (
+            result.error
+        )
     finally:
-        for pid in [int(p) for p in plugin.with_suffix(".pids").read_text().split()] if plugin.with_suffix(".pids").exists() else []:
+        for pid in (
+            [int(p) for p in plugin.with_suffix(".pids").read_text().split()]
+            if plugin.with_suffix(".pids").exists()
+            else []
+        ):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -2,32 +2,33 @@
 a finite one stays ok."""
 
 from __future__ import annotations
-from locations import TESTS
-import errno
-import os
-import threading
-from pathlib import Path
-import pandas as pd
+
 import pytest
-from faults import Cli, fill, tiny_suite, tmpfs, tree
-from topk_bench.case import Case, Measurement
+
+from locations import TESTS
+from topk_bench.case import Case
 from topk_bench.child import execute as child
 from topk_bench.child.execute import measure
-from topk_bench.report.stats import Verdict, classify_ratio, classify_samples
-from topk_bench.results import store
-from topk_bench.results.columns import header as columns
-from topk_bench.results.row import make_row
 from topk_bench.status import STATUSES, Status
-
 
 PLUGINS = TESTS / "plugins"
 
 
 # --- also: a NaN output is a status of its own ---------------------------------------------------------
 
+
 def _nan_case(tmp_path, mode="fwd_bwd", fidelity=False, which="nan_output") -> Case:
-    return Case.make(suite="t", workload="mha", impl=which, params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     mode=mode, warmup=0, repeats=2, fidelity=fidelity, plugins=(str(PLUGINS / "nonfinite_impls.py"),))
+    return Case.make(
+        suite="t",
+        workload="mha",
+        impl=which,
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        mode=mode,
+        warmup=0,
+        repeats=2,
+        fidelity=fidelity,
+        plugins=(str(PLUGINS / "nonfinite_impls.py"),),
+    )
 
 
 @pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
@@ -47,13 +48,21 @@ def test_a_nan_error_metric_is_nonfinite(monkeypatch, single_thread):
     from topk_bench.extras import columns as extras
 
     monkeypatch.setattr(extras, "layer_columns", lambda case, budget: {"rel_err": float("nan"), "grad_cos": 1.0})
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     warmup=0, repeats=1, fidelity=True)
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="vanilla",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        warmup=0,
+        repeats=1,
+        fidelity=True,
+    )
     result = child.execute(case)
     assert result.status == Status.NONFINITE and "rel_err = nan" in result.error
 
 
 def test_a_finite_output_stays_ok(single_thread):
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     warmup=0, repeats=1)
+    case = Case.make(
+        suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2}, warmup=0, repeats=1
+    )
     assert measure(case).status == Status.OK

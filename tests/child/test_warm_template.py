@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from locations import ROOT
 import json
 import os
 import signal
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from locations import ROOT
 from topk_bench.case import Budget, Case
 from topk_bench.run import launcher
 from topk_bench.run.launcher import run_isolated
@@ -25,8 +25,16 @@ MIB = 1 << 20
 
 
 def case(impl: str, **options) -> Case:
-    return Case.make(suite="template", workload="mha", impl=impl, params={"seq_len": 16, "d_model": 16, "heads": 2},
-                     options=options, plugins=PLUGINS, warmup=0, repeats=1)
+    return Case.make(
+        suite="template",
+        workload="mha",
+        impl=impl,
+        params={"seq_len": 16, "d_model": 16, "heads": 2},
+        options=options,
+        plugins=PLUGINS,
+        warmup=0,
+        repeats=1,
+    )
 
 
 def probe(report: Path, env=CHILD_ENV) -> dict:
@@ -91,14 +99,17 @@ def test_a_child_gets_the_threads_a_fresh_interpreter_would(tmp_path, monkeypatc
     assert unset["torch_threads"] == default and unset["omp_num_threads"] is None
 
 
-@pytest.mark.parametrize("env, threads", [
-    ({}, None),
-    ({"OMP_NUM_THREADS": "3"}, 3),
-    ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}, 2),  # MKL's wins, as in ATen
-    ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "many"}, 3),  # a malformed one is ignored (torch warns)
-    ({"OMP_NUM_THREADS": "0"}, None),
-    ({"OMP_NUM_THREADS": "-2", "MKL_NUM_THREADS": ""}, None),
-])
+@pytest.mark.parametrize(
+    "env, threads",
+    [
+        ({}, None),
+        ({"OMP_NUM_THREADS": "3"}, 3),
+        ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}, 2),  # MKL's wins, as in ATen
+        ({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "many"}, 3),  # a malformed one is ignored (torch warns)
+        ({"OMP_NUM_THREADS": "0"}, None),
+        ({"OMP_NUM_THREADS": "-2", "MKL_NUM_THREADS": ""}, None),
+    ],
+)
 def test_a_childs_torch_threads_are_what_torch_reads_from_its_environment(env, threads):
     assert launcher.torch_threads(env) == threads
 
@@ -110,7 +121,10 @@ def test_a_child_sees_the_gpu_of_its_job_slot_and_one_template_serves_every_slot
     second = probe(tmp_path / "second.json", env={**CHILD_ENV, "CUDA_VISIBLE_DEVICES": "GPU-8a1f"})
     unset = probe(tmp_path / "unset.json")
     assert (first["cuda_visible_devices"], second["cuda_visible_devices"], unset["cuda_visible_devices"]) == (
-        "1", "GPU-8a1f", None)
+        "1",
+        "GPU-8a1f",
+        None,
+    )
     assert first["parent_pid"] == second["parent_pid"] == unset["parent_pid"]
 
 
@@ -133,8 +147,9 @@ def test_a_template_that_dies_fails_its_running_case_and_the_next_case_gets_a_ne
     sleepy = case("test_sleep", seconds=120.0, pid_file=str(pid_file))
     results = []
     # A daemon thread: if run_isolated never returned, the test fails instead of hanging.
-    waiter = threading.Thread(target=lambda: results.append(run_isolated(sleepy, Budget(max_seconds=300), env=CHILD_ENV)),
-                              daemon=True)
+    waiter = threading.Thread(
+        target=lambda: results.append(run_isolated(sleepy, Budget(max_seconds=300), env=CHILD_ENV)), daemon=True
+    )
     waiter.start()
     deadline = time.monotonic() + 120
     while not (pid_file.exists() and pid_file.read_text()):
@@ -165,8 +180,9 @@ def test_fork_hazard_lets_fork_aware_pools_stop_and_refuses_other_threads():
         print(repr(template.fork_hazard()))
     """)
     # Importing torch starts OpenBLAS's pool (numpy's) when it may use more than one core.
-    clean, refused = fresh_interpreter(code, env={k: v for k, v in os.environ.items()
-                                                  if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}).splitlines()
+    clean, refused = fresh_interpreter(
+        code, env={k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    ).splitlines()
     assert clean == "'' 1"
     assert "the template has 2 threads" in refused
 
@@ -287,8 +303,13 @@ def test_the_cli_starts_the_template_early_only_for_the_local_executor(tmp_path,
     slurm.write_text('[executor]\nkind = "slurm"\n')
     broken.write_text("[executor\n")
     monkeypatch.chdir(tmp_path)  # no bench.toml here: the defaults, local
-    for config, flag, expected in [(None, None, 1), (None, "slurm", 0), (slurm, None, 0), (slurm, "local", 1),
-                                   (broken, None, 0)]:
+    for config, flag, expected in [
+        (None, None, 1),
+        (None, "slurm", 0),
+        (slurm, None, 0),
+        (slurm, "local", 1),
+        (broken, None, 0),
+    ]:
         started.clear()
         run_cmd.start_template_early(config, flag)
         assert len(started) == expected, (config, flag)

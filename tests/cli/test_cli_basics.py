@@ -19,6 +19,7 @@ def test_list_shows_every_registered_implementation():
     assert result.returncode == 0, result.stderr
     # The doctor's probes register only where the doctor runs (this process may have imported it).
     from topk_bench.doctor.probes import NAMES as DOCTOR_PROBES
+
     for name in set(implementations.names()) - DOCTOR_PROBES:
         assert name in result.stdout
     assert not any(name in result.stdout for name in DOCTOR_PROBES)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from runner_fakes import interruptible
 
 SUITE = """
@@ -32,8 +32,14 @@ CASES = 8  # enough left after the first that a starved test process still inter
 
 
 def cli(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "topk_bench", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "topk_bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+        **kwargs,
+    )
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -85,7 +91,9 @@ def test_run_interrupted_by_sigint_then_resumed_then_shown(tmp_path):
     assert {r["status"] for r in final} == {"ok"} and all(int(r["peak_bytes"]) > 0 for r in final)
     assert "results:" in stdout and "tiny.csv" in stdout.replace("\n", "")
 
-    shown = subprocess.run([sys.executable, "-m", "topk_bench", "show", str(out), "--wide"], capture_output=True, text=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "show", str(out), "--wide"], capture_output=True, text=True
+    )
     assert shown.returncode == 0, shown.stderr
     assert f"tiny ({CASES} rows)" in shown.stdout and "peak GiB" in shown.stdout and "Q-chunking" in shown.stdout
 
@@ -96,13 +104,25 @@ def test_help_of_run_and_show():
         result = subprocess.run([sys.executable, "-m", "topk_bench", command, "--help"], capture_output=True, text=True)
         assert result.returncode == 0 and "Usage" in result.stdout
     result = subprocess.run([sys.executable, "-m", "topk_bench", "run", "--help"], capture_output=True, text=True)
-    for flag in ("--out", "--device", "--predict", "--repeats", "--warmup", "--max-memory", "--max-case-seconds",
-                 "--no-resume", "--executor", "--jobs", "--config"):
+    for flag in (
+        "--out",
+        "--device",
+        "--predict",
+        "--repeats",
+        "--warmup",
+        "--max-memory",
+        "--max-case-seconds",
+        "--no-resume",
+        "--executor",
+        "--jobs",
+        "--config",
+    ):
         assert flag in result.stdout
 
 
 @pytest.mark.slow
 def test_show_of_a_missing_path_is_bad_input(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "topk_bench", "show", str(tmp_path / "none")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "show", str(tmp_path / "none")], capture_output=True, text=True
+    )
     assert result.returncode == 2 and result.stderr.strip().endswith("no such file or directory")

@@ -12,7 +12,6 @@ parsed.
 
 from __future__ import annotations
 
-from locations import ROOT
 import os
 import re
 import shlex
@@ -23,6 +22,8 @@ from pathlib import Path
 
 import pytest
 import typer
+
+from locations import ROOT
 
 README = (ROOT / "README.md").read_text()
 ACTIVATE = "source .venv/bin/activate"
@@ -41,13 +42,23 @@ PAGES = [ROOT / "README.md", *nav_pages()]
 # How each command is checked, by its start: run after the quick start, only parsed (with why), or not a
 # topk-bench command a test runs (with why). A command of a page that matches none fails the tests: classify it.
 RUN = (
-    "topk-bench show results/", "topk-bench plot results/", "topk-bench list", "topk-bench doctor",
-    "topk-bench run first.toml", "cp -r results/first results/first-base", "topk-bench compare results/first",
+    "topk-bench show results/",
+    "topk-bench plot results/",
+    "topk-bench list",
+    "topk-bench doctor",
+    "topk-bench run first.toml",
+    "cp -r results/first results/first-base",
+    "topk-bench compare results/first",
     "topk-bench profile first.toml",
-    "topk-bench run my_suite.toml --predict", "topk-bench run suites/smoke.toml", "topk-bench run suites/mha.toml --predict",
-    "rm -rf /tmp/ci-predicted && topk-bench run suites/ci.toml --predict", "topk-bench compare results/baselines/",
-    "cp /tmp/ci-predicted/ci.csv", "topk-bench run suites/demo_time.toml --device cpu --out results/demo --remeasure",
-    "topk-bench profile suites/smoke.toml", "topk-bench run suites/paper/mha_cpu.toml --predict",
+    "topk-bench run my_suite.toml --predict",
+    "topk-bench run suites/smoke.toml",
+    "topk-bench run suites/mha.toml --predict",
+    "rm -rf /tmp/ci-predicted && topk-bench run suites/ci.toml --predict",
+    "topk-bench compare results/baselines/",
+    "cp /tmp/ci-predicted/ci.csv",
+    "topk-bench run suites/demo_time.toml --device cpu --out results/demo --remeasure",
+    "topk-bench profile suites/smoke.toml",
+    "topk-bench run suites/paper/mha_cpu.toml --predict",
 )
 PAPER_PREDICTED = "a figure of the paper predicted at full scale: 95 to 1016 s each on 2 cores (docs/REPRODUCTION.md)"
 PARSED_ONLY = {
@@ -66,7 +77,8 @@ PARSED_ONLY = {
     "topk-bench run suites/ff.toml": PAPER_PREDICTED,
     "topk-bench run suites/ff_sparse.toml": PAPER_PREDICTED,
     "topk-bench run suites/decoder.toml": PAPER_PREDICTED,
-    "topk-bench run suites/paper/mha_cpu.toml --device cpu": "the authors' code measured at 1K to 4K: 20 min on 2 cores",
+    "topk-bench run suites/paper/mha_cpu.toml --device cpu": "the authors' code measured at 1K to 4K: "
+    "20 min on 2 cores",
     "topk-bench plot results-pred": "draws what the predictions above wrote (`make figures` draws the committed CSVs)",
     "timeout 280 topk-bench run suites/paper/": "needs a GPU of 80 GB",
     "topk-bench plot results-cuda": "draws what the GPU run above wrote",
@@ -206,7 +218,7 @@ def test_every_command_is_classified_and_the_readme_says_once_how_to_reach_topk_
 
 def test_the_readme_gives_a_new_user_exactly_two_commands():
     quick_start = re.search(r"^## Quick start\n(.*?)(?=^## )", README, re.S | re.M)
-    assert quick_start, "README.md has no section \"## Quick start\""
+    assert quick_start, 'README.md has no section "## Quick start"'
     assert commands(quick_start.group(1)) == NEW_USER
     assert [c for c in commands() if c.startswith("make ")] == NEW_USER  # no other make command in the README
     makefile = (ROOT / "Makefile").read_text()
@@ -226,7 +238,7 @@ def test_every_topk_bench_command_of_the_pages_parses_and_names_files_that_exist
             pending = _missing_flags(argv)
             if pending:  # parse the rest: the pending flag and its value left out
                 at = argv.index(pending[0])
-                argv = argv[:at] + argv[at + 2:]
+                argv = argv[:at] + argv[at + 2 :]
             parse(argv)
             for arg in argv:
                 if arg.endswith((".toml", ".py")) or arg.startswith("results/baselines"):
@@ -238,16 +250,31 @@ def test_every_topk_bench_command_of_the_pages_parses_and_names_files_that_exist
 
 def test_a_for_loop_is_expanded_over_its_values():
     assert commands("```bash\nfor s in a b; do\n  topk-bench run suites/$s.toml   # x\ndone\n```\n") == [
-        "topk-bench run suites/a.toml", "topk-bench run suites/b.toml"]
+        "topk-bench run suites/a.toml",
+        "topk-bench run suites/b.toml",
+    ]
     assert commands("```bash\nfor s in a b; do timeout 9 topk-bench run x/$s.toml -q; done\n```\n") == [
-        "timeout 9 topk-bench run x/a.toml -q", "timeout 9 topk-bench run x/b.toml -q"]
+        "timeout 9 topk-bench run x/a.toml -q",
+        "timeout 9 topk-bench run x/b.toml -q",
+    ]
     assert _topk_bench_argvs("timeout 9 OMP_NUM_THREADS=1 topk-bench run x.toml") == [["run", "x.toml"]]
 
 
 # --- the quick start, then the commands, each in a new shell ------------------------------------------
 
-COPIED = ("topk_bench", "implementations", "suites", "scripts", "bench.toml", "Makefile", "pyproject.toml",
-          "README.md", "docs", "mkdocs.yml", "results/baselines")
+COPIED = (
+    "topk_bench",
+    "implementations",
+    "suites",
+    "scripts",
+    "bench.toml",
+    "Makefile",
+    "pyproject.toml",
+    "README.md",
+    "docs",
+    "mkdocs.yml",
+    "results/baselines",
+)
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,14 @@ tests/docs/test_commands_in_the_docs.py."""
 
 from __future__ import annotations
 
-from locations import ROOT
 import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from locations import ROOT
 
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").glob("*.md"))
@@ -56,8 +56,10 @@ def _exists(name: str) -> bool:
 
 
 def test_every_module_and_file_the_docs_name_exists():
-    pattern = re.compile(r"(?<![\w/.-])((?:topk_bench|implementations|scripts|benchmarks|tests|suites)"
-                         r"(?:[/.][\w*-]+)+/?)")
+    pattern = re.compile(
+        r"(?<![\w/.-])((?:topk_bench|implementations|scripts|benchmarks|tests|suites)"
+        r"(?:[/.][\w*-]+)+/?)"
+    )
     missing = []
     for doc in (README, *PAGES):
         for name in sorted(set(pattern.findall(doc.read_text()))):
@@ -65,7 +67,32 @@ def test_every_module_and_file_the_docs_name_exists():
             if not _exists(name) and not (doc.parent / name).is_file():  # suites.md: a page beside this one
                 missing.append(f"{doc.name}: {name}")
     assert not missing, "\n".join(missing)
-    assert not _exists("topk_bench/measure/worker.py") and not _exists("topk_bench.measure.worker")  # the check can fail
+    assert not _exists("topk_bench/measure/worker.py") and not _exists(
+        "topk_bench.measure.worker"
+    )  # the check can fail
+
+
+def _quoted_lines(text: str) -> list[tuple[str, int, str]]:
+    """(file, line, the code quoted for it) of every ``path.py:N`` a page quotes beside its code: a profile's
+    table rows, in markdown (``| `implementations/topk.py:95` | `return ...` |``) or as printed."""
+    found = [(f, int(n), code) for f, n, code in re.findall(r"\| `([\w/]+\.py):(\d+)` \| `([^`]*)`", text)]
+    found += [(f, int(n), code) for f, n, code in re.findall(r"^  ([\w/]+\.py):(\d+) {2,}(\S.*?)\s{2,}", text, re.M)]
+    return found
+
+
+def test_every_line_of_code_a_page_quotes_is_the_line_it_names():
+    """A profile quoted in a page names lines of the code; an edit that moves them makes the quote wrong, here."""
+    wrong, seen = [], 0
+    for doc in (README, *PAGES):
+        for path, number, code in _quoted_lines(doc.read_text()):
+            seen += 1
+            lines = (ROOT / path).read_text().splitlines()
+            actual = lines[number - 1].strip() if number <= len(lines) else ""
+            quoted = code.rstrip("…").removesuffix("...")
+            if not actual.startswith(quoted.strip()):
+                wrong.append(f"{doc.name}: {path}:{number} is {actual!r}, the page quotes {code!r}")
+    assert seen > 20, seen  # the pages quote profiles: the check reads them
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_makefiles_timings_are_the_readmes():
@@ -81,7 +108,12 @@ def test_the_site_builds_with_mkdocs_strict(tmp_path):
     """Every link and anchor between the pages resolves (mkdocs.yml turns them into warnings, --strict fails)."""
     if importlib.util.find_spec("mkdocs") is None:
         pytest.skip("mkdocs is not installed: pip install -e '.[dev]' (make docs does)")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "site" / "index.html").is_file() and (tmp_path / "site" / "DESIGN" / "index.html").is_file()

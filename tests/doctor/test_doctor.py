@@ -1,15 +1,14 @@
 """``topk-bench doctor``: every check listed and passing on this machine; a wrong implementation fails it, by name."""
 
-from locations import TESTS
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import implementations
+from locations import TESTS
 from topk_bench.doctor import agreement, oom, tiny
 from topk_bench.doctor.check import Result, brief
 from topk_bench.plugins import load
@@ -21,8 +20,12 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def doctor(*args):
-    return subprocess.run([sys.executable, "-m", "topk_bench", "doctor", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "250"})
+    return subprocess.run(
+        [sys.executable, "-m", "topk_bench", "doctor", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+    )
 
 
 def test_agreement_fails_a_wrong_implementation_and_says_by_how_much():
@@ -43,7 +46,9 @@ def test_a_reference_that_cannot_run_here_is_a_failed_check_not_a_crash(monkeypa
     monkeypatch.setattr(performer, "_package", missing)
     check = agreement.check("performer", "cpu")
     assert check.result == Result.FAIL and check.name == "agreement: performer"
-    assert "reference performer in float64 on cpu raised ModuleNotFoundError: No module named 'distutils'" in check.detail
+    assert (
+        "reference performer in float64 on cpu raised ModuleNotFoundError: No module named 'distutils'" in check.detail
+    )
 
 
 def test_agreement_makes_selection_methods_exact_and_compares_them_with_vanilla():
@@ -91,8 +96,16 @@ def test_doctor_on_this_machine_lists_every_check_and_exits_0():
     result = doctor(*args)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for name in ("agreement: vanilla", "agreement: topk", "agreement: performer", "peak = predicted: qchunk",
-                 "oom: past the device", "oom: past the budget", "TF32 off while measuring", "timer"):
+    for name in (
+        "agreement: vanilla",
+        "agreement: topk",
+        "agreement: performer",
+        "peak = predicted: qchunk",
+        "oom: past the device",
+        "oom: past the budget",
+        "TF32 off while measuring",
+        "timer",
+    ):
         assert name in out
     assert "all " in out and " checks passed" in out
     if args:
@@ -123,12 +136,18 @@ def test_cuda_peak_check_takes_the_workspace_out_of_the_peak_and_matches_the_bas
 
     workspace = 68_157_440
     # Predicted as measured: the workspaces in the peak and apart (--predict --device cuda).
-    predicted = Measurement(status="ok", peak_bytes=853_824_000 + workspace, baseline_bytes=15_740_928,
-                            extra={"workspace_bytes": workspace})
+    predicted = Measurement(
+        status="ok", peak_bytes=853_824_000 + workspace, baseline_bytes=15_740_928, extra={"workspace_bytes": workspace}
+    )
 
     def measured(peak=predicted.peak_bytes, baseline=predicted.baseline_bytes, **extra):
-        return Measurement(status="ok", peak_bytes=peak, baseline_bytes=baseline, reserved_bytes=peak + 2**21,
-                           extra={"workspace_bytes": workspace, **extra})
+        return Measurement(
+            status="ok",
+            peak_bytes=peak,
+            baseline_bytes=baseline,
+            reserved_bytes=peak + 2**21,
+            extra={"workspace_bytes": workspace, **extra},
+        )
 
     def judged(m):
         monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins: (m, predicted))
@@ -169,10 +188,9 @@ def test_a_compile_failure_is_skipped_with_its_reason():
 
 
 def test_a_case_that_failed_to_compile_in_its_child_is_a_skipped_peak_check(monkeypatch):
-    from topk_bench.case import Measurement
-    from topk_bench.doctor import peaks
+    from topk_bench.case import Budget, Measurement
     from topk_bench.child.execute import classify
-    from topk_bench.case import Budget
+    from topk_bench.doctor import peaks
 
     try:
         _refused(None, None, None)
@@ -194,12 +212,22 @@ def test_the_cuda_peak_check_takes_reserved_bytes_within_5_percent(monkeypatch):
 
     workspace = 68_157_440
     # As --predict --device cuda gives them: the workspaces in the peak and the reserved bytes, and apart.
-    predicted = Measurement(status="ok", peak_bytes=10_000_000 + workspace, baseline_bytes=1_000_000,
-                            reserved_bytes=20 * 2**20 + workspace, extra={"workspace_bytes": workspace})
+    predicted = Measurement(
+        status="ok",
+        peak_bytes=10_000_000 + workspace,
+        baseline_bytes=1_000_000,
+        reserved_bytes=20 * 2**20 + workspace,
+        extra={"workspace_bytes": workspace},
+    )
 
     def judged(reserved):
-        measured = Measurement(status="ok", peak_bytes=10_000_000 + workspace, baseline_bytes=1_000_000,
-                               reserved_bytes=reserved, extra={"workspace_bytes": workspace})
+        measured = Measurement(
+            status="ok",
+            peak_bytes=10_000_000 + workspace,
+            baseline_bytes=1_000_000,
+            reserved_bytes=reserved,
+            extra={"workspace_bytes": workspace},
+        )
         monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins: (measured, predicted))
         return peaks.check("vanilla", "cuda")
 

@@ -2,26 +2,29 @@
 named, and a wrong one is still judged."""
 
 from __future__ import annotations
-from locations import TESTS
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+import pytest
+
+from locations import TESTS
 
 PLUGINS = TESTS / "plugins"
 
 
 # --- plug-ins that end the process, at import or when called -------------------------------------------
 
+
 def _topk_bench(*args, timeout=600):
     import os
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "topk_bench", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "250"})
+    return subprocess.run(
+        [sys.executable, "-m", "topk_bench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "250"},
+    )
 
 
 MISBEHAVING = PLUGINS / "misbehaving_impls.py"
@@ -45,10 +48,12 @@ def test_the_doctor_fails_an_exiting_or_hanging_plugin_and_still_judges_a_wrong_
     from topk_bench.doctor.check import Result
 
     plugins = (str(MISBEHAVING), str(PLUGINS / "wrong_attention.py"))
-    found = {c.name: c for c in isolated.checks(["test_sys_exit", "test_sleeps", "test_wrong"], "cpu", plugins,
-                                                limit_s=90)}
-    assert all(found[f"agreement: {n}"].result is Result.FAIL for n in ("test_sys_exit", "test_sleeps",
-                                                                         "test_wrong")), found
+    found = {
+        c.name: c for c in isolated.checks(["test_sys_exit", "test_sleeps", "test_wrong"], "cpu", plugins, limit_s=90)
+    }
+    assert all(
+        found[f"agreement: {n}"].result is Result.FAIL for n in ("test_sys_exit", "test_sleeps", "test_wrong")
+    ), found
     assert "ended (exit code 0)" in found["agreement: test_sys_exit"].detail
     assert "did not finish within 90 s" in found["agreement: test_sleeps"].detail
     assert "float64: max rel err" in found["agreement: test_wrong"].detail

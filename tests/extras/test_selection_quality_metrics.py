@@ -69,7 +69,9 @@ def test_allowed_mask_is_bottom_right():
 
 def test_scores_and_reference_read_the_kv_head_of_each_query_head():
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((1, 4, 3, 5), (1, 2, 6, 5), (1, 2, 6, 3)))
+    q, k, v = (
+        torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((1, 4, 3, 5), (1, 2, 6, 5), (1, 2, 6, 3))
+    )
     kr, vr = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
     torch.testing.assert_close(sq.attention_scores(q, k), q @ kr.transpose(-2, -1), rtol=0, atol=1e-12)
     ok = sq.allowed_mask(3, 6, True)
@@ -79,7 +81,11 @@ def test_scores_and_reference_read_the_kv_head_of_each_query_head():
 
 def test_exact_selection_scores_one_and_dense_attention_has_no_error():
     g = torch.Generator().manual_seed(1)
-    q, k, v = torch.randn(1, 2, 5, 4, generator=g), torch.randn(1, 2, 9, 4, generator=g), torch.randn(1, 2, 9, 4, generator=g)
+    q, k, v = (
+        torch.randn(1, 2, 5, 4, generator=g),
+        torch.randn(1, 2, 9, 4, generator=g),
+        torch.randn(1, 2, 9, 4, generator=g),
+    )
     selected = implementations.spec("topk_fast").selection(q, k, causal=True, topk=3)
     # Attention over the exact top-3 only: all of the top-k, part of the mass, a small error.
     quality = sq.selection_quality(q, k, v, selected, sq.exact_attention(q, k, v, selected), causal=True)
@@ -87,4 +93,9 @@ def test_exact_selection_scores_one_and_dense_attention_has_no_error():
     everything = sq.allowed_mask(5, 9, True).expand(1, 2, 5, 9)
     dense = sq.exact_attention(q, k, v, sq.allowed_mask(5, 9, True))
     full = sq.selection_quality(q, k, v, everything, dense, causal=True)
-    assert full == {"mass_recall": pytest.approx(1.0), "topk_recall": 1.0, "attn_rel_err": 0.0, "attended_fraction": 1.0}
+    assert full == {
+        "mass_recall": pytest.approx(1.0),
+        "topk_recall": 1.0,
+        "attn_rel_err": 0.0,
+        "attended_fraction": 1.0,
+    }

@@ -52,10 +52,14 @@ def main() -> None:
     with tracker:
         step()
     hwm = status_bytes("VmHWM")
-    print(json.dumps({
-        "tracker_bytes": tracker.peak_bytes - tracker.baseline_bytes,
-        "rss_bytes": hwm - rss_before,
-    }))
+    print(
+        json.dumps(
+            {
+                "tracker_bytes": tracker.peak_bytes - tracker.baseline_bytes,
+                "rss_bytes": hwm - rss_before,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -80,11 +80,16 @@ def test_decode_equals_training_path_and_reference(name, lq, lk, topk, tile_byte
     if tile_bytes is not None:  # one key per tile: every tile boundary and mask split is exercised
         monkeypatch.setattr(decode, "DECODE_TILE_BYTES", tile_bytes)
     fn = implementations.get(name)
-    for (hq, hkv), causal, relu, padding in itertools.product([(6, 3), (2, 2)], (False, True), (False, True),
-                                                              (False, True)):
+    for (hq, hkv), causal, relu, padding in itertools.product(
+        [(6, 3), (2, 2)], (False, True), (False, True), (False, True)
+    ):
         q, k, v = qkv_gqa(lq, lk, hq, hkv, seed=lq * lk + hq)
-        kw = dict(causal=causal, activation="relu" if relu else "softmax", topk=topk,
-                  key_padding_mask=_padding(2, lk) if padding else None)
+        kw = dict(
+            causal=causal,
+            activation="relu" if relu else "softmax",
+            topk=topk,
+            key_padding_mask=_padding(2, lk) if padding else None,
+        )
         trained = fn(q, k, v, chunk_size=3, **kw)
         with torch.no_grad():
             decoded = fn(q, k, v, chunk_size=64, **kw)

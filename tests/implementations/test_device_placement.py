@@ -27,8 +27,8 @@ import implementations
 from implementations import Decoder, FeedForward, MultiHeadAttention
 from topk_bench import workloads
 from topk_bench.case import Case
-from topk_bench.measure.steps import build, iteration
 from topk_bench.measure.placement import DevicePlacement
+from topk_bench.measure.steps import build, iteration
 from topk_bench.workloads.support import unsupported
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
@@ -39,8 +39,9 @@ SMALL = {"chunk_size": 3, "topk": 2, "nb_features": 8}
 # The project's own implementations (plug-ins that tests register are not its business).
 # flex hands its tensors to torch's compiled FlexAttention, which refuses the meta device itself:
 # nothing of ours places a tensor there (its own tests run it on the CPU).
-SPECS = [s for s in implementations.all_specs()
-         if s.fn.__module__.split(".")[0] == "implementations" and s.name != "flex"]
+SPECS = [
+    s for s in implementations.all_specs() if s.fn.__module__.split(".")[0] == "implementations" and s.name != "flex"
+]
 NAMES = [s.name for s in SPECS]
 
 META = "meta"
@@ -112,8 +113,19 @@ def layers(spec):
     yield "mha", MultiHeadAttention(8, 2, spec.name, causal=spec.causal, **options)
     yield "ff", FeedForward(8, 12, ff_name, **ff_options)
     if spec.causal:
-        yield "decoder", Decoder(layers=2, d_model=8, heads=2, d_ff=12, attention=spec.name, feedforward=ff_name,
-                                 attention_options=options, feedforward_options=ff_options)
+        yield (
+            "decoder",
+            Decoder(
+                layers=2,
+                d_model=8,
+                heads=2,
+                d_ff=12,
+                attention=spec.name,
+                feedforward=ff_name,
+                attention_options=options,
+                feedforward_options=ff_options,
+            ),
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -161,11 +173,13 @@ def test_performer_features_are_the_packages_draws_placed_on_the_device():
 
 # The pretrained workload loads real weights from a file: nothing to build on meta (it is measured only).
 WORKLOADS = [name for name in workloads.names() if name != "pretrained"]
-TINY = {"mha": {"seq_len": 7, "batch": 2, "d_model": 8, "heads": 2},
-        "ff": {"seq_len": 7, "batch": 2, "d_model": 8, "d_ff": 12},
-        "decoder": {"seq_len": 7, "batch": 2, "d_model": 8, "heads": 2, "d_ff": 12, "layers": 2},
-        "prefill": {"seq_len": 7, "batch": 2, "q_heads": 4, "kv_heads": 2, "head_dim": 8},
-        "decode": {"kv_len": 7, "new_tokens": 2, "batch": 2, "q_heads": 4, "kv_heads": 2, "head_dim": 8}}
+TINY = {
+    "mha": {"seq_len": 7, "batch": 2, "d_model": 8, "heads": 2},
+    "ff": {"seq_len": 7, "batch": 2, "d_model": 8, "d_ff": 12},
+    "decoder": {"seq_len": 7, "batch": 2, "d_model": 8, "heads": 2, "d_ff": 12, "layers": 2},
+    "prefill": {"seq_len": 7, "batch": 2, "q_heads": 4, "kv_heads": 2, "head_dim": 8},
+    "decode": {"kv_len": 7, "new_tokens": 2, "batch": 2, "q_heads": 4, "kv_heads": 2, "head_dim": 8},
+}
 
 
 def _mode(spec) -> str:
@@ -178,10 +192,18 @@ def workload_cases():
         spec = workloads.lookup(workload)
         for name in NAMES:
             causal, activation = spec.settings(None, None)
-            case = Case.make(suite="device", workload=workload, impl=name, params=TINY[workload],
-                             options=small_options(implementations.spec(name)), causal=causal,
-                             activation=activation, ff_impl=spec.default_feedforward if spec.feedforward else None,
-                             mode=_mode(spec), device=META)
+            case = Case.make(
+                suite="device",
+                workload=workload,
+                impl=name,
+                params=TINY[workload],
+                options=small_options(implementations.spec(name)),
+                causal=causal,
+                activation=activation,
+                ff_impl=spec.default_feedforward if spec.feedforward else None,
+                mode=_mode(spec),
+                device=META,
+            )
             if not unsupported(case, predict=False):
                 yield pytest.param(case, id=f"{workload}-{name}")
 
@@ -203,8 +225,11 @@ def test_workload_builds_and_iterates_on_its_device(case):
     with placed(case.impl, META):
         iteration(wl, case)
     assert_module_on(META, wl.model)
-    assert_on(META, **{f"input{i}": x for i, x in enumerate(wl.inputs)},
-              **{f"d_input{i}": x.grad for i, x in enumerate(wl.inputs)})
+    assert_on(
+        META,
+        **{f"input{i}": x for i, x in enumerate(wl.inputs)},
+        **{f"d_input{i}": x.grad for i, x in enumerate(wl.inputs)},
+    )
     if case.mode == "fwd":  # a decode step: no backward, no gradients
         return
     assert all(x.grad is not None for x in wl.inputs if x.requires_grad)
@@ -226,7 +251,7 @@ def test_placement_expected_device_names_work_done_elsewhere_but_allows_transfer
     placement = DevicePlacement(META)
     with placement:
         moved = torch.ones(3).to(META)  # factory on the CPU: noted; the transfer itself is not
-        moved * torch.tensor(2.0)       # a 0-dim CPU tensor beside the device: a scalar, as CUDA allows
+        moved * torch.tensor(2.0)  # a 0-dim CPU tensor beside the device: a scalar, as CUDA allows
     assert len(placement.problems) == 1 and "runs on cpu, not on meta" in placement.problems[0]
     with pytest.raises(AssertionError, match="runs on cpu"):
         placement.check()

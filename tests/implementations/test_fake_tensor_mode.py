@@ -51,11 +51,23 @@ def test_layers_forward_backward_under_fake_tensors(name):
     ff_name = name if "relu" in spec.activations else "vanilla"
     ff_options = options if ff_name == name else {}
     with FakeTensorMode():
-        layers = [MultiHeadAttention(8, 2, name, causal=spec.causal, **options),
-                  FeedForward(8, 12, ff_name, **ff_options)]
+        layers = [
+            MultiHeadAttention(8, 2, name, causal=spec.causal, **options),
+            FeedForward(8, 12, ff_name, **ff_options),
+        ]
         if spec.causal:
-            layers.append(Decoder(layers=2, d_model=8, heads=2, d_ff=12, attention=name, feedforward=ff_name,
-                                  attention_options=options, feedforward_options=ff_options))
+            layers.append(
+                Decoder(
+                    layers=2,
+                    d_model=8,
+                    heads=2,
+                    d_ff=12,
+                    attention=name,
+                    feedforward=ff_name,
+                    attention_options=options,
+                    feedforward_options=ff_options,
+                )
+            )
         for layer in layers:
             x = torch.randn(2, 5, 8, requires_grad=True)
             layer(x).mean().backward()

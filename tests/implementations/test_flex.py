@@ -18,8 +18,11 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 def inputs(b, hq, hkv, lq, lk, d=8, seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(b, hq, lq, d, generator=g, dtype=dtype), torch.randn(b, hkv, lk, d, generator=g, dtype=dtype),
-            torch.randn(b, hkv, lk, d, generator=g, dtype=dtype))
+    return (
+        torch.randn(b, hq, lq, d, generator=g, dtype=dtype),
+        torch.randn(b, hkv, lk, d, generator=g, dtype=dtype),
+        torch.randn(b, hkv, lk, d, generator=g, dtype=dtype),
+    )
 
 
 def dense_masked(q, k, v, selected):
@@ -72,7 +75,9 @@ def test_compiled_forward_equals_dense_masked_attention():
         for causal, window in ((False, 0), (True, 0), (True, 8)):
             seconds = flex.warm_up(q, k, v, causal=causal, window=window)
             got = flex.flex_attention(q, k, v, causal=causal, window=window)
-            want = dense_masked(q.double(), k.double(), v.double(), flex.flex_selection(q, k, causal=causal, window=window))
+            want = dense_masked(
+                q.double(), k.double(), v.double(), flex.flex_selection(q, k, causal=causal, window=window)
+            )
             assert got.dtype == torch.float32
             torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5)
             assert seconds > 0
@@ -91,8 +96,17 @@ def test_flex_compile_time_is_its_own_column_and_not_in_the_timed_samples():
 
     from topk_bench.measure import backends, iterations
 
-    case = Case.make(suite="t", workload="decode", impl="flex", params={"kv_len": 63, "q_heads": 2, "kv_heads": 1,
-                     "head_dim": 16}, mode="fwd", causal=True, dtype="float32", warmup=0, repeats=3)
+    case = Case.make(
+        suite="t",
+        workload="decode",
+        impl="flex",
+        params={"kv_len": 63, "q_heads": 2, "kv_heads": 1, "head_dim": 16},
+        mode="fwd",
+        causal=True,
+        dtype="float32",
+        warmup=0,
+        repeats=3,
+    )
     calls = []
 
     class Steps(iterations.Steps):  # the CPU's steps without the live-bytes tracker
@@ -127,14 +141,23 @@ def test_flex_forward_is_measured_on_the_cpu_with_its_compile_time_apart():
     from topk_bench.child.execute import execute
     from topk_bench.results.columns import COMPILE_S as COMPILE_COLUMN
 
-    case = Case.make(suite="t", workload="prefill", impl="flex", params={"seq_len": 64, "q_heads": 2, "kv_heads": 1,
-                     "head_dim": 16}, mode="fwd", causal=True, dtype="float32", warmup=1, repeats=3)
+    case = Case.make(
+        suite="t",
+        workload="prefill",
+        impl="flex",
+        params={"seq_len": 64, "q_heads": 2, "kv_heads": 1, "head_dim": 16},
+        mode="fwd",
+        causal=True,
+        dtype="float32",
+        warmup=1,
+        repeats=3,
+    )
     result = execute(case)
     assert result.status == "ok", result.error
     assert result.extra[COMPILE_COLUMN] > 10 * max(result.times_s)
-    output = 2 * 64 * 16 * 4                                          # [1, 2, 64, 16] float32
+    output = 2 * 64 * 16 * 4  # [1, 2, 64, 16] float32
     assert result.peak_bytes - result.baseline_bytes >= output
-    assert result.flops is None                                       # the FLOP counter is a mode too
+    assert result.flops is None  # the FLOP counter is a mode too
 
 
 def test_what_this_torch_cannot_do_is_an_unsupported_row_not_an_error():
@@ -143,8 +166,15 @@ def test_what_this_torch_cannot_do_is_an_unsupported_row_not_an_error():
     from topk_bench.case import Budget, Case
     from topk_bench.child.execute import classify, execute
 
-    case = Case.make(suite="t", workload="mha", impl="flex", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     causal=True, warmup=0, repeats=1)
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="flex",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        causal=True,
+        warmup=0,
+        repeats=1,
+    )
     result = execute(case)
     assert result.status == "unsupported" and "backward on CPU" in result.error, result.error
     status, message = classify(NotImplementedError("There was no rule registered for HigherOrderOperator"), Budget())

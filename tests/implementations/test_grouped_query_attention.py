@@ -40,7 +40,7 @@ CASES = [
     ("topk_fast", {"chunk_size": 4, "topk": 2}, _topk_reference(2)),
     ("performer", {}, _performer),
 ]
-HEADS = [(6, 3), (4, 1)]            # (Hq, Hkv): grouped, multi-query
+HEADS = [(6, 3), (4, 1)]  # (Hq, Hkv): grouped, multi-query
 SHAPES = [(7, 7), (5, 9), (1, 9), (9, 4)]  # (Lq, Lk): square, cache (wide), one new token, tall
 
 
@@ -52,7 +52,9 @@ def _fn(name):
 @pytest.mark.parametrize("hq,hkv", HEADS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
-@pytest.mark.parametrize("name,options,repeated", CASES, ids=lambda x: x if isinstance(x, str) else getattr(x, "__name__", str(x)))
+@pytest.mark.parametrize(
+    "name,options,repeated", CASES, ids=lambda x: x if isinstance(x, str) else getattr(x, "__name__", str(x))
+)
 def test_gqa_equals_repeated_kv(name, options, repeated, activation, causal, hq, hkv, lq, lk):
     if activation not in implementations.spec(name).activations:
         pytest.skip(f"{name} does not support {activation}")
@@ -107,13 +109,17 @@ def test_heads_that_do_not_divide_are_refused(name):
 # allocation (scores 8 x 256 per head, K-sized gradients dK, dV) is well below K repeated
 # to the query heads (G x K bytes).
 MEM = dict(b=1, hq=8, hkv=2, lq=8, lk=256, d=64)
-MEM_OPTIONS = {"qchunk": {"chunk_size": 4}, "topk": {"chunk_size": 4, "topk": 8},
-               "topk_sparse": {"chunk_size": 4, "topk": 8}, "topk_fast": {"chunk_size": 4, "topk": 8},
-               "performer": {"nb_features": 16, "chunk_size": 64},
-               # Selection methods at budgets below the cache, so that they really select.
-               "page_topk": {"page_size": 16, "token_budget": 64, "chunk_size": 4},
-               "block_topk": {"block_size": 32, "topk_blocks": 2, "chunk_size": 4},
-               "sink_window": {"sinks": 4, "window": 60}}
+MEM_OPTIONS = {
+    "qchunk": {"chunk_size": 4},
+    "topk": {"chunk_size": 4, "topk": 8},
+    "topk_sparse": {"chunk_size": 4, "topk": 8},
+    "topk_fast": {"chunk_size": 4, "topk": 8},
+    "performer": {"nb_features": 16, "chunk_size": 64},
+    # Selection methods at budgets below the cache, so that they really select.
+    "page_topk": {"page_size": 16, "token_budget": 64, "chunk_size": 4},
+    "block_topk": {"block_size": 32, "topk_blocks": 2, "chunk_size": 4},
+    "sink_window": {"sinks": 4, "window": 60},
+}
 
 
 def _profile(fn, causal, grad=True):
@@ -134,7 +140,9 @@ def _profile(fn, causal, grad=True):
 
 @pytest.mark.parametrize("causal", [False, True])
 # flex: torch's compiled kernel runs below the tracker (and has no CPU backward); its own tests cover it.
-@pytest.mark.parametrize("name", [s.name for s in implementations.all_specs() if s.gqa == "native" and s.name != "flex"])
+@pytest.mark.parametrize(
+    "name", [s.name for s in implementations.all_specs() if s.gqa == "native" and s.name != "flex"]
+)
 def test_native_gqa_never_allocates_repeated_kv(name, causal):
     fn = implementations.get(name)
     options = MEM_OPTIONS.get(name, {})
@@ -155,8 +163,9 @@ def test_repeating_kv_is_caught_by_the_memory_test():
 @pytest.mark.parametrize("name", [s.name for s in implementations.all_specs() if s.gqa and s.predictable])
 def test_gqa_forward_backward_under_fake_tensors(name):
     spec = implementations.spec(name)
-    options = {key: value for key, value in {"chunk_size": 3, "topk": 2, "nb_features": 8}.items()
-               if key in spec.options}
+    options = {
+        key: value for key, value in {"chunk_size": 3, "topk": 2, "nb_features": 8}.items() if key in spec.options
+    }
     for causal in (False, True):
         with FakeTensorMode():
             q = torch.randn(2, 6, 5, 4, requires_grad=True)

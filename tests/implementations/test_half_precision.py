@@ -134,15 +134,14 @@ def test_half_inputs_select_the_keys_of_float32(name, grad, dtype):
     assert margin > 1e-5
     eye = torch.eye(lk, dtype=dtype).expand(2, 2, lk, lk)
     with torch.set_grad_enabled(grad):  # decode: no gradient and chunk_size >= Lq
-        out = implementations.get(name)(q.requires_grad_(grad), k, eye, topk=topk, chunk_size=3 if grad else 64,
-                                        **FLOAT32_RANKING[name])
+        out = implementations.get(name)(
+            q.requires_grad_(grad), k, eye, topk=topk, chunk_size=3 if grad else 64, **FLOAT32_RANKING[name]
+        )
     assert torch.equal(selected(out), want)
     # Guards the test: scores rounded to the input dtype would select other keys somewhere.
     if dtype == torch.bfloat16:
         rounded = scores.to(dtype).double()
-        assert not torch.equal(
-            torch.zeros_like(want).scatter_(-1, rounded.topk(topk, dim=-1).indices, True), want
-        )
+        assert not torch.equal(torch.zeros_like(want).scatter_(-1, rounded.topk(topk, dim=-1).indices, True), want)
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)

@@ -81,9 +81,18 @@ def test_a_cuda_decode_step_converts_keys_a_tile_at_a_time():
 
 
 def _decode_case(impl, device, kv_len, **options):
-    return Case.make(suite="t", workload="decode", impl=impl, params={**LLAMA, "kv_len": kv_len},
-                     options=options, mode="fwd", causal=True, dtype="bfloat16", device=device,
-                     method="predicted")
+    return Case.make(
+        suite="t",
+        workload="decode",
+        impl=impl,
+        params={**LLAMA, "kv_len": kv_len},
+        options=options,
+        mode="fwd",
+        causal=True,
+        dtype="bfloat16",
+        device=device,
+        method="predicted",
+    )
 
 
 def test_predict_cuda_predicts_the_cuda_tiles():
@@ -108,7 +117,7 @@ def test_half_ranked_decode_ranks_the_rounded_products_on_every_cpu(native, monk
     # Emulated half GEMMs (AVX2): float32 products of converted key tiles, each rounded once into the bf16
     # scores; native: one bf16 product. Either way the step attends a top-64 of those rounded products (ties
     # in bf16 are common: any of the tied keys), with their softmax, and so does the registry's selection.
-    monkeypatch.setattr(decode, "DECODE_TILE_BYTES", 32 << 10)   # 64 keys per tile: 32 tiles
+    monkeypatch.setattr(decode, "DECODE_TILE_BYTES", 32 << 10)  # 64 keys per tile: 32 tiles
     monkeypatch.setattr(decode, "native_half_matmul", lambda x: native)
     q, k, _ = _cache(2048)
     eye = torch.eye(2048, dtype=torch.bfloat16).expand(1, 2, 2048, 2048)  # the output is the weights

@@ -26,7 +26,7 @@ def grads_of(module, x):
 def assert_same(got, want):
     assert len(got) == len(want)
     for i, (a, b) in enumerate(zip(got, want)):
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"tensor {i}: {m}")
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, i=i: f"tensor {i}: {m}")
 
 
 def test_feedforward_with_vanilla_is_relu_mlp(f64):
@@ -45,11 +45,14 @@ def test_feedforward_with_vanilla_is_relu_mlp(f64):
     assert_same(grads_of(ff, x), grads_of(Mlp(), x))
 
 
-@pytest.mark.parametrize("name,options", [
-    ("qchunk", {"chunk_size": 4}),
-    ("topk", {"chunk_size": 3, "topk": 10}),
-    ("topk_sparse", {"chunk_size": 3, "topk": 12}),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("qchunk", {"chunk_size": 4}),
+        ("topk", {"chunk_size": 3, "topk": 10}),
+        ("topk_sparse", {"chunk_size": 3, "topk": 12}),
+    ],
+)
 def test_feedforward_exact_implementations_equal_vanilla(f64, name, options):
     torch.manual_seed(0)
     want_ff = FeedForward(d_model=6, d_ff=10, attention="vanilla")
@@ -59,11 +62,14 @@ def test_feedforward_exact_implementations_equal_vanilla(f64, name, options):
     assert_same(grads_of(ff, x), grads_of(want_ff, x))
 
 
-@pytest.mark.parametrize("name,options", [
-    ("sdpa", {}),
-    ("qchunk", {"chunk_size": 3}),
-    ("topk", {"chunk_size": 4, "topk": 7}),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("sdpa", {}),
+        ("qchunk", {"chunk_size": 3}),
+        ("topk", {"chunk_size": 4, "topk": 7}),
+    ],
+)
 def test_mha_exact_implementations_equal_vanilla(f64, name, options):
     torch.manual_seed(0)
     want = MultiHeadAttention(8, 2, "vanilla", causal=True)
@@ -73,17 +79,27 @@ def test_mha_exact_implementations_equal_vanilla(f64, name, options):
     assert_same(grads_of(got, x), grads_of(want, x))
 
 
-@pytest.mark.parametrize("attention,feedforward,attention_options,feedforward_options", [
-    ("qchunk", "qchunk", {"chunk_size": 3}, {"chunk_size": 5}),
-    ("topk", "topk", {"chunk_size": 4, "topk": 7}, {"chunk_size": 5, "topk": 12}),
-    ("topk", "qchunk", {"chunk_size": 2, "topk": 100}, {"chunk_size": 4}),
-])
-def test_decoder_equals_all_vanilla_with_same_weights(f64, attention, feedforward, attention_options, feedforward_options):
+@pytest.mark.parametrize(
+    "attention,feedforward,attention_options,feedforward_options",
+    [
+        ("qchunk", "qchunk", {"chunk_size": 3}, {"chunk_size": 5}),
+        ("topk", "topk", {"chunk_size": 4, "topk": 7}, {"chunk_size": 5, "topk": 12}),
+        ("topk", "qchunk", {"chunk_size": 2, "topk": 100}, {"chunk_size": 4}),
+    ],
+)
+def test_decoder_equals_all_vanilla_with_same_weights(
+    f64, attention, feedforward, attention_options, feedforward_options
+):
     torch.manual_seed(0)
     shape = dict(layers=2, d_model=8, heads=2, d_ff=12)
     want = Decoder(**shape)
-    got = Decoder(**shape, attention=attention, feedforward=feedforward,
-                  attention_options=attention_options, feedforward_options=feedforward_options)
+    got = Decoder(
+        **shape,
+        attention=attention,
+        feedforward=feedforward,
+        attention_options=attention_options,
+        feedforward_options=feedforward_options,
+    )
     got.load_state_dict(want.state_dict())
     x = torch.randn(2, 7, 8)
     assert_same(grads_of(got, x), grads_of(want, x))
@@ -101,8 +117,9 @@ def test_decoder_with_small_topk_differs_from_vanilla(f64):
 
 def test_performer_layers_hold_their_own_random_features():
     torch.manual_seed(0)
-    decoder = Decoder(layers=2, d_model=8, heads=2, d_ff=12, attention="performer",
-                      attention_options={"nb_features": 16})
+    decoder = Decoder(
+        layers=2, d_model=8, heads=2, d_ff=12, attention="performer", attention_options={"nb_features": 16}
+    )
     first, second = (dict(b.mha.named_buffers())["attention.projection"] for b in decoder.blocks)
     assert first.shape == (16, 4) and not torch.equal(first, second)
     copied = copy.deepcopy(decoder)
@@ -117,8 +134,16 @@ def test_decoder_runs_in_bfloat16(name):
     options = {k: v for k, v in {"chunk_size": 3, "topk": 2, "nb_features": 8}.items() if k in spec.options}
     ff = name if "relu" in spec.activations else "vanilla"
     torch.manual_seed(0)
-    decoder = Decoder(layers=1, d_model=8, heads=2, d_ff=12, attention=name, feedforward=ff,
-                      attention_options=options, feedforward_options=options if ff == name else {})
+    decoder = Decoder(
+        layers=1,
+        d_model=8,
+        heads=2,
+        d_ff=12,
+        attention=name,
+        feedforward=ff,
+        attention_options=options,
+        feedforward_options=options if ff == name else {},
+    )
     decoder = decoder.to(torch.bfloat16)
     x = torch.randn(2, 5, 8, dtype=torch.bfloat16, requires_grad=True)
     out = decoder(x)

@@ -11,10 +11,14 @@ from live_bytes import LiveBytes
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 B, H, L, D, C, K = 1, 2, 256, 8, 64, 4
-CHUNK_BYTES = B * H * C * L * 4        # one float32 C x Lk matrix (all heads)
-GRAD_BYTES = 3 * B * H * L * D * 4     # dq, dk, dv
-OPTIONS = {"vanilla": {}, "qchunk": {"chunk_size": C}, "topk": {"chunk_size": C, "topk": K},
-           "topk_sparse": {"chunk_size": C, "topk": K}}
+CHUNK_BYTES = B * H * C * L * 4  # one float32 C x Lk matrix (all heads)
+GRAD_BYTES = 3 * B * H * L * D * 4  # dq, dk, dv
+OPTIONS = {
+    "vanilla": {},
+    "qchunk": {"chunk_size": C},
+    "topk": {"chunk_size": C, "topk": K},
+    "topk_sparse": {"chunk_size": C, "topk": K},
+}
 
 
 def profile(name, causal):
@@ -34,15 +38,15 @@ def profile(name, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_what_each_implementation_keeps_for_backward(causal):
     kept = {name: profile(name, causal)[0] for name in OPTIONS}
-    assert kept["qchunk"] == 0                                   # only q, k, v (already there)
+    assert kept["qchunk"] == 0  # only q, k, v (already there)
     assert kept["topk"] == kept["topk_sparse"] == B * H * L * K * (4 + 8)  # top values + int64 indices
-    assert kept["vanilla"] >= B * H * L * L * 4                  # the tracker does see a dense graph
+    assert kept["vanilla"] >= B * H * L * L * 4  # the tracker does see a dense graph
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_holds_at_most_one_chunk_matrix_for_topk(causal):
     extra = {name: profile(name, causal)[1] - GRAD_BYTES for name in OPTIONS}
-    assert extra["topk"] <= 1.1 * CHUNK_BYTES       # paper: either actv or d_dots, never both
+    assert extra["topk"] <= 1.1 * CHUNK_BYTES  # paper: either actv or d_dots, never both
     assert extra["topk_sparse"] <= 0.5 * CHUNK_BYTES  # no dense C x Lk at all in backward
     assert 1.9 * CHUNK_BYTES <= extra["qchunk"] <= 2.2 * CHUNK_BYTES  # recomputed weights and their gradient
 
@@ -68,5 +72,5 @@ def test_causal_performer_memory_is_linear_in_length():
         return tracker.peak
 
     small, large = peak(256), peak(1024)
-    assert large <= 4.2 * small                # linear, not quadratic
-    assert large <= 0.25 * 1024 * m * d * 4    # far below the package fallback's L*m*d floats
+    assert large <= 4.2 * small  # linear, not quadratic
+    assert large <= 0.25 * 1024 * m * d * 4  # far below the package fallback's L*m*d floats

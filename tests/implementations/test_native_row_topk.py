@@ -28,8 +28,9 @@ def _check_against_topk(scores, k, values, indices, groups=1, base=0):
     expected = scores.topk(k, dim=-1).values
     got = values.sort(dim=-1, descending=True).values
     # sort puts NaN first when descending, as topk does
-    assert torch.equal(got.nan_to_num(nan=7.0, posinf=8.0, neginf=-8.0),
-                       expected.nan_to_num(nan=7.0, posinf=8.0, neginf=-8.0))
+    assert torch.equal(
+        got.nan_to_num(nan=7.0, posinf=8.0, neginf=-8.0), expected.nan_to_num(nan=7.0, posinf=8.0, neginf=-8.0)
+    )
     offset = (torch.arange(scores.shape[0]) // groups * base).view(-1, 1, 1)
     columns = indices.long() - offset
     assert columns.min() >= 0 and columns.max() < scores.shape[-1]
@@ -39,8 +40,9 @@ def _check_against_topk(scores, k, values, indices, groups=1, base=0):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("width,k", [(1, 1), (7, 3), (16, 16), (40, 5), (300, 17), (1000, 128), (5000, 128),
-                                     (20000, 64), (3000, 1500)])
+@pytest.mark.parametrize(
+    "width,k", [(1, 1), (7, 3), (16, 16), (40, 5), (300, 17), (1000, 128), (5000, 128), (20000, 64), (3000, 1500)]
+)
 def test_equals_torch_topk_on_random_rows(dtype, width, k):
     torch.manual_seed(width * 7 + k)
     scores = torch.randn(3, 5, width, dtype=dtype)
@@ -53,12 +55,16 @@ def test_adversarial_orders_and_ties(order):
     """Ascending rows make every value a candidate (the buffer's cuts); ties at the k-th value."""
     width, k = 6000, 100
     base = torch.randn(4, width, dtype=torch.float64)
-    scores = {
-        "ascending": base.sort(-1).values,
-        "descending": base.sort(-1, descending=True).values,
-        "constant": torch.full((4, width), 0.5, dtype=torch.float64),
-        "two_values": (base > 1.5).double(),  # ~6.7% ones: the k-th value is 1.0 or 0.0 with many ties
-    }[order].unsqueeze(0).contiguous()
+    scores = (
+        {
+            "ascending": base.sort(-1).values,
+            "descending": base.sort(-1, descending=True).values,
+            "constant": torch.full((4, width), 0.5, dtype=torch.float64),
+            "two_values": (base > 1.5).double(),  # ~6.7% ones: the k-th value is 1.0 or 0.0 with many ties
+        }[order]
+        .unsqueeze(0)
+        .contiguous()
+    )
     values, indices = _run(scores, k)
     _check_against_topk(scores, k, values, indices)
 
@@ -67,12 +73,12 @@ def test_infinities_and_nan_rank_as_torch_topk():
     torch.manual_seed(1)
     width, k = 2000, 64
     scores = torch.randn(1, 6, width)
-    scores[0, 0, 30:] = float("-inf")          # fewer than k finite values: -inf ones fill the top-k
-    scores[0, 1, :] = float("-inf")            # all -inf
-    scores[0, 2, ::97] = float("inf")          # +inf values (the exact bound)
-    scores[0, 3, 5] = float("nan")             # NaN ranks highest
-    scores[0, 4, ::3] = float("nan")           # more NaN than k
-    scores[0, 5, 1000:] = float("-inf")        # a causal-like row: a masked suffix
+    scores[0, 0, 30:] = float("-inf")  # fewer than k finite values: -inf ones fill the top-k
+    scores[0, 1, :] = float("-inf")  # all -inf
+    scores[0, 2, ::97] = float("inf")  # +inf values (the exact bound)
+    scores[0, 3, 5] = float("nan")  # NaN ranks highest
+    scores[0, 4, ::3] = float("nan")  # more NaN than k
+    scores[0, 5, 1000:] = float("-inf")  # a causal-like row: a masked suffix
     values, indices = _run(scores, k)
     _check_against_topk(scores, k, values, indices)
 
@@ -86,7 +92,8 @@ def test_int16_ranks():
 
 
 def test_writes_into_slices_with_head_offsets():
-    """A strided [outer, inner, width] tile into rows r0:r1 of [outer, Lq, k] results, indices o // groups * base + j."""
+    """A strided [outer, inner, width] tile into rows r0:r1 of [outer, Lq, k] results, indices
+    o // groups * base + j."""
     torch.manual_seed(3)
     outer, lq, width, k, groups, base = 6, 10, 700, 32, 3, 700
     tile = torch.randn(outer, 8, width + 5)[:, 2:6, :width]  # rows 2..5 of a wider buffer: strided
@@ -120,8 +127,12 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="dtypes"):
         native.row_topk_(scores, 5, torch.empty(2, 3, 5, dtype=torch.float64), torch.empty(2, 3, 5, dtype=torch.int64))
     with pytest.raises(ValueError, match="last dimension must be contiguous"):
-        native.row_topk_(scores.transpose(1, 2).contiguous().transpose(1, 2), 5, torch.empty(2, 3, 5),
-                         torch.empty(2, 3, 5, dtype=torch.int64))
+        native.row_topk_(
+            scores.transpose(1, 2).contiguous().transpose(1, 2),
+            5,
+            torch.empty(2, 3, 5),
+            torch.empty(2, 3, 5, dtype=torch.int64),
+        )
 
 
 def test_fake_tensors_allocate_nothing():
@@ -135,8 +146,9 @@ def test_fake_tensors_allocate_nothing():
 
 
 def _fresh_python(code: str, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
 
 
 def test_disabled_or_without_compiler_falls_back(tmp_path):
@@ -160,7 +172,9 @@ def test_builds_once_into_the_cache(tmp_path):
     assert again.stdout.strip() == "True" and built[0].stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize("causal,groups,padded", [(True, 1, False), (False, 1, True), (True, 3, False), (True, 2, True)])
+@pytest.mark.parametrize(
+    "causal,groups,padded", [(True, 1, False), (False, 1, True), (True, 3, False), (True, 2, True)]
+)
 def test_topk_fast_same_with_and_without_the_kernel(monkeypatch, causal, groups, padded):
     """topk_fast's outputs and gradients (float64) are the same through the kernels and through torch.topk/sort."""
     from implementations.topk_fast import topk_fast_attention
@@ -176,8 +190,9 @@ def test_topk_fast_same_with_and_without_the_kernel(monkeypatch, causal, groups,
     grad = torch.randn(b, h, lq, d, dtype=torch.float64)
 
     def run():
-        out = topk_fast_attention(q, k, v, causal=causal, topk=40, chunk_size=128,
-                                  key_padding_mask=mask if padded else None)
+        out = topk_fast_attention(
+            q, k, v, causal=causal, topk=40, chunk_size=128, key_padding_mask=mask if padded else None
+        )
         return (out, *torch.autograd.grad(out, (q, k, v), grad))
 
     compiled = run()
@@ -219,8 +234,9 @@ def test_key_sort_rejects_a_key_out_of_range():
     with pytest.raises(ValueError, match=r"a key outside \[3, 8\)"):
         native.key_sort_(keys, 3, 1, torch.empty(3, dtype=torch.int64), torch.empty(6, dtype=torch.int64))
     with pytest.raises(ValueError, match="needs both its input and its output"):
-        native.key_sort_(keys, 3, 1, torch.empty(3, dtype=torch.int64), torch.empty(7, dtype=torch.int64),
-                         torch.randn(3))
+        native.key_sort_(
+            keys, 3, 1, torch.empty(3, dtype=torch.int64), torch.empty(7, dtype=torch.int64), torch.randn(3)
+        )
 
 
 _FORK_SCRIPT = """

@@ -43,8 +43,9 @@ def ids(x):
 @pytest.mark.parametrize("name,ours,options", PAIRS, ids=ids)
 def test_without_dropout_each_variant_equals_our_counterpart(name, ours, options, activation, lq, lk, causal):
     q, k, v = qkv(lq, lk)
-    got = out_and_grads(implementations.get(name), q, k, v, causal=causal, activation=activation, dropout=0.0,
-                        **options)
+    got = out_and_grads(
+        implementations.get(name), q, k, v, causal=causal, activation=activation, dropout=0.0, **options
+    )
     want = out_and_grads(implementations.get(ours), q, k, v, causal=causal, activation=activation, **options)
     assert_all_close(got, want)
 
@@ -64,7 +65,7 @@ def bottom_right_reference(q, k, v, activation, topk=None):
     allowed = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq).expand(scores.shape)
     if topk is not None and topk < lk:
         ranked = scores.masked_fill(~allowed, float("-inf")).sort(dim=-1, descending=True).values
-        allowed = allowed & (scores >= ranked[..., topk - 1: topk])
+        allowed = allowed & (scores >= ranked[..., topk - 1 : topk])
     if activation == "relu":
         return (torch.relu(scores) * allowed) @ v
     e = torch.exp(scores - scores.masked_fill(~allowed, float("-inf")).amax(-1, keepdim=True).nan_to_num(neginf=0))
@@ -74,21 +75,30 @@ def bottom_right_reference(q, k, v, activation, topk=None):
 
 @pytest.mark.parametrize("lq,lk", [(7, 12), (12, 7)])  # one new block of queries; more queries than keys
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
-@pytest.mark.parametrize("name,options", [("vanilla_paper", {}), ("qchunk_paper", {"chunk_size": 3}),
-                                          ("topk_paper", {"chunk_size": 3, "topk": 4})], ids=ids)
+@pytest.mark.parametrize(
+    "name,options",
+    [("vanilla_paper", {}), ("qchunk_paper", {"chunk_size": 3}), ("topk_paper", {"chunk_size": 3, "topk": 4})],
+    ids=ids,
+)
 def test_causal_masking_is_bottom_right_aligned(name, options, activation, lq, lk):
     q, k, v = qkv(lq, lk)
-    got = out_and_grads(implementations.get(name), q, k, v, causal=True, activation=activation, dropout=0.0,
-                        **options)
+    got = out_and_grads(implementations.get(name), q, k, v, causal=True, activation=activation, dropout=0.0, **options)
     want = out_and_grads(lambda q, k, v: bottom_right_reference(q, k, v, activation, options.get("topk")), q, k, v)
     assert_all_close(got, want)
     if lq > lk:  # the first Lq - Lk queries see no key: zeros, never their code's average of all values
         assert got[0][..., : lq - lk, :].abs().max() == 0
 
 
-@pytest.mark.parametrize("name,options", [("vanilla_paper", {}), ("qchunk_paper", {"chunk_size": 4}),
-                                          ("qchunk_paper", {"chunk_size": 5}),
-                                          ("topk_paper", {"chunk_size": 5, "topk": 4})], ids=ids)
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("vanilla_paper", {}),
+        ("qchunk_paper", {"chunk_size": 4}),
+        ("qchunk_paper", {"chunk_size": 5}),
+        ("topk_paper", {"chunk_size": 5, "topk": 4}),
+    ],
+    ids=ids,
+)
 def test_a_precomputed_mask_is_the_whole_mask(name, options):
     q, k, v = qkv(12, 12)
     fn = implementations.get(name)
@@ -119,8 +129,11 @@ def seeded(name, **options):
 
 
 # Several chunks of unequal sizes (L = 11, chunk 3: torch.chunk into 3 pieces of 4, 4, 3).
-DROPOUT_CASES = [("vanilla_paper", {}), ("qchunk_paper", {"chunk_size": 3}),
-                 ("topk_paper", {"chunk_size": 3, "topk": 5})]
+DROPOUT_CASES = [
+    ("vanilla_paper", {}),
+    ("qchunk_paper", {"chunk_size": 3}),
+    ("topk_paper", {"chunk_size": 3, "topk": 5}),
+]
 
 
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
@@ -130,8 +143,7 @@ def test_with_dropout_gradients_are_those_of_the_forward(name, options, activati
     fn = seeded(name, causal=True, activation=activation, dropout=0.1, scale=0.7, **options)
     first, again = fn(q, k, v), fn(q, k, v)
     assert torch.equal(first, again)  # reseeded: fixed masks
-    without = implementations.get(name)(q, k, v, causal=True, activation=activation, dropout=0.0, scale=0.7,
-                                        **options)
+    without = implementations.get(name)(q, k, v, causal=True, activation=activation, dropout=0.0, scale=0.7, **options)
     assert not torch.allclose(first, without)  # dropout does drop
     assert gradcheck(fn, (q, k, v), fast_mode=True)
 
@@ -166,8 +178,8 @@ def test_the_authors_replayed_rng_state_fails_the_same_gradient_check(name, opti
 # --- memory (float32, like the paper) -------------------------------------------------------
 
 B, H, L, D, C, K = 1, 2, 256, 8, 64, 4
-BLOCK = B * H * C * L * 4        # one float32 C x Lk matrix (all heads)
-GRADS = 3 * B * H * L * D * 4    # dq, dk, dv
+BLOCK = B * H * C * L * 4  # one float32 C x Lk matrix (all heads)
+GRADS = 3 * B * H * L * D * 4  # dq, dk, dv
 
 
 def profile(name, mask=None, **options):
@@ -233,6 +245,7 @@ def test_vanilla_paper_keeps_dense_weights():
 
 # --- registry and layer -----------------------------------------------------------------------
 
+
 def test_paper_variants_describe_themselves():
     expected = {
         "vanilla_paper": ("Vanilla, paper code", True),
@@ -268,7 +281,7 @@ def test_layer_scales_inside_the_attention_on_request(f64):
     theirs = MultiHeadAttention(8, 2, "qchunk_paper", causal=True, scale_in_attention=True, chunk_size=4, dropout=0.0)
     torch.manual_seed(0)
     ours = MultiHeadAttention(8, 2, "qchunk", causal=True, chunk_size=4)
-    assert theirs.attention.options["scale"] == 4 ** -0.5  # head_dim 4
+    assert theirs.attention.options["scale"] == 4**-0.5  # head_dim 4
     x = torch.randn(2, 9, 8, requires_grad=True)
     results = []
     for layer in (theirs, ours):
@@ -310,8 +323,10 @@ def layer_peak(impl, seq_len, **options):
 
 @pytest.mark.parametrize("seq_len,dropout", AUTHORS_PEAKS)
 def test_predicted_peaks_are_the_authors_measured_ones(seq_len, dropout):
-    theirs = (layer_peak("qchunk_paper", seq_len, chunk_size=1024, dropout=dropout, scale_in_attention=True),
-              layer_peak("topk_paper", seq_len, chunk_size=1024, topk=128, dropout=dropout, scale_in_attention=True))
+    theirs = (
+        layer_peak("qchunk_paper", seq_len, chunk_size=1024, dropout=dropout, scale_in_attention=True),
+        layer_peak("topk_paper", seq_len, chunk_size=1024, topk=128, dropout=dropout, scale_in_attention=True),
+    )
     assert theirs == AUTHORS_PEAKS[seq_len, dropout]
     # Their query chunking against ours: about 2x without dropout, 2.4-2.5x with.
     ratio = theirs[0] / layer_peak("qchunk", seq_len, chunk_size=1024)

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 def favor_quadratic(q, k, v, projection, causal):
     """The same features, attention as an explicit L x L matrix of feature products."""
     import performer_pytorch.performer_pytorch as pp
+
     phi_q = pp.softmax_kernel(q * math.sqrt(q.shape[-1]), projection_matrix=projection, is_query=True)
     phi_k = causal_key_features(k, projection)
     a = phi_q @ phi_k.transpose(-2, -1)
@@ -70,6 +71,7 @@ def test_the_package_key_map_leaks_the_future():
     # Why the causal path has its own key map: the package's subtracts a max over the
     # whole sequence (with eps), so the perturbation of the test above reaches the past.
     import performer_pytorch.performer_pytorch as pp
+
     q, k, v = small_qkv(lq=12)
     torch.manual_seed(0)
     projection = draw_projection(32, q.shape[-1]).double()

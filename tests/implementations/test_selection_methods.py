@@ -30,8 +30,15 @@ METHODS = {
     "topk_fast": {"topk": 4, "chunk_size": 3},
 }
 # (B, Hq, Hkv, Lq, Lk): square, GQA, decode (Lq = 1..4 at the end of the cache), partial last page, tall.
-SHAPES = [(2, 2, 2, 7, 7), (1, 4, 2, 9, 9), (2, 4, 1, 1, 13), (1, 6, 3, 2, 14), (1, 4, 2, 3, 16), (1, 4, 2, 4, 17),
-          (1, 2, 1, 8, 5)]
+SHAPES = [
+    (2, 2, 2, 7, 7),
+    (1, 4, 2, 9, 9),
+    (2, 4, 1, 1, 13),
+    (1, 6, 3, 2, 14),
+    (1, 4, 2, 3, 16),
+    (1, 4, 2, 4, 17),
+    (1, 2, 1, 8, 5),
+]
 shape_ids = [f"B{b}Hq{hq}Hkv{hkv}Lq{lq}Lk{lk}" for b, hq, hkv, lq, lk in SHAPES]
 
 
@@ -80,7 +87,7 @@ def per_row(q, k, causal, pick):
         for h in range(hq):
             keys = k[bi, h // g].detach()
             for i in range(lq):
-                qrow = q[bi, h // g * g: h // g * g + g, i] if getattr(pick, "group", False) else q[bi, h, i]
+                qrow = q[bi, h // g * g : h // g * g + g, i] if getattr(pick, "group", False) else q[bi, h, i]
                 for j in pick(qrow.detach(), keys, lk - lq + i, ok[i]):
                     out[bi, h, i, j] = bool(ok[i, j])
     return out
@@ -121,15 +128,21 @@ def quest_bound(qrow, page_keys):
 def naive_selection(name, q, k, causal, options):
     if name == "page_topk":
         size = options["page_size"]
-        return naive_blocks(q, k, causal, size, options["token_budget"] // size, quest_bound,
-                            group=options.get("group_pages", True))
+        return naive_blocks(
+            q, k, causal, size, options["token_budget"] // size, quest_bound, group=options.get("group_pages", True)
+        )
     if name == "block_topk":
-        return naive_blocks(q, k, causal, options["block_size"], options["topk_blocks"],
-                            lambda qrow, keys: qrow @ keys.mean(dim=0))
+        return naive_blocks(
+            q, k, causal, options["block_size"], options["topk_blocks"], lambda qrow, keys: qrow @ keys.mean(dim=0)
+        )
     if name == "sink_window":
         s, w = options["sinks"], options["window"]
-        return per_row(q, k, causal, lambda qrow, keys, pos, ok_row: [
-            j for j in range(keys.shape[0]) if j < s or pos - w < j <= pos])
+        return per_row(
+            q,
+            k,
+            causal,
+            lambda qrow, keys, pos, ok_row: [j for j in range(keys.shape[0]) if j < s or pos - w < j <= pos],
+        )
     # exact top-k: the k largest scores among the allowed keys
 
     def top(qrow, keys, pos, ok_row):
@@ -148,7 +161,7 @@ def out_and_grads(fn, q, k, v, **kw):
 def assert_close_all(got, want):
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
         assert torch.isfinite(a).all(), name
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
 
 
 # ----------------------------------------------------------------------------- tests
@@ -165,8 +178,9 @@ def test_selection_is_the_published_rule(name, causal, shape):
     assert torch.equal(got, naive_selection(name, q, k, causal, options))
 
 
-@pytest.mark.parametrize("shape", [s for s in SHAPES if s[1] != s[2]], ids=[i for s, i in zip(SHAPES, shape_ids)
-                                                                          if s[1] != s[2]])
+@pytest.mark.parametrize(
+    "shape", [s for s in SHAPES if s[1] != s[2]], ids=[i for s, i in zip(SHAPES, shape_ids) if s[1] != s[2]]
+)
 @pytest.mark.parametrize("causal", [False, True])
 def test_page_topk_per_query_head_is_quest_for_each_head(causal, shape):
     q, k, _ = inputs(*shape, seed=sum(shape))
@@ -182,9 +196,9 @@ def test_the_heads_of_a_group_share_pages_only_when_asked():
     shared = page(q, k, page_size=4, token_budget=8)
     own = page(q, k, page_size=4, token_budget=8, group_pages=False)
     grouped = shared.view(1, 2, 4, 2, 40)
-    assert torch.equal(grouped, grouped[:, :, :1].expand_as(grouped))       # one selection per group
-    assert not torch.equal(shared, own)                                    # the heads' own bounds differ
-    assert (shared.sum(-1) == own.sum(-1)).all()                            # with the same budget
+    assert torch.equal(grouped, grouped[:, :, :1].expand_as(grouped))  # one selection per group
+    assert not torch.equal(shared, own)  # the heads' own bounds differ
+    assert (shared.sum(-1) == own.sum(-1)).all()  # with the same budget
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_ids)
@@ -203,10 +217,14 @@ def test_attention_is_dense_softmax_over_the_selection(name, causal, shape):
 @pytest.mark.parametrize("gather_bytes", [1, 1 << 20])
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_ids)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("name, options", [("page_topk", {}), ("page_topk", {"group_pages": False}),
-                                           ("block_topk", {})], ids=["page-group", "page-head", "block"])
-def test_a_step_without_gradients_is_dense_softmax_over_the_selection(name, options, causal, shape, gather_bytes,
-                                                                      monkeypatch):
+@pytest.mark.parametrize(
+    "name, options",
+    [("page_topk", {}), ("page_topk", {"group_pages": False}), ("block_topk", {})],
+    ids=["page-group", "page-head", "block"],
+)
+def test_a_step_without_gradients_is_dense_softmax_over_the_selection(
+    name, options, causal, shape, gather_bytes, monkeypatch
+):
     # The decode path (copied blocks, dense products), in parts of one table row and of all rows;
     # shapes with Lk below the block size or Lq above Lk take the sampled products instead.
     monkeypatch.setattr(block_attention, "GATHER_BYTES", gather_bytes)
@@ -227,8 +245,12 @@ def test_a_step_takes_queries_in_any_layout(name):
     assert not q.is_contiguous()
     fn = implementations.get(name)
     with torch.no_grad():
-        torch.testing.assert_close(fn(q, k, v, causal=True, **METHODS[name]),
-                                   fn(q.contiguous(), k, v, causal=True, **METHODS[name]), rtol=0, atol=0)
+        torch.testing.assert_close(
+            fn(q, k, v, causal=True, **METHODS[name]),
+            fn(q.contiguous(), k, v, causal=True, **METHODS[name]),
+            rtol=0,
+            atol=0,
+        )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -282,8 +304,7 @@ def test_page_size_one_selects_the_top_budget_keys_plus_the_current_token(lq, ca
     hq, hkv, options = heads
     b, lk, budget = 1, 12, 3
     q, k, _ = inputs(b, hq, hkv, lq, lk, seed=lq)
-    got = implementations.spec("page_topk").selection(q, k, causal=causal, page_size=1, token_budget=budget,
-                                                      **options)
+    got = implementations.spec("page_topk").selection(q, k, causal=causal, page_size=1, token_budget=budget, **options)
     scores = q.detach() @ k.detach().repeat_interleave(hq // hkv, dim=1).transpose(-2, -1)
     for i in range(lq):
         pos = lk - lq + i
@@ -325,7 +346,7 @@ def test_page_bounds_bound_every_key_of_the_page():
     s = page_summaries(k, 5)
     assert s.shape == (1, 2, 5, 2, 5)
     torch.testing.assert_close(s[:, :, -1, 0], k[:, :, 20:].amin(dim=2), rtol=0, atol=0)  # partial last page
-    bounds = unfold_groups(page_bounds(fold_groups(q, 2), s), 2)                          # [1, 4, 6, 5]
+    bounds = unfold_groups(page_bounds(fold_groups(q, 2), s), 2)  # [1, 4, 6, 5]
     scores = q @ k.repeat_interleave(2, dim=1).transpose(-2, -1)
     for p in range(5):
         page = slice(5 * p, min(5 * p + 5, 22))
@@ -336,8 +357,10 @@ def test_page_bounds_bound_every_key_of_the_page():
                 torch.testing.assert_close(bounds[0, h, i, p], want, **TOL)
 
 
-@pytest.mark.parametrize("name, size, state, build", [("page_topk", "page_size", "summaries", page_summaries),
-                                                    ("block_topk", "block_size", "means", block_means)])
+@pytest.mark.parametrize(
+    "name, size, state, build",
+    [("page_topk", "page_size", "summaries", page_summaries), ("block_topk", "block_size", "means", block_means)],
+)
 def test_state_kept_with_the_cache_gives_the_same_result_and_is_checked(name, size, state, build):
     # What a decode step takes from its cache (page summaries, block means) instead of reading K again.
     q, k, v = inputs(1, 4, 2, 2, 21, seed=9)
@@ -408,35 +431,36 @@ def test_half_precision_runs_and_selects_as_float32(name, dtype):
 def test_topk_fast_ranks_the_half_products_themselves(lq):
     # By default (float_scores=False) keys are ranked by the bf16 product, as dense bf16 attention rounds
     # its scores; float_scores=True ranks by float32 scores, as topk.
-    q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(1, 8, 2, lq, 300, d=16, dv=8, seed=5,
-                                                              dtype=torch.float32))
+    q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(1, 8, 2, lq, 300, d=16, dv=8, seed=5, dtype=torch.float32))
     spec, kk = implementations.spec("topk_fast"), 40
     with torch.no_grad():
         chosen = spec.selection(q, k, causal=True, topk=kk)
         exact = spec.selection(q, k, causal=True, topk=kk, float_scores=True)
         out = spec.fn(q, k, v, causal=True, topk=kk)
         float32_ranked = spec.fn(q, k, v, causal=True, topk=kk, float_scores=True)
-        products = (q @ k.repeat_interleave(4, dim=1).transpose(-2, -1)).float()     # rounded to bf16
+        products = (q @ k.repeat_interleave(4, dim=1).transpose(-2, -1)).float()  # rounded to bf16
     assert torch.equal(chosen, implementations.spec("topk").selection(q, k, causal=True, topk=kk, float_scores=False))
     assert torch.equal(exact, implementations.spec("topk").selection(q, k, causal=True, topk=kk))
     ok = allowed(lq, 300, True)
     worst_chosen = products.masked_fill(~chosen, float("inf")).amin(-1)
     best_left = products.masked_fill(chosen | ~ok, float("-inf")).amax(-1)
-    assert (worst_chosen >= best_left).all()                      # the top of the rounded products
-    assert not torch.equal(chosen, exact)                          # rounding ties and swaps do change some picks
-    assert (chosen & exact).sum() >= 0.95 * exact.sum()            # ... at the boundary only
+    assert (worst_chosen >= best_left).all()  # the top of the rounded products
+    assert not torch.equal(chosen, exact)  # rounding ties and swaps do change some picks
+    assert (chosen & exact).sum() >= 0.95 * exact.sum()  # ... at the boundary only
     # Softmax over the rounded scores of the chosen keys (the weights come from the same rounded values).
     weights = torch.softmax(products.double().masked_fill(~chosen, float("-inf")), dim=-1)
     torch.testing.assert_close(out.double(), weights @ v.double().repeat_interleave(4, dim=1), rtol=0, atol=2e-2)
     # float32 ranking: softmax over the float32 scores of the float32 top-k
     scores = q.double() @ k.double().repeat_interleave(4, dim=1).transpose(-2, -1)
     weights = torch.softmax(scores.masked_fill(~exact, float("-inf")), dim=-1)
-    torch.testing.assert_close(float32_ranked.double(), weights @ v.double().repeat_interleave(4, dim=1),
-                               rtol=0, atol=2e-2)
+    torch.testing.assert_close(
+        float32_ranked.double(), weights @ v.double().repeat_interleave(4, dim=1), rtol=0, atol=2e-2
+    )
     # float32 inputs: the option changes nothing
     q32, k32, v32 = q.float(), k.float(), v.float()
-    assert torch.equal(spec.fn(q32, k32, v32, causal=True, topk=kk, float_scores=True),
-                       spec.fn(q32, k32, v32, causal=True, topk=kk))
+    assert torch.equal(
+        spec.fn(q32, k32, v32, causal=True, topk=kk, float_scores=True), spec.fn(q32, k32, v32, causal=True, topk=kk)
+    )
 
 
 def test_half_precision_backward_of_block_topk():

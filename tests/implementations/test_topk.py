@@ -31,11 +31,14 @@ def test_small_topk_differs_from_full_attention():
     assert (full - sparse).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("name,options", [
-    ("qchunk", {"chunk_size": 2}),
-    ("topk", {"chunk_size": 2, "topk": 3}),
-    ("topk_sparse", {"chunk_size": 2, "topk": 3}),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("qchunk", {"chunk_size": 2}),
+        ("topk", {"chunk_size": 2, "topk": 3}),
+        ("topk_sparse", {"chunk_size": 2, "topk": 3}),
+    ],
+)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
 def test_gradcheck(name, options, activation, causal):
@@ -43,7 +46,6 @@ def test_gradcheck(name, options, activation, causal):
     fn = implementations.get(name)
     assert torch.autograd.gradcheck(
         lambda q, k, v: fn(q, k, v, causal=causal, activation=activation, **options), (q, k, v)
-
     )
 
 

@@ -127,13 +127,22 @@ def _layer_outputs(layer_cls, kwargs, seed=0):
 
 @pytest.mark.parametrize(
     "layer_cls,kwargs",
-
     [
         (MultiHeadAttention, lambda n: dict(d_model=16, heads=2, attention=n, causal=True, topk=3, chunk_size=4)),
         (FeedForward, lambda n: dict(d_model=16, d_ff=40, attention=n, topk=5, chunk_size=7)),
-        (Decoder, lambda n: dict(layers=2, d_model=16, heads=2, d_ff=40, attention=n, feedforward=n,
-                                 attention_options={"topk": 3, "chunk_size": 4},
-                                 feedforward_options={"topk": 5, "chunk_size": 7})),
+        (
+            Decoder,
+            lambda n: dict(
+                layers=2,
+                d_model=16,
+                heads=2,
+                d_ff=40,
+                attention=n,
+                feedforward=n,
+                attention_options={"topk": 3, "chunk_size": 4},
+                feedforward_options={"topk": 5, "chunk_size": 7},
+            ),
+        ),
     ],
 )
 def test_layers_equal_topk(layer_cls, kwargs):
@@ -159,8 +168,9 @@ def test_key_padding_mask_equals_topk(activation, causal, lq, lk, topk, chunk):
     options = dict(causal=causal, activation=activation, topk=topk, chunk_size=chunk, key_padding_mask=pad)
     got = out_and_grads(fast, q, k, v, **options)
     assert_all_close(got, out_and_grads(paper, q, k, v, **options))
-    want = out_and_grads(reference_attention, q, k, v, causal=causal, activation=activation, topk=topk,
-                         key_padding_mask=pad)
+    want = out_and_grads(
+        reference_attention, q, k, v, causal=causal, activation=activation, topk=topk, key_padding_mask=pad
+    )
     assert_all_close(got, want)
     assert all(t[1].abs().max() == 0 for t in (got[0], got[1], got[3]))
 
@@ -169,7 +179,8 @@ def test_key_padding_mask_equals_topk(activation, causal, lq, lk, topk, chunk):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("hq,hkv,lq,lk,topk,chunk", [(6, 2, 61, 150, 4, 16), (4, 1, 150, 150, 5, 32)])
 def test_gqa_with_pruned_selection_equals_topk(hq, hkv, lq, lk, topk, chunk, causal, padding):
-    # tests/implementations/test_grouped_query_attention.py's shapes are too short for the pruned top-k (Lk >> k, groups of
+    # tests/implementations/test_grouped_query_attention.py's shapes are too short for the pruned top-k (Lk >> k, groups
+    # of
     # several keys, a remainder of columns): here each K/V head serves several query
     # heads through it, k a power of two (shifts) and not.
     q, k, v = qkv_gqa(lq, lk, hq, hkv, seed=hq * lk)
@@ -219,8 +230,9 @@ def test_dropout_matches_dense_reference_with_the_same_masks(activation, padding
     assert ((scale == 0) & (plain != 0)).any() and (scale.max() - 1 / 0.9).abs() < 1e-12
 
     def reference(q, k, v):
-        return (scale * reference_attention(q, k, eye, activation=activation, causal=True, topk=5,
-                                            key_padding_mask=pad)) @ v
+        return (
+            scale * reference_attention(q, k, eye, activation=activation, causal=True, topk=5, key_padding_mask=pad)
+        ) @ v
 
     torch.manual_seed(7)
     got = out_and_grads(lambda *a: fast(*a, dropout=0.1, **options), q, k, v)
@@ -245,7 +257,8 @@ def test_padding_and_dropout_under_fake_tensors(activation):
         k = torch.randn(2, 2, 300, 8, requires_grad=True)
         v = torch.randn(2, 2, 300, 6, requires_grad=True)
         pad = torch.zeros(2, 300, dtype=torch.bool)
-        out = fast(q, k, v, causal=True, activation=activation, topk=4, chunk_size=64,
-                   key_padding_mask=pad, dropout=0.1)
+        out = fast(
+            q, k, v, causal=True, activation=activation, topk=4, chunk_size=64, key_padding_mask=pad, dropout=0.1
+        )
         out.mean().backward()
     assert out.shape == (2, 2, 300, 6) and q.grad.shape == q.shape and k.grad.shape == k.shape

@@ -1,6 +1,5 @@
 """Backends in-process: the CPU measurement, the prediction that must equal it, the result's shape."""
 
-from locations import TESTS
 import time
 from pathlib import Path
 
@@ -8,10 +7,10 @@ import pytest
 import torch
 
 import implementations
+from locations import TESTS
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
-from topk_bench.child.execute import measure
-from topk_bench.child.execute import execute
+from topk_bench.child.execute import execute, measure
 
 GIB = 1 << 30
 TINY = {
@@ -28,8 +27,11 @@ def options_for(name: str) -> dict:
 
 
 def predictable(activation: str) -> list[str]:
-    return [s.name for s in implementations.all_specs()
-            if s.predictable and activation in s.activations and not s.name.startswith("test_")]
+    return [
+        s.name
+        for s in implementations.all_specs()
+        if s.predictable and activation in s.activations and not s.name.startswith("test_")
+    ]
 
 
 def tiny_case(workload: str, impl: str, **fields) -> Case:
@@ -38,8 +40,9 @@ def tiny_case(workload: str, impl: str, **fields) -> Case:
         ff = impl if "relu" in implementations.spec(impl).activations else "vanilla"
         extra = {"ff_impl": ff, "ff_options": options_for(ff)}
     fields = {"causal": workload == "mha", "warmup": 0, "repeats": 1, **fields}
-    return Case.make(suite="test", workload=workload, impl=impl, params=TINY[workload],
-                     options=options_for(impl), **extra, **fields)
+    return Case.make(
+        suite="test", workload=workload, impl=impl, params=TINY[workload], options=options_for(impl), **extra, **fields
+    )
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -146,8 +149,9 @@ def _hwm_bytes() -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
 def test_bert_base_vanilla_at_65k_predicts_hundreds_of_gib_without_allocating():
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 65536},
-                     causal=True, method="predicted")
+    case = Case.make(
+        suite="t", workload="mha", impl="vanilla", params={"seq_len": 65536}, causal=True, method="predicted"
+    )
     Path("/proc/self/clear_refs").write_text("5")
     before = _hwm_bytes()
     start = time.perf_counter()
@@ -156,7 +160,7 @@ def test_bert_base_vanilla_at_65k_predicts_hundreds_of_gib_without_allocating():
     assert m.status == "ok", m.error
     # Scores, softmax and their gradients: 12 x 65536^2 floats = 192 GiB each, several at once.
     assert 400 * GIB < m.peak_bytes < 1000 * GIB
-    assert m.flops > 10 ** 13
+    assert m.flops > 10**13
     assert _hwm_bytes() - before < 256 << 20
     assert elapsed < 60
 

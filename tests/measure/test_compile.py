@@ -12,13 +12,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from topk_bench.run.resolve import Flags
 from topk_bench.case import Case
 from topk_bench.errors import BadInput
 from topk_bench.measure import backends
 from topk_bench.measure.compiled import attention_modules, compile_attention
 from topk_bench.results import columns as col
 from topk_bench.run.plan import plan
+from topk_bench.run.resolve import Flags
 from topk_bench.workloads import build as build_workload
 
 DECODE = {"kv_len": 96, "q_heads": 4, "kv_heads": 2, "head_dim": 16}
@@ -26,7 +26,8 @@ DECODE = {"kv_len": 96, "q_heads": 4, "kv_heads": 2, "head_dim": 16}
 
 def suite(tmp_path, body: str, name: str = "c") -> str:
     path = tmp_path / f"{name}.toml"
-    path.write_text(textwrap.dedent(f'''
+    path.write_text(
+        textwrap.dedent(f'''
         name = "{name}"
         workload = "decode"
         repeats = 3
@@ -37,11 +38,13 @@ def suite(tmp_path, body: str, name: str = "c") -> str:
         head_dim = 16
         [sweep]
         budget = [32]
-    ''') + textwrap.dedent(body))
+    ''')
+        + textwrap.dedent(body)
+    )
     return str(path)
 
 
-SIDE_BY_SIDE = '''
+SIDE_BY_SIDE = """
     [[impl]]
     name = "page_topk"
     page_size = 8
@@ -54,7 +57,7 @@ SIDE_BY_SIDE = '''
     page_size = 8
     compile = true
     compile_mode = "max-autotune-no-cudagraphs"
-'''
+"""
 
 
 def test_eager_and_compiled_entries_are_cases_of_their_own(tmp_path):
@@ -62,19 +65,31 @@ def test_eager_and_compiled_entries_are_cases_of_their_own(tmp_path):
     assert [c.compile for c in cases] == [False, True, True]
     assert [c.compile_mode for c in cases] == [None, None, "max-autotune-no-cudagraphs"]
     assert len({c.case_id for c in cases}) == 3  # ids differ: they are side by side in one CSV
-    assert [c.label for c in cases] == ["page_topk", "page_topk (compiled)",
-                                       "page_topk (compiled, max-autotune-no-cudagraphs)"]
+    assert [c.label for c in cases] == [
+        "page_topk",
+        "page_topk (compiled)",
+        "page_topk (compiled, max-autotune-no-cudagraphs)",
+    ]
     # The eager case keeps the id it had before compile existed (compile only enters an id when set).
     assert cases[0].case_id == replace(cases[1], compile=False, compile_mode=None, label=cases[0].label).case_id
 
 
-@pytest.mark.parametrize("body, key, message", [
-    ('[[impl]]\nname = "vanilla"\ncompile_mode = "max-autotune"\n', "impl[0] (vanilla).compile_mode",
-     "compile_mode without compile = true"),
-    ('[[impl]]\nname = "flex"\ncompile = true\n', "impl[0] (flex).compile", "compiles itself"),
-    ('[[impl]]\nname = "vanilla"\ncompile = true\ncompile_mode = "fastest"\n', "impl[0] (vanilla).compile_mode",
-     "expected 'default', 'reduce-overhead', 'max-autotune' or 'max-autotune-no-cudagraphs', got 'fastest'"),
-])
+@pytest.mark.parametrize(
+    "body, key, message",
+    [
+        (
+            '[[impl]]\nname = "vanilla"\ncompile_mode = "max-autotune"\n',
+            "impl[0] (vanilla).compile_mode",
+            "compile_mode without compile = true",
+        ),
+        ('[[impl]]\nname = "flex"\ncompile = true\n', "impl[0] (flex).compile", "compiles itself"),
+        (
+            '[[impl]]\nname = "vanilla"\ncompile = true\ncompile_mode = "fastest"\n',
+            "impl[0] (vanilla).compile_mode",
+            "expected 'default', 'reduce-overhead', 'max-autotune' or 'max-autotune-no-cudagraphs', got 'fastest'",
+        ),
+    ],
+)
 def test_compile_keys_are_checked(tmp_path, body, key, message):
     with pytest.raises(BadInput) as raised:
         plan(suite(tmp_path, body), Flags(device="cpu", out=tmp_path / "out"))
@@ -83,8 +98,10 @@ def test_compile_keys_are_checked(tmp_path, body, key, message):
 
 def test_the_paper_protocol_refuses_compile(tmp_path):
     path = tmp_path / "p.toml"
-    path.write_text('name = "p"\nworkload = "mha"\nprotocol = "paper"\n[sweep]\nseq_len = [64]\n'
-                    '[[impl]]\nname = "vanilla_paper"\ncompile = true\n')
+    path.write_text(
+        'name = "p"\nworkload = "mha"\nprotocol = "paper"\n[sweep]\nseq_len = [64]\n'
+        '[[impl]]\nname = "vanilla_paper"\ncompile = true\n'
+    )
     with pytest.raises(BadInput, match="protocol 'paper' builds a model per timed iteration"):
         plan(str(path), Flags(device="cpu", out=tmp_path / "out"))
 
@@ -97,22 +114,34 @@ def test_a_compiled_case_is_not_predicted(tmp_path):
     assert m.status == "unsupported" and "compile = true: a compiled case is measured, not predicted" in m.error
 
 
-@pytest.mark.parametrize("workload, params, expected", [
-    ("mha", {"seq_len": 16, "d_model": 16, "heads": 2}, ["attention"]),
-    ("decode", DECODE, ["layer.attention"]),
-    ("prefill", {"seq_len": 16, "q_heads": 2, "kv_heads": 1, "head_dim": 8}, ["attention"]),
-    ("ff", {"seq_len": 16, "d_model": 16, "d_ff": 32}, ["attention"]),
-])
+@pytest.mark.parametrize(
+    "workload, params, expected",
+    [
+        ("mha", {"seq_len": 16, "d_model": 16, "heads": 2}, ["attention"]),
+        ("decode", DECODE, ["layer.attention"]),
+        ("prefill", {"seq_len": 16, "q_heads": 2, "kv_heads": 1, "head_dim": 8}, ["attention"]),
+        ("ff", {"seq_len": 16, "d_model": 16, "d_ff": 32}, ["attention"]),
+    ],
+)
 def test_every_workload_names_its_attention_modules(workload, params, expected):
-    case = Case.make(suite="t", workload=workload, impl="vanilla", params=params, activation="relu" if workload == "ff"
-                     else "softmax")
+    case = Case.make(
+        suite="t",
+        workload=workload,
+        impl="vanilla",
+        params=params,
+        activation="relu" if workload == "ff" else "softmax",
+    )
     wl = build_workload(case, "cpu", torch.float32)
     assert [name for name, _ in attention_modules(wl.model)] == expected
 
 
 def test_the_decoder_compiles_each_block_attention_and_feed_forward_once():
-    case = Case.make(suite="t", workload="decoder", impl="vanilla", params={"seq_len": 16, "d_model": 16, "heads": 2,
-                                                                          "d_ff": 32, "layers": 2})
+    case = Case.make(
+        suite="t",
+        workload="decoder",
+        impl="vanilla",
+        params={"seq_len": 16, "d_model": 16, "heads": 2, "d_ff": 32, "layers": 2},
+    )
     wl = build_workload(case, "cpu", torch.float32)
     names = compile_attention(wl.model)
     assert len(names) == 4 and all(n.endswith("attention") for n in names)  # 2 layers x (attention, feed-forward)
@@ -130,8 +159,9 @@ def test_a_suite_measures_eager_and_compiled_side_by_side_on_the_cpu(tmp_path):
     from topk_bench import run_suite
 
     body = '[[impl]]\nname = "page_topk"\npage_size = 8\n[[impl]]\nname = "page_topk"\npage_size = 8\ncompile = true\n'
-    frame = run_suite(suite(tmp_path, body), device="cpu", out=str(tmp_path / "out"), warmup_s=0.0,
-                      max_case_seconds=900)  # compiling takes minutes on a loaded 2-core machine
+    frame = run_suite(
+        suite(tmp_path, body), device="cpu", out=str(tmp_path / "out"), warmup_s=0.0, max_case_seconds=900
+    )  # compiling takes minutes on a loaded 2-core machine
     eager, compiled = frame.iloc[0], frame.iloc[1]
     assert list(frame[col.STATUS]) == ["ok", "ok"], list(frame[col.ERROR])
     assert compiled[col.LABEL] == "page_topk (compiled)" and compiled["compile"] in (True, "True")
@@ -148,8 +178,14 @@ def test_a_suite_measures_eager_and_compiled_side_by_side_on_the_cpu(tmp_path):
 
 @pytest.mark.slow  # compiles
 def test_the_compiled_step_computes_what_the_eager_one_does():
-    case = Case.make(suite="t", workload="decode", impl="page_topk", params={**DECODE, "budget": 32},
-                     options={"page_size": 8, "token_budget": 32}, mode="fwd")
+    case = Case.make(
+        suite="t",
+        workload="decode",
+        impl="page_topk",
+        params={**DECODE, "budget": 32},
+        options={"page_size": 8, "token_budget": 32},
+        mode="fwd",
+    )
     eager = backends.build(case, "cpu")
     compiled = backends.build(replace(case, compile=True), "cpu")
     with torch.no_grad():

@@ -8,7 +8,6 @@ own process tree left out) and skips, saying how busy they kept the machine, whe
 
 from __future__ import annotations
 
-from locations import ROOT
 import os
 import signal
 import subprocess
@@ -19,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from topk_bench.run.resolve import Flags
+from locations import ROOT
 from topk_bench import load_results, machine
 from topk_bench.measure.contention import Sampler, procs_running, thread_waits
 from topk_bench.results import trust
+from topk_bench.run.resolve import Flags
 
 REPO = ROOT
 # Other processes may keep at most this many cores busy, on average, for a machine to count as quiet.
@@ -57,7 +57,12 @@ def _run(tmp_path: Path, name: str):
 
     suite = tmp_path / "contention.toml"
     suite.write_text(DECODE_SUITE)
-    result = runner.run(suite, Flags(out=tmp_path / name, device="cpu", threads=machine.cores(), max_case_seconds=300), progress=False, resume=False)
+    result = runner.run(
+        suite,
+        Flags(out=tmp_path / name, device="cpu", threads=machine.cores(), max_case_seconds=300),
+        progress=False,
+        resume=False,
+    )
     rows = load_results(result.csv_path)
     assert list(rows["status"]) == ["ok"] * 3, list(rows["error"])
     return rows
@@ -87,8 +92,11 @@ def test_every_row_of_a_case_run_against_a_spinning_process_per_core_is_flagged_
     finally:
         _stop(spinners)
     after = _run(tmp_path, "after").set_index("impl")["time_median_s"]
-    described = [f"{r.impl}: {r.time_median_s * 1e3:.2f} ms ({r.time_median_s / after[r.impl]:.1f}x the run "
-                 f"after), cpu_wait {r.cpu_wait:.2f}, trust {r.trust!r}" for r in rows.itertuples()]
+    described = [
+        f"{r.impl}: {r.time_median_s * 1e3:.2f} ms ({r.time_median_s / after[r.impl]:.1f}x the run "
+        f"after), cpu_wait {r.cpu_wait:.2f}, trust {r.trust!r}"
+        for r in rows.itertuples()
+    ]
     slowed = [r.time_median_s >= 2 * after[r.impl] for r in rows.itertuples()]
     flagged = [trust.CONTENDED in trust.named(cell) for cell in rows["trust"]]
     assert all(f for f, s in zip(flagged, slowed) if s), described
@@ -107,8 +115,10 @@ def test_the_same_case_on_a_quiet_machine_is_not_flagged(tmp_path):
     if before is None:
         pytest.skip("this platform does not say how busy other processes keep the machine (/proc)")
     if before > QUIET_CORES:
-        pytest.skip(f"the machine is too busy to tell: other processes kept {before:.2f} cores busy before the "
-                    f"case (a quiet machine: at most {QUIET_CORES})")
+        pytest.skip(
+            f"the machine is too busy to tell: other processes kept {before:.2f} cores busy before the "
+            f"case (a quiet machine: at most {QUIET_CORES})"
+        )
     seen: list[float] = []
     done = threading.Event()
 
@@ -127,15 +137,20 @@ def test_the_same_case_on_a_quiet_machine_is_not_flagged(tmp_path):
         watcher.join()
     during = sum(seen) / len(seen) if seen else 0.0
     if during > QUIET_CORES:
-        pytest.skip(f"the machine is too busy to tell: other processes kept {during:.2f} cores busy on average "
-                    f"while the case ran (at most {QUIET_CORES}: quiet)")
-    described = [f"{r.impl}: {r.time_median_s * 1e3:.2f} ms, cpu_wait {r.cpu_wait:.3f}, trust {r.trust!r}"
-                 for r in rows.itertuples()]
+        pytest.skip(
+            f"the machine is too busy to tell: other processes kept {during:.2f} cores busy on average "
+            f"while the case ran (at most {QUIET_CORES}: quiet)"
+        )
+    described = [
+        f"{r.impl}: {r.time_median_s * 1e3:.2f} ms, cpu_wait {r.cpu_wait:.3f}, trust {r.trust!r}"
+        for r in rows.itertuples()
+    ]
     assert not any(trust.CONTENDED in trust.named(cell) for cell in rows["trust"]), described
     assert (rows["cpu_wait"] < trust.CONTENDED_WAIT).all(), described
 
 
 # ------------------------------------------------------------------------------- the readings themselves
+
 
 def test_a_thread_kept_from_its_core_shows_its_wait_and_a_quiet_one_does_not():
     """One thread of this process pinned to one core with a spinning process pinned beside it: the sampler
@@ -146,7 +161,9 @@ def test_a_thread_kept_from_its_core_shows_its_wait_and_a_quiet_one_does_not():
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
     core = sorted(os.sched_getaffinity(0))[-1]
-    rival = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    rival = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
+    )
     previous = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, {core})  # this thread only: Linux's affinity is per thread
@@ -177,8 +194,13 @@ def test_running_threads_are_read_from_loadavg(tmp_path):
 
 
 def test_a_sampler_that_timed_nothing_says_nothing():
-    assert Sampler(4).summary() == {"threads": 4, "cpu_wait": None, "cpu_share": None, "preempt_per_s": None,
-                                    "runnable": None}
+    assert Sampler(4).summary() == {
+        "threads": 4,
+        "cpu_wait": None,
+        "cpu_share": None,
+        "preempt_per_s": None,
+        "runnable": None,
+    }
 
 
 def _jiffies(pid: int) -> int:
@@ -205,8 +227,12 @@ def test_others_busy_leaves_out_this_process_tree_and_sees_a_process_outside_it(
         ours.wait()
     # The two readings are a few microseconds apart at each end: a spinner's jiffy or two may fall between them.
     assert spun > 0 and grew >= spun - 3, (grew, spun)
-    detached = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-                              capture_output=True, text=True, check=True)
+    detached = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pid = int(detached.stdout.strip())
     try:
         time.sleep(0.2)

@@ -10,11 +10,11 @@ import contextlib
 import pytest
 import torch
 
+from topk_bench.case import Budget, Case
+from topk_bench.child.execute import classify, execute
 from topk_bench.child.execute import measure as run_case
 from topk_bench.measure import backends as measure
-from topk_bench.case import Budget, Case
 from topk_bench.measure.memory import OverBudget
-from topk_bench.child.execute import classify, execute
 from topk_bench.status import STOPPING
 
 
@@ -56,7 +56,7 @@ class FakeCuda:
     def max_memory_reserved(self, device=None):
         return 8192
 
-    def Event(self, enable_timing=False):  # noqa: N802 -- torch.cuda.Event
+    def Event(self, enable_timing=False):
         assert enable_timing
         cuda = self
 
@@ -74,8 +74,19 @@ class FakeCuda:
 @pytest.fixture
 def fake_cuda(monkeypatch):
     fake = FakeCuda()
-    for name in ("is_available", "get_device_name", "current_device", "device", "synchronize", "memory_allocated",
-                 "empty_cache", "reset_peak_memory_stats", "max_memory_allocated", "max_memory_reserved", "Event"):
+    for name in (
+        "is_available",
+        "get_device_name",
+        "current_device",
+        "device",
+        "synchronize",
+        "memory_allocated",
+        "empty_cache",
+        "reset_peak_memory_stats",
+        "max_memory_allocated",
+        "max_memory_reserved",
+        "Event",
+    ):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     real_build, real_iteration = measure.build, measure.iteration
 
@@ -98,8 +109,15 @@ def fake_cuda(monkeypatch):
 
 
 def test_cuda_protocol(fake_cuda):
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     device="cuda", warmup=2, repeats=3)
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="vanilla",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        device="cuda",
+        warmup=2,
+        repeats=3,
+    )
     m = run_case(case)
     assert m.status == "ok" and m.device_name == "Stand-in GPU"
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
@@ -117,14 +135,21 @@ def test_cuda_protocol(fake_cuda):
     # Events recorded back to back: 1 call apart = 1 "ms" x 1000 in the stand-in = 1 s.
     assert m.fwd_times_s == [1.0] * 3 and m.bwd_times_s == [1.0] * 3 and m.times_s == [2.0] * 3
     # The timed iterations run back to back: 9 events, then one synchronisation, then the peaks.
-    timed = fake_cuda.calls[reset + 1:]
+    timed = fake_cuda.calls[reset + 1 :]
     assert timed[:10] == [("record",)] * 9 + [("synchronize",)] and timed[10] == ("read_peak", 6)
     assert m.flops > 0 and m.extra["ops_per_iter"] > 0 and m.extra["timer"] == "events"
 
 
 def test_a_reserved_peak_over_the_budget_keeps_its_numbers_as_over_budget(fake_cuda):
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     device="cuda", warmup=1, repeats=2)
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="vanilla",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        device="cuda",
+        warmup=1,
+        repeats=2,
+    )
     within = execute(case, Budget(max_memory_bytes=8192))
     assert within.status == "ok", within.error
     # Allocated 5000 fits 6000; reserved 8192 (what the process took from the device) does not.
@@ -137,20 +162,25 @@ def test_a_reserved_peak_over_the_budget_keeps_its_numbers_as_over_budget(fake_c
 
 CUDA_CASE = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda")
 CPU_CASE = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cpu")
-PREDICTED = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cpu",
-                      method="predicted")
+PREDICTED = Case.make(
+    suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cpu", method="predicted"
+)
 BUDGET = Budget(max_memory_bytes=30 * 2**30)  # bench.toml's default: every run has one
 
 DEVICE_RAN_OUT = {
     "caching allocator": torch.OutOfMemoryError(
         "CUDA out of memory. Tried to allocate 64.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
-        "78.50 GiB is free. Including non-PyTorch memory, this process has 690.00 MiB memory in use."),
+        "78.50 GiB is free. Including non-PyTorch memory, this process has 690.00 MiB memory in use."
+    ),
     "cuBLAS handle": RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
-    "cuBLASLt workspace": RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
-                                       "`cublasLtMatmul( ltHandle, computeDesc.descriptor(), ...)`"),
+    "cuBLASLt workspace": RuntimeError(
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasLtMatmul( ltHandle, computeDesc.descriptor(), ...)`"
+    ),
     "cuDNN": RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
-    "raw cudaMalloc": RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously "
-                                   "reported at some other API call, so the stacktrace below might be incorrect."),
+    "raw cudaMalloc": RuntimeError(
+        "CUDA error: out of memory\nCUDA kernel errors might be asynchronously "
+        "reported at some other API call, so the stacktrace below might be incorrect."
+    ),
     "message only": RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB"),
 }
 
@@ -166,8 +196,10 @@ def test_a_cuda_allocation_failure_is_oom_whatever_the_budget(what):
 
 
 def test_an_allocation_failure_is_over_budget_only_where_the_budget_limits_allocations():
-    cpu_failure = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
-                               "memory: you tried to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)")
+    cpu_failure = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+        "memory: you tried to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)"
+    )
     # A measured CPU case runs under an address-space limit derived from its budget.
     assert classify(cpu_failure, BUDGET, CPU_CASE)[0] == "over_budget"
     assert classify(MemoryError(), BUDGET, CPU_CASE)[0] == "over_budget"
@@ -179,15 +211,26 @@ def test_an_allocation_failure_is_over_budget_only_where_the_budget_limits_alloc
 
 
 def test_other_cuda_library_failures_are_errors():
-    for exc in (RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, ...)`"),
-                RuntimeError("CUDA error: an illegal memory access was encountered"),
-                RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED")):
+    for exc in (
+        RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, ...)`"),
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"),
+    ):
         assert classify(exc, BUDGET, CUDA_CASE)[0] == "error", exc
 
 
 def test_cuda_paper_protocol(fake_cuda):
-    case = Case.make(suite="t", workload="mha", impl="vanilla_paper", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     causal=True, device="cuda", warmup=0, repeats=3, protocol="paper")
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="vanilla_paper",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        causal=True,
+        device="cuda",
+        warmup=0,
+        repeats=3,
+        protocol="paper",
+    )
     m = run_case(case)
     assert m.status == "ok", m.error
     calls = fake_cuda.calls
@@ -195,7 +238,12 @@ def test_cuda_paper_protocol(fake_cuda):
     # A build before each timed run (none before the first: it runs cold), the peaks read after
     # the third, then the profiling run (FLOPs) on a fourth build.
     assert [c for c in calls if c[0] in ("build", "read_peak")] == [
-        ("build", 0), ("build", 1), ("build", 2), ("read_peak", 3), ("build", 3)]
+        ("build", 0),
+        ("build", 1),
+        ("build", 2),
+        ("read_peak", 3),
+        ("build", 3),
+    ]
     assert fake_cuda.iterations == 3 + 1
     first_timed = calls.index(("record",))
     assert calls[first_timed - 1] == ("synchronize",) and calls.index(("build", 0)) < first_timed

@@ -1,6 +1,5 @@
 """The live-bytes tracker: counting rules, and agreement with the kernel's resident high-water mark."""
 
-from locations import ROOT
 import collections
 import contextlib
 import json
@@ -14,6 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from locations import ROOT
 from topk_bench.measure.memory import AllocatorBytes, LiveBytes, OverBudget
 from topk_bench.predict.allocator import GRANULE as CUDA_ALLOCATION_GRANULE
 
@@ -124,7 +124,7 @@ def test_allocator_bytes_follow_the_allocators_own_reports_and_agree_with_live_b
         d = torch.empty(mib, dtype=torch.uint8)
         m = torch.ones(128, 512)
         p = torch.matmul(m, m.t())  # aten::matmul holds the aten::mm that allocates: counted once, not per level
-        del b, c, d, m, p           # live were b, c, d, m and p: 4.25 MiB, the peak
+        del b, c, d, m, p  # live were b, c, d, m and p: 4.25 MiB, the peak
         e = torch.empty(3 * mib, dtype=torch.uint8)
         return e
 
@@ -210,11 +210,21 @@ def test_tracker_peak_agrees_with_resident_high_water_mark():
     impls = ["vanilla", "qchunk", "topk"]
     missing = [name for name in impls if name not in implementations.names()]
     assert not missing, f"implementations not registered: {missing}"
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "MALLOC_MMAP_THRESHOLD_": "65536",
+        "MALLOC_TRIM_THRESHOLD_": "0",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     probes = {
-        name: subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "rss_probe.py"), name, "2048"],
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        name: subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "helpers" / "rss_probe.py"), name, "2048"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for name in impls
     }
     for name, proc in probes.items():

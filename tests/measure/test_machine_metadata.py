@@ -18,8 +18,7 @@ SAPPHIRE = "model name\t: Intel Xeon\nflags\t\t: fpu avx2 avx512f avx512_bf16 am
 
 
 def test_the_cpu_flags_that_change_bf16_kernels(tmp_path):
-    for text, expected in ((AVX2_ONLY, "none"),
-                           (SAPPHIRE, "avx512_bf16;avx512_fp16;amx_bf16;amx_int8;amx_tile")):
+    for text, expected in ((AVX2_ONLY, "none"), (SAPPHIRE, "avx512_bf16;avx512_fp16;amx_bf16;amx_int8;amx_tile")):
         path = tmp_path / "cpuinfo"
         path.write_text(text)
         assert metadata.cpu_flags.__wrapped__(path) == expected
@@ -27,7 +26,7 @@ def test_the_cpu_flags_that_change_bf16_kernels(tmp_path):
 
 
 def test_the_largest_cpu_cache(tmp_path):
-    for index, (level, size) in enumerate([(1, "32K"), (2, "512K"), (3, "32768K")]):
+    for index, (_level, size) in enumerate([(1, "32K"), (2, "512K"), (3, "32768K")]):
         folder = tmp_path / f"index{index}"
         folder.mkdir()
         (folder / "size").write_text(f"{size}\n")
@@ -48,23 +47,23 @@ class FakeNvml:
     def __init__(self):
         self.asked = []
 
-    def nvmlInit(self):  # noqa: N802 -- pynvml's names
+    def nvmlInit(self):
         self.asked.append("init")
 
-    def nvmlShutdown(self):  # noqa: N802
+    def nvmlShutdown(self):
         self.asked.append("shutdown")
 
-    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+    def nvmlDeviceGetHandleByUUID(self, uuid):
         self.asked.append(uuid)
         return "handle"
 
-    def nvmlSystemGetDriverVersion(self):  # noqa: N802
+    def nvmlSystemGetDriverVersion(self):
         return b"580.159.04"
 
-    def nvmlDeviceGetClockInfo(self, handle, clock):  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, handle, clock):
         return 1755
 
-    def nvmlDeviceGetMaxClockInfo(self, handle, clock):  # noqa: N802
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
         return 1980
 
 
@@ -84,11 +83,14 @@ def test_without_nvml_nvidia_smi_answers(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(uuid="GPU-77"))
 
     class Broken:
-        def nvmlInit(self):  # noqa: N802
+        def nvmlInit(self):
             raise RuntimeError("NVML Shared Library Not Found")
 
-    assert metadata.gpu_state("cuda:0", Broken()) == {col.DRIVER_VERSION: "580.159.04", col.GPU_SM_CLOCK_MHZ: 1410,
-                                                     col.GPU_SM_CLOCK_MAX_MHZ: 1980}
+    assert metadata.gpu_state("cuda:0", Broken()) == {
+        col.DRIVER_VERSION: "580.159.04",
+        col.GPU_SM_CLOCK_MHZ: 1410,
+        col.GPU_SM_CLOCK_MAX_MHZ: 1980,
+    }
     assert (tmp_path / "asked").read_text().strip() == "--id=GPU-77"
 
 
@@ -105,8 +107,9 @@ def test_a_row_carries_the_machine(tmp_path):
     from topk_bench.child.execute import execute
     from topk_bench.results.row import make_row
 
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     repeats=1)
+    case = Case.make(
+        suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2}, repeats=1
+    )
     row = make_row(case, execute(case, Budget()))
     assert row[col.CPU_CAPABILITY] == torch.backends.cpu.get_cpu_capability()
     assert row[col.CPU_FLAGS] == metadata.cpu_flags() and row[col.CUDA_VERSION] == (torch.version.cuda or "")

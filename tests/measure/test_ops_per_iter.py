@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import implementations
-from topk_bench.child.execute import measure
 from topk_bench.case import Case
-from topk_bench.measure import backends
+from topk_bench.child.execute import measure
 from topk_bench.measure.ops import OpCounter, profiled
 from topk_bench.results import columns as col
 
@@ -30,8 +29,18 @@ EAGER = ["vanilla", "sdpa", *SELECTION]
 def decode(impl: str, **fields) -> Case:
     from topk_bench.workloads.attention import with_budget
 
-    return Case.make(suite="t", workload="decode", impl=impl, params=DECODE, options=with_budget(impl, {}, 32),
-                     mode="fwd", causal=True, warmup=1, repeats=1, **fields)
+    return Case.make(
+        suite="t",
+        workload="decode",
+        impl=impl,
+        params=DECODE,
+        options=with_budget(impl, {}, 32),
+        mode="fwd",
+        causal=True,
+        warmup=1,
+        repeats=1,
+        **fields,
+    )
 
 
 def test_every_selection_method_is_counted():
@@ -92,7 +101,8 @@ def test_a_decode_suite_has_ops_per_iter_on_every_row_measured_and_predicted(tmp
 
     entries = "".join(f'[[impl]]\nname = "{name}"\n' for name in EAGER)
     path = tmp_path / "d.toml"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         name = "d"
         workload = "decode"
         repeats = 1
@@ -103,7 +113,9 @@ def test_a_decode_suite_has_ops_per_iter_on_every_row_measured_and_predicted(tmp
         head_dim = 16
         [sweep]
         budget = [32]
-    ''') + entries)
+    """)
+        + entries
+    )
     measured = run_suite(path, device="cpu", out=str(tmp_path / "m"), warmup_s=0.0)
     predicted = run_suite(path, predict=True, out=str(tmp_path / "p"))
     assert list(measured[col.IMPL]) == EAGER and set(measured[col.STATUS]) == {"ok"}

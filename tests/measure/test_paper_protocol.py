@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from locations import ROOT, TESTS
 import dataclasses
 import json
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
 
 import implementations
-from topk_bench.run.resolve import Flags
-from topk_bench.child.execute import measure
+from locations import ROOT, TESTS
 from topk_bench import protocol
 from topk_bench.case import Case
+from topk_bench.child.execute import execute, measure
 from topk_bench.measure import backends
-from topk_bench.child.execute import execute
 from topk_bench.run import plan as planning
+from topk_bench.run.resolve import Flags
 from topk_bench.workloads import build
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -51,22 +49,35 @@ def case(impl: str, proto: str = "paper", workload: str = "mha", **fields) -> Ca
         params.update(d_ff=32, layers=2)
     options = {"chunk_size": 8} if "chunk_size" in implementations.spec(impl).options else {}
     fields = {"causal": True, "warmup": 0, "repeats": 1, **fields}
-    return Case.make(suite="t", workload=workload, impl=impl, params=params, options=options, protocol=proto,
-                     **fields)
+    return Case.make(suite="t", workload=workload, impl=impl, params=params, options=options, protocol=proto, **fields)
 
 
 def test_our_case_ids_are_those_of_before_the_protocol_existed():
-    ours = Case.make(suite="mha", workload="mha", impl="topk", params={"seq_len": 1024, "batch": 1, "d_model": 768,
-                     "heads": 12}, options={"topk": 128, "chunk_size": 1024}, causal=True)
-    assert ours.case_id == "3af4ab3124c9c2ad"  # computed before this key existed (tests/suite/test_ci_suite_and_baseline.py: all of ci.toml)
+    ours = Case.make(
+        suite="mha",
+        workload="mha",
+        impl="topk",
+        params={"seq_len": 1024, "batch": 1, "d_model": 768, "heads": 12},
+        options={"topk": 128, "chunk_size": 1024},
+        causal=True,
+    )
+    assert (
+        ours.case_id == "3af4ab3124c9c2ad"
+    )  # computed before this key existed (tests/suite/test_ci_suite_and_baseline.py: all of ci.toml)
     paper = Case.make(**{**_fields(ours), "protocol": "paper"})
     assert paper.case_id != ours.case_id
     assert Case.from_json(paper.to_json()) == paper and Case.from_json(paper.to_json()).protocol == "paper"
 
 
 def _fields(c: Case) -> dict:
-    return {"suite": c.suite, "workload": c.workload, "impl": c.impl, "params": dict(c.params),
-            "options": dict(c.options), "causal": c.causal}
+    return {
+        "suite": c.suite,
+        "workload": c.workload,
+        "impl": c.impl,
+        "params": dict(c.params),
+        "options": dict(c.options),
+        "causal": c.causal,
+    }
 
 
 def test_a_paper_suite_plans_paper_cases(tmp_path):
@@ -86,7 +97,7 @@ def test_a_paper_suite_plans_paper_cases(tmp_path):
 
 def test_paper_layers_scale_inside_and_vanilla_keeps_its_whole_mask():
     wl = build(case("vanilla_paper"), "cpu", torch.float32)
-    assert wl.model.scale_in_attention and wl.model.attention.options["scale"] == 8 ** -0.5
+    assert wl.model.scale_in_attention and wl.model.attention.options["scale"] == 8**-0.5
     (mask,) = wl.kept
     assert mask.dtype == torch.bool and torch.equal(mask, torch.ones(L, L, dtype=torch.bool).triu(1))
     assert wl.model.attention.options["mask"] is mask
@@ -104,8 +115,9 @@ def test_paper_layers_scale_inside_and_vanilla_keeps_its_whole_mask():
 def test_a_paper_decoder_shares_one_mask_across_its_layers():
     wl = build(case("vanilla_paper", workload="decoder", ff_impl="vanilla_paper"), "cpu", torch.float32)
     (mask,) = wl.kept
-    assert all(block.mha.attention.options["mask"] is mask and block.mha.scale_in_attention
-               for block in wl.model.blocks)
+    assert all(
+        block.mha.attention.options["mask"] is mask and block.mha.scale_in_attention for block in wl.model.blocks
+    )
     assert all(block.ff.attention.options["mask"] is None for block in wl.model.blocks)  # FF: no mask
 
 
@@ -152,8 +164,16 @@ def test_paper_iterations_are_cold_rebuilt_and_three(monkeypatch):
     m = measure(case("qchunk_paper", warmup=0, repeats=3))
     # No warm-up: the first iteration is timed; each on a fresh model and inputs built outside the
     # timed region; the untimed profiling iteration (live bytes, FLOPs) last, on a fresh one too.
-    assert rec.events == [("build", 1), ("timed", 1), ("build", 2), ("timed", 2), ("build", 3), ("timed", 3),
-                          ("build", 4), ("untimed", 4)]
+    assert rec.events == [
+        ("build", 1),
+        ("timed", 1),
+        ("build", 2),
+        ("timed", 2),
+        ("build", 3),
+        ("timed", 3),
+        ("build", 4),
+        ("untimed", 4),
+    ]
     assert rec.earlier_alive == [False] * 4  # each freed before the next is built (their `del Q, model, ...`)
     assert m.times_s == [2.0, 2.0, 2.0] and m.time_mean_s == 2.0  # the fake clock ticks once a call
     assert m.peak_bytes > m.baseline_bytes > 0 and m.flops > 0
@@ -190,10 +210,17 @@ def test_a_paper_figure_draws_reserved_bytes_and_mean_times(tmp_path):
     out.mkdir()
     rows = []
     for n in (512, 1024):
-        c = Case.make(suite="p", workload="mha", impl="vanilla_paper", params={"seq_len": n}, device="cuda",
-                      protocol="paper")
-        rows.append((c, Measurement(status="ok", device_name="GPU", peak_bytes=n << 20, reserved_bytes=n << 21,
-                                    times_s=[3.0, 1.0, 1.0])))
+        c = Case.make(
+            suite="p", workload="mha", impl="vanilla_paper", params={"seq_len": n}, device="cuda", protocol="paper"
+        )
+        rows.append(
+            (
+                c,
+                Measurement(
+                    status="ok", device_name="GPU", peak_bytes=n << 20, reserved_bytes=n << 21, times_s=[3.0, 1.0, 1.0]
+                ),
+            )
+        )
     columns = header(list(parameters(rows[0][0])))
     for c, m in rows:
         columns = append_row(out / "p.csv", make_row(c, m), columns)
@@ -247,13 +274,20 @@ def test_paper_suites_are_the_figures_under_the_paper_protocol():
     assert decoder["vanilla_paper"].ff_impl == decoder["performer"].ff_impl == "vanilla_paper"
 
 
-
 def test_a_paper_case_checks_the_numbers_of_its_last_timed_iteration():
     # Each timed iteration has its own workload under the paper protocol: the NaN check must still see the
     # last one's gradients (it is freed only after the check), and the case keeps its measurement.
     plugin = str(TESTS / "plugins" / "nonfinite_impls.py")
-    nan = Case.make(suite="t", workload="mha", impl="nan_gradient", params={"seq_len": L, "d_model": D_MODEL,
-                    "heads": HEADS}, warmup=0, repeats=3, protocol="paper", plugins=(plugin,))
+    nan = Case.make(
+        suite="t",
+        workload="mha",
+        impl="nan_gradient",
+        params={"seq_len": L, "d_model": D_MODEL, "heads": HEADS},
+        warmup=0,
+        repeats=3,
+        protocol="paper",
+        plugins=(plugin,),
+    )
     result = execute(nan)
     assert result.status == "nonfinite" and "gradient" in result.error, result.error
     assert len(result.times_s) == 3 and result.peak_bytes > result.baseline_bytes > 0

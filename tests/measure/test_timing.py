@@ -18,14 +18,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from topk_bench.run.resolve import Flags
 from topk_bench.case import Case
 from topk_bench.measure import backends, iterations
+from topk_bench.run.resolve import Flags
 from topk_bench.types import Timer
 
-STEP_S = 0.010    # an eager iteration on the stand-in GPU
+STEP_S = 0.010  # an eager iteration on the stand-in GPU
 REPLAY_S = 0.002  # a replay of the captured iteration (no host dispatch)
-FLUSH_S = 0.004   # a cache flush: inside an iteration's events, it would show in its sample
+FLUSH_S = 0.004  # a cache flush: inside an iteration's events, it would show in its sample
 L2_BYTES = 4096
 
 
@@ -63,7 +63,7 @@ class FakeRuntime:
     def get_device_properties(self, device=None):
         return type("Properties", (), {"L2_cache_size": L2_BYTES})()
 
-    def Event(self, enable_timing=False):  # noqa: N802 -- torch.cuda.Event
+    def Event(self, enable_timing=False):
         runtime = self
 
         class Event:
@@ -79,7 +79,7 @@ class FakeRuntime:
     def current_stream(self, device=None):
         return FakeStream(self, self.streams[-1])
 
-    def Stream(self, device=None):  # noqa: N802 -- torch.cuda.Stream
+    def Stream(self, device=None):
         return FakeStream(self, "side")
 
     @contextlib.contextmanager
@@ -92,7 +92,7 @@ class FakeRuntime:
             self.streams.pop()
             self.calls.append(("stream end", s.name))
 
-    def CUDAGraph(self):  # noqa: N802 -- torch.cuda.CUDAGraph
+    def CUDAGraph(self):
         return FakeGraph(self)
 
     @contextlib.contextmanager
@@ -157,8 +157,16 @@ class ObservedSteps(backends.CudaSteps):
 
 
 def make_case(**fields) -> Case:
-    base = dict(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                device="cuda", warmup=2, warmup_s=0.025, repeats=3)
+    base = dict(
+        suite="t",
+        workload="mha",
+        impl="vanilla",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        device="cuda",
+        warmup=2,
+        warmup_s=0.025,
+        repeats=3,
+    )
     return Case.make(**{**base, **fields})
 
 
@@ -199,11 +207,11 @@ def test_an_untimed_iteration_follows_the_reset_and_the_timed_ones_run_back_to_b
     steps, samples = run(make_case(), runtime)
     reset = runtime.calls.index(("reset_peak",))
     assert runtime.calls[reset - 1] == ("empty_cache",)
-    after = runtime.calls[reset + 1:]
+    after = runtime.calls[reset + 1 :]
     # First an untimed iteration: the blocks the emptied cache gave back are allocated again outside the timing.
     assert after[0] == ("iteration", "untimed", "current")
     # Then 3 timed iterations, 3 events each, no synchronisation between them; one at the end, then the peaks.
-    timed = after[1:after.index(("sync",))]
+    timed = after[1 : after.index(("sync",))]
     assert timed == [("iteration", "timed", "current"), ("record",), ("record",), ("record",)] * 3
     assert after[after.index(("sync",)) + 1] == ("read_peak",)
     # Each sample read from its own events once all ran: STEP_S each, as the stand-in's clock moved.
@@ -217,10 +225,12 @@ def test_the_cache_is_flushed_before_each_timed_iteration_outside_its_events_aft
     # The memory pass is as without a flush (the flush buffer is no peak of the row) ...
     assert ("flush",) not in runtime.calls[:peaks]
     # ... then a timing pass: each timed iteration's events come after a flush; the flush is in none of them.
-    timing = runtime.calls[peaks + 1:]
-    assert timing[:timing.index(("sync",))] == [
-        ("flush",), ("iteration", "timed", "current"), ("record",), ("record",), ("record",)] * 3
-    assert timing[timing.index(("sync",)):] == [("sync",)]
+    timing = runtime.calls[peaks + 1 :]
+    assert (
+        timing[: timing.index(("sync",))]
+        == [("flush",), ("iteration", "timed", "current"), ("record",), ("record",), ("record",)] * 3
+    )
+    assert timing[timing.index(("sync",)) :] == [("sync",)]
     # The buffer zeroed is larger than the device's L2 (twice).
     assert steps._flush.numel() * steps._flush.element_size() == 2 * L2_BYTES
     assert samples == [pytest.approx((STEP_S, 0.0))] * 3
@@ -258,19 +268,27 @@ def test_a_cuda_graph_is_captured_after_the_memory_pass_and_replayed_for_each_sa
     assert kinds(calls[reset:peaks]) == ["untimed", "timed", "timed", "timed"]
     # Then, as torch.cuda.graph's documentation and triton's do_bench_cudagraph: a side stream that waits for
     # the current one, eager iterations on it, the current stream waiting for it, one iteration captured.
-    graph = calls[peaks + 1:calls.index(("capture end",)) + 1]
-    assert graph == [("wait", "side", "current"), ("stream", "side"), ("iteration", "untimed", "side"),
-                     ("iteration", "untimed", "side"), ("stream end", "side"), ("wait", "current", "side"),
-                     ("capture",), ("iteration", "captured", "current"), ("capture end",)]
+    graph = calls[peaks + 1 : calls.index(("capture end",)) + 1]
+    assert graph == [
+        ("wait", "side", "current"),
+        ("stream", "side"),
+        ("iteration", "untimed", "side"),
+        ("iteration", "untimed", "side"),
+        ("stream end", "side"),
+        ("wait", "current", "side"),
+        ("capture",),
+        ("iteration", "captured", "current"),
+        ("capture end",),
+    ]
     # Then each sample is one replay between two events, back to back, one synchronisation at the end.
-    replays = calls[calls.index(("capture end",)) + 2:]  # after the synchronisation that ends the capture
+    replays = calls[calls.index(("capture end",)) + 2 :]  # after the synchronisation that ends the capture
     assert replays == [("record",), ("replay",), ("record",)] * 3 + [("sync",)]
     assert samples == [pytest.approx((REPLAY_S, 0.0))] * 3
 
 
 def test_a_cuda_graph_with_a_cache_flush_flushes_between_replays(runtime):
     _, samples = run(make_case(timer=Timer.CUDAGRAPH, flush_l2=True), runtime)
-    replays = runtime.calls[runtime.calls.index(("capture end",)) + 2:]
+    replays = runtime.calls[runtime.calls.index(("capture end",)) + 2 :]
     assert replays == [("flush",), ("record",), ("replay",), ("record",)] * 3 + [("sync",)]
     assert samples == [pytest.approx((REPLAY_S, 0.0))] * 3
 
@@ -302,17 +320,23 @@ def test_measure_cuda_records_the_timer_and_keeps_no_forward_backward_split_for_
     assert graph.times_s == pytest.approx([REPLAY_S] * 3) and graph.fwd_times_s == graph.bwd_times_s == []
     assert events.times_s == pytest.approx([STEP_S] * 3) and len(events.fwd_times_s) == 3
     # The memory is the eager pass's, whatever the timer.
-    assert (graph.peak_bytes, graph.reserved_bytes, graph.baseline_bytes) == (events.peak_bytes, events.reserved_bytes,
-                                                                             events.baseline_bytes)
+    assert (graph.peak_bytes, graph.reserved_bytes, graph.baseline_bytes) == (
+        events.peak_bytes,
+        events.reserved_bytes,
+        events.baseline_bytes,
+    )
     assert graph.extra["ops_per_iter"] == events.extra["ops_per_iter"] > 0
 
 
 # -- the settings: bench.toml < suite < flags, resolved once --------------------------------------------------
 
+
 def timing_suite(tmp_path, keys: str = "") -> str:
     path = tmp_path / "s.toml"
-    path.write_text(f'name = "s"\nworkload = "mha"\n{keys}\n[shape]\nd_model = 8\nheads = 2\n[sweep]\nseq_len = [16]\n'
-                    '[[impl]]\nname = "vanilla"\n')
+    path.write_text(
+        f'name = "s"\nworkload = "mha"\n{keys}\n[shape]\nd_model = 8\nheads = 2\n[sweep]\nseq_len = [16]\n'
+        '[[impl]]\nname = "vanilla"\n'
+    )
     return str(path)
 
 
@@ -355,8 +379,13 @@ def test_a_measured_cuda_run_keeps_the_timer_asked(tmp_path):
 def test_timer_and_flush_enter_a_case_id_only_when_set():
     case = make_case()
     assert case.case_id == replace(case, timer=Timer.EVENTS).case_id  # the default, spelled out
-    ids = {case.case_id, replace(case, timer=Timer.CUDAGRAPH).case_id, replace(case, flush_l2=True).case_id,
-           replace(case, compile=True).case_id, replace(case, compile=True, compile_mode="max-autotune").case_id}
+    ids = {
+        case.case_id,
+        replace(case, timer=Timer.CUDAGRAPH).case_id,
+        replace(case, flush_l2=True).case_id,
+        replace(case, compile=True).case_id,
+        replace(case, compile=True, compile_mode="max-autotune").case_id,
+    }
     assert len(ids) == 5
     # Warm-up settings are no part of what a case is (re-running with another warm-up resumes).
     assert case.case_id == replace(case, warmup=7, warmup_s=1.0).case_id

@@ -36,10 +36,12 @@ def build(case, device, dtype):
     return workloads.Workload(model, (x, memory))
 
 
-CROSS = workloads.register(workloads.WorkloadSpec(
-    name="cross_attention",
-    description="queries of one sequence over the keys and values of another (encoder memory)",
-    build=build,
-    params={"seq_len": 64, "memory_len": 256, "batch": 1, "d_model": 32, "heads": 2},
-    fixed={"causal": workloads.Fixed(False, "cross-attention has no causal mask: expected causal = false")},
-))
+CROSS = workloads.register(
+    workloads.WorkloadSpec(
+        name="cross_attention",
+        description="queries of one sequence over the keys and values of another (encoder memory)",
+        build=build,
+        params={"seq_len": 64, "memory_len": 256, "batch": 1, "d_model": 32, "heads": 2},
+        fixed={"causal": workloads.Fixed(False, "cross-attention has no causal mask: expected causal = false")},
+    )
+)

@@ -14,5 +14,4 @@ def scaled_by_max(q, k, v, *, causal=False, activation="softmax"):
 
 
 if "test_item" not in implementations.names():
-    implementations.register(Implementation("test_item", scaled_by_max, "reads a value with .item()",
-                                            causal=False))
+    implementations.register(Implementation("test_item", scaled_by_max, "reads a value with .item()", causal=False))

@@ -24,8 +24,10 @@ def sleeps(q, k, v, *, causal=False, activation="softmax"):
     return q
 
 
-for _impl in (Implementation("test_os_exit", exits_at_once, "calls os._exit(0)", predictable=False),
-              Implementation("test_sys_exit", raises_system_exit, "calls sys.exit(0)", predictable=False),
-              Implementation("test_sleeps", sleeps, "sleeps for an hour", predictable=False)):
+for _impl in (
+    Implementation("test_os_exit", exits_at_once, "calls os._exit(0)", predictable=False),
+    Implementation("test_sys_exit", raises_system_exit, "calls sys.exit(0)", predictable=False),
+    Implementation("test_sleeps", sleeps, "sleeps for an hour", predictable=False),
+):
     if _impl.name not in implementations.names():
         implementations.register(_impl)

@@ -1,12 +1,11 @@
 """The simulated CUDA caching allocator: its rules one by one, and allocation sequences replayed against an H100."""
 
-from locations import TESTS
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 
+from locations import TESTS
 from topk_bench.predict.allocator import FREE, MIB, CachingAllocator
 from topk_bench.predict.simulated import simulate_measurement
 
@@ -105,8 +104,9 @@ def test_a_measurement_keeps_timed_losses_frees_gradients_and_can_empty_the_cach
     emptied = simulate_measurement(setup, body, loss=11, warmup=2, repeats=3, empty_cache=True)
     assert emptied.peak_bytes == kept.peak_bytes and emptied.reserved_bytes == kept.reserved_bytes
     # A workspace the profiling iteration allocates and keeps: not freed with the gradients; what the warm-up left.
-    ws = simulate_measurement(setup, body, loss=11, warmup=1, repeats=1, profile=([(9, 32 * MIB)] + body, 11),
-                              persistent={9})
+    ws = simulate_measurement(
+        setup, body, loss=11, warmup=1, repeats=1, profile=([(9, 32 * MIB)] + body, 11), persistent={9}
+    )
     assert ws.baseline_bytes == kept.baseline_bytes and ws.workspace_bytes == 32 * MIB
     assert ws.peak_bytes == 3 * MIB + 512 + 32 * MIB + 8 * MIB + 512 + 3 * MIB and ws.reserved_bytes == 54 * MIB
     assert kept.workspace_bytes == 0
@@ -146,12 +146,30 @@ def test_a_cuda_prediction_runs_the_protocol_s_own_iterations(monkeypatch):
         return real_run(case, steps)
 
     monkeypatch.setattr(iterations, "run", spy)
-    case = Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     device="cuda", method="predicted", warmup=2, repeats=3)
+    case = Case.make(
+        suite="s",
+        workload="mha",
+        impl="vanilla",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        device="cuda",
+        method="predicted",
+        warmup=2,
+        repeats=3,
+    )
     predicted = backends.predict(case, None)
     # The warm-up (2 iterations: the profiling one and one more), the reset, one untimed iteration, 3 timed.
-    assert calls == ["SimulatedCudaSteps", "build", "profile", "warm_up", "start", "warm_up", "timed", "timed", "timed",
-                     "finish"]
+    assert calls == [
+        "SimulatedCudaSteps",
+        "build",
+        "profile",
+        "warm_up",
+        "start",
+        "warm_up",
+        "timed",
+        "timed",
+        "timed",
+        "finish",
+    ]
     # A change of the protocol's structure moves the prediction with it: one more timed iteration keeps one
     # more loss (a 512-byte block) through the timed region.
     more = backends.predict(dataclasses.replace(case, repeats=4), None)

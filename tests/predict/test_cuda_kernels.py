@@ -68,6 +68,7 @@ def steps_of(op, *args, gpu="sm90", **kwargs):
 
 # -- softmax (SoftMax.cu) -------------------------------------------------------------------------------
 
+
 def test_softmax_backward_allocates_grad_times_output_and_log_softmax_backward_does_not():
     """softmax_backward_cuda_out: ``tmp = grad * output`` ([4, 256] float: 4096 B) after grad_input, freed on
     return; log_softmax_backward_cuda_out has no product. The CPU kernel allocates neither."""
@@ -91,6 +92,7 @@ def test_softmax_forward_copies_a_strided_input_only():
 
 
 # -- top-k and sort (TensorTopK.cu, Sort.cu, cub) ------------------------------------------------------------
+
 
 def test_multiblock_topk_buffers_by_hand():
     """[5000, 400] float, k = 10, sm90 (132 SMs; 65536 registers / (40 x 256) = 6 blocks per SM):
@@ -140,23 +142,30 @@ def test_a_short_sort_fills_its_indices_in_place():
 
 # -- SDPA: the backend, and its kernels' buffers (attention.cu, attention_backward.cu, flash_api.cpp) ----------
 
+
 def _qkv(dtype, b=1, h=2, lq=128, lk=128, d=64, hk=None, grad=True):
     """q, k, v as attention layers make them: [B, L, H, D] tensors seen as [B, H, L, D]."""
-    return tuple(torch.randn(b, length, n, d, dtype=dtype, requires_grad=grad).transpose(1, 2)
-                 for n, length in ((h, lq), (hk or h, lk), (hk or h, lk)))
+    return tuple(
+        torch.randn(b, length, n, d, dtype=dtype, requires_grad=grad).transpose(1, 2)
+        for n, length in ((h, lq), (hk or h, lk), (hk or h, lk))
+    )
 
 
-@pytest.mark.parametrize("dtype,gpu,mask,backend", [
-    (torch.bfloat16, "sm90", False, Backend.CUDNN),   # cuDNN first on sm90 with cuDNN 9.15.1+
-    (torch.bfloat16, "sm80", False, Backend.FLASH),
-    (torch.bfloat16, "sm80", True, Backend.EFFICIENT),  # flash takes no mask
-    (torch.float32, "sm90", False, Backend.EFFICIENT),  # flash and cuDNN need half
-    (torch.float32, "sm80", True, Backend.EFFICIENT),
-])
+@pytest.mark.parametrize(
+    "dtype,gpu,mask,backend",
+    [
+        (torch.bfloat16, "sm90", False, Backend.CUDNN),  # cuDNN first on sm90 with cuDNN 9.15.1+
+        (torch.bfloat16, "sm80", False, Backend.FLASH),
+        (torch.bfloat16, "sm80", True, Backend.EFFICIENT),  # flash takes no mask
+        (torch.float32, "sm90", False, Backend.EFFICIENT),  # flash and cuDNN need half
+        (torch.float32, "sm80", True, Backend.EFFICIENT),
+    ],
+)
 def test_sdpa_runs_the_backend_cuda_selects(dtype, gpu, mask, backend):
     def body(q, k, v):
         bias = torch.zeros(128, 128, dtype=dtype) if mask else None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
     assert traced(lambda: _qkv(dtype), body, gpu=gpu)[2].backends == [backend]
 
 
@@ -178,16 +187,33 @@ def test_efficient_attention_backward_by_hand():
     1024 B; the kernel of the CUTLASS table (BI = BJ = 64, kMaxK 64, no output accumulators for float) and its
     workspace: dQ accumulators of ceil(128/64) x ceil(64/64) tiles of (16 + 4 x 64 x 64) B per batch and head:
     2 x 8200 floats = 65,600 B."""
+
     def body(q, k, v):
         out = F.scaled_dot_product_attention(q, k, v)
         out.backward(torch.ones_like(out))
         return out
+
     events = signed(traced(lambda: _qkv(torch.float32), body)[0])
     # forward: output, logsumexp; backward: the gradient of ones, the three gradients, delta, the workspace
-    assert events[:14] == [65_536, 1024, 65_536, 65_536, 65_536, 65_536, 65_536, 1024, 1024, -1024, -65_536, 65_600,
-                           -1024, -65_600]
-    assert attention.efficient_workspace(torch.empty(1, 2, 128, 64), torch.empty(1, 2, 128, 64), 128, False, 90) \
-        == 65_600
+    assert events[:14] == [
+        65_536,
+        1024,
+        65_536,
+        65_536,
+        65_536,
+        65_536,
+        65_536,
+        1024,
+        1024,
+        -1024,
+        -65_536,
+        65_600,
+        -1024,
+        -65_600,
+    ]
+    assert (
+        attention.efficient_workspace(torch.empty(1, 2, 128, 64), torch.empty(1, 2, 128, 64), 128, False, 90) == 65_600
+    )
 
 
 def test_flash_forward_splits_the_keys_of_a_decode_step():
@@ -195,12 +221,16 @@ def test_flash_forward_splits_the_keys_of_a_decode_step():
     under 80% of 264 SMs x 2; 16 blocks of 256 keys; num_splits_heuristic picks 16 splits (efficiency 0.48, the
     best): softmax_lse_accum [16, 1, 8, 1] float = 512 B and out_accum [16, 1, 8, 1, 64] float = 32,768 B."""
     assert attention.num_splits_heuristic(8, 264, 16, 128) == 16
-    steps = steps_of(torch.ops.aten._scaled_dot_product_flash_attention.default,
-                     lambda: torch.randn(1, 8, 1, 64, dtype=torch.bfloat16),
-                     lambda: torch.randn(1, 8, 4096, 64, dtype=torch.bfloat16),
-                     lambda: torch.randn(1, 8, 4096, 64, dtype=torch.bfloat16))
-    assert [(s.name, s.nbytes) for s in steps if isinstance(s, Temp)] == [("softmax_lse_accum", 512),
-                                                                       ("out_accum", 32_768)]
+    steps = steps_of(
+        torch.ops.aten._scaled_dot_product_flash_attention.default,
+        lambda: torch.randn(1, 8, 1, 64, dtype=torch.bfloat16),
+        lambda: torch.randn(1, 8, 4096, 64, dtype=torch.bfloat16),
+        lambda: torch.randn(1, 8, 4096, 64, dtype=torch.bfloat16),
+    )
+    assert [(s.name, s.nbytes) for s in steps if isinstance(s, Temp)] == [
+        ("softmax_lse_accum", 512),
+        ("out_accum", 32_768),
+    ]
 
 
 def test_flash_backward_accumulates_dq_in_float_and_expands_grouped_heads():
@@ -209,28 +239,50 @@ def test_flash_backward_accumulates_dq_in_float_and_expands_grouped_heads():
     q = lambda: torch.randn(1, 100, 4, 64, dtype=torch.bfloat16).transpose(1, 2)  # noqa: E731
     kv = lambda: torch.randn(1, 100, 2, 64, dtype=torch.bfloat16).transpose(1, 2)  # noqa: E731
     with FakeTensorMode():
-        args = (q(), q(), kv(), kv(), q(), torch.randn(1, 4, 100), None, None, 100, 100, 0.0, False,
-                torch.zeros(2, dtype=torch.int64), torch.zeros((), dtype=torch.int64))
+        args = (
+            q(),
+            q(),
+            kv(),
+            kv(),
+            q(),
+            torch.randn(1, 4, 100),
+            None,
+            None,
+            100,
+            100,
+            0.0,
+            False,
+            torch.zeros(2, dtype=torch.int64),
+            torch.zeros((), dtype=torch.int64),
+        )
         out = (q(), kv(), kv())
         op = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
         steps = registry.lookup(op).steps(Call(op, args, {}, out, kernels.gpu("sm90")))
     assert [(s.name, s.nbytes) for s in steps if isinstance(s, Temp)] == [
-        ("softmax_d", 2048), ("dq_accum", 131_072), ("dk_expanded", 51_200), ("dv_expanded", 51_200)]
+        ("softmax_d", 2048),
+        ("dq_accum", 131_072),
+        ("dk_expanded", 51_200),
+        ("dv_expanded", 51_200),
+    ]
 
 
 # -- BLAS (Blas.cpp, CublasHandlePool.cpp) ---------------------------------------------------------------------
+
 
 def test_the_cublas_workspace_comes_with_the_first_gemm_of_each_thread_and_cublaslt_with_a_bias():
     """sm90: 32 MiB (``:4096:8``) at the first GEMM of the forward thread, after its output; a second GEMM takes
     none; addmm with a 1-D bias takes the cuBLASLt path and its 1 MiB; the backward (the engine's thread, its own
     handle) 32 MiB more at its first GEMM. sm80: ``:4096:2:16:8`` = 8,519,680 B."""
+
     def body(x, w, b):
-        y = F.linear(x, w, b)       # addmm: output 1024 B, cuBLAS 32 MiB, cuBLASLt 1 MiB
-        z = y @ w                   # mm: output only
+        y = F.linear(x, w, b)  # addmm: output 1024 B, cuBLAS 32 MiB, cuBLASLt 1 MiB
+        z = y @ w  # mm: output only
         z.sum().backward()
         return y, z
+
     def make():
         return torch.randn(16, 16), torch.randn(16, 16, requires_grad=True), torch.randn(16, requires_grad=True)
+
     events, trace, _ = traced(make, body)
     sizes = signed(events)
     assert sizes[:4] == [1024, 32 * MIB, 1 * MIB, 1024]
@@ -251,27 +303,47 @@ def test_a_gemm_operand_in_no_blas_layout_is_copied():
 
 # -- layer norm, embedding bag, dropout -------------------------------------------------------------------------
 
+
 def test_layer_norm_backward_partial_sums_for_many_short_rows():
     """M = 70,000 rows of N = 64 on sm90: M > 65,536 and 64 / 32 < 132 / 2: the two-stage gamma/beta reduction,
     blocks.y = min(32,768 / ceil(64/32), ceil(70,000/32)) = 2188, two partial buffers of 2188 x 64 floats."""
-    steps = steps_of(torch.ops.aten.native_layer_norm_backward.default, lambda: torch.randn(70_000, 64),
-                     lambda: torch.randn(70_000, 64), [64], lambda: torch.randn(70_000, 1),
-                     lambda: torch.randn(70_000, 1), lambda: torch.randn(64), lambda: torch.randn(64),
-                     [True, True, True])
+    steps = steps_of(
+        torch.ops.aten.native_layer_norm_backward.default,
+        lambda: torch.randn(70_000, 64),
+        lambda: torch.randn(70_000, 64),
+        [64],
+        lambda: torch.randn(70_000, 1),
+        lambda: torch.randn(70_000, 1),
+        lambda: torch.randn(64),
+        lambda: torch.randn(64),
+        [True, True, True],
+    )
     assert [(s.name, s.nbytes) for s in steps] == [("dgamma_blocks", 560_128), ("dbeta_blocks", 560_128)]
-    few = steps_of(torch.ops.aten.native_layer_norm_backward.default, lambda: torch.randn(1000, 64),
-                   lambda: torch.randn(1000, 64), [64], lambda: torch.randn(1000, 1),
-                   lambda: torch.randn(1000, 1), lambda: torch.randn(64), lambda: torch.randn(64),
-                   [True, True, True])
+    few = steps_of(
+        torch.ops.aten.native_layer_norm_backward.default,
+        lambda: torch.randn(1000, 64),
+        lambda: torch.randn(1000, 64),
+        [64],
+        lambda: torch.randn(1000, 1),
+        lambda: torch.randn(1000, 1),
+        lambda: torch.randn(64),
+        lambda: torch.randn(64),
+        [True, True, True],
+    )
     assert few == []
 
 
 def test_embedding_bag_outputs_are_sized_as_cuda_sizes_them():
     """_embedding_bag_cuda, weight [10, 4] float, 6 int64 indices in 3 bags, mode sum: bag_size 3 x 8, offset2bag
     6 x 8, output 3 x 4 x 4, max_indices empty; int32 offsets are first promoted to int64 (3 x 8 B, freed)."""
+
     def bag(offsets_dtype):
-        return lambda: (torch.randn(10, 4), torch.tensor([0, 2, 4, 5, 1, 3]),
-                        torch.tensor([0, 2, 4], dtype=offsets_dtype))
+        return lambda: (
+            torch.randn(10, 4),
+            torch.tensor([0, 2, 4, 5, 1, 3]),
+            torch.tensor([0, 2, 4], dtype=offsets_dtype),
+        )
+
     body = lambda w, i, o: torch.ops.aten._embedding_bag(w, i, o, False, 0)  # noqa: E731
     assert signed(traced(bag(torch.int64), body)[0]) == [24, 48, 48]
     assert signed(traced(bag(torch.int32), body)[0]) == [24, 24, 48, 48, -24]
@@ -287,6 +359,7 @@ def test_dropout_is_cudas_fused_kernel_with_a_boolean_mask():
 
 def test_a_functions_backward_takes_cudas_branch_too():
     """A custom Function recomputing a dropout in its backward (the paper's query chunks): native_dropout there."""
+
     class Recompute(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
@@ -299,18 +372,22 @@ def test_a_functions_backward_takes_cudas_branch_too():
     def body(x):
         Recompute.apply(x).sum().backward()
         return x.grad
+
     sizes = signed(traced(lambda: (torch.randn(4, 256, requires_grad=True),), body)[0])
     assert 1024 in sizes  # the boolean mask of native_dropout (the CPU branch would draw 4096 B of noise)
 
 
 # -- the autograd engine, and what is not modelled -------------------------------------------------------------
 
+
 def test_the_engine_accumulates_gradients_in_place_as_on_cuda():
     """Two gradients reaching x: InputBuffer::accumulate adds the new into the old in place on CUDA (the fake
     run's tensor subclasses take ``old + new``: one more 4096 B gradient)."""
+
     def body(x):
         (x * 2 + x * 3).sum().backward()
         return x.grad
+
     make = lambda: (torch.randn(1024, requires_grad=True),)  # noqa: E731
     cuda = [s for s in signed(traced(make, body)[0]) if s > 0]
     cpu = [s for s in signed(traced(make, body, cuda=False)[0]) if s > 0]
@@ -319,8 +396,9 @@ def test_the_engine_accumulates_gradients_in_place_as_on_cuda():
 
 def test_ops_without_a_rule_are_listed_unless_they_allocate_only_their_outputs():
     def body(a):
-        q, r = torch.linalg.qr(a)                # cuSOLVER's workspace: no rule
-        return torch.softmax(q + r, -1).exp()    # a rule, and element-wise ops: modelled
+        q, r = torch.linalg.qr(a)  # cuSOLVER's workspace: no rule
+        return torch.softmax(q + r, -1).exp()  # a rule, and element-wise ops: modelled
+
     trace = traced(lambda: (torch.randn(8, 8),), body)[1]
     assert trace.unmodelled == {"aten.linalg_qr.default"}
 

@@ -13,21 +13,20 @@ where they differ (all within :data:`PEAK_TOLERANCE`) and why. Reserved: within
 :data:`RESERVED_TOLERANCE` of the measurement, but for :data:`RESERVED_MISSES`.
 """
 
-from locations import ROOT, TESTS
 import csv
 import dataclasses
-from pathlib import Path
 
 import pytest
 
-from topk_bench.run.resolve import Flags
+from locations import ROOT, TESTS
 from topk_bench.predict.backends import predict_cuda
 from topk_bench.results import columns as col
 from topk_bench.run.plan import plan
+from topk_bench.run.resolve import Flags
 
 DATA = TESTS / "data"
 MIB = 1 << 20
-PEAK_TOLERANCE = 1 * MIB       # issue 26's targets
+PEAK_TOLERANCE = 1 * MIB  # issue 26's targets
 RESERVED_TOLERANCE = 0.05
 
 # measured - predicted peak above baseline, in bytes, (without, with empty_cache): where the H100's allocator
@@ -55,8 +54,10 @@ SUITE = [dataclasses.replace(c, device="cuda") for c in plan(ROOT / "suites" / "
 # Issue 15 added prefill and decode cases to ci.toml after the H100 data was taken: not measured there yet.
 NOT_YET_MEASURED = {"prefill", "decode"}
 CASES = [c for c in SUITE if c.workload not in NOT_YET_MEASURED]
-PARAMS = [pytest.param(c, id=f"{c.workload}-{c.impl}", marks=() if (c.workload, c.impl) in FAST else pytest.mark.slow)
-          for c in CASES]
+PARAMS = [
+    pytest.param(c, id=f"{c.workload}-{c.impl}", marks=() if (c.workload, c.impl) in FAST else pytest.mark.slow)
+    for c in CASES
+]
 
 
 def test_the_data_covers_every_case_of_the_suite_but_the_inference_workloads():
@@ -87,7 +88,7 @@ def test_prediction_against_the_h100(case):
 UNMODELLED = {
     ("mha", "performer"): "aten.linalg_qr.default",
     ("mha", "topk_sparse"): "aten._sparse_addmm.default;aten._sparse_coo_tensor_with_dims_and_tensors.default;"
-                            "aten.addmm_.default",
+    "aten.addmm_.default",
 }
 
 
@@ -114,12 +115,24 @@ RESERVED_MISSES_NOW = {("mha", "sdpa", 4096): 1.103, ("mha", "sdpa", 16384): 1.1
 
 
 def _now(suite: str) -> list:
-    cases = {c.case_id: c for c in (dataclasses.replace(c, device="cuda")
-                                    for c in plan(ROOT / "suites" / f"{suite}.toml", Flags(device="cpu"), yes=True).cases)}
+    cases = {
+        c.case_id: c
+        for c in (
+            dataclasses.replace(c, device="cuda")
+            for c in plan(ROOT / "suites" / f"{suite}.toml", Flags(device="cpu"), yes=True).cases
+        )
+    }
     with open(NOW / f"{suite}.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] == "ok"]
-    return [pytest.param(cases[r["case_id"]], r, id=f"{suite}-{r['workload']}-{r['impl']}-{r['seq_len'] or r['kv_len']}",
-                         marks=() if (r["workload"], r["impl"]) in FAST else pytest.mark.slow) for r in rows]
+    return [
+        pytest.param(
+            cases[r["case_id"]],
+            r,
+            id=f"{suite}-{r['workload']}-{r['impl']}-{r['seq_len'] or r['kv_len']}",
+            marks=() if (r["workload"], r["impl"]) in FAST else pytest.mark.slow,
+        )
+        for r in rows
+    ]
 
 
 @pytest.mark.parametrize("case,row", _now("ci") + _now("mha"))

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-from locations import TESTS
 import csv
 import dataclasses
 import json
@@ -25,35 +24,52 @@ from pathlib import Path
 import pytest
 
 import implementations
-from topk_bench.run.resolve import Flags
-from topk_bench.child.execute import measure
-from topk_bench.predict.backends import predict
-from topk_bench.case import Budget, Case
-from topk_bench.measure import backends
-from topk_bench.cli import main
+from locations import ROOT, TESTS
 from topk_bench.capture import capture, files
-from topk_bench.profile import select
-from topk_bench.report.plots import timeline
 from topk_bench.capture.attribution import Attribution
 from topk_bench.capture.rows import Category
 from topk_bench.capture.sources import PROJECT_ROOT, Sources, user_files
+from topk_bench.case import Budget, Case
+from topk_bench.child.execute import measure
+from topk_bench.cli import main
+from topk_bench.predict.backends import predict
+from topk_bench.profile import select
+from topk_bench.report.plots import timeline
 from topk_bench.results import columns as col
+from topk_bench.run.resolve import Flags
 from topk_bench.workloads.support import unsupported
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-SMALL = {"chunk_size": 16, "topk": 4, "nb_features": 8, "page_size": 8, "token_budget": 16, "window": 16,
-         "sinks": 2, "block_size": 16, "topk_blocks": 2}
+SMALL = {
+    "chunk_size": 16,
+    "topk": 4,
+    "nb_features": 8,
+    "page_size": 8,
+    "token_budget": 16,
+    "window": 16,
+    "sinks": 2,
+    "block_size": 16,
+    "topk_blocks": 2,
+}
 PREDICTABLE = [s.name for s in implementations.all_specs() if s.predictable]
 
 
 @pytest.fixture
 def cli():
     """``topk-bench ARGS`` in a process of its own, from the project's root."""
+
     def run(*args: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "COLUMNS": "100"}
-        return subprocess.run([sys.executable, "-m", "topk_bench", *args], cwd=PROJECT_ROOT, capture_output=True,
-                              text=True, timeout=600, env=env)
+        return subprocess.run(
+            [sys.executable, "-m", "topk_bench", *args],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+
     return run
 
 
@@ -61,9 +77,18 @@ def small_case(name: str, method: str, tmp_path: Path, **fields) -> Case:
     """``name`` in a small causal mha layer, forward and backward (chunks and selections really happen)."""
     spec = implementations.spec(name)
     options = {k: v for k, v in SMALL.items() if k in spec.options}
-    case = Case.make(suite="profile-test", workload="mha", impl=name, options=options, causal=spec.causal,
-                     params={"seq_len": 64, "d_model": 32, "heads": 2, "batch": 1}, method=method, warmup=1,
-                     repeats=1, **fields)
+    case = Case.make(
+        suite="profile-test",
+        workload="mha",
+        impl=name,
+        options=options,
+        causal=spec.causal,
+        params={"seq_len": 64, "d_model": 32, "heads": 2, "batch": 1},
+        method=method,
+        warmup=1,
+        repeats=1,
+        **fields,
+    )
     assert unsupported(case, predict=method == "predicted") is None
     return dataclasses.replace(case, profile=str(tmp_path / case.case_id))
 
@@ -87,8 +112,11 @@ def test_predicted_rows_sum_to_the_peak_above_the_baseline(name, tmp_path):
     case = small_case(name, "predicted", tmp_path)
     result, info, rows = profiled(case)
     plain = measure(case)
-    assert (result.peak_bytes, result.baseline_bytes, result.flops) == (plain.peak_bytes, plain.baseline_bytes,
-                                                                        plain.flops)
+    assert (result.peak_bytes, result.baseline_bytes, result.flops) == (
+        plain.peak_bytes,
+        plain.baseline_bytes,
+        plain.flops,
+    )
     assert sum(r.bytes for r in rows) == plain.peak_bytes - plain.baseline_bytes
     assert info["peak_bytes"] == plain.peak_bytes and info["rows_bytes"] == sum(r.bytes for r in rows)
     assert user_share(case, rows) >= 0.99
@@ -107,7 +135,8 @@ def test_measured_cpu_rows_sum_to_the_peak_above_the_baseline(name, tmp_path):
     predict(small_case(name, "predicted", tmp_path), Budget(), tracker=predicted)
     assert (result.peak_bytes, result.baseline_bytes) == (predicted.peak_bytes, predicted.baseline_bytes)
     assert sorted((r.bytes, r.source, r.category) for r in rows) == sorted(
-        (r.bytes, r.source, r.category) for r in predicted.rows())
+        (r.bytes, r.source, r.category) for r in predicted.rows()
+    )
     assert user_share(case, rows) >= 0.99
     ops = list(csv.DictReader(open(Path(case.profile) / "ops.csv")))
     assert any(r["op"].startswith("aten::") and int(r["calls"]) > 0 for r in ops)
@@ -128,7 +157,8 @@ def test_vanilla_by_hand(tmp_path):
 
     The peak is the softmax's backward writing dS, [1, 2, 64, 64]: live then are
     - saved by the forward: the softmax's output P (saved by the softmax and by P @ V), the causal mask
-      (bool [64, 64]: the allowed keys, negated in place; saved by masked_fill), the scaled q and k (saved by q @ kᵀ; v was saved by P @ V,
+      (bool [64, 64]: the allowed keys, negated in place; saved by masked_fill), the scaled q and k (saved by q @ kᵀ;
+      v was saved by P @ V,
       whose backward has run and let it go);
     - the layer's output, which the harness holds until the backward ends, and the loss with its seed gradient;
     - the gradients so far: dP = dO @ Vᵀ ([2, 64, 64], from bmm) and dV ([2, 64, 16]), made by P @ V's
@@ -143,28 +173,44 @@ def test_vanilla_by_hand(tmp_path):
     mask = _line("implementations/masking.py", "allowed = torch.arange(c0, c1, device=device) <= last")
     loss, backward = (_line("topk_bench/measure/steps.py", code) for code in ("loss = out.mean()", "loss.backward()"))
     saved, grad, temp = Category.SAVED, Category.GRADIENTS, Category.TEMPORARIES
-    expected = sorted([
-        (32768, "aten._softmax.default", softmax, "[1, 2, 64, 64]", "float32", saved),
-        (32768, "aten._softmax_backward_data.default", softmax, "[1, 2, 64, 64]", "float32", grad),
-        (32768, "aten.bmm.default", product, "[2, 64, 64]", "float32", grad),
-        (8192, "aten.bmm.default", product, "[2, 64, 16]", "float32", grad),
-        (8192, "aten.mul.Tensor", _line(layers, "q = q * (1.0 / math.sqrt(self.head_dim))"), "[1, 64, 32]",
-         "float32", saved),
-        (8192, "aten.addmm.default", _line(layers, "k = self._split(self.k_proj(x))"), "[64, 32]", "float32", saved),
-        (8192, "aten.addmm.default", o_proj, "[64, 32]", "float32", temp),
-        (4096, "aten.mm.default", o_proj, "[32, 32]", "float32", grad),
-        (4096, "aten.le.Tensor", mask, "[64, 64]", "bool", saved),  # allowed keys, negated in place
-        (128, "aten.sum.dim_IntList", o_proj, "[1, 32]", "float32", grad),
-        (4, "aten.mean.default", loss, "[]", "float32", temp),
-        (4, "aten.ones_like.default", backward, "[]", "float32", temp),
-    ])
+    expected = sorted(
+        [
+            (32768, "aten._softmax.default", softmax, "[1, 2, 64, 64]", "float32", saved),
+            (32768, "aten._softmax_backward_data.default", softmax, "[1, 2, 64, 64]", "float32", grad),
+            (32768, "aten.bmm.default", product, "[2, 64, 64]", "float32", grad),
+            (8192, "aten.bmm.default", product, "[2, 64, 16]", "float32", grad),
+            (
+                8192,
+                "aten.mul.Tensor",
+                _line(layers, "q = q * (1.0 / math.sqrt(self.head_dim))"),
+                "[1, 64, 32]",
+                "float32",
+                saved,
+            ),
+            (
+                8192,
+                "aten.addmm.default",
+                _line(layers, "k = self._split(self.k_proj(x))"),
+                "[64, 32]",
+                "float32",
+                saved,
+            ),
+            (8192, "aten.addmm.default", o_proj, "[64, 32]", "float32", temp),
+            (4096, "aten.mm.default", o_proj, "[32, 32]", "float32", grad),
+            (4096, "aten.le.Tensor", mask, "[64, 64]", "bool", saved),  # allowed keys, negated in place
+            (128, "aten.sum.dim_IntList", o_proj, "[1, 32]", "float32", grad),
+            (4, "aten.mean.default", loss, "[]", "float32", temp),
+            (4, "aten.ones_like.default", backward, "[]", "float32", temp),
+        ]
+    )
     case = small_case("vanilla", "predicted", tmp_path)
     result, info, rows = profiled(case)
     assert sorted(dataclasses.astuple(r) for r in rows) == expected
     assert result.peak_bytes - result.baseline_bytes == 139_400
     assert info["peak_in"] == "backward"
-    assert info["story"].startswith("vanilla at seq_len=64: 3 × [1, 2, 64, 64] float32 = 96 KiB: "
-                                    "weights saved for backward (vanilla.py:")
+    assert info["story"].startswith(
+        "vanilla at seq_len=64: 3 × [1, 2, 64, 64] float32 = 96 KiB: weights saved for backward (vanilla.py:"
+    )
 
 
 def test_the_csv_lists_the_largest_first_and_reads_back(tmp_path):
@@ -193,7 +239,12 @@ def test_cuda_prediction_rows_sum_to_its_simulated_peak(name, tmp_path):
     result, info, rows = profiled(case)
     plain = measure(case)  # what a run's child does for this case
     assert (result.peak_bytes, result.baseline_bytes, result.reserved_bytes, result.flops, result.extra) == (
-        plain.peak_bytes, plain.baseline_bytes, plain.reserved_bytes, plain.flops, plain.extra)
+        plain.peak_bytes,
+        plain.baseline_bytes,
+        plain.reserved_bytes,
+        plain.flops,
+        plain.extra,
+    )
     assert sum(r.bytes for r in rows) == plain.peak_bytes - plain.baseline_bytes
     assert all(r.bytes % 512 == 0 for r in rows)  # blocks, as the caching allocator hands them out
     # (No share asserted here: at this size the harness's two scalars, 512 B blocks each, are 1% of the peak.)
@@ -208,14 +259,13 @@ def test_cuda_prediction_rows_sum_to_its_simulated_peak(name, tmp_path):
         assert buffers and all(r.source.startswith(f"implementations/{name}.py:") for r in buffers)
         if nbytes is not None:
             assert [r.bytes for r in buffers] == [nbytes]
-            assert buffers[0].source == _line("implementations/vanilla.py",
-                                              "weights = torch.softmax(grouped, dim=-1)")
+            assert buffers[0].source == _line("implementations/vanilla.py", "weights = torch.softmax(grouped, dim=-1)")
 
 
 def test_cuda_snapshot_replay_finds_the_peak_blocks():
     """A history as ``torch.cuda.memory._snapshot()`` gives it: build, warm-up (a workspace), the region."""
-    from topk_bench.capture.cuda_snapshot import peak_blocks, peak_rows
     from topk_bench.capture.attribution import Attribution
+    from topk_bench.capture.cuda_snapshot import peak_blocks, peak_rows
 
     user = str(PROJECT_ROOT / "implementations" / "vanilla.py")
 
@@ -225,19 +275,29 @@ def test_cuda_snapshot_replay_finds_the_peak_blocks():
     def free(addr):
         return {"action": "free_requested", "addr": addr, "size": 0}
 
-    trace = [alloc(1, 1000), alloc(2, 3 << 20),                   # the build: baseline 512 + 1024 B... rounded
-             alloc(3, 4096, 20), alloc(4, 5 << 20, 30), free(4),   # warm-up: a workspace (3) stays
-             alloc(5, 2 << 20, 40), alloc(6, 100, 41), free(5), free(6)]  # the region: peak after alloc 6
+    trace = [
+        alloc(1, 1000),
+        alloc(2, 3 << 20),  # the build: baseline 512 + 1024 B... rounded
+        alloc(3, 4096, 20),
+        alloc(4, 5 << 20, 30),
+        free(4),  # warm-up: a workspace (3) stays
+        alloc(5, 2 << 20, 40),
+        alloc(6, 100, 41),
+        free(5),
+        free(6),
+    ]  # the region: peak after alloc 6
     peak = peak_blocks(trace, (5, 9), empty_cache=True)
     assert peak.bytes == 1024 + (3 << 20) + 4096 + (2 << 20) + 512
-    rows, peak, baseline, notes = peak_rows(trace, builds=[(0, 2)], region=(5, 9), empty_cache=True,
-                                            attribution=Attribution(), sources=Sources())
+    rows, peak, baseline, notes = peak_rows(
+        trace, builds=[(0, 2)], region=(5, 9), empty_cache=True, attribution=Attribution(), sources=Sources()
+    )
     assert baseline == 1024 + (3 << 20)
     assert sum(r.bytes for r in rows) == peak.bytes - baseline
     assert {(r.bytes, r.category, r.source) for r in rows} == {
         (4096, Category.WORKSPACE, "implementations/vanilla.py:20"),
         (2 << 20, Category.TEMPORARIES, "implementations/vanilla.py:40"),
-        (512, Category.TEMPORARIES, "implementations/vanilla.py:41")}
+        (512, Category.TEMPORARIES, "implementations/vanilla.py:41"),
+    }
 
 
 H100 = TESTS / "data" / "h100-2026-11-26"
@@ -264,7 +324,7 @@ def test_an_h100_history_replays_to_the_byte_with_its_own_segment_addresses():
     trace, _, region, profile = _h100_qchunk_paper()
     alloc = CachingAllocator(e["addr"] for e in trace if e["action"] == "segment_alloc")
     live, placed = {}, 0
-    for i, entry in enumerate(trace[:region[1]]):
+    for i, entry in enumerate(trace[: region[1]]):
         if i == region[0]:
             alloc.empty_cache()
             alloc.reset_peak()
@@ -287,13 +347,15 @@ def test_a_cuda_profile_sums_to_the_measured_peak_where_equal_free_blocks_tie():
     from topk_bench.capture.cuda_snapshot import peak_blocks, peak_rows
 
     trace, builds, region, profile = _h100_qchunk_paper()
-    rows, peak, baseline, _ = peak_rows(trace, builds=builds, region=region, empty_cache=True, attribution=None,
-                                        sources=Sources())
+    rows, peak, baseline, _ = peak_rows(
+        trace, builds=builds, region=region, empty_cache=True, attribution=None, sources=Sources()
+    )
     assert peak.bytes == profile["peak_bytes"] == 493_125_632
     assert baseline == profile["baseline_bytes"]
     assert sum(r.bytes for r in rows) == peak.bytes - baseline
-    without = peak_blocks([{**e, "action": "ignored"} if e["action"] == "segment_alloc" else e for e in trace],
-                          region, empty_cache=True)
+    without = peak_blocks(
+        [{**e, "action": "ignored"} if e["action"] == "segment_alloc" else e for e in trace], region, empty_cache=True
+    )
     assert without.bytes - peak.bytes == 528_896
 
 
@@ -306,12 +368,18 @@ def test_a_block_known_only_from_the_allocators_history_is_named_by_its_line():
     def block(source, op=""):
         return describe(Row(48 << 20, op, source, "", "", Category.TEMPORARIES))
 
-    assert block("implementations/paper.py:209") == "d_attn, a block (paper.py:209)"
-    assert block("implementations/paper.py:218") == "a block (paper.py:218)"
-    assert block("implementations/paper.py:209", "aten.bmm.default") == "a buffer of bmm's kernel (paper.py:209)"
+    code = (ROOT / "implementations" / "paper.py").read_text().splitlines()
+    assigns = 1 + next(i for i, line in enumerate(code) if line.strip().startswith("d_attn = d_out @"))
+    calls = 1 + next(i for i, line in enumerate(code) if line.strip().startswith("(d_dots,) = torch.autograd.grad"))
+    assert block(f"implementations/paper.py:{assigns}") == f"d_attn, a block (paper.py:{assigns})"
+    assert block(f"implementations/paper.py:{calls}") == f"a block (paper.py:{calls})"
+    assert block(f"implementations/paper.py:{assigns}", "aten.bmm.default") == (
+        f"a buffer of bmm's kernel (paper.py:{assigns})"
+    )
 
 
 # -- the selector and the command line -------------------------------------------------------------------
+
 
 def _cases(tmp_path):
     from topk_bench.run.plan import plan
@@ -327,14 +395,23 @@ def test_the_selector_picks_cases_by_their_parameters(tmp_path):
     assert len(select.select(cases, select.parse("causal=TRUE,impl=vanilla"))) == 8
 
 
-@pytest.mark.parametrize("selector,message", [
-    ("impl=vanila", r"--case: no case has impl=vanila: impl is one of vanilla, performer, qchunk, topk, sdpa$"),
-    ("impl=vanilla,seq_len=3000", r"--case: no case has impl=vanilla,seq_len=3000: seq_len is one of 512, 1024, "
-                                  r"2048, 4096, 8192, 16384, 32768, 65536 where impl=vanilla$"),
-    ("sq_len=1024", r"--case: unknown key 'sq_len'; the cases have impl = vanilla\|performer\|qchunk\|topk\|sdpa; "
-                    r".*; seq_len = 512\|1024\|2048\|4096\|8192\|16384\|32768\|65536; "),
-    ("impl", r"--case: expected KEY=VALUE\[,KEY=VALUE...\], got 'impl'$"),
-])
+@pytest.mark.parametrize(
+    "selector,message",
+    [
+        ("impl=vanila", r"--case: no case has impl=vanila: impl is one of vanilla, performer, qchunk, topk, sdpa$"),
+        (
+            "impl=vanilla,seq_len=3000",
+            r"--case: no case has impl=vanilla,seq_len=3000: seq_len is one of 512, 1024, "
+            r"2048, 4096, 8192, 16384, 32768, 65536 where impl=vanilla$",
+        ),
+        (
+            "sq_len=1024",
+            r"--case: unknown key 'sq_len'; the cases have impl = vanilla\|performer\|qchunk\|topk\|sdpa; "
+            r".*; seq_len = 512\|1024\|2048\|4096\|8192\|16384\|32768\|65536; ",
+        ),
+        ("impl", r"--case: expected KEY=VALUE\[,KEY=VALUE...\], got 'impl'$"),
+    ],
+)
 def test_the_selector_errors_are_one_line_and_exit_2(capsys, monkeypatch, tmp_path, selector, message):
     monkeypatch.chdir(PROJECT_ROOT)
     out = tmp_path / "profiles"
@@ -352,8 +429,10 @@ def test_no_match_from_the_command_line(cli, tmp_path):
     """The same in a process of its own: one line on stderr, exit 2, nothing on stdout, nothing written."""
     result = cli("profile", "suites/mha.toml", "--case", "impl=topk,topk=64", "--predict", "--out", str(tmp_path / "p"))
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
-    assert result.stderr == ("topk-bench: error: suites/mha.toml: --case: no case has impl=topk,topk=64: "
-                             "topk is one of 128 where impl=topk\n")
+    assert result.stderr == (
+        "topk-bench: error: suites/mha.toml: --case: no case has impl=topk,topk=64: "
+        "topk is one of 128 where impl=topk\n"
+    )
     assert not (tmp_path / "p").exists()
 
 
@@ -402,8 +481,10 @@ def _run_with_and_without_profile(cli, tmp_path, suite, name, count):
         result = cli("run", str(suite), "--predict", "--out", str(out), "-q", *extra)
         assert result.returncode == 0, result.stderr
     keys = ("case_id", "impl", "workload", "status", "peak_bytes", "baseline_bytes", "flops")
-    rows = {side: sorted(tuple(r[k] for k in keys) for r in csv.DictReader(open(out / f"{name}.csv")))
-            for side, out in (("plain", plain), ("profiled", profiled_dir))}
+    rows = {
+        side: sorted(tuple(r[k] for k in keys) for r in csv.DictReader(open(out / f"{name}.csv")))
+        for side, out in (("plain", plain), ("profiled", profiled_dir))
+    }
     assert rows["plain"] == rows["profiled"] and len(rows["plain"]) == count
     assert all(r[3] == "ok" for r in rows["plain"])
     assert not (plain / "profile").exists()
@@ -422,9 +503,18 @@ def _run_with_and_without_profile(cli, tmp_path, suite, name, count):
 def test_a_compiled_call_is_profiled_from_the_allocators_events(tmp_path):
     """flex (torch.compile, no dispatch mode sees its storages) measured on the CPU: its rows are the
     allocations the profiler saw live at the peak, and they sum to it."""
-    case = Case.make(suite="profile-test", workload="prefill", impl="flex", options={"window": 16}, causal=True,
-                     mode="fwd", params={"seq_len": 64, "batch": 1, "q_heads": 4, "kv_heads": 2, "head_dim": 16},
-                     method="measured", warmup=1, repeats=1)
+    case = Case.make(
+        suite="profile-test",
+        workload="prefill",
+        impl="flex",
+        options={"window": 16},
+        causal=True,
+        mode="fwd",
+        params={"seq_len": 64, "batch": 1, "q_heads": 4, "kv_heads": 2, "head_dim": 16},
+        method="measured",
+        warmup=1,
+        repeats=1,
+    )
     case = dataclasses.replace(case, profile=str(tmp_path / case.case_id))
     result, info, rows = profiled(case)
     assert result.status == "ok", result.error

@@ -1,20 +1,19 @@
 """``topk-bench compare``: the must-show variants of a real run, plus the rules and inputs on constructed rows."""
 
-from locations import TESTS
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from locations import TESTS
 from topk_bench.cli import main
 from topk_bench.report.compare import Thresholds, compare_frames, load
+from topk_bench.report.stats import Verdict, min_samples_for
 from topk_bench.results.columns import REQUIRED_COLUMNS
 from topk_bench.results.frame import load_results
-from topk_bench.report.stats import Verdict, min_samples_for
 
 
 def run_compare(*args):
@@ -25,7 +24,7 @@ def run_compare(*args):
 
 def scale_times(frame, factor, rows=None):
     out = frame.copy()
-    for i in (out.index if rows is None else rows):
+    for i in out.index if rows is None else rows:
         if isinstance(out.at[i, "times_s"], str):
             out.at[i, "times_s"] = ";".join(repr(float(t) * factor) for t in out.at[i, "times_s"].split(";"))
             out.at[i, "time_median_s"] = out.at[i, "time_median_s"] * factor
@@ -121,12 +120,26 @@ def test_faster_exits_0_and_is_reported_as_improvement(variant, capsys):
 
 # --- rules and inputs on constructed rows ---------------------------------------------------------
 
+
 def make_row(case_id, *, device="cpu", status="ok", peak=1_000_000, reserved=None, times=(0.01,) * 7, **extra):
     row = dict.fromkeys(REQUIRED_COLUMNS, "")
-    row.update(suite="t", case_id=case_id, workload="mha", impl="vanilla", label="vanilla", mode="fwd_bwd",
-               device=device, method="measured", status=status, peak_bytes=peak, reserved_bytes=reserved,
-               time_median_s=sorted(times)[len(times) // 2] if times else None,
-               times_s=";".join(map(str, times)), seq_len=256, **extra)
+    row.update(
+        suite="t",
+        case_id=case_id,
+        workload="mha",
+        impl="vanilla",
+        label="vanilla",
+        mode="fwd_bwd",
+        device=device,
+        method="measured",
+        status=status,
+        peak_bytes=peak,
+        reserved_bytes=reserved,
+        time_median_s=sorted(times)[len(times) // 2] if times else None,
+        times_s=";".join(map(str, times)),
+        seq_len=256,
+        **extra,
+    )
     return row
 
 
@@ -162,14 +175,16 @@ def test_new_cases_are_listed_and_missing_ones_fail_unless_allowed():
     assert [cid for cid, _ in result.only_new] == ["added"]
     assert [cid for cid, _ in result.only_base] == ["gone"]
     assert result.exit_code == 1 and result.failures == [
-        "1 case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"]
+        "1 case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"
+    ]
     assert compare_frames(base, new, allow_missing=True).exit_code == 0
     assert compare_frames(frame(make_row("a")), new).exit_code == 0  # a new case alone passes
 
 
 def test_few_samples_beyond_the_factor_are_inconclusive_not_regressions():
-    result = compare_frames(frame(make_row("a", times=(0.01, 0.011, 0.012))),
-                            frame(make_row("a", times=(0.05, 0.051, 0.052))))
+    result = compare_frames(
+        frame(make_row("a", times=(0.01, 0.011, 0.012))), frame(make_row("a", times=(0.05, 0.051, 0.052)))
+    )
     assert result.cases[0].verdict is Verdict.INCONCLUSIVE
     assert result.exit_code == 0
 
@@ -186,8 +201,9 @@ def test_directories_markdown_and_benchmark_json(tmp_path, capsys):
         (tmp_path / side).mkdir()
         pd.DataFrame([make_row("a", peak=peak)]).to_csv(tmp_path / side / "one.csv", index=False)
         pd.DataFrame([make_row("b")]).to_csv(tmp_path / side / "two.csv", index=False)
-    code = run_compare(tmp_path / "base", tmp_path / "new",
-                       "--markdown", tmp_path / "r.md", "--json", tmp_path / "r.json")
+    code = run_compare(
+        tmp_path / "base", tmp_path / "new", "--markdown", tmp_path / "r.md", "--json", tmp_path / "r.json"
+    )
     assert code == 1
     text = (tmp_path / "r.md").read_text()
     assert "❌ **Regression**" in text and "| case |" in text and "(×2.000)" in text
@@ -225,8 +241,11 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_bad_input_from_the_console_is_one_line_without_traceback(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "topk_bench", "compare", str(tmp_path / "nope.csv"), str(tmp_path)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "compare", str(tmp_path / "nope.csv"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == f"topk-bench: error: {tmp_path / 'nope.csv'}: no such file or directory"
 
@@ -239,9 +258,9 @@ def test_duplicate_case_ids_keep_the_last_row(tmp_path):
 
 def test_invalid_factor_is_bad_input():
     from topk_bench.errors import BadInput
+
     with pytest.raises(BadInput, match="--time-factor"):
         Thresholds(time_factor=0.9).validate()
-
 
 
 def test_runs_from_different_devices_are_warned_about():
@@ -255,14 +274,19 @@ def test_runs_from_different_devices_are_warned_about():
 def test_runs_on_different_hardware_or_software_get_one_warning_line():
     """The CPU pool mixes AVX2-only and AVX-512-BF16 machines of one name: the instruction set tells them apart."""
     same = dict(device_name="AMD EPYC", torch_version="2.13.0")
-    base = frame(make_row("a", cpu_capability="AVX2", cpu_flags="none", **same),
-                 make_row("b", cpu_capability="AVX2", cpu_flags="none", **same))
-    new = frame(make_row("a", cpu_capability="AVX512", cpu_flags="avx512_bf16", cuda_version="13.0", **same),
-                make_row("b", cpu_capability="AVX512", cpu_flags="avx512_bf16", cuda_version="13.0", **same))
+    base = frame(
+        make_row("a", cpu_capability="AVX2", cpu_flags="none", **same),
+        make_row("b", cpu_capability="AVX2", cpu_flags="none", **same),
+    )
+    new = frame(
+        make_row("a", cpu_capability="AVX512", cpu_flags="avx512_bf16", cuda_version="13.0", **same),
+        make_row("b", cpu_capability="AVX512", cpu_flags="avx512_bf16", cuda_version="13.0", **same),
+    )
     (warning,) = compare_frames(base, new).warnings
     assert "\n" not in warning and warning.startswith("BASE and NEW ran on different hardware or software")
     assert "cpu_capability AVX2 vs AVX512" in warning and "cpu_flags none vs avx512_bf16" in warning
     assert "device_name" not in warning and "cuda_version" not in warning  # the same, or BASE does not say
+
     # Software is judged on every row, hardware on measured rows only (a prediction depends on no hardware).
     def predicted(**changes):
         return frame({**make_row("a", cpu_capability="AVX2", **same), "method": "predicted", **changes})
@@ -287,10 +311,16 @@ def test_benchmark_json_exports_allocated_reserved_and_time_and_failed_cases_as_
     from topk_bench.report.compare_render import FAILED_VALUE
 
     def side(reserved_b):
-        return [make_row("a", device="cuda", reserved=2**20), make_row("b", device="cuda", reserved=reserved_b),
-                make_row("c", device="cuda", reserved=2**20), make_row("d", device="cuda", status="oom", peak=None,
-                                                                        times=(), error="OutOfMemoryError: CUDA out of memory"),
-                make_row("e", peak=500)]
+        return [
+            make_row("a", device="cuda", reserved=2**20),
+            make_row("b", device="cuda", reserved=reserved_b),
+            make_row("c", device="cuda", reserved=2**20),
+            make_row(
+                "d", device="cuda", status="oom", peak=None, times=(), error="OutOfMemoryError: CUDA out of memory"
+            ),
+            make_row("e", peak=500),
+        ]
+
     base, new = tmp_path / "base.csv", tmp_path / "new.csv"
     pd.DataFrame(side(2**20)).to_csv(base, index=False)
     rows = side(2**21)
@@ -301,9 +331,13 @@ def test_benchmark_json_exports_allocated_reserved_and_time_and_failed_cases_as_
     _check_action_format(entries)
     by_name = {e["name"].rsplit(" ", 1)[1] + ":" + e["extra"].split("case_id=")[1][:1]: e for e in entries}
     # Every cuda case: allocated, reserved and time; the cpu one: allocated and time (no reserved).
-    assert set(by_name) == ({f"{m}:{c}" for c in "abcd" for m in ("peak_bytes", "reserved_bytes", "time_s")}
-                            | {"peak_bytes:e", "time_s:e"})
-    assert by_name["reserved_bytes:b"]["value"] == 2.0**21 and "regression, ×2.000 vs base" in by_name["reserved_bytes:b"]["extra"]
+    assert set(by_name) == (
+        {f"{m}:{c}" for c in "abcd" for m in ("peak_bytes", "reserved_bytes", "time_s")} | {"peak_bytes:e", "time_s:e"}
+    )
+    assert (
+        by_name["reserved_bytes:b"]["value"] == 2.0**21
+        and "regression, ×2.000 vs base" in by_name["reserved_bytes:b"]["extra"]
+    )
     assert by_name["peak_bytes:a"]["value"] == 1_000_000.0 and by_name["time_s:a"]["range"].startswith("± ")
     # Failed cases are points of their series: the sentinel, the status first in extra.
     for metric in ("peak_bytes", "reserved_bytes", "time_s"):
@@ -319,8 +353,9 @@ def test_first_run_without_base_exports_new_and_says_so(tmp_path, capsys):
     assert run_compare(tmp_path / "baseline", new, "--json", tmp_path / "r.json") == 2
     assert not (tmp_path / "r.json").exists()
     capsys.readouterr()
-    code = run_compare(tmp_path / "baseline", new, "--allow-no-base", "--json", tmp_path / "r.json",
-                       "--markdown", tmp_path / "r.md")
+    code = run_compare(
+        tmp_path / "baseline", new, "--allow-no-base", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md"
+    )
     assert code == 0
     assert "first run, nothing to compare" in capsys.readouterr().out
     assert "First run, nothing to compare" in (tmp_path / "r.md").read_text()
@@ -336,8 +371,8 @@ def test_first_run_without_base_exports_new_and_says_so(tmp_path, capsys):
 def test_a_one_sample_suite_says_once_that_it_cannot_conclude(capsys):
     from topk_bench.report.compare_render import notes, print_rich
 
-    base = frame(*(make_row(f"c{i}", times=(0.01,), d_model=2 ** i) for i in range(7)))
-    new = frame(*(make_row(f"c{i}", times=(0.02,), d_model=2 ** i) for i in range(7)))
+    base = frame(*(make_row(f"c{i}", times=(0.01,), d_model=2**i) for i in range(7)))
+    new = frame(*(make_row(f"c{i}", times=(0.02,), d_model=2**i) for i in range(7)))
     result = compare_frames(base, new)
     assert {c.verdict for c in result.cases} == {Verdict.INCONCLUSIVE}
     assert len(notes(result)) == 1 and notes(result)[0].startswith("7 cases (")

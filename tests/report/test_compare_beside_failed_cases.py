@@ -2,11 +2,11 @@
 compare beside a failure."""
 
 from __future__ import annotations
+
 from pathlib import Path
+
 import pandas as pd
 import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
 
 def _rewritten(csv_path: Path, target: Path, **columns) -> Path:
@@ -21,12 +21,23 @@ def _rewritten(csv_path: Path, target: Path, **columns) -> Path:
 
 # --- compare never passes on nothing comparable --------------------------------------------------------
 
-FAILED = {"peak_bytes": "", "baseline_bytes": "", "times_s": "", "time_median_s": "", "time_iqr_s": "",
-          "time_mean_s": "", "time_min_s": "", "repeats": "0", "trust": "", "time_cv": ""}
+FAILED = {
+    "peak_bytes": "",
+    "baseline_bytes": "",
+    "times_s": "",
+    "time_median_s": "",
+    "time_iqr_s": "",
+    "time_mean_s": "",
+    "time_min_s": "",
+    "repeats": "0",
+    "trust": "",
+    "time_cv": "",
+}
 
 
-@pytest.mark.parametrize("base_status,new_status", [("error", "error"), ("error", "crashed"),
-                                                    ("unsupported", "skipped")])
+@pytest.mark.parametrize(
+    "base_status,new_status", [("error", "error"), ("error", "crashed"), ("unsupported", "skipped")]
+)
 def test_compare_fails_when_every_case_failed_on_a_side(measured_csv, cli, tmp_path, base_status, new_status):
     base = _rewritten(measured_csv, tmp_path / "base" / "tiny.csv", status=base_status, **FAILED)
     new = _rewritten(measured_csv, tmp_path / "new" / "tiny.csv", status=new_status, **FAILED)

@@ -2,21 +2,13 @@
 pass silently."""
 
 from __future__ import annotations
-import errno
-import os
-import threading
+
 from pathlib import Path
+
 import pandas as pd
 import pytest
-from faults import Cli, fill, tiny_suite, tmpfs, tree
-from topk_bench.case import Case, Measurement
-from topk_bench.child import execute as child
-from topk_bench.child.execute import measure
+
 from topk_bench.report.stats import Verdict, classify_ratio, classify_samples
-from topk_bench.results import store
-from topk_bench.results.columns import header as columns
-from topk_bench.results.row import make_row
-from topk_bench.status import STATUSES, Status
 
 
 def lines(path: Path) -> list[str]:
@@ -28,6 +20,7 @@ def write_lines(path: Path, text_lines: list[str]) -> None:
 
 
 # --- 4. gates that pass on nothing -------------------------------------------------------------------
+
 
 def test_compare_fails_when_new_has_no_valid_rows(measured, cli, tmp_path):
     suite, out, csv_path = measured
@@ -54,6 +47,7 @@ def test_compare_fails_when_cases_went_missing_unless_allowed(measured, cli, tmp
 
 # --- 5. NaN and negative numbers ---------------------------------------------------------------------
 
+
 def _with(frame_path: Path, out_path: Path, **cells) -> Path:
     frame = pd.read_csv(frame_path, dtype=str, keep_default_na=False)
     for column, value in cells.items():
@@ -62,13 +56,16 @@ def _with(frame_path: Path, out_path: Path, **cells) -> Path:
     return out_path
 
 
-@pytest.mark.parametrize("cells,why", [
-    ({"times_s": "nan"}, "times_s"),
-    ({"times_s": "0.1;inf"}, "times_s"),
-    ({"peak_bytes": "nan"}, "peak_bytes"),
-    ({"peak_bytes": "-1000"}, "peak_bytes"),
-    ({"time_median_s": "-0.5"}, "time_median_s"),
-])
+@pytest.mark.parametrize(
+    "cells,why",
+    [
+        ({"times_s": "nan"}, "times_s"),
+        ({"times_s": "0.1;inf"}, "times_s"),
+        ({"peak_bytes": "nan"}, "peak_bytes"),
+        ({"peak_bytes": "-1000"}, "peak_bytes"),
+        ({"time_median_s": "-0.5"}, "time_median_s"),
+    ],
+)
 def test_non_finite_or_negative_numbers_fail_compare_in_both_directions(measured, cli, tmp_path, cells, why):
     suite, out, csv_path = measured
     bad = _with(csv_path, tmp_path / "bad.csv", **cells)
@@ -89,6 +86,7 @@ def test_statistics_refuse_non_finite_and_negative_inputs():
 
 
 # --- 6. ties -----------------------------------------------------------------------------------------
+
 
 def test_fully_separated_samples_with_ties_are_a_regression():
     base = [0.010, 0.010, 0.011, 0.011, 0.012, 0.012, 0.013]

@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-from locations import ROOT
 import json
 import re
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
+from locations import ROOT
+
 sys.path.insert(0, str(ROOT / "scripts"))
-import docs_figures  # noqa: E402
+import docs_figures
 
 
 def _same_renderer() -> None:

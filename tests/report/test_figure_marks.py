@@ -4,7 +4,6 @@ the legend explains every encoding; the memory budget drawn where it matters; th
 
 from __future__ import annotations
 
-from locations import ROOT
 import json
 
 import matplotlib.colors as mcolors
@@ -13,13 +12,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from locations import ROOT
 from topk_bench.case import Case, Measurement
 from topk_bench.report.plots import marks, pareto
 from topk_bench.report.plots.figure import PREDICTED_OVER_LEGEND, draw_figure, plot_results
 from topk_bench.report.plots.inputs import figure_inputs
 from topk_bench.report.plots.style import impl_style
 from topk_bench.results import columns as col
-from topk_bench.results.columns import header as results_header, order_parameters
+from topk_bench.results.columns import header as results_header
+from topk_bench.results.columns import order_parameters
 from topk_bench.results.frame import load_results
 from topk_bench.results.row import make_row, parameters
 from topk_bench.results.store import append_row
@@ -31,25 +32,40 @@ QUIET, BUSY = 0.2, 1.8  # load per core at the measurement's start: below and ab
 
 def _write(path, points, with_traffic=False, budget=None):
     """The CSV a run writes: one ``append_row`` per case through the real row writer."""
-    header = results_header(order_parameters(k for case, _ in points for k in parameters(case)),
-                            sorted({k for _, m in points for k in m.extra}))
+    header = results_header(
+        order_parameters(k for case, _ in points for k in parameters(case)),
+        sorted({k for _, m in points for k in m.extra}),
+    )
     for case, measurement in points:
         row = make_row(case, measurement, traffic=traffic(case) if with_traffic else None, budget=budget)
         header = append_row(path, row, header)
 
 
 def _mha(impl, label, seq_len, peak_gib, seconds, load, method="measured", status="ok"):
-    case = Case.make(suite="mha", workload="mha", impl=impl, label=label, device="cpu", method=method,
-                     params={"seq_len": seq_len})
+    case = Case.make(
+        suite="mha", workload="mha", impl=impl, label=label, device="cpu", method=method, params={"seq_len": seq_len}
+    )
     times = [] if seconds is None else [0.95 * seconds, seconds, 1.05 * seconds]
-    return case, Measurement(status=status, device_name="test cpu", peak_bytes=int(peak_gib * GIB),
-                             times_s=times, metadata={"load_start": load, "load_end": load})
+    return case, Measurement(
+        status=status,
+        device_name="test cpu",
+        peak_bytes=int(peak_gib * GIB),
+        times_s=times,
+        metadata={"load_start": load, "load_end": load},
+    )
 
 
 def _figure(out, metrics=("memory", "time"), **plot):
-    (out / "mha.meta.json").write_text(json.dumps({
-        "suite": "mha", "title": "MHA", "workload": "mha",
-        "plot": {"x": "seq_len", "log_x": 2, "metrics": list(metrics), **plot}}))
+    (out / "mha.meta.json").write_text(
+        json.dumps(
+            {
+                "suite": "mha",
+                "title": "MHA",
+                "workload": "mha",
+                "plot": {"x": "seq_len", "log_x": 2, "metrics": list(metrics), **plot},
+            }
+        )
+    )
     (item,) = figure_inputs(out)
     return draw_figure(item.rows, item.spec, item.device, item.method)
 
@@ -60,8 +76,12 @@ def _legend(fig) -> list[str]:
 
 def _hollow_points(ax) -> list[tuple[float, float]]:
     """The points drawn with a white face: hollow."""
-    return [(float(x), float(y)) for line in ax.get_lines() if line.get_markerfacecolor() == "white"
-            for x, y in zip(line.get_xdata(), line.get_ydata())]
+    return [
+        (float(x), float(y))
+        for line in ax.get_lines()
+        if line.get_markerfacecolor() == "white"
+        for x, y in zip(line.get_xdata(), line.get_ydata())
+    ]
 
 
 def _filled(line) -> bool:
@@ -71,9 +91,15 @@ def _filled(line) -> bool:
 def test_a_contended_time_is_hollow_its_memory_filled_and_sdpa_filled_when_not(tmp_path):
     out = tmp_path / "r"
     out.mkdir()
-    _write(out / "mha.csv", [_mha("sdpa", "SDPA", 512, 0.1, 0.010, QUIET), _mha("sdpa", "SDPA", 1024, 0.2, 0.030, BUSY),
-                             _mha("vanilla", "Vanilla", 512, 0.2, 0.020, QUIET),
-                             _mha("vanilla", "Vanilla", 1024, 0.8, 0.060, QUIET)])
+    _write(
+        out / "mha.csv",
+        [
+            _mha("sdpa", "SDPA", 512, 0.1, 0.010, QUIET),
+            _mha("sdpa", "SDPA", 1024, 0.2, 0.030, BUSY),
+            _mha("vanilla", "Vanilla", 512, 0.2, 0.020, QUIET),
+            _mha("vanilla", "Vanilla", 1024, 0.8, 0.060, QUIET),
+        ],
+    )
     rows = load_results(out)
     assert list(rows[col.TRUST]) == ["", "busy", "", ""]  # the writer's own flag, from the load
     fig = _figure(out)
@@ -81,7 +107,7 @@ def test_a_contended_time_is_hollow_its_memory_filled_and_sdpa_filled_when_not(t
         memory, time = fig.axes
         assert (memory.get_ylabel(), time.get_ylabel()) == ("peak allocated memory (GiB)", "time (s)")
         # The contended case: hollow on the time panel, at its time; its memory point is exact: filled.
-        (x, y), = _hollow_points(time)
+        ((x, y),) = _hollow_points(time)
         assert x == pytest.approx(1024, rel=0.05) and y == pytest.approx(0.030)
         assert _hollow_points(memory) == []
         # SDPA and vanilla lines keep filled markers in both panels: no implementation is hollow by style.
@@ -97,8 +123,10 @@ def test_a_contended_time_is_hollow_its_memory_filled_and_sdpa_filled_when_not(t
 def test_nothing_hollow_and_no_hollow_entry_on_a_quiet_run_or_a_memory_only_figure(tmp_path):
     out = tmp_path / "r"
     out.mkdir()
-    _write(out / "mha.csv", [_mha("sdpa", "SDPA", 512, 0.1, 0.010, QUIET), _mha("performer", "Performer", 512, 0.1,
-                                                                                0.010, QUIET)])
+    _write(
+        out / "mha.csv",
+        [_mha("sdpa", "SDPA", 512, 0.1, 0.010, QUIET), _mha("performer", "Performer", 512, 0.1, 0.010, QUIET)],
+    )
     fig = _figure(out)
     try:
         assert all(_hollow_points(ax) == [] for ax in fig.axes)
@@ -121,11 +149,13 @@ def test_every_encoding_is_explained_a_predicted_over_budget_peak_at_its_value_a
     out = tmp_path / "r"
     out.mkdir()
     budget = type("B", (), {"max_memory_bytes": 30 * GIB, "max_seconds": 60.0})()
-    points = [_mha("vanilla", "Vanilla", 1024, 0.2, None, None, "predicted"),
-              _mha("vanilla", "Vanilla", 4096, 2.3, None, None, "predicted"),
-              _mha("vanilla", "Vanilla", 16384, 36.5, None, None, "predicted", "over_budget"),
-              _mha("vanilla", "Vanilla", 65536, 0, None, None, "predicted", "skipped"),
-              *[_mha("sdpa", "SDPA", n, 0.05 * n / 1024, None, None, "predicted") for n in (1024, 4096, 16384, 65536)]]
+    points = [
+        _mha("vanilla", "Vanilla", 1024, 0.2, None, None, "predicted"),
+        _mha("vanilla", "Vanilla", 4096, 2.3, None, None, "predicted"),
+        _mha("vanilla", "Vanilla", 16384, 36.5, None, None, "predicted", "over_budget"),
+        _mha("vanilla", "Vanilla", 65536, 0, None, None, "predicted", "skipped"),
+        *[_mha("sdpa", "SDPA", n, 0.05 * n / 1024, None, None, "predicted") for n in (1024, 4096, 16384, 65536)],
+    ]
     _write(out / "mha.csv", points, budget=budget)
     fig = _figure(out, metrics=("memory",), log_y=True)
     try:
@@ -137,9 +167,13 @@ def test_every_encoding_is_explained_a_predicted_over_budget_peak_at_its_value_a
         assert crosses[0].get_transform() == ax.transData  # at its value, not on the frame's edge
         assert "over budget (36.5 GiB)" in [t.get_text() for t in ax.texts]
         legend = _legend(fig)
-        assert legend == ["Vanilla", "SDPA",
-                          "dash-dot: the memory budget (30 GiB)", PREDICTED_OVER_LEGEND,
-                          "not shown: 1 larger case(s), not run after a smaller one went over the memory budget"]
+        assert legend == [
+            "Vanilla",
+            "SDPA",
+            "dash-dot: the memory budget (30 GiB)",
+            PREDICTED_OVER_LEGEND,
+            "not shown: 1 larger case(s), not run after a smaller one went over the memory budget",
+        ]
         assert not any("fail" in entry for entry in legend)
     finally:
         plt.close(fig)
@@ -151,10 +185,12 @@ def test_on_a_linear_axis_far_below_the_budget_an_over_budget_peak_is_a_named_cr
     out = tmp_path / "r"
     out.mkdir()
     budget = type("B", (), {"max_memory_bytes": 30 * GIB, "max_seconds": 60.0})()
-    points = [_mha("vanilla", "Vanilla", 4096, 2.3, None, None, "predicted"),
-              _mha("vanilla", "Vanilla", 8192, 9.2, None, None, "predicted"),
-              _mha("vanilla", "Vanilla", 16384, 36.5, None, None, "predicted", "over_budget"),
-              _mha("sdpa", "SDPA", 16384, 0.5, None, None, "predicted")]
+    points = [
+        _mha("vanilla", "Vanilla", 4096, 2.3, None, None, "predicted"),
+        _mha("vanilla", "Vanilla", 8192, 9.2, None, None, "predicted"),
+        _mha("vanilla", "Vanilla", 16384, 36.5, None, None, "predicted", "over_budget"),
+        _mha("sdpa", "SDPA", 16384, 0.5, None, None, "predicted"),
+    ]
     _write(out / "mha.csv", points, budget=budget)
     fig = _figure(out, metrics=("memory",), log_y=False)
     try:
@@ -189,14 +225,42 @@ BUDGETS = (2048, 4096, 8192)
 
 
 def _decode(impl, label, budget, seconds, minilm_mass, minilm_err, load=QUIET, **options):
-    case = Case.make(suite="kv", workload="decode", impl=impl, label=label, method="measured", dtype="bfloat16",
-                     mode="fwd", causal=True, options=options,
-                     params=dict(model="llama-3-8b", kv_len=131072, new_tokens=1, budget=budget, batch=1,
-                                 q_heads=32, kv_heads=8, head_dim=128))
-    extra = {col.MASS_RECALL: budget / 131072, col.ATTN_REL_ERR: 1 - budget / 131072,
-             "minilm_mass_recall": minilm_mass, "minilm_attn_rel_err": minilm_err}
-    return case, Measurement(status="ok", device_name="test cpu", peak_bytes=GIB, baseline_bytes=GIB // 2,
-                             times_s=[seconds] * 3, extra=extra, metadata={"load_start": load, "load_end": load})
+    case = Case.make(
+        suite="kv",
+        workload="decode",
+        impl=impl,
+        label=label,
+        method="measured",
+        dtype="bfloat16",
+        mode="fwd",
+        causal=True,
+        options=options,
+        params=dict(
+            model="llama-3-8b",
+            kv_len=131072,
+            new_tokens=1,
+            budget=budget,
+            batch=1,
+            q_heads=32,
+            kv_heads=8,
+            head_dim=128,
+        ),
+    )
+    extra = {
+        col.MASS_RECALL: budget / 131072,
+        col.ATTN_REL_ERR: 1 - budget / 131072,
+        "minilm_mass_recall": minilm_mass,
+        "minilm_attn_rel_err": minilm_err,
+    }
+    return case, Measurement(
+        status="ok",
+        device_name="test cpu",
+        peak_bytes=GIB,
+        baseline_bytes=GIB // 2,
+        times_s=[seconds] * 3,
+        extra=extra,
+        metadata={"load_start": load, "load_end": load},
+    )
 
 
 @pytest.fixture
@@ -206,17 +270,43 @@ def selection(tmp_path):
     out = tmp_path / "r"
     out.mkdir()
     points = [_decode("vanilla", "Vanilla", b, 0.050 + 0.001 * i, 1.0, 0.004) for i, b in enumerate(BUDGETS)]
-    points += [_decode("topk_fast", "topk_fast", b, 0.030 + 0.005 * i, 0.4 + 0.1 * i, 0.8 - 0.2 * i, topk=b)
-               for i, b in enumerate(BUDGETS)]
-    points += [_decode("page_topk", "page_topk (page 16)", b, 0.010 * (i + 1), 0.3 + 0.15 * i, 0.9 - 0.3 * i,
-                       load=BUSY if b == 4096 else QUIET, page_size=16, token_budget=b) for i, b in enumerate(BUDGETS)]
+    points += [
+        _decode("topk_fast", "topk_fast", b, 0.030 + 0.005 * i, 0.4 + 0.1 * i, 0.8 - 0.2 * i, topk=b)
+        for i, b in enumerate(BUDGETS)
+    ]
+    points += [
+        _decode(
+            "page_topk",
+            "page_topk (page 16)",
+            b,
+            0.010 * (i + 1),
+            0.3 + 0.15 * i,
+            0.9 - 0.3 * i,
+            load=BUSY if b == 4096 else QUIET,
+            page_size=16,
+            token_budget=b,
+        )
+        for i, b in enumerate(BUDGETS)
+    ]
     timeout = _decode("sink_window", "sink_window", 2048, 0.01, 0.2, 1.0, window=2048)
     timeout[1].status, timeout[1].times_s, timeout[1].extra = "timeout", [], {}
     _write(out / "kv.csv", [*points, timeout], with_traffic=True)
-    (out / "kv.meta.json").write_text(json.dumps({
-        "suite": "kv", "title": "KV selection", "workload": "decode",
-        "plot": {"x": "budget", "x_label": "token budget", "log_x": 2, "pareto": True,
-                 "metrics": ["time_per_token", "minilm_mass_recall"]}}))
+    (out / "kv.meta.json").write_text(
+        json.dumps(
+            {
+                "suite": "kv",
+                "title": "KV selection",
+                "workload": "decode",
+                "plot": {
+                    "x": "budget",
+                    "x_label": "token budget",
+                    "log_x": 2,
+                    "pareto": True,
+                    "metrics": ["time_per_token", "minilm_mass_recall"],
+                },
+            }
+        )
+    )
     return out
 
 
@@ -249,11 +339,16 @@ def test_the_pareto_figure_draws_the_csvs_points(selection, tmp_path):
             # Each point of a method carries its budget (none overlapping here); the contended page_topk time is
             # hollow, nothing else.
             assert sorted(t.get_text() for t in ax.texts) == sorted(["2K", "4K", "8K"] * 2)
-            (x, y), = _hollow_points(ax)
+            ((x, y),) = _hollow_points(ax)
             assert x == pytest.approx(20.0)
         legend = _legend(fig)
-        assert {pareto.REFERENCE_LEGEND, pareto.FRONT_LEGEND, marks.HOLLOW_LEGEND,
-                "small numbers: token budget", "not shown: sink_window at 2K (timeout)"} <= set(legend)
+        assert {
+            pareto.REFERENCE_LEGEND,
+            pareto.FRONT_LEGEND,
+            marks.HOLLOW_LEGEND,
+            "small numbers: token budget",
+            "not shown: sink_window at 2K (timeout)",
+        } <= set(legend)
     finally:
         plt.close(fig)
 
@@ -263,8 +358,14 @@ def test_budget_labels_that_would_overlap_are_left_out_the_ends_first():
 
     fig, ax = plt.subplots()
     try:
-        near = pd.DataFrame({"x": [10.0, 10.2, 10.4, 50.0], "y": [0.5, 0.5, 0.5, 0.9], "budget": [1024, 2048, 4096, 8192],
-                             "hollow": False})
+        near = pd.DataFrame(
+            {
+                "x": [10.0, 10.2, 10.4, 50.0],
+                "y": [0.5, 0.5, 0.5, 0.9],
+                "budget": [1024, 2048, 4096, 8192],
+                "hollow": False,
+            }
+        )
         curve = pareto.Curve("m", series_style("topk", 0), near, reference=False)
         ax.plot(near["x"], near["y"])
         ax.set_xscale("log")
@@ -284,7 +385,6 @@ def test_the_front_keeps_the_points_nothing_beats_in_time_and_quality():
 def test_the_suites_own_figure_leaves_random_input_quality_out(selection):
     """kv_selection's default figure: time per token and MiniLM's quality in a grid; random inputs' quality
     (flat by construction) is not among its metrics, nor on the Pareto figure."""
-    from pathlib import Path
 
     from topk_bench.suite.load import read_suite
 
@@ -325,7 +425,10 @@ def test_plot_reads_sub_folders_into_sub_folders_of_out(tmp_path):
     _write(results / ".hidden" / "mha.csv", [_mha("vanilla", "Vanilla", 512, 0.1, 0.01, QUIET)])
     written = plot_results(results, tmp_path / "plots")
     assert [p.relative_to(tmp_path / "plots").as_posix() for p in written] == [
-        "mha-cpu-measured.png", "demo/mha-cpu-measured.png", "other/deep/mha-cpu-measured.png"]
+        "mha-cpu-measured.png",
+        "demo/mha-cpu-measured.png",
+        "other/deep/mha-cpu-measured.png",
+    ]
     assert np.all([p.stat().st_size > 1000 for p in written])
 
 

@@ -1,18 +1,15 @@
 """`plot` runs no code a results folder names: a renderer is the user's own code, registered."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+import pytest
 
 # --- plot runs no code a results folder names ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("renderer", ["this:x", "os:getcwd", "topk_bench.fileio:write_atomic"])
 def test_plot_does_not_import_a_renderer_named_by_someone_elses_meta_json(measured_csv, cli, tmp_path, renderer):
-    """"renderer": "this:x" printed the Zen of Python: plotting someone else's results ran their choice of code."""
+    """ "renderer": "this:x" printed the Zen of Python: plotting someone else's results ran their choice of code."""
     import json
 
     meta = measured_csv.with_name("tiny.meta.json")

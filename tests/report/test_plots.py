@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from locations import ROOT
 import json
 import subprocess
 import sys
@@ -10,15 +9,17 @@ import sys
 import pandas as pd
 import pytest
 
-from topk_bench.status import STATUSES
+from locations import ROOT
+from topk_bench.case import Case, Measurement
 from topk_bench.errors import BadInput
+from topk_bench.report.plots.figure import RENDERERS, parse_formats, plot_results, register_renderer
 from topk_bench.report.plots.spec import infer_spec
 from topk_bench.report.plots.style import impl_style
-from topk_bench.report.plots.figure import parse_formats, plot_results, register_renderer, RENDERERS
-from topk_bench.case import Case, Measurement
-from topk_bench.results.columns import header as results_header, order_parameters
+from topk_bench.results.columns import header as results_header
+from topk_bench.results.columns import order_parameters
 from topk_bench.results.row import make_row, parameters
 from topk_bench.results.store import append_row
+from topk_bench.status import STATUSES
 
 GIB = 2**30
 IMPLS = {"vanilla": "vanilla", "qchunk": "query chunking", "topk": "top-128", "performer": "performer"}
@@ -27,12 +28,22 @@ IMPLS = {"vanilla": "vanilla", "qchunk": "query chunking", "topk": "top-128", "p
 def _row(suite, impl, method, status, seq_len, peak_gib=None, seconds=None, device="cpu", workload="mha", **params):
     """(case, measurement) of one point; written below with the real writer, as a run writes them."""
     options = {k: v for k, v in params.items() if k == "topk"}
-    case = Case.make(suite=suite, workload=workload, impl=impl, label=IMPLS[impl], device=device, method=method,
-                     params={"seq_len": seq_len, **{k: v for k, v in params.items() if k != "topk"}},
-                     options=options)
-    measurement = Measurement(status=status, device_name="test cpu",
-                              peak_bytes=None if peak_gib is None else int(peak_gib * GIB),
-                              times_s=[] if seconds is None else [seconds] * 3)
+    case = Case.make(
+        suite=suite,
+        workload=workload,
+        impl=impl,
+        label=IMPLS[impl],
+        device=device,
+        method=method,
+        params={"seq_len": seq_len, **{k: v for k, v in params.items() if k != "topk"}},
+        options=options,
+    )
+    measurement = Measurement(
+        status=status,
+        device_name="test cpu",
+        peak_bytes=None if peak_gib is None else int(peak_gib * GIB),
+        times_s=[] if seconds is None else [seconds] * 3,
+    )
     return case, measurement
 
 
@@ -81,12 +92,28 @@ def results(tmp_path):
     rows.append(_row("mha", "topk", "measured", "ok", 512, 0.1, 0.002, device="cuda"))
     assert {m.status for _, m in rows} == set(STATUSES)
     _write(out / "mha.csv", rows)
-    (out / "mha.meta.json").write_text(json.dumps({
-        "suite": "mha", "title": "MHA layer", "workload": "mha",
-        "plot": {"x": "seq_len", "x_label": "sequence length", "log_x": 2, "log_y": False,
-                 "panels": [[512, 2048], [2048, 16384]], "metrics": ["memory", "time"]}}))
-    ff = [_row("ff", "topk", "predicted", "ok", 512, 0.5 * k / 256, None, workload="ff", d_ff=d, topk=k)
-          for d in (2048, 4096, 8192) for k in (256, 512)]
+    (out / "mha.meta.json").write_text(
+        json.dumps(
+            {
+                "suite": "mha",
+                "title": "MHA layer",
+                "workload": "mha",
+                "plot": {
+                    "x": "seq_len",
+                    "x_label": "sequence length",
+                    "log_x": 2,
+                    "log_y": False,
+                    "panels": [[512, 2048], [2048, 16384]],
+                    "metrics": ["memory", "time"],
+                },
+            }
+        )
+    )
+    ff = [
+        _row("ff", "topk", "predicted", "ok", 512, 0.5 * k / 256, None, workload="ff", d_ff=d, topk=k)
+        for d in (2048, 4096, 8192)
+        for k in (256, 512)
+    ]
     _write(out / "ff.csv", ff)
     return out
 
@@ -94,8 +121,11 @@ def results(tmp_path):
 def test_one_file_per_suite_device_method_and_format(results, tmp_path):
     written = plot_results(results, tmp_path / "plots", ("png", "pdf"))
     names = sorted(p.name for p in written)
-    expected = sorted(f"{stem}.{fmt}" for stem in ("mha-cpu-measured", "mha-cpu-predicted", "mha-cuda-measured",
-                                                   "ff-cpu-predicted") for fmt in ("png", "pdf"))
+    expected = sorted(
+        f"{stem}.{fmt}"
+        for stem in ("mha-cpu-measured", "mha-cpu-predicted", "mha-cuda-measured", "ff-cpu-predicted")
+        for fmt in ("png", "pdf")
+    )
     assert names == expected
     assert all(p.stat().st_size > 1000 for p in written)
 
@@ -103,16 +133,18 @@ def test_one_file_per_suite_device_method_and_format(results, tmp_path):
 @pytest.mark.slow
 def test_cli_plots_and_lists_the_files(results, tmp_path):
     out = tmp_path / "figs"
-    result = subprocess.run([sys.executable, "-m", "topk_bench", "plot", str(results), "--out", str(out)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "plot", str(results), "--out", str(out)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert (out / "mha-cpu-predicted.png").exists()
     assert len(result.stdout.split()) == 4
 
 
 def _cli_error(*args):
-    result = subprocess.run([sys.executable, "-m", "topk_bench", "plot", *map(str, args)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "plot", *map(str, args)], capture_output=True, text=True
+    )
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -176,8 +208,8 @@ def test_plug_in_renderer_takes_over_its_suite(results, tmp_path):
 def test_layout_follows_panels_and_drops_the_time_row_of_predictions(results):
     import matplotlib.pyplot as plt
 
-    from topk_bench.report.plots.inputs import figure_inputs
     from topk_bench.report.plots.figure import draw_figure
+    from topk_bench.report.plots.inputs import figure_inputs
 
     figures = {(i.spec.suite, i.device, i.method): i for i in figure_inputs(results)}
     measured = draw_figure(*_args(figures[("mha", "cpu", "measured")]))
@@ -208,11 +240,13 @@ def test_failures_sit_on_the_top_edge_each_labelled_and_times_carry_their_iqr(tm
 
     out = tmp_path / "r"
     out.mkdir()
-    points = [_row("mha", "vanilla", "measured", "ok", 512, 0.5, 0.01),
-              _row("mha", "vanilla", "measured", "timeout", 1024),
-              _row("mha", "qchunk", "measured", "over_budget", 1024, 36.5),
-              _row("mha", "qchunk", "measured", "ok", 512, 0.2, 0.02)]
-    for case, measurement in points:
+    points = [
+        _row("mha", "vanilla", "measured", "ok", 512, 0.5, 0.01),
+        _row("mha", "vanilla", "measured", "timeout", 1024),
+        _row("mha", "qchunk", "measured", "over_budget", 1024, 36.5),
+        _row("mha", "qchunk", "measured", "ok", 512, 0.2, 0.02),
+    ]
+    for _case, measurement in points:
         if measurement.times_s:
             measurement.times_s = [0.8 * measurement.times_s[0], measurement.times_s[0], 1.5 * measurement.times_s[0]]
     _write(out / "mha.csv", points)
@@ -224,8 +258,9 @@ def test_failures_sit_on_the_top_edge_each_labelled_and_times_carry_their_iqr(tm
             crosses = [line for line in ax.get_lines() if line.get_marker() == "X"]
             assert len(crosses) == 2
             # In axes coordinates (x in data, y a fraction of the panel): the top edge, whatever the data.
-            assert all(line.get_transform() == ax.get_xaxis_transform() and line.get_ydata()[0] > 0.9
-                       for line in crosses)
+            assert all(
+                line.get_transform() == ax.get_xaxis_transform() and line.get_ydata()[0] > 0.9 for line in crosses
+            )
             texts = [t.get_text() for t in ax.texts]
             assert "timeout" in texts and any(t.startswith("over budget") for t in texts)
         assert "over budget (36.5 GiB)" in [t.get_text() for t in memory.texts]
@@ -246,9 +281,16 @@ def _cuda_and_cpu_results(out, memory):
             m.reserved_bytes = m.peak_bytes * 2 if device == "cuda" else None
             points.append((case, m))
     _write(out / "mha.csv", points)
-    (out / "mha.meta.json").write_text(json.dumps({
-        "suite": "mha", "title": "MHA", "workload": "mha",
-        "plot": {"x": "seq_len", "metrics": ["memory", "time"], "memory": memory}}))
+    (out / "mha.meta.json").write_text(
+        json.dumps(
+            {
+                "suite": "mha",
+                "title": "MHA",
+                "workload": "mha",
+                "plot": {"x": "seq_len", "metrics": ["memory", "time"], "memory": memory},
+            }
+        )
+    )
     return out
 
 
@@ -276,15 +318,18 @@ def test_memory_row_draws_the_chosen_peak_where_the_rows_have_it(tmp_path, memor
 
 
 def test_plot_memory_flag_overrides_the_suite_and_warns_where_it_cannot(tmp_path):
-    from topk_bench.report.plots.spec import memory_metric
     from topk_bench.report.plots.inputs import figure_inputs
+    from topk_bench.report.plots.spec import memory_metric
 
     results = _cuda_and_cpu_results(tmp_path / "r", "allocated")
     warnings = []
     written = plot_results(results, tmp_path / "p", warn=warnings.append, memory="reserved")
     assert sorted(p.name for p in written) == ["mha-cpu-measured.png", "mha-cuda-measured.png"]
     assert len(warnings) == 1 and warnings[0].startswith("mha-cpu-measured: not every measured point")
-    assert {i.device: memory_metric(i.spec, i.rows) for i in figure_inputs(results)} == {"cuda": "memory", "cpu": "memory"}
+    assert {i.device: memory_metric(i.spec, i.rows) for i in figure_inputs(results)} == {
+        "cuda": "memory",
+        "cpu": "memory",
+    }
     with pytest.raises(BadInput, match="--memory"):
         plot_results(results, tmp_path / "p", memory="free")
     (results / "mha.meta.json").write_text(json.dumps({"plot": {"memory": "peak"}}))
@@ -293,7 +338,6 @@ def test_plot_memory_flag_overrides_the_suite_and_warns_where_it_cannot(tmp_path
 
 
 def test_paper_reproduction_suites_plot_reserved_on_cuda():
-    from pathlib import Path
 
     from topk_bench.suite.load import read_suite
 
@@ -317,21 +361,61 @@ def test_one_figure_per_model_with_time_per_token_and_the_memory_above_inputs(tm
     for model, heads in (("llama-3-8b", (32, 8, 128)), ("bert-base", (12, 12, 64))):
         for kv_len in (1024, 2048):
             for batch in (1, 8):
-                case = Case.make(suite="decode", workload="decode", impl="sdpa", label="SDPA", method="measured",
-                                 dtype="bfloat16", mode="fwd", causal=True,
-                                 params=dict(model=model, kv_len=kv_len, batch=batch, new_tokens=2,
-                                             q_heads=heads[0], kv_heads=heads[1], head_dim=heads[2]))
+                case = Case.make(
+                    suite="decode",
+                    workload="decode",
+                    impl="sdpa",
+                    label="SDPA",
+                    method="measured",
+                    dtype="bfloat16",
+                    mode="fwd",
+                    causal=True,
+                    params=dict(
+                        model=model,
+                        kv_len=kv_len,
+                        batch=batch,
+                        new_tokens=2,
+                        q_heads=heads[0],
+                        kv_heads=heads[1],
+                        head_dim=heads[2],
+                    ),
+                )
                 cache = traffic(case).kv_cache_bytes
-                points.append((case, Measurement(status="ok", device_name="test cpu", baseline_bytes=cache,
-                                                 peak_bytes=cache + 2**20 * batch, times_s=[0.01, 0.02, 0.03])))
+                points.append(
+                    (
+                        case,
+                        Measurement(
+                            status="ok",
+                            device_name="test cpu",
+                            baseline_bytes=cache,
+                            peak_bytes=cache + 2**20 * batch,
+                            times_s=[0.01, 0.02, 0.03],
+                        ),
+                    )
+                )
     header = results_header(order_parameters(k for case, _ in points for k in parameters(case)))
     for case, measurement in points:
         header = append_row(out / "decode.csv", make_row(case, measurement, traffic=traffic(case)), header)
-    (out / "decode.meta.json").write_text(json.dumps({
-        "suite": "decode", "title": "Decode", "workload": "decode",
-        "plot": {"x": "kv_len", "log_x": 2, "split": ["model"], "metrics": ["time_per_token", "working_memory"]}}))
+    (out / "decode.meta.json").write_text(
+        json.dumps(
+            {
+                "suite": "decode",
+                "title": "Decode",
+                "workload": "decode",
+                "plot": {
+                    "x": "kv_len",
+                    "log_x": 2,
+                    "split": ["model"],
+                    "metrics": ["time_per_token", "working_memory"],
+                },
+            }
+        )
+    )
     written = plot_results(out, tmp_path / "plots")
-    assert sorted(p.name for p in written) == ["decode-bert-base-cpu-measured.png", "decode-llama-3-8b-cpu-measured.png"]
+    assert sorted(p.name for p in written) == [
+        "decode-bert-base-cpu-measured.png",
+        "decode-llama-3-8b-cpu-measured.png",
+    ]
     items = {i.split: i for i in figure_inputs(out)}
     fig = draw_figure(*_args(items[("llama-3-8b",)]))
     try:
@@ -353,8 +437,16 @@ def test_an_option_that_moves_with_x_is_one_curve_and_one_that_does_not_splits_i
     from topk_bench.report.plots.spec import PlotSpec
 
     # A swept token budget sets page_topk's token_budget (one value per x); batch has two values per x.
-    rows = pd.DataFrame({"label": "page_topk", "impl": "page_topk", "budget": [2, 4, 2, 4],
-                         "token_budget": [2, 4, 2, 4], "batch": [1, 1, 8, 8]})
-    spec = PlotSpec(suite="s", title="t", workload="decode", x="budget", x_label="b",
-                    parameters=("budget", "token_budget", "batch"))
+    rows = pd.DataFrame(
+        {
+            "label": "page_topk",
+            "impl": "page_topk",
+            "budget": [2, 4, 2, 4],
+            "token_budget": [2, 4, 2, 4],
+            "batch": [1, 1, 8, 8],
+        }
+    )
+    spec = PlotSpec(
+        suite="s", title="t", workload="decode", x="budget", x_label="b", parameters=("budget", "token_budget", "batch")
+    )
     assert sorted(legend for legend, _, _ in _series(rows, spec)) == ["page_topk (batch=1)", "page_topk (batch=8)"]

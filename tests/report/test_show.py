@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from locations import ROOT, TESTS
 import io
 import re
 import subprocess
@@ -12,13 +11,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from locations import ROOT, TESTS
 from runner_fakes import FakeRun
-from topk_bench.run.resolve import Flags
 from topk_bench import load_results
 from topk_bench.errors import BadInput
 from topk_bench.report.show import short_bytes, short_seconds, show
 from topk_bench.run import runner
 from topk_bench.run.executors import LocalExecutor
+from topk_bench.run.resolve import Flags
 
 MHA = ROOT / "suites" / "mha.toml"
 LABELS = ("Vanilla", "Performer", "Q-chunking", "Top-k", "PyTorch SDPA")  # legends wrap in the row header
@@ -33,8 +33,12 @@ def _mha_results(out: Path, predict: bool) -> Path:
 
 def _shown(path: Path, **kwargs) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
-    show(path, console=Console(file=out, width=kwargs.get("width") or 100), warnings=Console(file=err, width=300),
-         **kwargs)
+    show(
+        path,
+        console=Console(file=out, width=kwargs.get("width") or 100),
+        warnings=Console(file=err, width=300),
+        **kwargs,
+    )
     return out.getvalue(), err.getvalue()
 
 
@@ -67,13 +71,20 @@ def test_an_inference_suite_is_one_table_per_model_its_shape_said_once(tmp_path)
     """suites/decode.toml (3 models, batch 1 and 8): a table per model whose title gives the model's heads once,
     rows per implementation and batch; no row repeats q_heads, kv_heads or head_dim, no table mixes models."""
     decode = ROOT / "suites" / "decode.toml"
-    runner.run(decode, Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(run=FakeRun(lambda c: "ok")))
+    runner.run(
+        decode,
+        Flags(out=tmp_path / "out", device="cpu"),
+        progress=False,
+        executor_obj=LocalExecutor(run=FakeRun(lambda c: "ok")),
+    )
     text, _ = _shown(tmp_path / "out", width=100)
     # (a table too wide for 100 columns goes on below itself, under the same title)
     titles = list(dict.fromkeys(line.strip() for line in text.splitlines() if line.startswith("decode · cpu")))
-    assert titles == ["decode · cpu · measured · model llama-3-8b: q_heads 32, kv_heads 8, head_dim 128",
-                      "decode · cpu · measured · model gemma-2b: q_heads 8, kv_heads 1, head_dim 256",
-                      "decode · cpu · measured · model bert-base: q_heads 12, kv_heads 12, head_dim 64"]
+    assert titles == [
+        "decode · cpu · measured · model llama-3-8b: q_heads 32, kv_heads 8, head_dim 128",
+        "decode · cpu · measured · model gemma-2b: q_heads 8, kv_heads 1, head_dim 256",
+        "decode · cpu · measured · model bert-base: q_heads 12, kv_heads 12, head_dim 64",
+    ]
     assert not re.search(r"q_heads=|kv_heads=|head_dim=|model=", text)
     first = text.split(titles[1])[0]  # the llama-3-8b tables
     assert first.count("PyTorch SDPA batch=1") == first.count("PyTorch SDPA batch=8") == first.count(" kv_len  ") >= 1
@@ -102,8 +113,12 @@ def test_wide_is_the_flat_list_with_the_trust_column(tmp_path):
 @pytest.mark.slow
 def test_every_help_names_its_arguments_plainly():
     for command in ("run", "show", "plot", "compare", "list", "doctor"):
-        text = subprocess.run([sys.executable, "-m", "topk_bench", command, "--help"], capture_output=True,
-                              text=True, env={"COLUMNS": "100", "PATH": ""}).stdout
+        text = subprocess.run(
+            [sys.executable, "-m", "topk_bench", command, "--help"],
+            capture_output=True,
+            text=True,
+            env={"COLUMNS": "100", "PATH": ""},
+        ).stdout
         usage = text.splitlines()[0]
         assert "{" not in usage and not re.search(r"<(bool|path|str|int|float|list\[\w+\])>", text), text
 
@@ -111,8 +126,9 @@ def test_every_help_names_its_arguments_plainly():
 @pytest.mark.slow
 def test_list_fits_the_width_and_shows_a_plug_ins_implementations():
     plugin = TESTS / "plugins" / "failing_impls.py"
-    result = subprocess.run([sys.executable, "-m", "topk_bench", "list", "--plugins", str(plugin)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "list", "--plugins", str(plugin)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
     import implementations

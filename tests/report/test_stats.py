@@ -4,7 +4,13 @@ import random
 import pytest
 
 from topk_bench.report.stats import (
-    Verdict, classify_ratio, classify_samples, mann_whitney_p, min_p_value, min_samples_for, ratio,
+    Verdict,
+    classify_ratio,
+    classify_samples,
+    mann_whitney_p,
+    min_p_value,
+    min_samples_for,
+    ratio,
 )
 
 ALPHA = 0.002
@@ -141,6 +147,8 @@ def test_the_smallest_p_of_tied_values_matches_every_arrangement():
         n = rng.randint(1, len(values) - 1)
         if len(set(values)) == 1:
             continue
-        best = min(mann_whitney_p([values[i] for i in pick], [values[i] for i in range(len(values)) if i not in pick])
-                   for pick in itertools.combinations(range(len(values)), n))
+        best = min(
+            mann_whitney_p([values[i] for i in pick], [values[i] for i in range(len(values)) if i not in pick])
+            for pick in itertools.combinations(range(len(values)), n)
+        )
         assert mann_whitney(values[:n], values[n:])[1] == pytest.approx(best, abs=1e-12), (values, n)

@@ -2,21 +2,14 @@
 reader loses a valid row or hangs, and each says which lines it left out."""
 
 from __future__ import annotations
-import errno
+
 import os
 import threading
 from pathlib import Path
-import pandas as pd
+
 import pytest
-from faults import Cli, fill, tiny_suite, tmpfs, tree
-from topk_bench.case import Case, Measurement
-from topk_bench.child import execute as child
-from topk_bench.child.execute import measure
-from topk_bench.report.stats import Verdict, classify_ratio, classify_samples
-from topk_bench.results import store
-from topk_bench.results.columns import header as columns
-from topk_bench.results.row import make_row
-from topk_bench.status import STATUSES, Status
+
+from faults import tree
 
 
 def lines(path: Path) -> list[str]:
@@ -28,6 +21,7 @@ def write_lines(path: Path, text_lines: list[str]) -> None:
 
 
 # --- 2. a header one column shorter than its rows ----------------------------------------------------
+
 
 @pytest.mark.parametrize("predict", [False, True])
 def test_header_shorter_than_its_rows_is_refused_by_run_and_loses_nothing(measured, cli, predict):
@@ -49,14 +43,16 @@ def test_readers_say_which_lines_they_left_out(measured, cli, tmp_path):
     write_lines(csv_path, [text[0].rsplit(",", 1)[0]] + text[1:])
     width = len(text[0].split(","))
     shown = cli("show", csv_path)
-    assert f"tiny.csv line 2: {width} fields where the header has {width - 1} (a damaged header?)" in shown.err, \
+    assert f"tiny.csv line 2: {width} fields where the header has {width - 1} (a damaged header?)" in shown.err, (
         shown.err
+    )
     compared = cli("compare", base, csv_path)
     assert compared.code == 1, compared.out
     assert "nothing compared" in compared.out and "tiny.csv line 2" in compared.out
 
 
 # --- 3. a row cut after its status -------------------------------------------------------------------
+
 
 def test_a_row_cut_after_its_status_is_left_out_by_every_reader(measured, cli, tmp_path):
     suite, out, csv_path = measured
@@ -74,6 +70,7 @@ def test_a_row_cut_after_its_status_is_left_out_by_every_reader(measured, cli, t
 
 # --- 8. filesystem errors: one line, exit 2 ----------------------------------------------------------
 
+
 def _rename_case_id(path: Path) -> None:
     text = lines(path)
     write_lines(path, [text[0].replace("case_id", "case", 1)] + text[1:])
@@ -84,10 +81,13 @@ def _binary(path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x80" * 700 + b"\n")
 
 
-@pytest.mark.parametrize("damage,words", [
-    (_rename_case_id, "no column 'case_id'"),
-    (_binary, "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "damage,words",
+    [
+        (_rename_case_id, "no column 'case_id'"),
+        (_binary, "not UTF-8"),
+    ],
+)
 def test_damaged_results_file_is_one_line_for_run_and_show(measured, cli, damage, words):
     suite, out, csv_path = measured
     damage(csv_path)
@@ -100,6 +100,7 @@ def test_damaged_results_file_is_one_line_for_run_and_show(measured, cli, damage
 
 
 # --- 10. a FIFO named *.csv ----------------------------------------------------------------------------
+
 
 def _returns_within(seconds: float, fn) -> bool:
     done = threading.Event()
@@ -115,7 +116,9 @@ def test_show_does_not_hang_on_a_fifo(measured, cli, target):
     os.mkfifo(fifo)
     results = []
     try:
-        assert _returns_within(10, lambda: results.append(cli("show", out if target == "directory" else fifo, "--wide")))
+        assert _returns_within(
+            10, lambda: results.append(cli("show", out if target == "directory" else fifo, "--wide"))
+        )
     finally:
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK) if not results else None  # release a blocked reader
         if fd is not None:
@@ -128,6 +131,7 @@ def test_show_does_not_hang_on_a_fifo(measured, cli, target):
 
 
 # --- also: duplicate case_ids ------------------------------------------------------------------------
+
 
 def test_duplicate_case_ids_are_shown_once_and_said(measured, cli, tmp_path):
     suite, out, csv_path = measured

@@ -2,24 +2,20 @@
 one line and exit 2, and a re-run that completes."""
 
 from __future__ import annotations
+
 import errno
 import os
-import threading
-from pathlib import Path
-import pandas as pd
+
 import pytest
-from faults import Cli, fill, tiny_suite, tmpfs, tree
+
+from faults import fill, tiny_suite, tmpfs
 from topk_bench.case import Case, Measurement
-from topk_bench.child import execute as child
-from topk_bench.child.execute import measure
-from topk_bench.report.stats import Verdict, classify_ratio, classify_samples
 from topk_bench.results import store
 from topk_bench.results.columns import header as columns
 from topk_bench.results.row import make_row
-from topk_bench.status import STATUSES, Status
-
 
 # --- 1. a full disk: rows cut, exit 0 ---------------------------------------------------------------
+
 
 def test_disk_full_mid_run_is_exit_2_with_only_whole_rows_and_a_rerun_completes(tmp_path, cli):
     """A 64 KiB tmpfs with room for meta.json and one page of CSV: the third row does not fit."""

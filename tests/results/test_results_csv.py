@@ -6,7 +6,8 @@ import pytest
 
 from topk_bench.case import Case, Measurement
 from topk_bench.errors import BadInput
-from topk_bench.results.columns import REQUIRED_COLUMNS, header as columns
+from topk_bench.results.columns import REQUIRED_COLUMNS
+from topk_bench.results.columns import header as columns
 from topk_bench.results.frame import load_results
 from topk_bench.results.row import make_row
 from topk_bench.results.store import append_row, read, read_rows, remove_rows
@@ -64,11 +65,14 @@ def test_load_a_directory_of_csvs(tmp_path):
     assert len(frame) == 2 and "d_ff" in frame.columns
 
 
-@pytest.mark.parametrize("setup,words", [
-    (lambda p: None, "no such file or directory"),
-    (lambda p: p.mkdir(), "no results CSV"),
-    (lambda p: p.write_text("a,b\n1,2\n"), "not a topk-bench results file"),
-])
+@pytest.mark.parametrize(
+    "setup,words",
+    [
+        (lambda p: None, "no such file or directory"),
+        (lambda p: p.mkdir(), "no results CSV"),
+        (lambda p: p.write_text("a,b\n1,2\n"), "not a topk-bench results file"),
+    ],
+)
 def test_load_bad_input(tmp_path, setup, words):
     path = tmp_path / "thing"
     setup(path)
@@ -172,8 +176,10 @@ def test_the_header_fits_its_rows_unless_a_line_is_longer_or_most_are_shorter(tm
     text = path.read_text().splitlines()
     cases = {
         "one line cut": (text[:3] + [text[3][:40]], None),
-        "rows with an unknown status still fit": ([text[0]] + [t.replace(",ok,", ",OK,") for t in text[1:3]]
-                                                  + [text[3][:40]], None),
+        "rows with an unknown status still fit": (
+            [text[0]] + [t.replace(",ok,", ",OK,") for t in text[1:3]] + [text[3][:40]],
+            None,
+        ),
         "a line longer than the header": (text + [text[1] + ",x"], "line 5 has"),
         "a header one column longer": ([text[0] + ",extra"] + text[1:], "3 line(s) have fewer"),
     }
@@ -209,8 +215,11 @@ def test_an_older_file_s_quality_rel_err_is_read_as_attn_rel_err_and_fidelity_s_
 def test_a_row_appended_to_an_older_file_lines_up_and_the_next_rewrite_renames_its_header(tmp_path):
     path = tmp_path / "q.csv"
     old_header = _old_quality_file(path)
-    current = append_row(path, row(16, topk_recall=0.5, attn_rel_err=0.125, minilm_attn_rel_err=0.0625),
-                         [c if c not in ("rel_err", "minilm_rel_err") else f"{c[:-7]}attn_rel_err" for c in old_header])
+    current = append_row(
+        path,
+        row(16, topk_recall=0.5, attn_rel_err=0.125, minilm_attn_rel_err=0.0625),
+        [c if c not in ("rel_err", "minilm_rel_err") else f"{c[:-7]}attn_rel_err" for c in old_header],
+    )
     table = read(path)
     assert not table.dropped and [r["attn_rel_err"] for r in table.rows] == ["0.25", "0.125"]
     assert [r["minilm_attn_rel_err"] for r in table.rows] == ["0.25", "0.0625"]

@@ -2,12 +2,13 @@
 link, two processes never collide on a temporary name."""
 
 from __future__ import annotations
-from locations import ROOT
+
 from pathlib import Path
+
 import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
+
+from faults import tiny_suite
+from locations import ROOT
 
 
 def _rewritten(csv_path: Path, target: Path, **columns) -> Path:
@@ -22,13 +23,16 @@ def _rewritten(csv_path: Path, target: Path, **columns) -> Path:
 
 # --- widening the header keeps lines of the older width readable -------------------------------------
 
+
 def test_widening_the_header_relays_lines_left_out_so_the_next_run_accepts_the_file(measured_csv, cli, tmp_path):
     """Three rows of another version (a status this one does not know) stay in the file; a run whose cases
     need a new column widens the header. Those lines must widen with it (their cells kept, the new ones
     empty): left at the old width they outnumber the whole lines and the next run refused the file as damaged."""
     from topk_bench.results import store
 
-    foreign = _rewritten(measured_csv, measured_csv, status="frobnicated")  # (not "preempted": a status since issue 29 part A)
+    foreign = _rewritten(
+        measured_csv, measured_csv, status="frobnicated"
+    )  # (not "preempted": a status since issue 29 part A)
     before = [line.split(",") for line in foreign.read_text().splitlines()[1:]]
     suite = tiny_suite(tmp_path, sizes=(16,), file="other", impl_extra="", extra="")
     suite.write_text(suite.read_text().replace('name = "vanilla"', 'name = "qchunk"\nchunk_size = 8'))
@@ -45,6 +49,7 @@ def test_widening_the_header_relays_lines_left_out_so_the_next_run_accepts_the_f
 
 # --- low: temporary names, symlinks, a byte-order mark -------------------------------------------------
 
+
 def test_two_processes_replacing_one_file_never_collide_on_a_temporary_name(tmp_path):
     """Two `plot` runs into one --out wrote the same figure through one temporary name: one process's rename
     found it gone (or renamed the other's half-written bytes)."""
@@ -52,11 +57,15 @@ def test_two_processes_replacing_one_file_never_collide_on_a_temporary_name(tmp_
     import sys
 
     target = tmp_path / "figure.png"
-    script = ("import sys\nfrom topk_bench import fileio\n"
-              "data = sys.argv[2].encode() * 20000\n"
-              "for _ in range(300):\n    fileio.write_atomic(sys.argv[1], data)\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(target), mark], stderr=subprocess.PIPE, text=True,
-                              cwd=ROOT) for mark in "AB"]
+    script = (
+        "import sys\nfrom topk_bench import fileio\n"
+        "data = sys.argv[2].encode() * 20000\n"
+        "for _ in range(300):\n    fileio.write_atomic(sys.argv[1], data)\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(target), mark], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        for mark in "AB"
+    ]
     errors = [(p.wait(300), p.stderr.read()) for p in procs]
     assert errors == [(0, ""), (0, "")], errors
     assert target.read_bytes() in (b"A" * 20000, b"B" * 20000)

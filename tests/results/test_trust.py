@@ -2,48 +2,54 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from topk_bench.run.resolve import Flags
 from topk_bench import machine
 from topk_bench.results import trust
+from topk_bench.run.resolve import Flags
 
 
-@pytest.mark.parametrize("load_start, load_end, steal, time_cv, expected", [
-    (0.2, 0.3, 0.0, 0.01, ""),
-    (1.0, 1.0, 0.0, 0.10, ""),                 # at the thresholds: not flagged
-    (1.01, 0.2, None, None, "busy"),           # busy at the start only
-    (0.2, 2.5, None, 0.02, "busy"),            # or at the end only
-    (0.2, 0.2, 0.06, 0.02, "busy"),            # a hypervisor stole the CPU
-    (0.2, 0.2, 0.0, 0.11, "noisy"),
-    (3.0, 4.0, 0.0, 0.5, "busy;noisy"),
-    (None, None, None, None, ""),              # nothing known (not Linux, one sample): not flagged
-    (float("nan"), None, None, float("nan"), ""),
-])
+@pytest.mark.parametrize(
+    "load_start, load_end, steal, time_cv, expected",
+    [
+        (0.2, 0.3, 0.0, 0.01, ""),
+        (1.0, 1.0, 0.0, 0.10, ""),  # at the thresholds: not flagged
+        (1.01, 0.2, None, None, "busy"),  # busy at the start only
+        (0.2, 2.5, None, 0.02, "busy"),  # or at the end only
+        (0.2, 0.2, 0.06, 0.02, "busy"),  # a hypervisor stole the CPU
+        (0.2, 0.2, 0.0, 0.11, "noisy"),
+        (3.0, 4.0, 0.0, 0.5, "busy;noisy"),
+        (None, None, None, None, ""),  # nothing known (not Linux, one sample): not flagged
+        (float("nan"), None, None, float("nan"), ""),
+    ],
+)
 def test_flag_rule(load_start, load_end, steal, time_cv, expected):
     assert trust.flags(load_start=load_start, load_end=load_end, steal=steal, time_cv=time_cv) == expected
 
 
-@pytest.mark.parametrize("runnable, cpu_wait, cpu_share, expected", [
-    (0.5, 0.02, 0.98, ""),
-    (1.0, 0.25, 0.5, ""),                       # at the thresholds: not flagged
-    (1.5, 0.02, 0.98, "busy"),                  # more runnable threads than cores while it ran
-    (0.5, 0.26, 0.98, "contended"),             # a thread waited for a CPU a quarter of the median iteration
-    (0.5, 0.02, 0.10, ""),                      # run delay known and small: a low CPU share is idle threads
-    (0.5, None, 0.49, "contended"),             # no run delay from the kernel: CPU time per thread instead
-    (0.5, float("nan"), 0.9, ""),
-    (2.0, 0.87, 0.14, "busy;contended"),        # issue 29's 55x decode step: flagged whatever the load said
-])
+@pytest.mark.parametrize(
+    "runnable, cpu_wait, cpu_share, expected",
+    [
+        (0.5, 0.02, 0.98, ""),
+        (1.0, 0.25, 0.5, ""),  # at the thresholds: not flagged
+        (1.5, 0.02, 0.98, "busy"),  # more runnable threads than cores while it ran
+        (0.5, 0.26, 0.98, "contended"),  # a thread waited for a CPU a quarter of the median iteration
+        (0.5, 0.02, 0.10, ""),  # run delay known and small: a low CPU share is idle threads
+        (0.5, None, 0.49, "contended"),  # no run delay from the kernel: CPU time per thread instead
+        (0.5, float("nan"), 0.9, ""),
+        (2.0, 0.87, 0.14, "busy;contended"),  # issue 29's 55x decode step: flagged whatever the load said
+    ],
+)
 def test_contention_rule(runnable, cpu_wait, cpu_share, expected):
     quiet = dict(load_start=0.2, load_end=0.2, steal=0.0, time_cv=0.01)
     assert trust.flags(**quiet, runnable=runnable, cpu_wait=cpu_wait, cpu_share=cpu_share) == expected
-    assert trust.flags(**{**quiet, "time_cv": 0.5}, runnable=runnable, cpu_wait=cpu_wait,
-                       cpu_share=cpu_share) == ";".join(filter(None, [expected, "noisy"]))
+    assert trust.flags(
+        **{**quiet, "time_cv": 0.5}, runnable=runnable, cpu_wait=cpu_wait, cpu_share=cpu_share
+    ) == ";".join(filter(None, [expected, "noisy"]))
 
 
 def test_flags_read_back_from_any_cell():

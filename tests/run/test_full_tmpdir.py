@@ -1,14 +1,11 @@
 """A full TMPDIR stops the run with its reason, and a re-run completes."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+from faults import Cli, tiny_suite
 
 # --- a full TMPDIR -------------------------------------------------------------------------------------
+
 
 def test_a_full_tmpdir_stops_the_run_with_its_reason_and_a_rerun_completes(tmp_path, monkeypatch, capsys):
     """A real 64 KiB tmpfs as TMPDIR, with room for the case file and not the result: the children measure,

@@ -8,32 +8,37 @@ import threading
 import pytest
 import torch
 
-from topk_bench.run.resolve import Flags
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.child import worker
 from topk_bench.run import devices
 from topk_bench.run import plan as planning
 from topk_bench.run.executors import LocalExecutor, get_executor
+from topk_bench.run.resolve import Flags
 from topk_bench.suite.settings import ExecutorSettings
 
 
-@pytest.mark.parametrize("environ, count, gpus", [
-    ({}, 0, []),
-    ({}, 1, ["0"]),
-    ({}, 3, ["0", "1", "2"]),
-    ({"CUDA_VISIBLE_DEVICES": "2,5"}, 2, ["2", "5"]),
-    ({"CUDA_VISIBLE_DEVICES": " 3 , GPU-8a1f "}, 2, ["3", "GPU-8a1f"]),
-    ({"CUDA_VISIBLE_DEVICES": "1,7,2"}, 1, ["1"]),  # CUDA stops at the first invalid entry (7 of 2 GPUs)
-    ({"CUDA_VISIBLE_DEVICES": ""}, 0, []),
-])
+@pytest.mark.parametrize(
+    "environ, count, gpus",
+    [
+        ({}, 0, []),
+        ({}, 1, ["0"]),
+        ({}, 3, ["0", "1", "2"]),
+        ({"CUDA_VISIBLE_DEVICES": "2,5"}, 2, ["2", "5"]),
+        ({"CUDA_VISIBLE_DEVICES": " 3 , GPU-8a1f "}, 2, ["3", "GPU-8a1f"]),
+        ({"CUDA_VISIBLE_DEVICES": "1,7,2"}, 1, ["1"]),  # CUDA stops at the first invalid entry (7 of 2 GPUs)
+        ({"CUDA_VISIBLE_DEVICES": ""}, 0, []),
+    ],
+)
 def test_the_visible_gpus_are_this_processs_own_list_or_the_ordinals(environ, count, gpus):
     assert devices.visible_gpus(environ, count) == gpus
 
 
 def test_slot_i_gets_gpu_i_mod_count_and_one_gpu_needs_no_choice():
-    assert devices.slot_environments(4, ["2", "5"]) == [
-        {"CUDA_VISIBLE_DEVICES": g} for g in ("2", "5", "2", "5")]
-    assert devices.slot_environments(2, ["0", "1", "2"]) == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert devices.slot_environments(4, ["2", "5"]) == [{"CUDA_VISIBLE_DEVICES": g} for g in ("2", "5", "2", "5")]
+    assert devices.slot_environments(2, ["0", "1", "2"]) == [
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        {"CUDA_VISIBLE_DEVICES": "1"},
+    ]
     assert devices.slot_environments(1, ["0"]) is None
     assert devices.slot_environments(3, []) is None
 
@@ -51,8 +56,10 @@ def test_each_job_slot_runs_its_cases_with_its_own_variables():
         return Measurement(status="ok")
 
     executor = get_executor(ExecutorSettings(kind="local", jobs=3), run=run, gpus=["4", "6", "7"])
-    handles = executor.submit([Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": 16 * (i + 1)})
-                               for i in range(9)], Budget())
+    handles = executor.submit(
+        [Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": 16 * (i + 1)}) for i in range(9)],
+        Budget(),
+    )
     assert all(h.result().status == "ok" for h in handles)
     executor.close()
     # Each slot (thread) always used the same GPU, and the three slots used the three GPUs.
@@ -64,8 +71,10 @@ def test_each_job_slot_runs_its_cases_with_its_own_variables():
 @pytest.fixture
 def suite(tmp_path):
     path = tmp_path / "s.toml"
-    path.write_text('name = "s"\nworkload = "mha"\n[shape]\nd_model = 16\nheads = 2\n[sweep]\nseq_len = [16]\n'
-                    '[[impl]]\nname = "vanilla"\n')
+    path.write_text(
+        'name = "s"\nworkload = "mha"\n[shape]\nd_model = 16\nheads = 2\n[sweep]\nseq_len = [16]\n'
+        '[[impl]]\nname = "vanilla"\n'
+    )
     return path
 
 
@@ -81,7 +90,8 @@ def test_a_measured_cuda_run_on_one_gpu_keeps_one_job_and_says_so_once(suite, mo
     assert the_plan.executor.jobs == 1 and the_plan.gpus == ["0"]
     assert [n for n in the_plan.notes if "GPU" in n] == [
         "one GPU visible: --jobs 4 lowered to 1 for this measured CUDA run "
-        "(cases sharing a GPU corrupt each other's times and peaks)"]
+        "(cases sharing a GPU corrupt each other's times and peaks)"
+    ]
     assert planning.plan(suite, Flags(device="cuda", threads=1)).notes == []  # one job asked: nothing to say
 
 
@@ -115,8 +125,9 @@ def test_a_cuda_case_initialises_cuda_before_it_reports_ready(tmp_path, monkeypa
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     monkeypatch.setattr(worker, "execute", lambda case, budget: Measurement(status="ok"))
     for device, method in (("cuda", "measured"), ("cpu", "measured"), ("cuda:1", "predicted")):
-        case = Case.make(suite="s", workload="mha", impl="vanilla", device=device, method=method,
-                         params={"seq_len": 16})
+        case = Case.make(
+            suite="s", workload="mha", impl="vanilla", device=device, method=method, params={"seq_len": 16}
+        )
         (tmp_path / "case.json").write_text(case.to_json())
         fd = os.dup(write_fd)
         assert worker.main([str(tmp_path / "case.json"), str(tmp_path / "result.json"), "--ready-fd", str(fd)]) == 0

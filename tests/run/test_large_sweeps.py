@@ -1,24 +1,12 @@
 """A sweep too large to start without a word: its case count and estimate first, refused without --yes."""
 
 from __future__ import annotations
-import errno
-import os
-import threading
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, fill, tiny_suite, tmpfs, tree
-from topk_bench.case import Case, Measurement
-from topk_bench.child import execute as child
-from topk_bench.child.execute import measure
-from topk_bench.report.stats import Verdict, classify_ratio, classify_samples
-from topk_bench.results import store
-from topk_bench.results.columns import header as columns
-from topk_bench.results.row import make_row
-from topk_bench.status import STATUSES, Status
 
+from faults import tiny_suite
+from topk_bench.results import store
 
 # --- 9. a sweep too large to start without a word ----------------------------------------------------
+
 
 def test_a_huge_sweep_says_how_many_cases_and_refuses_without_yes(tmp_path, cli):
     suite = tiny_suite(tmp_path, sizes=list(range(16, 16 + 1000)))

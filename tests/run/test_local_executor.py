@@ -8,9 +8,9 @@ import time
 import pytest
 
 from topk_bench.case import Budget, Case, Measurement
-from topk_bench.suite.settings import ExecutorSettings
 from topk_bench.errors import BadInput
 from topk_bench.run.executors import LocalExecutor, get_executor
+from topk_bench.suite.settings import ExecutorSettings
 
 
 def cases(n: int) -> list[Case]:
@@ -64,11 +64,11 @@ def test_cancel_is_true_only_for_a_case_that_never_started():
     executor = LocalExecutor(jobs=1, run=gate)
     first, second, third = executor.submit(cases(3), Budget())
     time.sleep(0.1)
-    assert first.cancel() is False          # running
+    assert first.cancel() is False  # running
     assert second.cancel() is True and second.done()
     gate.release.set()
     wait([first, third])
-    assert third.cancel() is False          # finished
+    assert third.cancel() is False  # finished
     assert sorted(gate.started) == [16, 48]  # the cancelled case never ran
     executor.close()
 
@@ -109,6 +109,6 @@ def test_slurm_without_its_module_is_bad_input(monkeypatch):
     import topk_bench.run.slurm
 
     monkeypatch.setitem(sys.modules, "topk_bench.run.slurm.executor", None)  # as if the module were absent
-    monkeypatch.delattr(topk_bench.run.slurm, "executor", raising=False)     # (and never imported)
+    monkeypatch.delattr(topk_bench.run.slurm, "executor", raising=False)  # (and never imported)
     with pytest.raises(BadInput, match="slurm executor not available"):
         get_executor(ExecutorSettings(kind="slurm"))

@@ -1,15 +1,14 @@
 """--no-resume keeps the old rows until their cases have new ones, interrupted or not."""
 
 from __future__ import annotations
-from locations import ROOT, TESTS
-from pathlib import Path
-import pandas as pd
+
 import pytest
-from faults import Cli, tiny_suite
+
+from locations import ROOT, TESTS
 from topk_bench.run.resolve import Flags
 
-
 # --- --no-resume keeps the old rows until their cases have new ones -----------------------------------
+
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
 def test_no_resume_interrupted_after_one_case_keeps_every_other_old_row(tmp_path, sig):
@@ -27,13 +26,24 @@ def test_no_resume_interrupted_after_one_case_keeps_every_other_old_row(tmp_path
     from topk_bench.run.executors import LocalExecutor
 
     suite, out, marks = write_suite(tmp_path), tmp_path / "out", tmp_path / "marks"
-    runner.run(suite, Flags(out=out, device="cpu"), progress=False, executor_obj=LocalExecutor(run=FakeRun(
-        status=lambda case: "error")))  # the old measurements: 8 rows, each "error" (told apart from the new)
-    command = [sys.executable, str(TESTS / "runner_fakes.py"), str(suite), str(out), "1.0",
-               "--no-resume"]
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
-                            env={**os.environ, MARK_VARIABLE: str(marks),  # this checkout's topk_bench
-                                 "PYTHONPATH": str(ROOT)})
+    runner.run(
+        suite,
+        Flags(out=out, device="cpu"),
+        progress=False,
+        executor_obj=LocalExecutor(run=FakeRun(status=lambda case: "error")),
+    )  # the old measurements: 8 rows, each "error" (told apart from the new)
+    command = [sys.executable, str(TESTS / "runner_fakes.py"), str(suite), str(out), "1.0", "--no-resume"]
+    proc = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+        env={
+            **os.environ,
+            MARK_VARIABLE: str(marks),  # this checkout's topk_bench
+            "PYTHONPATH": str(ROOT),
+        },
+    )
     deadline = time.monotonic() + 120
     while not marks.exists() or not marks.read_text().strip():
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the test could interrupt it"

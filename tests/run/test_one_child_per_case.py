@@ -1,6 +1,5 @@
 """One child process per case: every failure status, and a parent that outlives its children."""
 
-from locations import ROOT
 import os
 import signal
 import subprocess
@@ -11,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import torch
 
+from locations import ROOT
 from topk_bench.case import Budget, Case
-from topk_bench.run.launcher import run_isolated
 from topk_bench.child.execute import execute
+from topk_bench.run.launcher import run_isolated
 
 PLUGIN = str(ROOT / "tests" / "plugins" / "failing_impls.py")
 MIB = 1 << 20
@@ -23,8 +22,16 @@ CHILD_ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def case(impl: str, **fields) -> Case:
-    return Case.make(suite="isolation", workload="mha", impl=impl, params={"seq_len": 16, "d_model": 16, "heads": 2},
-                     plugins=(PLUGIN,), warmup=0, repeats=2, **fields)
+    return Case.make(
+        suite="isolation",
+        workload="mha",
+        impl=impl,
+        params={"seq_len": 16, "d_model": 16, "heads": 2},
+        plugins=(PLUGIN,),
+        warmup=0,
+        repeats=2,
+        **fields,
+    )
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -67,8 +74,15 @@ def test_ok_in_a_child_matches_in_process(results):
 def test_every_failure_status(results):
     statuses = {name: results[name].status for name in SCENARIOS}
     assert statuses == {
-        "ok": "ok", "predicted": "ok", "over_budget": "over_budget", "oom": "oom", "error": "error",
-        "exit": "error", "timeout": "timeout", "crashed": "crashed", "unsupported": "unsupported",
+        "ok": "ok",
+        "predicted": "ok",
+        "over_budget": "over_budget",
+        "oom": "oom",
+        "error": "error",
+        "exit": "error",
+        "timeout": "timeout",
+        "crashed": "crashed",
+        "unsupported": "unsupported",
     }, {name: results[name].error for name in SCENARIOS}
 
 

@@ -1,22 +1,26 @@
 """A plug-in that ends the process or hangs at import: one line for run and list, bad input after its time."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+import pytest
+
+from faults import tiny_suite
 
 # --- plug-ins that end the process, at import or when called -------------------------------------------
+
 
 def _topk_bench(*args, timeout=600):
     import os
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "topk_bench", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "250"})
+    return subprocess.run(
+        [sys.executable, "-m", "topk_bench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "250"},
+    )
 
 
 def test_a_plugin_ending_the_process_at_import_is_one_line_for_run_list_and_doctor(tmp_path):
@@ -24,8 +28,12 @@ def test_a_plugin_ending_the_process_at_import_is_one_line_for_run_list_and_doct
     plugin = tmp_path / "quits.py"
     plugin.write_text("import os\nos._exit(0)\n")
     suite = tiny_suite(tmp_path, extra='plugins = ["quits.py"]')
-    for args in (("run", suite, "--out", tmp_path / "out"), ("list", "--plugins", plugin),
-                 ("list", suite), ("doctor", "--plugins", plugin)):
+    for args in (
+        ("run", suite, "--out", tmp_path / "out"),
+        ("list", "--plugins", plugin),
+        ("list", suite),
+        ("doctor", "--plugins", plugin),
+    ):
         result = _topk_bench(*args)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)

@@ -2,24 +2,14 @@
 and nothing on standard output."""
 
 from __future__ import annotations
-import errno
-import os
-import threading
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, fill, tiny_suite, tmpfs, tree
-from topk_bench.case import Case, Measurement
-from topk_bench.child import execute as child
-from topk_bench.child.execute import measure
-from topk_bench.report.stats import Verdict, classify_ratio, classify_samples
-from topk_bench.results import store
-from topk_bench.results.columns import header as columns
-from topk_bench.results.row import make_row
-from topk_bench.status import STATUSES, Status
 
+from faults import tiny_suite
+from topk_bench.case import Case
+from topk_bench.child import execute as child
+from topk_bench.status import Status
 
 # --- 7. a plug-in that exits at import ---------------------------------------------------------------
+
 
 def test_a_plugin_calling_sys_exit_at_import_is_bad_input(tmp_path, cli):
     (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
@@ -32,8 +22,13 @@ def test_a_plugin_calling_sys_exit_at_import_is_bad_input(tmp_path, cli):
 
 def test_a_plugin_exiting_in_the_child_is_an_error_row(tmp_path):
     (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     plugins=(str(tmp_path / "quits.py"),))
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="vanilla",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        plugins=(str(tmp_path / "quits.py"),),
+    )
     result = child.execute(case)
     assert result.status == Status.ERROR and "SystemExit" in result.error
 

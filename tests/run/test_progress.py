@@ -10,10 +10,10 @@ import pytest
 from rich.console import Console
 
 from runner_fakes import write_suite
-from topk_bench.run.resolve import Flags
 from topk_bench.errors import BadInput
 from topk_bench.run import plan as planning
 from topk_bench.run.progress import Eta, Reporter
+from topk_bench.run.resolve import Flags
 
 
 class Clock:
@@ -65,7 +65,10 @@ def test_the_progress_bar_shows_the_moving_eta_and_elsewhere_one_line_per_case()
     with Reporter("mha", total=2, done=0, console=Console(file=plain, force_terminal=False, width=150)) as reporter:
         reporter.finished("a", {"status": "ok"})
         reporter.finished("b", {"status": "skipped", "error": "skipped: a hit oom"})
-    assert plain.getvalue().splitlines() == ["[1/2] a: ok  peak -  time -", "[2/2] b: skipped  peak -  time -  (skipped: a hit oom)"]
+    assert plain.getvalue().splitlines() == [
+        "[1/2] a: ok  peak -  time -",
+        "[2/2] b: skipped  peak -  time -  (skipped: a hit oom)",
+    ]
     small = io.StringIO()
     with Reporter("mha", total=1, done=0, console=Console(file=small, force_terminal=False, width=150)) as reporter:
         reporter.finished("c", {"status": "ok", "peak_bytes": 12288, "time_median_s": 0.0493})
@@ -82,10 +85,14 @@ def test_the_estimate_is_at_most_the_budgets_about_what_cases_took_before_and_no
     suite = write_suite(tmp_path)
     the_plan = planning.plan(suite, Flags(device="cpu", out=tmp_path / "out"))
     n = len(the_plan.cases)
-    assert planning.size_note(the_plan, n) == (f"{n} cases to run (0 already in fake.csv), estimate at most "
-                                               f"{planning.format_duration(3 + n * 60.25)} (1 at a time, each "
-                                               "within its 60 s time budget)")
-    runner.run(suite, Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(run=FakeRun()))
+    assert planning.size_note(the_plan, n) == (
+        f"{n} cases to run (0 already in fake.csv), estimate at most "
+        f"{planning.format_duration(3 + n * 60.25)} (1 at a time, each "
+        "within its 60 s time budget)"
+    )
+    runner.run(
+        suite, Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(run=FakeRun())
+    )
     assert planning.size_note(the_plan, 0) == f"nothing to run: all {n} cases are in fake.csv"
     # Rows written 10 s apart: a case took 10 s here; the rest are about that each, never more than the budget.
     path = tmp_path / "out" / "fake.csv"
@@ -100,11 +107,14 @@ def test_the_estimate_is_at_most_the_budgets_about_what_cases_took_before_and_no
         writer.writerows(rows)
     assert planning.seconds_per_case(path) == 10.0
     note = planning.size_note(the_plan, 2)
-    assert f"2 cases to run ({n - 2} already in fake.csv), estimate about 23 s (10 s a case here before), at most" in note
+    assert (
+        f"2 cases to run ({n - 2} already in fake.csv), estimate about 23 s (10 s a case here before), at most" in note
+    )
 
 
 def test_jobs_auto_is_one_per_core_and_the_default_of_predict(tmp_path, monkeypatch):
     from topk_bench.run import resolve
+
     monkeypatch.setattr(resolve, "cores", lambda: 6)
     suite = write_suite(tmp_path)
     assert planning.plan(suite, Flags(device="cpu", jobs="auto")).executor.jobs == 6
@@ -120,8 +130,12 @@ def test_jobs_auto_is_one_per_core_and_the_default_of_predict(tmp_path, monkeypa
 @pytest.mark.slow  # real CLI processes
 def test_a_bad_jobs_flag_is_one_line_of_bad_input(tmp_path):
     suite = write_suite(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "topk_bench", "run", str(suite), "--jobs", "lots",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "run", str(suite), "--jobs", "lots", "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["topk-bench: error: --jobs: expected a number >= 1 or auto, got 'lots'"]
     assert not (tmp_path / "out").exists()

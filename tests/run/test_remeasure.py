@@ -7,14 +7,14 @@ import subprocess
 import sys
 
 import pytest
-from runner_fakes import write_suite
 
-from topk_bench.run.resolve import Flags
+from runner_fakes import write_suite
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
 from topk_bench.results.store import read, read_rows
 from topk_bench.run import runner
 from topk_bench.run.executors import LocalExecutor
+from topk_bench.run.resolve import Flags
 
 QUIET = {"cpu_wait": 0.01, "cpu_share": 0.97, "runnable": 0.5, "load_start": 0.2, "load_end": 0.2}
 
@@ -30,13 +30,24 @@ class Scripted:
         self.ran.append(case)
         key = (case.impl, case.param_dict["seq_len"])
         times = [0.001, 0.002, 0.004] if key in self.noisy else [0.001, 0.001, 0.001]
-        return Measurement(status="ok", peak_bytes=1000, baseline_bytes=100, times_s=times, device_name="fake cpu",
-                           metadata={"torch_version": "fake", "git_sha": "abc", **QUIET, **self.readings.get(key, {})})
+        return Measurement(
+            status="ok",
+            peak_bytes=1000,
+            baseline_bytes=100,
+            times_s=times,
+            device_name="fake cpu",
+            metadata={"torch_version": "fake", "git_sha": "abc", **QUIET, **self.readings.get(key, {})},
+        )
 
 
 def _run(tmp_path, fake, resume=True, **flags):
-    return runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu", **flags), progress=False,
-                      resume=resume, executor_obj=LocalExecutor(run=fake))
+    return runner.run(
+        write_suite(tmp_path),
+        Flags(out=tmp_path / "out", device="cpu", **flags),
+        progress=False,
+        resume=resume,
+        executor_obj=LocalExecutor(run=fake),
+    )
 
 
 def _trust(csv) -> dict[tuple[str, str], str]:
@@ -44,9 +55,13 @@ def _trust(csv) -> dict[tuple[str, str], str]:
 
 
 def test_remeasure_runs_exactly_the_flagged_rows_and_keeps_their_old_rows_in_the_history(tmp_path):
-    first = Scripted({("vanilla", 16): {"cpu_wait": 0.7, "cpu_share": 0.3},       # contended
-                      ("qchunk", 64): {"runnable": 2.5}},                         # busy
-                     noisy={("vanilla", 128)})
+    first = Scripted(
+        {
+            ("vanilla", 16): {"cpu_wait": 0.7, "cpu_share": 0.3},  # contended
+            ("qchunk", 64): {"runnable": 2.5},
+        },  # busy
+        noisy={("vanilla", 128)},
+    )
     result = _run(tmp_path, first)
     before = _trust(result.csv_path)
     assert before[("vanilla", "16")] == "contended" and before[("qchunk", "64")] == "busy"
@@ -102,12 +117,26 @@ def test_remeasure_and_no_resume_contradict_each_other(tmp_path):
 
 
 def test_remeasure_on_the_command_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "topk_bench", "run", str(write_suite(tmp_path)), "--out",
-                           str(tmp_path / "out"), "--remeasure", "cotended"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "topk_bench",
+            "run",
+            str(write_suite(tmp_path)),
+            "--out",
+            str(tmp_path / "out"),
+            "--remeasure",
+            "cotended",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "topk-bench: error: --remeasure: expected trust flags among busy, contended, noisy, comma-separated, "
-        "got 'cotended'"]
+        "got 'cotended'"
+    ]
 
 
 def test_while_remeasuring_the_old_rows_stay_in_the_csv_and_are_already_in_the_history(tmp_path):

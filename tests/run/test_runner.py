@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from locations import TESTS
 import csv
 import json
 import os
@@ -15,21 +14,28 @@ from pathlib import Path
 import filelock
 import pytest
 
+from locations import TESTS
 from runner_fakes import MARK_VARIABLE, SUITE, FakeRun, interruptible, write_suite
 from topk_bench import load_results
+from topk_bench.errors import BadInput
+from topk_bench.results.columns import REQUIRED_COLUMNS
 from topk_bench.run import plan as planning
 from topk_bench.run import runner
-from topk_bench.run.resolve import Flags
-from topk_bench.errors import BadInput
 from topk_bench.run.executors import LocalExecutor
-from topk_bench.results.columns import REQUIRED_COLUMNS
+from topk_bench.run.resolve import Flags
 
 HERE = TESTS
 
 
 def run(suite, out, fake, resume=True, yes=False, **flags):
-    return runner.run(suite, Flags(out=out, device="cpu", **flags), progress=False, resume=resume, yes=yes,
-                      executor_obj=LocalExecutor(run=fake))
+    return runner.run(
+        suite,
+        Flags(out=out, device="cpu", **flags),
+        progress=False,
+        resume=resume,
+        yes=yes,
+        executor_obj=LocalExecutor(run=fake),
+    )
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -42,7 +48,7 @@ def test_run_writes_one_row_per_case_with_required_columns_first_and_meta(tmp_pa
     result = run(suite, tmp_path / "out", FakeRun())
     header = next(csv.reader(open(result.csv_path)))
     assert tuple(header[: len(REQUIRED_COLUMNS)]) == REQUIRED_COLUMNS
-    assert header[len(REQUIRED_COLUMNS):][:3] == ["seq_len", "batch", "d_model"]
+    assert header[len(REQUIRED_COLUMNS) :][:3] == ["seq_len", "batch", "d_model"]
     assert {"heads", "chunk_size", "causal", "activation", "dtype"} <= set(header)
     written = rows(result.csv_path)
     assert len(written) == 8 and len({r["case_id"] for r in written}) == 8
@@ -51,12 +57,23 @@ def test_run_writes_one_row_per_case_with_required_columns_first_and_meta(tmp_pa
     assert first["times_s"] == "0.016;0.032;0.048" and float(first["time_median_s"]) == pytest.approx(0.032)
     assert first["repeats"] == "3" and first["causal"] == "True"
     qchunk = [r for r in written if r["impl"] == "qchunk"]
-    assert {r["chunk_size"] for r in qchunk} == {"8"} and {r["chunk_size"] for r in written if r["impl"] == "vanilla"} == {""}
+    assert {r["chunk_size"] for r in qchunk} == {"8"} and {
+        r["chunk_size"] for r in written if r["impl"] == "vanilla"
+    } == {""}
     meta = json.loads((tmp_path / "out" / "fake.meta.json").read_text())
     assert meta["suite"] == "fake" and meta["workload"] == "mha"
-    assert meta["plot"] == {"x": "seq_len", "x_label": None, "log_x": 0, "log_y": False, "panels": [],
-                            "metrics": ["memory", "time"], "memory": "allocated", "split": [], "renderer": None,
-                            "pareto": False}
+    assert meta["plot"] == {
+        "x": "seq_len",
+        "x_label": None,
+        "log_x": 0,
+        "log_y": False,
+        "panels": [],
+        "metrics": ["memory", "time"],
+        "memory": "allocated",
+        "split": [],
+        "renderer": None,
+        "pareto": False,
+    }
     assert result.written == {"ok": 8}
 
 
@@ -152,7 +169,12 @@ def test_skip_rule_applies_on_resume_from_rows_of_an_earlier_run(tmp_path):
 
 def test_with_several_jobs_a_larger_size_waits_for_the_smaller_one(tmp_path):
     fake = FakeRun(lambda c: "oom" if c.param_dict["seq_len"] >= 32 else "ok", delay_s=0.05)
-    result = runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(jobs=4, run=fake))
+    result = runner.run(
+        write_suite(tmp_path),
+        Flags(out=tmp_path / "out", device="cpu"),
+        progress=False,
+        executor_obj=LocalExecutor(jobs=4, run=fake),
+    )
     assert 1 < fake.max_active <= 2  # two implementations in parallel, never two sizes of one
     assert len(fake.ran) == 4 and result.written == {"ok": 2, "oom": 2, "skipped": 4}
 
@@ -167,7 +189,9 @@ def test_a_batch_executor_gets_every_case_at_once_and_larger_sizes_are_cancelled
 
     fake = FakeRun(lambda c: "oom" if c.impl == "vanilla" and c.param_dict["seq_len"] >= 32 else "ok", delay_s=0.3)
     executor = Batch(jobs=1, run=fake)
-    result = runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=executor)
+    result = runner.run(
+        write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=executor
+    )
     assert executor.submitted == [8]
     ran = {(c.impl, c.param_dict["seq_len"]) for c in fake.ran}
     assert ("vanilla", 64) not in ran and ("vanilla", 128) not in ran  # cancelled before they started
@@ -216,8 +240,11 @@ def test_predict_marks_unpredictable_implementations_unsupported_without_running
         "implementations.register(Implementation(name='eager_test_impl', fn=eager, description='data-dependent',"
         " predictable=False))\n"
     )
-    suite = write_suite(tmp_path, text='plugins = ["eager_attention.py"]\n' + 'name = "{name}"\nworkload = "mha"\n'
-                        '[sweep]\nseq_len = [16, 32]\n[[impl]]\nname = "eager_test_impl"\n[[impl]]\nname = "vanilla"\n')
+    suite = write_suite(
+        tmp_path,
+        text='plugins = ["eager_attention.py"]\n' + 'name = "{name}"\nworkload = "mha"\n'
+        '[sweep]\nseq_len = [16, 32]\n[[impl]]\nname = "eager_test_impl"\n[[impl]]\nname = "vanilla"\n',
+    )
     fake = FakeRun()
     result = run(suite, tmp_path / "out", fake, predict=True)
     assert {c.impl for c in fake.ran} == {"vanilla"}
@@ -240,7 +267,9 @@ def test_predict_targets_cuda_only_when_asked_and_needs_no_gpu(tmp_path, monkeyp
     cuda = planning.plan(write_suite(tmp_path), Flags(predict=True, device="cuda"))
     assert {(c.device, c.method) for c in cuda.cases} == {("cuda", "predicted")}
     for device in (None, "auto", "cpu"):
-        assert {c.device for c in planning.plan(write_suite(tmp_path), Flags(predict=True, device=device)).cases} == {"cpu"}
+        assert {c.device for c in planning.plan(write_suite(tmp_path), Flags(predict=True, device=device)).cases} == {
+            "cpu"
+        }
     with pytest.raises(BadInput, match="--device"):
         planning.plan(write_suite(tmp_path), Flags(predict=True, device="tpu"))
 
@@ -273,17 +302,22 @@ def test_a_cuda_run_has_a_workspace_column_measured_or_predicted_and_a_cpu_run_d
 
 
 def test_precedence_bench_toml_then_suite_then_arguments(tmp_path, monkeypatch):
-    (tmp_path / "bench.toml").write_text('repeats = 7\nwarmup = 2\nmax_case_seconds = 11\nresults_dir = "res"\n'
-                                         '[executor]\njobs = 3\n')
-    suite = write_suite(tmp_path, text='name = "{name}"\nworkload = "mha"\nwarmup = 4\n[sweep]\nseq_len = [16]\n'
-                        '[[impl]]\nname = "vanilla"\n')
+    (tmp_path / "bench.toml").write_text(
+        'repeats = 7\nwarmup = 2\nmax_case_seconds = 11\nresults_dir = "res"\n[executor]\njobs = 3\n'
+    )
+    suite = write_suite(
+        tmp_path,
+        text='name = "{name}"\nworkload = "mha"\nwarmup = 4\n[sweep]\nseq_len = [16]\n[[impl]]\nname = "vanilla"\n',
+    )
     monkeypatch.chdir(tmp_path)
     plan = planning.plan(suite, Flags(device="cpu"))
     case = plan.cases[0]
     assert (case.repeats, case.warmup, plan.budget.max_seconds) == (7, 4, 11)
     assert plan.csv_path == tmp_path / "res" / "fake.csv" and plan.executor.jobs == 3
     assert any("compete for cores" in n for n in plan.notes)
-    plan = planning.plan(suite, Flags(device="cpu", repeats=2, warmup=0, max_case_seconds=5, jobs=1, out=tmp_path / "o"))
+    plan = planning.plan(
+        suite, Flags(device="cpu", repeats=2, warmup=0, max_case_seconds=5, jobs=1, out=tmp_path / "o")
+    )
     case = plan.cases[0]
     assert (case.repeats, case.warmup, plan.budget.max_seconds, plan.executor.jobs) == (2, 0, 5, 1)
     assert plan.csv_path == tmp_path / "o" / "fake.csv" and not any("compete" in n for n in plan.notes)
@@ -388,10 +422,14 @@ def test_a_timeout_runs_again_under_a_larger_time_budget_and_not_under_the_same(
 
     larger = FakeRun()
     result = run(suite, out, larger, max_case_seconds=10)
-    assert sorted((c.impl, c.param_dict["seq_len"]) for c in larger.ran) == [("vanilla", 32), ("vanilla", 64),
-                                                                            ("vanilla", 128)]
-    assert any("retried 1 failed case(s)" in n and "2 skipped larger" in n and "5 s, now 10 s" in n
-               for n in result.notes)
+    assert sorted((c.impl, c.param_dict["seq_len"]) for c in larger.ran) == [
+        ("vanilla", 32),
+        ("vanilla", 64),
+        ("vanilla", 128),
+    ]
+    assert any(
+        "retried 1 failed case(s)" in n and "2 skipped larger" in n and "5 s, now 10 s" in n for n in result.notes
+    )
     frame = load_results(out)  # the old rows went: one row per case, nothing left out
     assert len(frame) == 8 and frame.attrs["dropped"] == [] and set(frame["status"]) == {"ok"}
     assert set(frame["max_case_seconds"]) == {5, 10}
@@ -432,7 +470,13 @@ def test_rows_record_the_machine_and_the_trust_flag_of_the_measurement(tmp_path)
         m = original(case, budget)
         m.metadata.update(load_start=3.0 if case.impl == "vanilla" else 0.2, load_end=0.3, steal=0.0)
         return m
-    result = runner.run(write_suite(tmp_path), Flags(out=tmp_path / "out", device="cpu"), progress=False, executor_obj=LocalExecutor(run=measured))
+
+    result = runner.run(
+        write_suite(tmp_path),
+        Flags(out=tmp_path / "out", device="cpu"),
+        progress=False,
+        executor_obj=LocalExecutor(run=measured),
+    )
     written = rows(result.csv_path)
     for r in written:  # FakeRun's samples are 1, 2, 3 ms x seq_len: CV 0.5
         assert float(r["time_cv"]) == pytest.approx(0.5)
@@ -496,10 +540,24 @@ def test_a_prediction_runs_each_case_once_whatever_the_rounds(tmp_path):
 def test_pooled_rounds_take_the_largest_peak_and_the_load_from_first_to_last():
     from topk_bench.case import Measurement
 
-    rounds = [Measurement(status="ok", peak_bytes=10, reserved_bytes=None, times_s=[1.0], fwd_times_s=[0.4],
-                          metadata={"load_start": 0.1, "load_end": 0.2, "steal": 0.0, "git_sha": "a"}),
-              Measurement(status="ok", peak_bytes=12, reserved_bytes=None, times_s=[2.0, 3.0], fwd_times_s=[0.5],
-                          metadata={"load_start": 0.5, "load_end": 0.9, "steal": 0.3, "git_sha": "a"})]
+    rounds = [
+        Measurement(
+            status="ok",
+            peak_bytes=10,
+            reserved_bytes=None,
+            times_s=[1.0],
+            fwd_times_s=[0.4],
+            metadata={"load_start": 0.1, "load_end": 0.2, "steal": 0.0, "git_sha": "a"},
+        ),
+        Measurement(
+            status="ok",
+            peak_bytes=12,
+            reserved_bytes=None,
+            times_s=[2.0, 3.0],
+            fwd_times_s=[0.5],
+            metadata={"load_start": 0.5, "load_end": 0.9, "steal": 0.3, "git_sha": "a"},
+        ),
+    ]
     merged = runner.pooled(rounds)
     assert merged.times_s == [1.0, 2.0, 3.0] and merged.fwd_times_s == [0.4, 0.5]
     assert merged.peak_bytes == 12 and merged.reserved_bytes is None
@@ -508,11 +566,16 @@ def test_pooled_rounds_take_the_largest_peak_and_the_load_from_first_to_last():
 
 @pytest.mark.slow
 def test_a_run_interrupted_between_rounds_writes_no_partial_row_and_a_rerun_completes(tmp_path):
-    suite = write_suite(tmp_path, text=SUITE.replace('causal = true', 'causal = true\nrounds = 2'))
+    suite = write_suite(tmp_path, text=SUITE.replace("causal = true", "causal = true\nrounds = 2"))
     out, marks = tmp_path / "out", tmp_path / "marks"
     command = [sys.executable, str(HERE / "runner_fakes.py"), str(suite), str(out), "0.3"]
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
-                            env={**os.environ, MARK_VARIABLE: str(marks)})
+    proc = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+        env={**os.environ, MARK_VARIABLE: str(marks)},
+    )
     deadline = time.monotonic() + 60
     while not marks.exists() or len(marks.read_text().splitlines()) < 10:  # in round 2 of 2
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the test could interrupt it"
@@ -536,10 +599,10 @@ def test_one_rule_of_precedence_for_every_layered_setting(tmp_path):
     bench = SimpleNamespace(repeats=3, warmup=1, dtype="float32", max_cases=1000)
     suite = SimpleNamespace(repeats=5, warmup=None, dtype="bfloat16", max_cases=None)
     flags = Flags(repeats=7)
-    assert layered("repeats", flags, suite, bench) == 7          # the command line first
-    assert layered("repeats", Flags(), suite, bench) == 5        # then the suite
-    assert layered("warmup", flags, suite, bench) == 1           # then bench.toml
+    assert layered("repeats", flags, suite, bench) == 7  # the command line first
+    assert layered("repeats", Flags(), suite, bench) == 5  # then the suite
+    assert layered("warmup", flags, suite, bench) == 1  # then bench.toml
     assert layered("dtype", None, suite, bench) == "bfloat16" and layered("max_cases", None, suite, bench) == 1000
-    assert layered("rounds", flags, suite, None) is None         # nobody gave it
+    assert layered("rounds", flags, suite, None) is None  # nobody gave it
     plan = planning.plan(write_suite(tmp_path), Flags(device="cpu", predict=True))
     assert plan.method == "predicted" and plan.device == "cpu" and plan.settings.predicted

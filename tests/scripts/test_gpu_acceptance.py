@@ -3,7 +3,6 @@ check in a dry run on the CPU (ALLOW_CPU=1), passing, and failing when a case st
 
 from __future__ import annotations
 
-from locations import ROOT
 import csv
 import os
 import subprocess
@@ -12,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from locations import ROOT
+
 sys.path.insert(0, str(ROOT / "scripts"))
-import gpu_report  # noqa: E402
+import gpu_report
 
 MIB = 2**20
 
@@ -27,10 +28,23 @@ def write(path: Path, rows: list[dict]) -> Path:
 
 
 def row(impl: str, method: str, peak: int, baseline: int, reserved: int | None, **extra) -> dict:
-    return {"suite": "ci", "case_id": f"{impl}-{method}", "workload": "mha", "impl": impl, "label": impl,
-            "mode": "fwd_bwd", "device": "cuda", "method": method, "status": "ok", "peak_bytes": peak,
-            "baseline_bytes": baseline, "reserved_bytes": "" if reserved is None else reserved, "seq_len": 2048,
-            "timestamp": method, **extra}
+    return {
+        "suite": "ci",
+        "case_id": f"{impl}-{method}",
+        "workload": "mha",
+        "impl": impl,
+        "label": impl,
+        "mode": "fwd_bwd",
+        "device": "cuda",
+        "method": method,
+        "status": "ok",
+        "peak_bytes": peak,
+        "baseline_bytes": baseline,
+        "reserved_bytes": "" if reserved is None else reserved,
+        "seq_len": 2048,
+        "timestamp": method,
+        **extra,
+    }
 
 
 def test_gaps_compare_peaks_as_they_are_and_hold_the_stated_accuracy(tmp_path, capsys):
@@ -38,22 +52,46 @@ def test_gaps_compare_peaks_as_they_are_and_hold_the_stated_accuracy(tmp_path, c
     models them): the report once took the workspace out of the measured peak only, and called all 17 cases of
     the H100's first run of today 65 MiB off."""
     workspace = 65 * MIB
-    predicted = write(tmp_path / "p.csv", [
-        row("vanilla", "predicted", 900 * MIB + workspace, 16 * MIB, 1000 * MIB + workspace, workspace_bytes=workspace),
-        row("sdpa", "predicted", 100 * MIB + workspace, 16 * MIB, 120 * MIB + workspace, workspace_bytes=workspace)])
+    predicted = write(
+        tmp_path / "p.csv",
+        [
+            row(
+                "vanilla",
+                "predicted",
+                900 * MIB + workspace,
+                16 * MIB,
+                1000 * MIB + workspace,
+                workspace_bytes=workspace,
+            ),
+            row("sdpa", "predicted", 100 * MIB + workspace, 16 * MIB, 120 * MIB + workspace, workspace_bytes=workspace),
+        ],
+    )
 
     def measured(off_vanilla: int, reserved_sdpa: float) -> Path:
-        return write(tmp_path / "m.csv", [
-            row("vanilla", "measured", 900 * MIB + workspace + off_vanilla, 16 * MIB, 1000 * MIB + workspace,
-                workspace_bytes=workspace),
-            row("sdpa", "measured", 100 * MIB + workspace, 16 * MIB, int(reserved_sdpa), workspace_bytes=workspace)])
+        return write(
+            tmp_path / "m.csv",
+            [
+                row(
+                    "vanilla",
+                    "measured",
+                    900 * MIB + workspace + off_vanilla,
+                    16 * MIB,
+                    1000 * MIB + workspace,
+                    workspace_bytes=workspace,
+                ),
+                row("sdpa", "measured", 100 * MIB + workspace, 16 * MIB, int(reserved_sdpa), workspace_bytes=workspace),
+            ],
+        )
 
     assert gpu_report.gaps(str(measured(MIB, (120 * MIB + workspace) * 1.04)), str(predicted)) == 0
     assert gpu_report.gaps(str(measured(MIB + 512, (120 * MIB + workspace))), str(predicted)) == 1
     assert "above baseline off    +1.000 MiB" in capsys.readouterr().out
     assert gpu_report.gaps(str(measured(0, (120 * MIB + workspace) * 1.06)), str(predicted)) == 1
     # Nothing compared is no pass.
-    assert gpu_report.gaps(str(measured(0, 0)), str(write(tmp_path / "none.csv", [row("topk", "predicted", 1, 1, 1)]))) == 1
+    assert (
+        gpu_report.gaps(str(measured(0, 0)), str(write(tmp_path / "none.csv", [row("topk", "predicted", 1, 1, 1)])))
+        == 1
+    )
 
 
 def test_todays_h100_rows_are_their_prediction(capsys):
@@ -75,9 +113,22 @@ def test_the_committed_h100_rows_show_the_gaps_the_issue_names(capsys):
 
 
 def test_times_are_put_against_the_fastest_dense_case(tmp_path, capsys):
-    rows = [row(impl, "measured", 1, 1, None, kv_len=131072, budget=8192, timer="cudagraph", time_median_s=t,
-                times_s=f"{t};{t}", ops_per_iter=ops)
-            for impl, t, ops in (("vanilla", 0.004, 31), ("sdpa", 0.002, 10), ("page_topk", 0.001, 134))]
+    rows = [
+        row(
+            impl,
+            "measured",
+            1,
+            1,
+            None,
+            kv_len=131072,
+            budget=8192,
+            timer="cudagraph",
+            time_median_s=t,
+            times_s=f"{t};{t}",
+            ops_per_iter=ops,
+        )
+        for impl, t, ops in (("vanilla", 0.004, 31), ("sdpa", 0.002, 10), ("page_topk", 0.001, 134))
+    ]
     assert gpu_report.times(str(write(tmp_path / "kv.csv", rows))) == 0
     out = capsys.readouterr().out
     assert "0.500x dense" in out and "1.000x dense" in out and "ops   134" in out
@@ -85,8 +136,14 @@ def test_times_are_put_against_the_fastest_dense_case(tmp_path, capsys):
 
 def acceptance(tmp_path: Path, **env) -> tuple[int, str]:
     out = tmp_path / "out"
-    result = subprocess.run(["bash", str(ROOT / "scripts/gpu_acceptance.sh")], cwd=ROOT, capture_output=True, text=True,
-                            env={**os.environ, "PYTHON": sys.executable, "OUT": str(out), **env}, timeout=600)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts/gpu_acceptance.sh")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable, "OUT": str(out), **env},
+        timeout=600,
+    )
     summary = next(out.glob("summary-*.txt"), None)
     return result.returncode, summary.read_text() if summary else result.stdout + result.stderr
 
@@ -109,8 +166,23 @@ def test_the_fork_check_passes_here_and_fails_when_a_case_starts_a_fresh_interpr
 
 def test_host_bound_is_said_of_events_timings_only(tmp_path, capsys):
     """ops_per_iter x the host's cost of one op against the time: a graph's replay launches nothing from the host."""
-    rows = [row("page_topk", "measured", 1, 1, None, kv_len=131072, budget=8192, timer=timer, time_median_s=0.0029,
-                times_s="0.0029;0.0029", ops_per_iter=327, case_id=timer) for timer in ("cudagraph", "events")]
+    rows = [
+        row(
+            "page_topk",
+            "measured",
+            1,
+            1,
+            None,
+            kv_len=131072,
+            budget=8192,
+            timer=timer,
+            time_median_s=0.0029,
+            times_s="0.0029;0.0029",
+            ops_per_iter=327,
+            case_id=timer,
+        )
+        for timer in ("cudagraph", "events")
+    ]
     assert gpu_report.times(str(write(tmp_path / "kv.csv", rows)), "1.083e-05") == 0
     lines = capsys.readouterr().out.splitlines()
     assert "host 3.541 ms" in lines[0] and "host-bound" not in lines[0]
@@ -137,10 +209,17 @@ def test_profiles_add_up_and_their_snapshots_open(tmp_path, capsys):
     assert "peak.csv 455.774 MiB, peak above the baseline 455.270 MiB" in capsys.readouterr().out
 
     import pickle
+
     trace = pickle.loads(snapshot)["device_traces"][0]
     marks = [i for i, e in enumerate(trace) if e["action"] == "snapshot"]
-    rows, _, _, _ = peak_rows(trace, builds=[(marks[0], marks[1])], region=(marks[2], marks[3]), empty_cache=True,
-                              attribution=None, sources=Sources())
+    rows, _, _, _ = peak_rows(
+        trace,
+        builds=[(marks[0], marks[1])],
+        region=(marks[2], marks[3]),
+        empty_cache=True,
+        attribution=None,
+        sources=Sources(),
+    )
     write(case / "peak.csv", [{"bytes": r.bytes, "op": r.op, "source": r.source} for r in rows])
     assert gpu_report.profiles(str(tmp_path / "profiles"), "1") == 0
     out = capsys.readouterr().out

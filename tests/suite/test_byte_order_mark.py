@@ -1,11 +1,10 @@
 """A TOML file with a byte-order mark is read."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
+
 import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
+
+from faults import tiny_suite
 
 
 @pytest.mark.parametrize("which", ["suite", "bench.toml"])

@@ -2,15 +2,15 @@
 committed CI baseline keeps its case ids."""
 
 from __future__ import annotations
-from locations import ROOT
-from pathlib import Path
+
 import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
+
+from faults import tiny_suite
+from locations import ROOT
 from topk_bench.run.resolve import Flags
 
-
 # --- two [[impl]] entries that differ only in their label ---------------------------------------------
+
 
 def test_two_entries_that_differ_only_in_label_are_bad_input(tmp_path, cli):
     """They would share every case_id: compare of a folder with itself failed forever, show printed one."""

@@ -1,14 +1,11 @@
 """The CI regression suite and its committed baseline stay in step (checked without running anything)."""
 
-from locations import ROOT
-from pathlib import Path
-
 import implementations
-from topk_bench.run.resolve import Flags
-from topk_bench.run import plan as planning
-from topk_bench.run import runner
-from topk_bench.results.frame import load_results
+from locations import ROOT
 from topk_bench.report.stats import min_samples_for
+from topk_bench.results.frame import load_results
+from topk_bench.run import plan as planning
+from topk_bench.run.resolve import Flags
 
 CI_SUITE = ROOT / "suites" / "ci.toml"
 BASELINE = ROOT / "results" / "baselines" / "ci-predicted.csv"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from locations import TESTS
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from locations import TESTS
 from topk_bench.cli import main
 
 PLUGINS = TESTS / "plugins"
@@ -32,64 +32,150 @@ x = "seq_len"
 
 # (what is wrong, how the good suite is edited, the key named, words of the message)
 CASES = [
-    ("unknown top-level key", lambda s: s.replace('name = "bad"', 'name = "bad"\nrepeat = 3'), "repeat",
-     "unknown key (expected one of:"),
+    (
+        "unknown top-level key",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nrepeat = 3'),
+        "repeat",
+        "unknown key (expected one of:",
+    ),
     ("unknown key in [plot]", lambda s: s + 'colour = "red"\n', "plot.colour", "unknown key"),
     ("wrong type of a size", lambda s: s.replace("[16, 32]", '["16", 32]'), "sweep.seq_len[0]", "valid integer"),
     ("wrong type of a flag", lambda s: s.replace("causal = true", 'causal = "yes"'), "causal", "valid boolean"),
     ("wrong type of an option", lambda s: s.replace("topk = 4", 'topk = "4"'), "impl[0] (topk).topk", "integer"),
-    ("zero size in [shape]", lambda s: s.replace("heads = 2", "heads = 2\nbatch = 0"), "shape.batch", "positive integer"),
+    (
+        "zero size in [shape]",
+        lambda s: s.replace("heads = 2", "heads = 2\nbatch = 0"),
+        "shape.batch",
+        "positive integer",
+    ),
     ("negative swept size", lambda s: s.replace("[16, 32]", "[16, -32]"), "sweep.seq_len", "positive integer"),
     ("topk < 1", lambda s: s.replace("topk = 4", "topk = 0"), "impl[0] (topk).topk", ">= 1"),
     ("chunk_size < 1", lambda s: s.replace("chunk_size = 8", "chunk_size = 0"), "impl[0] (topk).chunk_size", ">= 1"),
-    ("unknown implementation", lambda s: s.replace('name = "topk"', 'name = "toppk"'), "impl[0] (toppk).name",
-     "unknown implementation 'toppk'"),
+    (
+        "unknown implementation",
+        lambda s: s.replace('name = "topk"', 'name = "toppk"'),
+        "impl[0] (toppk).name",
+        "unknown implementation 'toppk'",
+    ),
     ("unknown option", lambda s: s.replace("topk = 4", "topk = 4\nk = 4"), "impl[0] (topk).k", "has no option 'k'"),
-    ("activation not supported", lambda s: s.replace('name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "sdpa"')
-     .replace("causal = true", 'activation = "relu"'), "impl[0] (sdpa)", "does not support activation 'relu'"),
-    ("causal masking not supported", lambda s: 'plugins = ["noncausal_attention.py"]\n' + s.replace(
-        'name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "noncausal_test_impl"'), "impl[0] (noncausal_test_impl)",
-     "does not support causal masking"),
+    (
+        "activation not supported",
+        lambda s: s.replace('name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "sdpa"').replace(
+            "causal = true", 'activation = "relu"'
+        ),
+        "impl[0] (sdpa)",
+        "does not support activation 'relu'",
+    ),
+    (
+        "causal masking not supported",
+        lambda s: (
+            'plugins = ["noncausal_attention.py"]\n'
+            + s.replace('name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "noncausal_test_impl"')
+        ),
+        "impl[0] (noncausal_test_impl)",
+        "does not support causal masking",
+    ),
     ("empty sweep list", lambda s: s.replace("[16, 32]", "[]"), "sweep.seq_len", "non-empty"),
     ("empty [sweep] table", lambda s: s.replace("seq_len = [16, 32]", ""), "sweep", "expected at least 1 entry"),
     ("no [[impl]]", lambda s: s[: s.index("[[impl]]")], "impl", "missing required key"),
-    ("unknown workload", lambda s: s.replace('workload = "mha"', 'workload = "attention"'), "workload",
-     "unknown workload 'attention' (known: decode, decoder, ff, mha, prefill, pretrained)"),
-    ("unknown shape parameter", lambda s: s.replace("heads = 2", "heads = 2\nlength = 4"), "shape.length",
-     "unknown shape parameter"),
-    ("swept key nobody has", lambda s: s.replace("seq_len = [16, 32]", "seq_len = [16]\nnb_features = [4]"),
-     "sweep.nb_features", "nor an option of implementation 'topk'"),
+    (
+        "unknown workload",
+        lambda s: s.replace('workload = "mha"', 'workload = "attention"'),
+        "workload",
+        "unknown workload 'attention' (known: decode, decoder, ff, mha, prefill, pretrained)",
+    ),
+    (
+        "unknown shape parameter",
+        lambda s: s.replace("heads = 2", "heads = 2\nlength = 4"),
+        "shape.length",
+        "unknown shape parameter",
+    ),
+    (
+        "swept key nobody has",
+        lambda s: s.replace("seq_len = [16, 32]", "seq_len = [16]\nnb_features = [4]"),
+        "sweep.nb_features",
+        "nor an option of implementation 'topk'",
+    ),
     ("heads do not divide d_model", lambda s: s.replace("heads = 2", "heads = 3"), "shape.heads", "divisible"),
     ("plot.x not a parameter", lambda s: s.replace('x = "seq_len"', 'x = "length"'), "plot.x", "suite parameter"),
     ("bad panel", lambda s: s + "panels = [[4096, 512]]\n", "plot.panels", "xmin < xmax"),
-    ("feedforward outside the decoder", lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\nfeedforward = "qchunk"'),
-     "impl[0] (topk).feedforward", "has no feed-forward sublayer"),
+    (
+        "feedforward outside the decoder",
+        lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\nfeedforward = "qchunk"'),
+        "impl[0] (topk).feedforward",
+        "has no feed-forward sublayer",
+    ),
     ("causal feed-forward", lambda s: s.replace('workload = "mha"', 'workload = "ff"'), "causal", "no mask"),
     ("missing plug-in", lambda s: 'plugins = ["no_such_plugin_module_xyz"]\n' + s, "plugins", "cannot import"),
-    ("unknown protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "authors"'), "protocol",
-     "expected 'ours' or 'paper', got 'authors'"),
-    ("warm-up under the paper protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\nwarmup = 1'),
-     "warmup", "protocol 'paper' fixes warmup = 0 (the first, cold iteration is timed), got 1"),
-    ("repeats under the paper protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\nrepeats = 5'),
-     "repeats", "protocol 'paper' fixes repeats = 3"),
-    ("scale set under the paper protocol", lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"').replace(
-        'name = "topk"\ntopk = 4', 'name = "qchunk_paper"\nscale = 0.5'), "impl[0] (qchunk_paper).scale",
-     "protocol 'paper' sets the option 'scale' itself"),
-    ("a workload that does not follow the paper protocol", lambda s: f'plugins = ["{PLUGINS}/cross_attention_workload.py"]\n'
-     + s.replace('workload = "mha"', 'workload = "cross_attention"\nprotocol = "paper"').replace("causal = true", "causal = false"),
-     "protocol", "the cross_attention workload does not follow protocol 'paper' (workloads that do: decoder, ff, mha)"),
-    ("an unknown timer", lambda s: s.replace('name = "bad"', 'name = "bad"\ntimer = "wallclock"'), "timer",
-     "'events' or 'cudagraph'"),
-    ("a flush that is no boolean", lambda s: s.replace('name = "bad"', 'name = "bad"\nflush_l2 = "yes"'), "flush_l2",
-     "valid boolean"),
-    ("a negative warm-up time", lambda s: s.replace('name = "bad"', 'name = "bad"\nwarmup_s = -1'), "warmup_s",
-     "greater than or equal to 0"),
-    ("a timer under the paper protocol",
-     lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\ntimer = "cudagraph"')
-     .replace('name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "topk_paper"'),
-     "timer", "protocol 'paper' fixes timer = events (each eager iteration is timed as theirs was)"),
-    ("compile_mode without compile", lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\ncompile_mode = "max-autotune"'),
-     "impl[0] (topk).compile_mode", "compile_mode without compile = true"),
+    (
+        "unknown protocol",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "authors"'),
+        "protocol",
+        "expected 'ours' or 'paper', got 'authors'",
+    ),
+    (
+        "warm-up under the paper protocol",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\nwarmup = 1'),
+        "warmup",
+        "protocol 'paper' fixes warmup = 0 (the first, cold iteration is timed), got 1",
+    ),
+    (
+        "repeats under the paper protocol",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\nrepeats = 5'),
+        "repeats",
+        "protocol 'paper' fixes repeats = 3",
+    ),
+    (
+        "scale set under the paper protocol",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"').replace(
+            'name = "topk"\ntopk = 4', 'name = "qchunk_paper"\nscale = 0.5'
+        ),
+        "impl[0] (qchunk_paper).scale",
+        "protocol 'paper' sets the option 'scale' itself",
+    ),
+    (
+        "a workload that does not follow the paper protocol",
+        lambda s: (
+            f'plugins = ["{PLUGINS}/cross_attention_workload.py"]\n'
+            + s.replace('workload = "mha"', 'workload = "cross_attention"\nprotocol = "paper"').replace(
+                "causal = true", "causal = false"
+            )
+        ),
+        "protocol",
+        "the cross_attention workload does not follow protocol 'paper' (workloads that do: decoder, ff, mha)",
+    ),
+    (
+        "an unknown timer",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\ntimer = "wallclock"'),
+        "timer",
+        "'events' or 'cudagraph'",
+    ),
+    (
+        "a flush that is no boolean",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nflush_l2 = "yes"'),
+        "flush_l2",
+        "valid boolean",
+    ),
+    (
+        "a negative warm-up time",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nwarmup_s = -1'),
+        "warmup_s",
+        "greater than or equal to 0",
+    ),
+    (
+        "a timer under the paper protocol",
+        lambda s: s.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"\ntimer = "cudagraph"').replace(
+            'name = "topk"\ntopk = 4\nchunk_size = 8', 'name = "topk_paper"'
+        ),
+        "timer",
+        "protocol 'paper' fixes timer = events (each eager iteration is timed as theirs was)",
+    ),
+    (
+        "compile_mode without compile",
+        lambda s: s.replace("chunk_size = 8", 'chunk_size = 8\ncompile_mode = "max-autotune"'),
+        "impl[0] (topk).compile_mode",
+        "compile_mode without compile = true",
+    ),
     ("invalid TOML", lambda s: s.replace("[shape]", "[shape"), None, "invalid TOML"),
     ("unreadable file", lambda s: b"\xff\xfe\x00 not utf-8", None, "unreadable"),
 ]
@@ -112,7 +198,9 @@ def cli(capsys, *argv) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("what,edit,key,words", CASES, ids=[c[0] for c in CASES])
-def test_malformed_suite_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, noncausal_plugin, what, edit, key, words):
+def test_malformed_suite_is_one_line_exit_2_and_writes_nothing(
+    tmp_path, capsys, noncausal_plugin, what, edit, key, words
+):
     suite = tmp_path / "bad.toml"
     text = edit(GOOD)
     suite.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -141,12 +229,15 @@ def test_missing_suite_file(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("text,key,words", [
-    ("repeats = 0\n", "repeats", "greater than or equal to 1"),
-    ("devise = 'cpu'\n", "devise", "unknown key"),
-    ("[executor]\nkind = 'cloud'\n", "executor.kind", "'local' or 'slurm'"),
-    ("max_memory_gib = 'lots'\n", "max_memory_gib", "valid number"),
-])
+@pytest.mark.parametrize(
+    "text,key,words",
+    [
+        ("repeats = 0\n", "repeats", "greater than or equal to 1"),
+        ("devise = 'cpu'\n", "devise", "unknown key"),
+        ("[executor]\nkind = 'cloud'\n", "executor.kind", "'local' or 'slurm'"),
+        ("max_memory_gib = 'lots'\n", "max_memory_gib", "valid number"),
+    ],
+)
 def test_malformed_bench_toml(tmp_path, capsys, text, key, words):
     config = tmp_path / "bench.toml"
     config.write_text(text)
@@ -158,17 +249,20 @@ def test_malformed_bench_toml(tmp_path, capsys, text, key, words):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("flags,key", [
-    (["--repeats", "0"], "--repeats"),
-    (["--rounds", "0"], "--rounds"),
-    (["--max-memory", "0"], "--max-memory"),
-    (["--max-case-seconds", "-1"], "--max-case-seconds"),
-    (["--jobs", "0"], "--jobs"),
-    (["--device", "tpu"], "--device"),
-    (["--executor", "cloud"], "--executor"),
-    (["--timer", "wallclock"], "--timer"),
-    (["--warmup-s", "-0.5"], "--warmup-s"),
-])
+@pytest.mark.parametrize(
+    "flags,key",
+    [
+        (["--repeats", "0"], "--repeats"),
+        (["--rounds", "0"], "--rounds"),
+        (["--max-memory", "0"], "--max-memory"),
+        (["--max-case-seconds", "-1"], "--max-case-seconds"),
+        (["--jobs", "0"], "--jobs"),
+        (["--device", "tpu"], "--device"),
+        (["--executor", "cloud"], "--executor"),
+        (["--timer", "wallclock"], "--timer"),
+        (["--warmup-s", "-0.5"], "--warmup-s"),
+    ],
+)
 def test_bad_flags(tmp_path, capsys, flags, key):
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD)
@@ -189,16 +283,18 @@ def test_rounds_are_refused_under_the_paper_protocol(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("flags", [["--warmup", "1"], ["--repeats", "10"], ["--timer", "cudagraph"], ["--flush-l2"],
-                                   ["--warmup-s", "0.5"]])
+@pytest.mark.parametrize(
+    "flags", [["--warmup", "1"], ["--repeats", "10"], ["--timer", "cudagraph"], ["--flush-l2"], ["--warmup-s", "0.5"]]
+)
 def test_flags_the_paper_protocol_fixes(tmp_path, capsys, flags):
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD.replace('name = "bad"', 'name = "bad"\nprotocol = "paper"'))
     code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), *flags)
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"error: {flags[0]}: protocol 'paper' fixes" in err
     assert not (tmp_path / "out").exists()
-    code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--warmup", "0", "--repeats", "3",
-                    "--predict", "-q")  # the protocol's own values are fine
+    code, err = cli(
+        capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--warmup", "0", "--repeats", "3", "--predict", "-q"
+    )  # the protocol's own values are fine
     assert code == 0, err
 
 
@@ -217,7 +313,7 @@ def test_slurm_executor_unavailable_is_bad_input(tmp_path, capsys, monkeypatch):
     import topk_bench.run.slurm
 
     monkeypatch.setitem(sys.modules, "topk_bench.run.slurm.executor", None)  # as if the module were absent
-    monkeypatch.delattr(topk_bench.run.slurm, "executor", raising=False)     # (and never imported)
+    monkeypatch.delattr(topk_bench.run.slurm, "executor", raising=False)  # (and never imported)
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD)
     code, err = cli(capsys, "run", str(suite), "--out", str(tmp_path / "out"), "--executor", "slurm")
@@ -228,11 +324,16 @@ def test_slurm_executor_unavailable_is_bad_input(tmp_path, capsys, monkeypatch):
 def test_a_real_process_prints_no_traceback(tmp_path):
     suite = tmp_path / "bad.toml"
     suite.write_text(GOOD.replace("topk = 4", "topk = 0"))
-    result = subprocess.run([sys.executable, "-m", "topk_bench", "run", str(suite), "--out", str(tmp_path / "out")],
-                            capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "run", str(suite), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
-        f"topk-bench: error: {suite}: impl[0] (topk).topk: expected an integer >= 1, got 0"]
+        f"topk-bench: error: {suite}: impl[0] (topk).topk: expected an integer >= 1, got 0"
+    ]
     assert not (tmp_path / "out").exists() and not list(Path(tmp_path).glob("results*"))
 
 
@@ -257,37 +358,102 @@ split = ["model"]
 
 # The inference workloads' keys: models, heads, modes, the CPU's limit, one figure per model.
 INFERENCE_CASES = [
-    ("unknown model", lambda s: s.replace('"bert-base"', '"bert-large"'), "sweep.model",
-     "expected one of: llama-3-8b, gemma-2b, bert-base, custom, got 'bert-large'"),
-    ("model in [shape] is a name", lambda s: s.replace('model = ["llama-3-8b", "bert-base"]', "")
-     .replace("new_tokens = 1", "new_tokens = 1\nmodel = 8"), "shape.model", "expected one of:"),
-    ("heads given and set by the model", lambda s: s.replace("new_tokens = 1", "new_tokens = 1\nq_heads = 16"),
-     "shape.q_heads", "also set by model = 'llama-3-8b' (to 32); to give it yourself, use model = 'custom'"),
-    ("kv_heads do not divide q_heads", lambda s: s.replace('model = ["llama-3-8b", "bert-base"]', "")
-     .replace("new_tokens = 1", "new_tokens = 1\nq_heads = 6\nkv_heads = 4").replace('split = ["model"]', ""),
-     "shape.kv_heads", "expected kv_heads (4) to divide q_heads (6)"),
-    ("a decode step has no backward", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nmode = "fwd_bwd"'),
-     "mode", "a decode step is forward only"),
-    ("an entry's mode", lambda s: s.replace("topk = 4", 'topk = 4\nmode = "fwd_bwd"'), "impl[0] (topk)",
-     "a decode step is forward only"),
-    ("names swept for an option", lambda s: s.replace("kv_len = [64, 128]", 'kv_len = [64, 128]\ntopk = ["a", "b"]')
-     .replace("topk = 4\n", ""), "sweep.topk", "implementation options are swept as sizes"),
-    ("names for a size", lambda s: s.replace("kv_len = [64, 128]", 'kv_len = ["64", "128"]'), "sweep.kv_len",
-     "positive integer"),
-    ("cpu_max of a key not swept", lambda s: s.replace("kv_len = 64\n", "batch = 4\n"), "cpu_max.batch",
-     "expected a swept size (one of: kv_len)"),
+    (
+        "unknown model",
+        lambda s: s.replace('"bert-base"', '"bert-large"'),
+        "sweep.model",
+        "expected one of: llama-3-8b, gemma-2b, bert-base, custom, got 'bert-large'",
+    ),
+    (
+        "model in [shape] is a name",
+        lambda s: s.replace('model = ["llama-3-8b", "bert-base"]', "").replace(
+            "new_tokens = 1", "new_tokens = 1\nmodel = 8"
+        ),
+        "shape.model",
+        "expected one of:",
+    ),
+    (
+        "heads given and set by the model",
+        lambda s: s.replace("new_tokens = 1", "new_tokens = 1\nq_heads = 16"),
+        "shape.q_heads",
+        "also set by model = 'llama-3-8b' (to 32); to give it yourself, use model = 'custom'",
+    ),
+    (
+        "kv_heads do not divide q_heads",
+        lambda s: (
+            s.replace('model = ["llama-3-8b", "bert-base"]', "")
+            .replace("new_tokens = 1", "new_tokens = 1\nq_heads = 6\nkv_heads = 4")
+            .replace('split = ["model"]', "")
+        ),
+        "shape.kv_heads",
+        "expected kv_heads (4) to divide q_heads (6)",
+    ),
+    (
+        "a decode step has no backward",
+        lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nmode = "fwd_bwd"'),
+        "mode",
+        "a decode step is forward only",
+    ),
+    (
+        "an entry's mode",
+        lambda s: s.replace("topk = 4", 'topk = 4\nmode = "fwd_bwd"'),
+        "impl[0] (topk)",
+        "a decode step is forward only",
+    ),
+    (
+        "names swept for an option",
+        lambda s: s.replace("kv_len = [64, 128]", 'kv_len = [64, 128]\ntopk = ["a", "b"]').replace("topk = 4\n", ""),
+        "sweep.topk",
+        "implementation options are swept as sizes",
+    ),
+    (
+        "names for a size",
+        lambda s: s.replace("kv_len = [64, 128]", 'kv_len = ["64", "128"]'),
+        "sweep.kv_len",
+        "positive integer",
+    ),
+    (
+        "cpu_max of a key not swept",
+        lambda s: s.replace("kv_len = 64\n", "batch = 4\n"),
+        "cpu_max.batch",
+        "expected a swept size (one of: kv_len)",
+    ),
     ("cpu_max of names", lambda s: s.replace("kv_len = 64\n", "model = 4\n"), "cpu_max.model", "a swept size"),
-    ("plot.split not a parameter", lambda s: s.replace('split = ["model"]', 'split = ["colour"]'), "plot.split[0]",
-     "expected a suite parameter other than the x axis"),
-    ("plot.split on the x axis", lambda s: s.replace('split = ["model"]', 'split = ["kv_len"]'), "plot.split[0]",
-     "other than the x axis"),
-    ("quality and fidelity both", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = "random"\n'
-     "fidelity = true"), "quality", "ask for one of them"),
-    ("unknown quality inputs", lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = ["gpt2"]'),
-     "quality[0]", "'random' or 'minilm'"),
-    ("prefill is causal", lambda s: s.replace('workload = "decode"', 'workload = "prefill"\ncausal = false')
-     .replace("kv_len", "seq_len").replace("new_tokens = 1", "").replace("[cpu_max]\nseq_len = 64\n", ""),
-     "causal", "prefill is causal attention"),
+    (
+        "plot.split not a parameter",
+        lambda s: s.replace('split = ["model"]', 'split = ["colour"]'),
+        "plot.split[0]",
+        "expected a suite parameter other than the x axis",
+    ),
+    (
+        "plot.split on the x axis",
+        lambda s: s.replace('split = ["model"]', 'split = ["kv_len"]'),
+        "plot.split[0]",
+        "other than the x axis",
+    ),
+    (
+        "quality and fidelity both",
+        lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = "random"\nfidelity = true'),
+        "quality",
+        "ask for one of them",
+    ),
+    (
+        "unknown quality inputs",
+        lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = ["gpt2"]'),
+        "quality[0]",
+        "'random' or 'minilm'",
+    ),
+    (
+        "prefill is causal",
+        lambda s: (
+            s.replace('workload = "decode"', 'workload = "prefill"\ncausal = false')
+            .replace("kv_len", "seq_len")
+            .replace("new_tokens = 1", "")
+            .replace("[cpu_max]\nseq_len = 64\n", "")
+        ),
+        "causal",
+        "prefill is causal attention",
+    ),
 ]
 
 
@@ -311,10 +477,17 @@ def test_the_good_inference_suite_is_valid(tmp_path):
     assert suite.mode == "fwd" and suite.causal  # the workload's
 
 
-@pytest.mark.parametrize("argv,words", [
-    (("--predict", "--device", "cuda", "--gpu", "sm75"), "--gpu: expected sm80 or sm90, got 'sm75'"),
-    (("--predict", "--gpu", "sm80"), "--gpu: names the GPU a CUDA prediction models: give it with --predict --device cuda"),
-], ids=["unknown GPU", "GPU without a CUDA prediction"])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (("--predict", "--device", "cuda", "--gpu", "sm75"), "--gpu: expected sm80 or sm90, got 'sm75'"),
+        (
+            ("--predict", "--gpu", "sm80"),
+            "--gpu: names the GPU a CUDA prediction models: give it with --predict --device cuda",
+        ),
+    ],
+    ids=["unknown GPU", "GPU without a CUDA prediction"],
+)
 def test_a_bad_gpu_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, words):
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD)
@@ -334,8 +507,18 @@ def test_the_gpu_of_a_cuda_prediction_is_in_its_rows(tmp_path, capsys):
     rows = {}
     for gpu in ("sm80", "sm90", None):
         out = tmp_path / f"out-{gpu}"
-        code, err = cli(capsys, "run", str(suite), "--out", str(out), "--predict", "--device", "cuda", "-q",
-                        *(("--gpu", gpu) if gpu else ()))
+        code, err = cli(
+            capsys,
+            "run",
+            str(suite),
+            "--out",
+            str(out),
+            "--predict",
+            "--device",
+            "cuda",
+            "-q",
+            *(("--gpu", gpu) if gpu else ()),
+        )
         assert code == 0, err
         rows[gpu] = list(csv.DictReader(open(out / "bad.csv", newline="")))
     assert [r["case_id"] for r in rows["sm90"]] == [r["case_id"] for r in rows[None]]

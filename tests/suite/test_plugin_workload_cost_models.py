@@ -1,12 +1,10 @@
 """A plug-in workload's broken cost model is bad input before any file is written."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+import pytest
+
+from faults import tiny_suite
 
 # --- a plug-in workload's cost model -------------------------------------------------------------------
 
@@ -23,12 +21,15 @@ workloads.register(workloads.WorkloadSpec(
 """
 
 
-@pytest.mark.parametrize("body,words", [
-    ("return workloads.Traffic(flops=math.nan, bytes=1, tokens=1, tokens_per_sequence=1)", "flops"),
-    ("return workloads.Traffic(flops=1, bytes=1, tokens=1, tokens_per_sequence=0)", "tokens_per_sequence"),
-    ("return 'lots'", "Traffic"),
-    ("raise ZeroDivisionError('oops')", "ZeroDivisionError: oops"),
-])
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        ("return workloads.Traffic(flops=math.nan, bytes=1, tokens=1, tokens_per_sequence=1)", "flops"),
+        ("return workloads.Traffic(flops=1, bytes=1, tokens=1, tokens_per_sequence=0)", "tokens_per_sequence"),
+        ("return 'lots'", "Traffic"),
+        ("raise ZeroDivisionError('oops')", "ZeroDivisionError: oops"),
+    ],
+)
 def test_a_plugin_workloads_broken_cost_model_is_bad_input_before_any_file(tmp_path, cli, body, words, monkeypatch):
     """NaN traffic wrote rows the reader rejects (resume re-ran them forever); a raising one was a traceback."""
     from topk_bench.workloads import spec

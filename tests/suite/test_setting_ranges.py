@@ -2,24 +2,26 @@
 nothing written; the largest time budget allowed runs a real case."""
 
 from __future__ import annotations
-from pathlib import Path
-import pandas as pd
-import pytest
-from faults import Cli, tiny_suite
-from topk_bench.run.resolve import Flags
 
+import pytest
+
+from faults import tiny_suite
 
 # --- flags get the same validation as suite keys -------------------------------------------------------
 
-@pytest.mark.parametrize("flag,value,words", [
-    ("--max-memory", "nan", "finite"),
-    ("--max-memory", "inf", "finite"),
-    ("--max-case-seconds", "inf", "finite"),
-    ("--max-case-seconds", "nan", "finite"),
-    ("--max-case-seconds", "1e10", "less than or equal to"),
-    ("--jobs", "100000", "less than or equal to"),
-    ("--warmup-s", "inf", "finite"),
-])
+
+@pytest.mark.parametrize(
+    "flag,value,words",
+    [
+        ("--max-memory", "nan", "finite"),
+        ("--max-memory", "inf", "finite"),
+        ("--max-case-seconds", "inf", "finite"),
+        ("--max-case-seconds", "nan", "finite"),
+        ("--max-case-seconds", "1e10", "less than or equal to"),
+        ("--jobs", "100000", "less than or equal to"),
+        ("--warmup-s", "inf", "finite"),
+    ],
+)
 def test_a_flag_out_of_range_is_one_line_and_writes_nothing(tmp_path, cli, flag, value, words):
     suite = tiny_suite(tmp_path)
     result = cli("run", suite, "--out", tmp_path / "out", flag, value)
@@ -29,14 +31,17 @@ def test_a_flag_out_of_range_is_one_line_and_writes_nothing(tmp_path, cli, flag,
 
 
 @pytest.mark.parametrize("where", ["suite", "bench.toml"])
-@pytest.mark.parametrize("key,value,words", [
-    ("max_memory_gib", "inf", "finite"),
-    ("max_memory_gib", "nan", "finite"),
-    ("max_case_seconds", "inf", "finite"),
-    ("max_case_seconds", "1e10", "less than or equal to"),
-    ("warmup_s", "inf", "finite"),
-    ("warmup_s", "-1", "greater than or equal to 0"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("max_memory_gib", "inf", "finite"),
+        ("max_memory_gib", "nan", "finite"),
+        ("max_case_seconds", "inf", "finite"),
+        ("max_case_seconds", "1e10", "less than or equal to"),
+        ("warmup_s", "inf", "finite"),
+        ("warmup_s", "-1", "greater than or equal to 0"),
+    ],
+)
 def test_a_setting_out_of_range_is_one_line_naming_its_file(tmp_path, cli, where, key, value, words):
     config = tmp_path / "bench.toml"
     suite = tiny_suite(tmp_path, extra=f"{key} = {value}" if where == "suite" else "")
@@ -54,7 +59,14 @@ def test_the_largest_time_budget_allowed_runs_a_real_case(tmp_path):
     from topk_bench.run.launcher import run_isolated
     from topk_bench.suite.values import MAX_CASE_SECONDS
 
-    case = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8, "d_model": 8, "heads": 2},
-                     mode="fwd", warmup=0, repeats=1)
+    case = Case.make(
+        suite="t",
+        workload="mha",
+        impl="vanilla",
+        params={"seq_len": 8, "d_model": 8, "heads": 2},
+        mode="fwd",
+        warmup=0,
+        repeats=1,
+    )
     result = run_isolated(case, Budget(max_seconds=MAX_CASE_SECONDS))
     assert result.status == "ok", result.error

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from locations import ROOT, TESTS
-from pathlib import Path
-
 import pytest
 
-from topk_bench.run.resolve import Flags
+from locations import ROOT, TESTS
 from topk_bench.errors import BadInput
-from topk_bench.run import plan as planning
-from topk_bench.run import runner
-from topk_bench.run.order import Order, size
 from topk_bench.results.frame import load_results
-from topk_bench.suite.load import load_suite
+from topk_bench.run import plan as planning
+from topk_bench.run.order import Order, size
+from topk_bench.run.resolve import Flags
 
 SUITES = ROOT / "suites"
 
@@ -52,10 +48,15 @@ def test_chunk_size_is_figure_2_with_the_chunk_size_as_a_swept_option():
 def test_ff_is_figure_3b_and_ff_sparse_adds_topk_sparse():
     p = plan("ff")
     assert all(c.activation == "relu" and not c.causal for c in p.cases)
-    assert {(c.param_dict["batch"], c.param_dict["seq_len"], c.param_dict["d_model"]) for c in p.cases} == {(512, 512, 768)}
+    assert {(c.param_dict["batch"], c.param_dict["seq_len"], c.param_dict["d_model"]) for c in p.cases} == {
+        (512, 512, 768)
+    }
     assert sorted({c.param_dict["d_ff"] for c in p.cases}) == [2**i for i in range(11, 17)]
     options = {c.impl: c.option_dict for c in p.cases}
-    assert options["qchunk"]["chunk_size"] == 2**14 and (options["topk"]["topk"], options["topk"]["chunk_size"]) == (512, 2**14)
+    assert options["qchunk"]["chunk_size"] == 2**14 and (options["topk"]["topk"], options["topk"]["chunk_size"]) == (
+        512,
+        2**14,
+    )
     sparse = plan("ff_sparse")
     assert {c.impl for c in sparse.cases} == {"vanilla", "qchunk", "topk", "topk_sparse"}
 
@@ -87,7 +88,8 @@ def test_smoke_covers_every_workload_and_implementation():
 def test_larger_means_same_implementation_and_options_and_every_swept_value_at_least_as_large(tmp_path):
     (tmp_path / "s.toml").write_text(
         'name = "s"\nworkload = "mha"\n[sweep]\nseq_len = [16, 32]\nchunk_size = [4, 8]\n'
-        '[[impl]]\nname = "qchunk"\n[[impl]]\nname = "topk"\ntopk = 2\n')
+        '[[impl]]\nname = "qchunk"\n[[impl]]\nname = "topk"\ntopk = 2\n'
+    )
     cases = planning.plan(tmp_path / "s.toml", Flags(device="cpu")).cases
     keys = ["seq_len", "chunk_size"]
     get = {(c.impl, size(c, keys)): c for c in cases}
@@ -148,7 +150,9 @@ def test_a_workload_registered_by_a_plugin_runs_end_to_end(tmp_path, predict):
     # The plug-in's own rule and parameter are checked like a built-in workload's.
     suite.write_text(PLUGIN_WORKLOAD_SUITE.format(plugin=plugin).replace('mode = "fwd_bwd"', "causal = true"))
     bad = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and bad.stderr.strip().endswith("causal: cross-attention has no causal mask: expected causal = false")
+    assert bad.returncode == 2 and bad.stderr.strip().endswith(
+        "causal: cross-attention has no causal mask: expected causal = false"
+    )
 
 
 LLAMA, GEMMA, BERT = (32, 8, 128), (8, 1, 256), (12, 12, 64)
@@ -166,7 +170,10 @@ def test_decode_is_models_shapes_over_1k_to_1m_cached_tokens_and_64k_measured_on
     assert sorted({c.param_dict["kv_len"] for c in cases}) == [2**i for i in range(10, 21)]
     assert {c.param_dict["batch"] for c in cases} == {1, 8}
     assert {(c.param_dict["model"], _heads(c)) for c in cases} == {
-        ("llama-3-8b", LLAMA), ("gemma-2b", GEMMA), ("bert-base", BERT)}
+        ("llama-3-8b", LLAMA),
+        ("gemma-2b", GEMMA),
+        ("bert-base", BERT),
+    }
     assert {"vanilla", "sdpa", "topk", "topk_fast", "page_topk", "sink_window", "block_topk"} == {c.impl for c in cases}
     measured = plan("decode").cases
     assert max(c.param_dict["kv_len"] for c in measured) == 65536 and len(measured) == len(cases) * 7 // 11
@@ -191,7 +198,8 @@ def test_swept_names_are_not_sizes(tmp_path):
     # After a failure at one model, the larger sizes of that model are skipped, never another model's.
     (tmp_path / "s.toml").write_text(
         'name = "s"\nworkload = "decode"\n[sweep]\nkv_len = [16, 32]\nmodel = ["llama-3-8b", "bert-base"]\n'
-        '[[impl]]\nname = "vanilla"\n')
+        '[[impl]]\nname = "vanilla"\n'
+    )
     cases = planning.plan(tmp_path / "s.toml", Flags(device="cpu")).cases
     keys = ["kv_len", "model"]
     get = {size(c, keys): c for c in cases}
@@ -199,15 +207,21 @@ def test_swept_names_are_not_sizes(tmp_path):
     assert order.larger(get[(32, "llama-3-8b")], get[(16, "llama-3-8b")])
     assert not order.larger(get[(32, "llama-3-8b")], get[(16, "bert-base")])
     assert not order.larger(get[(16, "llama-3-8b")], get[(16, "bert-base")])
-    assert [size(c, keys) for c in cases] == [(16, "llama-3-8b"), (16, "bert-base"), (32, "llama-3-8b"),
-                                              (32, "bert-base")]  # sizes smallest first, names as written
+    assert [size(c, keys) for c in cases] == [
+        (16, "llama-3-8b"),
+        (16, "bert-base"),
+        (32, "llama-3-8b"),
+        (32, "bert-base"),
+    ]  # sizes smallest first, names as written
 
 
 def test_max_cases_counts_only_the_cases_a_measured_cpu_run_keeps_under_cpu_max(tmp_path):
     # 3 sizes x 2 models: 6 predicted, 4 measured on the CPU (kv_len 64 is above cpu_max).
     suite = tmp_path / "s.toml"
-    suite.write_text('name = "s"\nworkload = "decode"\nmax_cases = 4\n[sweep]\nkv_len = [16, 32, 64]\n'
-                     'model = ["llama-3-8b", "bert-base"]\n[cpu_max]\nkv_len = 32\n[[impl]]\nname = "sdpa"\n')
+    suite.write_text(
+        'name = "s"\nworkload = "decode"\nmax_cases = 4\n[sweep]\nkv_len = [16, 32, 64]\n'
+        'model = ["llama-3-8b", "bert-base"]\n[cpu_max]\nkv_len = 32\n[[impl]]\nname = "sdpa"\n'
+    )
     measured = planning.plan(suite, Flags(device="cpu", out=tmp_path / "o"))
     assert len(measured.cases) == 4 and any("cpu_max: 2 case(s) above kv_len <= 32" in n for n in measured.notes)
     with pytest.raises(BadInput, match="6 cases"):
@@ -221,9 +235,14 @@ def test_compile_is_kv_targets_point_eager_and_compiled_side_by_side():
     assert {c.params for c in p.cases} == {targets.cases[0].params}  # the same decode step, the same budget
     assert all(c.dtype == "bfloat16" and c.workload == "decode" for c in p.cases)
     entries = [(c.impl, c.compile, c.compile_mode) for c in p.cases]
-    assert entries == [("sdpa", False, None), ("page_topk", False, None), ("page_topk", True, None),
-                       ("page_topk", True, "max-autotune-no-cudagraphs"), ("topk_fast", False, None),
-                       ("topk_fast", True, None)]
+    assert entries == [
+        ("sdpa", False, None),
+        ("page_topk", False, None),
+        ("page_topk", True, None),
+        ("page_topk", True, "max-autotune-no-cudagraphs"),
+        ("topk_fast", False, None),
+        ("topk_fast", True, None),
+    ]
     # Each compiled entry beside an eager one with the same options; rounds interleave them.
     for c in p.cases:
         if c.compile:

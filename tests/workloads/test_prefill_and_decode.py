@@ -31,14 +31,25 @@ OPTIONS = {
     "block_topk": {"block_size": 4, "topk_blocks": 2, "chunk_size": 3},
 }
 # Grouped-query support, causal softmax, and run in milliseconds (flex compiles for seconds per shape).
-GROUPED = [n for n in implementations.names()
-           if implementations.spec(n).gqa is not None and implementations.spec(n).causal and n != "flex"]
+GROUPED = [
+    n
+    for n in implementations.names()
+    if implementations.spec(n).gqa is not None and implementations.spec(n).causal and n != "flex"
+]
 HEADS = [(4, 2), (4, 1), (2, 2)]  # (q_heads, kv_heads): grouped, multi-query, multi-head
 
 
 def _case(workload, impl, dtype="float64", mode="fwd", options=None, **params):
-    return Case.make(suite="t", workload=workload, impl=impl, params=params,
-                     options={**OPTIONS.get(impl, {}), **(options or {})}, mode=mode, causal=True, dtype=dtype)
+    return Case.make(
+        suite="t",
+        workload=workload,
+        impl=impl,
+        params=params,
+        options={**OPTIONS.get(impl, {}), **(options or {})},
+        mode=mode,
+        causal=True,
+        dtype=dtype,
+    )
 
 
 def _build(case):
@@ -89,11 +100,13 @@ def test_grouped_heads_equal_repeated_kv_through_the_workload(workload, impl, q_
     size = {"seq_len": 11} if workload == "prefill" else {"kv_len": 11, "new_tokens": 2}
     # page_topk's default shares a group's pages: with repeated K/V every head is its own group.
     per_head = {"group_pages": False} if impl == "page_topk" else {}
-    grouped = _build(_case(workload, impl, options=per_head, batch=2, q_heads=q_heads, kv_heads=kv_heads,
-                           head_dim=8, **size))
+    grouped = _build(
+        _case(workload, impl, options=per_head, batch=2, q_heads=q_heads, kv_heads=kv_heads, head_dim=8, **size)
+    )
     reference = "vanilla" if implementations.spec(impl).exact else impl
-    full = _build(_case(workload, reference, options=per_head, batch=2, q_heads=q_heads, kv_heads=q_heads,
-                        head_dim=8, **size))
+    full = _build(
+        _case(workload, reference, options=per_head, batch=2, q_heads=q_heads, kv_heads=q_heads, head_dim=8, **size)
+    )
     if reference == impl:
         full.model.load_state_dict(grouped.model.state_dict())
     groups = q_heads // kv_heads
@@ -130,10 +143,10 @@ def test_an_implementation_without_grouped_heads_is_unsupported_only_where_heads
     assert implementations.spec("vanilla_paper").gqa is None
     grouped = _case("decode", "vanilla_paper", q_heads=4, kv_heads=2, head_dim=8, kv_len=8)
     assert "does not support grouped K/V heads" in unsupported(grouped, predict=True)
-    assert unsupported(_case("decode", "vanilla_paper", q_heads=4, kv_heads=4, head_dim=8, kv_len=8),
-                       predict=True) is None
-    assert unsupported(_case("prefill", "vanilla", q_heads=4, kv_heads=2, head_dim=8, seq_len=8),
-                       predict=True) is None
+    assert (
+        unsupported(_case("decode", "vanilla_paper", q_heads=4, kv_heads=4, head_dim=8, kv_len=8), predict=True) is None
+    )
+    assert unsupported(_case("prefill", "vanilla", q_heads=4, kv_heads=2, head_dim=8, seq_len=8), predict=True) is None
 
 
 def test_a_model_preset_decides_whether_heads_are_grouped():
@@ -147,9 +160,22 @@ def test_a_model_preset_decides_whether_heads_are_grouped():
 
 
 def _llama_decode(kv_len, batch=1, dtype="bfloat16", impl="sdpa"):
-    return Case.make(suite="t", workload="decode", impl=impl, method="predicted", dtype=dtype, mode="fwd",
-                     causal=True, params={"model": "llama-3-8b", "kv_len": kv_len, "batch": batch, "new_tokens": 1,
-                                          **workloads.lookup("decode").presets["model"]["llama-3-8b"]})
+    return Case.make(
+        suite="t",
+        workload="decode",
+        impl=impl,
+        method="predicted",
+        dtype=dtype,
+        mode="fwd",
+        causal=True,
+        params={
+            "model": "llama-3-8b",
+            "kv_len": kv_len,
+            "batch": batch,
+            "new_tokens": 1,
+            **workloads.lookup("decode").presets["model"]["llama-3-8b"],
+        },
+    )
 
 
 def test_predicted_kv_cache_bytes_of_llama_3_8b_at_128k_tokens():
@@ -190,8 +216,7 @@ def _output_bytes(wl):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_decode_bytes_moved_is_q_and_o_the_new_kv_twice_and_the_whole_cache(dtype):
-    case = _case("decode", "vanilla", dtype=dtype, batch=2, q_heads=4, kv_heads=2, head_dim=8, kv_len=13,
-                 new_tokens=3)
+    case = _case("decode", "vanilla", dtype=dtype, batch=2, q_heads=4, kv_heads=2, head_dim=8, kv_len=13, new_tokens=3)
     q, k_new, v_new, k_cache, v_cache = (t.numel() * t.element_size() for t in _build(case).inputs)
     traffic = workloads.traffic(case)
     assert traffic.bytes == q + _output_bytes(_build(case)) + 2 * (k_new + v_new) + k_cache + v_cache
@@ -215,8 +240,16 @@ def test_prefill_bytes_moved_is_qkv_and_o_once_forward_and_backward_twice_more(m
 def test_rates_are_the_traffic_over_the_median_time():
     traffic = workloads.Traffic(flops=1000, bytes=300, tokens=8, tokens_per_sequence=2, kv_cache_bytes=64)
     row = rates.columns(traffic, Measurement(status="ok", times_s=[2.0, 1.0, 5.0]))
-    assert row == {"kv_cache_bytes": 64, "model_flops": 1000, "bytes_moved": 300, "tokens": 8,
-                   "flops_per_s": 500.0, "bytes_per_s": 150.0, "tokens_per_s": 4.0, "time_per_token_s": 1.0}
+    assert row == {
+        "kv_cache_bytes": 64,
+        "model_flops": 1000,
+        "bytes_moved": 300,
+        "tokens": 8,
+        "flops_per_s": 500.0,
+        "bytes_per_s": 150.0,
+        "tokens_per_s": 4.0,
+        "time_per_token_s": 1.0,
+    }
     predicted = rates.columns(traffic, Measurement(status="ok"))
     assert predicted["kv_cache_bytes"] == 64 and predicted["flops_per_s"] is None
     assert predicted["time_per_token_s"] is None

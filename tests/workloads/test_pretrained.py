@@ -12,11 +12,11 @@ pytest.importorskip("transformers")
 # A real 22M-parameter model: seconds per test, outside `make test-fast`.
 pytestmark = pytest.mark.slow
 
+from topk_bench.errors import BadInput  # noqa: E402
 from topk_bench.workloads.pretrained import model as pretrained  # noqa: E402
 from topk_bench.workloads.pretrained.corpus import load_corpus  # noqa: E402
-from topk_bench.errors import BadInput  # noqa: E402
-from topk_bench.workloads.pretrained.metrics import compare  # noqa: E402
 from topk_bench.workloads.pretrained.feedforward import UnsupportedAtFeedForward  # noqa: E402
+from topk_bench.workloads.pretrained.metrics import compare  # noqa: E402
 
 # Few, long texts: 3 sentences each (40-100 tokens), so that k = 32 drops keys; fast on 2 cores.
 TEXTS = 6
@@ -38,15 +38,19 @@ def embed(bert, ids, **replace):
         return pretrained.encode(pretrained.PluggedBert(bert, **replace), ids)
 
 
-@pytest.mark.parametrize("replace", [
-    {"attention": "vanilla"},
-    {"attention": "sdpa"},
-    {"attention": "qchunk", "attention_options": {"chunk_size": 16}},
-    {"attention": "topk", "attention_options": {"topk": 512, "chunk_size": 16}},  # k >= L
-    {"feedforward": "vanilla"},
-    {"feedforward": "qchunk", "ff_options": {"chunk_size": 32}},
-    {"feedforward": "topk", "ff_options": {"topk": 1536, "chunk_size": 32}},  # k = d_ff
-], ids=lambda r: "-".join(str(v) for v in r.values() if isinstance(v, str)) + ("@ff" if "feedforward" in r else ""))
+@pytest.mark.parametrize(
+    "replace",
+    [
+        {"attention": "vanilla"},
+        {"attention": "sdpa"},
+        {"attention": "qchunk", "attention_options": {"chunk_size": 16}},
+        {"attention": "topk", "attention_options": {"topk": 512, "chunk_size": 16}},  # k >= L
+        {"feedforward": "vanilla"},
+        {"feedforward": "qchunk", "ff_options": {"chunk_size": 32}},
+        {"feedforward": "topk", "ff_options": {"topk": 1536, "chunk_size": 32}},  # k = d_ff
+    ],
+    ids=lambda r: "-".join(str(v) for v in r.values() if isinstance(v, str)) + ("@ff" if "feedforward" in r else ""),
+)
 def test_exact_replacements_give_the_original_embeddings(model, replace):
     bert, ids, reference = model
     assert (embed(bert, ids, **replace) - reference).abs().max() < 1e-5
@@ -92,8 +96,10 @@ def test_our_head_matches_the_packages_sentence_transformers_loader(model):
 def test_loads_offline_with_no_cache(tmp_path):
     """HF_HUB_OFFLINE=1 and an empty cache: everything comes from the installed package."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TRANSFORMERS_OFFLINE": "1"}
-    code = ("from topk_bench.workloads.pretrained.model import load_model; t, b = load_model(); "
-            "print(b.config.num_hidden_layers, b.config.hidden_size, len(t('a b c')['input_ids']))")
+    code = (
+        "from topk_bench.workloads.pretrained.model import load_model; t, b = load_model(); "
+        "print(b.config.num_hidden_layers, b.config.hidden_size, len(t('a b c')['input_ids']))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["6", "384", "5"]

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity
 
-from topk_bench.measure.memory import AllocatorBytes, allocation_events
 from topk_bench.capture import sources as src
 from topk_bench.capture.rows import Category, Row
+from topk_bench.measure.memory import AllocatorBytes, allocation_events
 
 
 def _where(node, sources: src.Sources) -> src.Where | None:
@@ -58,9 +58,8 @@ class AllocatorRows(AllocatorBytes):
         self.rows: list[Row] = []
         self.notes: list[str] = []
 
-    def __enter__(self) -> "AllocatorRows":
-        self._profile = torch.profiler.profile(activities=[ProfilerActivity.CPU], profile_memory=True,
-                                               with_stack=True)
+    def __enter__(self) -> AllocatorRows:
+        self._profile = torch.profiler.profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True)
         self._profile.__enter__()
         return self
 
@@ -79,8 +78,12 @@ class AllocatorRows(AllocatorBytes):
                 live.pop(ptr, None)
             if running > highest:
                 highest, at_peak = running, dict(live)
-        self.rows = [Row(n.extra_fields.alloc_size, _op(n), src.label(_where(n, self.sources)), "", "",
-                         Category.TEMPORARIES) for n in at_peak.values()]
+        self.rows = [
+            Row(n.extra_fields.alloc_size, _op(n), src.label(_where(n, self.sources)), "", "", Category.TEMPORARIES)
+            for n in at_peak.values()
+        ]
         if sum(r.bytes for r in self.rows) != self.peak_bytes - self.baseline_bytes:  # frees of older storages
-            self.notes.append(f"the allocations live at the peak hold {sum(r.bytes for r in self.rows)} bytes, "
-                              f"the peak is {self.peak_bytes - self.baseline_bytes} above the baseline")
+            self.notes.append(
+                f"the allocations live at the peak hold {sum(r.bytes for r in self.rows)} bytes, "
+                f"the peak is {self.peak_bytes - self.baseline_bytes} above the baseline"
+            )

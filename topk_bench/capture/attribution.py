@@ -31,9 +31,9 @@ import torch
 from torch.autograd.graph import Node
 from torch.utils._python_dispatch import _disable_current_modes
 
-from topk_bench.predict.trace import AllocationTrace
 from topk_bench.capture import sources as src
 from topk_bench.capture.rows import Category, Row, shape_text
+from topk_bench.predict.trace import AllocationTrace
 
 _current_node = torch._C._current_autograd_node
 _graph_task = torch._C._current_graph_task_id
@@ -49,7 +49,7 @@ _UNSET: Final = _Unset.UNSET  # the op's source, not looked up yet
 
 
 class Phase(enum.IntEnum):
-    BASELINE = 0   # registered before the iteration
+    BASELINE = 0  # registered before the iteration
     FORWARD = 1
     BACKWARD = 2
 
@@ -59,13 +59,13 @@ class Storage:
     """One counted storage."""
 
     serial: int
-    nbytes: int            # as counted by the tracker
+    nbytes: int  # as counted by the tracker
     op: str
     where: src.Where | None
     shape: tuple[int, ...]
     dtype: str
     phase: Phase
-    run: tuple[int, int]   # backward: (graph task, which of its node runs) made it; forward: (0, 0)
+    run: tuple[int, int]  # backward: (graph task, which of its node runs) made it; forward: (0, 0)
     saved: bool = False
     freed_in_run: bool = False
     kind: Category | None = None  # a kernel's own buffer or a library workspace: what it is, whatever its phase
@@ -82,8 +82,14 @@ class Storage:
     def row(self) -> Row:
         # A kernel's own buffer has bytes, no shape or dtype (its rule sizes it in bytes).
         shape = shape_text(self.shape) if self.kind is None else ""
-        return Row(bytes=self.nbytes, op=self.op, source=src.label(self.where), shape=shape,
-                   dtype=self.dtype, category=self.category())
+        return Row(
+            bytes=self.nbytes,
+            op=self.op,
+            source=src.label(self.where),
+            shape=shape,
+            dtype=self.dtype,
+            category=self.category(),
+        )
 
 
 Step = tuple[int, int]  # (op index, +serial: allocated / -serial: freed)
@@ -98,9 +104,9 @@ class Attribution(AllocationTrace):
         self.sources = sources or src.Sources()
         self.storages: dict[int, Storage] = {}
         self.steps: list[Step] = []
-        self.ops = 0                         # ops dispatched so far (the timeline's x)
+        self.ops = 0  # ops dispatched so far (the timeline's x)
         self.backward_from: int | None = None  # the first op of the backward
-        self.peak_at = 0                     # how many steps of the timeline the peak includes
+        self.peak_at = 0  # how many steps of the timeline the peak includes
         self._node_where: dict[int, src.Where | None] = {}  # autograd sequence number -> forward source
         self._node: Node | None = None
         self._task = 0
@@ -153,8 +159,9 @@ class Attribution(AllocationTrace):
         tensor = self._tensor
         return (tuple(tensor.shape) if tensor is not None else ()), _dtype(tensor)
 
-    def _describe(self, serial: int, nbytes: int, op, shape: tuple[int, ...], dtype: str,
-                  kind: Category | None = None) -> None:
+    def _describe(
+        self, serial: int, nbytes: int, op, shape: tuple[int, ...], dtype: str, kind: Category | None = None
+    ) -> None:
         """Record what made the storage allocated as ``serial`` (its op, source, phase), and its step."""
         if op is None:
             phase, where = Phase.BASELINE, None
@@ -162,8 +169,16 @@ class Attribution(AllocationTrace):
             phase = Phase.FORWARD if self._node is None else Phase.BACKWARD
             where = self._where()
         self.storages[serial] = Storage(
-            serial=serial, nbytes=nbytes, op=str(op) if op is not None else "", where=where, shape=shape,
-            dtype=dtype, phase=phase, run=self._run() if phase is Phase.BACKWARD else (0, 0), kind=kind)
+            serial=serial,
+            nbytes=nbytes,
+            op=str(op) if op is not None else "",
+            where=where,
+            shape=shape,
+            dtype=dtype,
+            phase=phase,
+            run=self._run() if phase is Phase.BACKWARD else (0, 0),
+            kind=kind,
+        )
         self.steps.append((self.ops, serial))
 
     def _released(self, key: int) -> None:
@@ -222,8 +237,11 @@ class Attribution(AllocationTrace):
         # While the tracker is on, autograd's saved tensors pass the hook that marks them (and nothing else); not
         # in an iteration whose ops are counted when another is attributed (the engine detaches what a hook
         # unpacks: ops the plain iteration does not dispatch).
-        self._hooks = (torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack) if self._marks_saved
-                       else contextlib.nullcontext())
+        self._hooks = (
+            torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            if self._marks_saved
+            else contextlib.nullcontext()
+        )
         self._hooks.__enter__()
         try:
             return super().__enter__()
@@ -267,8 +285,6 @@ class Attribution(AllocationTrace):
     def rows(self) -> list[Row]:
         """One row per storage live at the peak, besides the baseline: they sum to ``peak_bytes - baseline_bytes``."""
         return [s.row() for s in self.live_at_peak()]
-
-
 
 
 def _dtype(tensor: torch.Tensor | None) -> str:

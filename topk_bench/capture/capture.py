@@ -20,17 +20,18 @@ from pathlib import Path
 
 import torch
 
-from topk_bench.case import Budget, Case, Measurement
-from topk_bench.measure import backends
-from topk_bench.measure.steps import iteration
-from topk_bench.predict.backends import predict
-from topk_bench.predict.allocator import FREE
-from topk_bench.capture import files, sources as src, timing
+from topk_bench.capture import files, timing
+from topk_bench.capture import sources as src
 from topk_bench.capture.allocator import AllocatorRows
 from topk_bench.capture.attribution import Attribution, Phase
 from topk_bench.capture.cuda_snapshot import SnapshotCudaSteps, peak_rows
 from topk_bench.capture.rows import Row
 from topk_bench.capture.simulated import KernelAttribution, PeakSimulation
+from topk_bench.case import Budget, Case, Measurement
+from topk_bench.measure import backends
+from topk_bench.measure.steps import iteration
+from topk_bench.predict.allocator import FREE
+from topk_bench.predict.backends import predict
 from topk_bench.protocol import OURS
 from topk_bench.types import DeviceKind
 
@@ -40,9 +41,9 @@ class Captured:
     """What a profiled case gives besides its measurement."""
 
     rows: list[Row]
-    attribution: Attribution | None      # the attributed iteration (its timeline)
+    attribution: Attribution | None  # the attributed iteration (its timeline)
     timing: timing.Timing | None = None  # measured cases: one iteration under torch.profiler
-    snapshot: dict | None = None         # measured on CUDA: the allocator's history
+    snapshot: dict | None = None  # measured on CUDA: the allocator's history
     notes: list[str] = field(default_factory=list)
 
 
@@ -53,7 +54,8 @@ def _predicted_cpu(case: Case, budget: Budget, sources: src.Sources) -> tuple[Me
 
 
 def _predicted_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Measurement, Captured]:
-    """:func:`~topk_bench.predict.backends.predict` itself (its ``predict_cuda``), the trace attributed and the simulation keeping its
+    """:func:`~topk_bench.predict.backends.predict` itself (its ``predict_cuda``), the trace attributed and the
+    simulation keeping its
     peak's blocks."""
     traces: list[KernelAttribution] = []
     simulations: list[PeakSimulation] = []
@@ -119,11 +121,18 @@ def _measured_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Me
     done = made[0]
     assert done.region is not None, "set when the timed iterations finish"
     rows, peak, baseline, notes = peak_rows(
-        done.trace(), builds=done.builds, region=done.region, empty_cache=case.protocol == OURS.name,
-        attribution=done.attribution, sources=sources)
+        done.trace(),
+        builds=done.builds,
+        region=done.region,
+        empty_cache=case.protocol == OURS.name,
+        attribution=done.attribution,
+        sources=sources,
+    )
     if (peak.bytes, baseline) != (result.peak_bytes, result.baseline_bytes):
-        notes.append(f"the allocator's history gives a peak of {peak.bytes} over {baseline} bytes; "
-                     f"max_memory_allocated {result.peak_bytes} over {result.baseline_bytes}")
+        notes.append(
+            f"the allocator's history gives a peak of {peak.bytes} over {baseline} bytes; "
+            f"max_memory_allocated {result.peak_bytes} over {result.baseline_bytes}"
+        )
     return result, Captured(rows, done.attribution, done.timing, done.snapshot, notes)
 
 

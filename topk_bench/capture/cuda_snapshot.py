@@ -6,7 +6,8 @@ start and end (the length of the history then). The history names each allocatio
 address and Python frames; :func:`peak_blocks` replays it on the simulated allocator
 (:mod:`topk_bench.predict.allocator`, from the same empty state, ``empty_cache`` where the
 measurement emptied it, each segment at the history's address) to know each block's size as
-``memory_allocated`` counts it, and finds the blocks live at the peak of the measured region. The live blocks the latest build made are the baseline.
+``memory_allocated`` counts it, and finds the blocks live at the peak of the measured region. The live blocks the latest
+build made are the baseline.
 
 Each other block is matched to the storage of the attributed iteration it is (the timed iterations
 allocate in the same order as the attributed one, the first warm-up): its op, source, shape, dtype and
@@ -22,30 +23,31 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from topk_bench.capture import sources as src
+from topk_bench.capture import timing
+from topk_bench.capture.attribution import Attribution, Phase
+from topk_bench.capture.rows import Category, Row
 from topk_bench.case import Case
 from topk_bench.measure import backends, iterations
+from topk_bench.measure.ops import OpCounter
 from topk_bench.measure.steps import iteration
 from topk_bench.predict import allocator
 from topk_bench.predict.allocator import CachingAllocator
-from topk_bench.measure.ops import OpCounter
-from topk_bench.capture import sources as src, timing
-from topk_bench.capture.attribution import Attribution, Phase
-from topk_bench.capture.rows import Category, Row
 
 MAX_ENTRIES = 2_000_000  # history entries kept (a ring buffer): far more than a case's iterations make
 
 
 @dataclass(frozen=True)
 class Block:
-    index: int           # position of its allocation in the history
+    index: int  # position of its allocation in the history
     requested: int
-    size: int            # as memory_allocated counts it
+    size: int  # as memory_allocated counts it
     frames: tuple[src.Where, ...]
 
 
 @dataclass
 class Peak:
-    bytes: int                                       # memory_allocated at the peak of the region
+    bytes: int  # memory_allocated at the peak of the region
     live: list[Block] = field(default_factory=list)  # the blocks live then
 
 
@@ -60,7 +62,7 @@ def peak_blocks(trace: list[dict], region: tuple[int, int], *, empty_cache: bool
     alloc = CachingAllocator(int(e["addr"]) for e in trace if e.get("action") == "segment_alloc")
     live: dict[int | None, tuple[Block, allocator.Block | None]] = {}  # the history's address -> its block
     peak: Peak | None = None
-    for i, entry in enumerate(trace[:region[1]]):
+    for i, entry in enumerate(trace[: region[1]]):
         if i == region[0]:
             if empty_cache:
                 alloc.empty_cache()
@@ -85,8 +87,15 @@ def _storages_in_order(attribution: Attribution) -> list:
     return [s for _, s in sorted(attribution.storages.items()) if s.phase is not Phase.BASELINE and s.nbytes > 0]
 
 
-def peak_rows(trace: list[dict], *, builds: list[tuple[int, int]], region: tuple[int, int], empty_cache: bool,
-              attribution: Attribution | None, sources: src.Sources) -> tuple[list[Row], Peak, int, list[str]]:
+def peak_rows(
+    trace: list[dict],
+    *,
+    builds: list[tuple[int, int]],
+    region: tuple[int, int],
+    empty_cache: bool,
+    attribution: Attribution | None,
+    sources: src.Sources,
+) -> tuple[list[Row], Peak, int, list[str]]:
     """(rows, the peak, baseline bytes, notes): one row per block live at the region's peak but the latest
     build's (the baseline), matched to the attributed iteration's storages where the allocations line up."""
     peak = peak_blocks(trace, region, empty_cache=empty_cache)
@@ -94,15 +103,26 @@ def peak_rows(trace: list[dict], *, builds: list[tuple[int, int]], region: tuple
     build = _latest_build(builds, last)
     in_build = [any(lo <= b.index < hi for lo, hi in builds) for b in peak.live]
     baseline = sum(b.size for b, built in zip(peak.live, in_build) if built and build[0] <= b.index < build[1])
-    region_allocs = [i for i, e in enumerate(trace[region[0]:region[1]], region[0])
-                     if e.get("action") == "alloc" and not any(lo <= i < hi for lo, hi in builds)]
+    region_allocs = [
+        i
+        for i, e in enumerate(trace[region[0] : region[1]], region[0])
+        if e.get("action") == "alloc" and not any(lo <= i < hi for lo, hi in builds)
+    ]
     storages = _storages_in_order(attribution) if attribution is not None else []
     position = {i: k for k, i in enumerate(region_allocs)}
-    lined_up = bool(storages) and len(region_allocs) % len(storages) == 0 and all(
-        int(trace[i]["size"]) == storages[k % len(storages)].nbytes for k, i in enumerate(region_allocs))
-    notes = [] if lined_up or not storages else [
-        "the timed iterations' allocations do not line up with the attributed iteration's: sources from the "
-        "allocator's frames, categories unknown (temporaries)"]
+    lined_up = (
+        bool(storages)
+        and len(region_allocs) % len(storages) == 0
+        and all(int(trace[i]["size"]) == storages[k % len(storages)].nbytes for k, i in enumerate(region_allocs))
+    )
+    notes = (
+        []
+        if lined_up or not storages
+        else [
+            "the timed iterations' allocations do not line up with the attributed iteration's: sources from the "
+            "allocator's frames, categories unknown (temporaries)"
+        ]
+    )
     rows = []
     for block, built in zip(peak.live, in_build):
         if built and build[0] <= block.index < build[1]:
@@ -112,8 +132,7 @@ def peak_rows(trace: list[dict], *, builds: list[tuple[int, int]], region: tuple
             row = storage.row()
             rows.append(Row(block.size, row.op, row.source, row.shape, row.dtype, row.category))
             continue
-        category = (Category.INPUTS if built else
-                    Category.WORKSPACE if block.index < region[0] else Category.TEMPORARIES)
+        category = Category.INPUTS if built else Category.WORKSPACE if block.index < region[0] else Category.TEMPORARIES
         rows.append(Row(block.size, "", src.label(sources.innermost(block.frames)), "", "", category))
     return rows, peak, baseline, notes
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from topk_bench import fileio
+from topk_bench.capture import rows as peak_rows
+from topk_bench.capture import sources, summary, timeline
 from topk_bench.case import Case, Measurement
-from topk_bench.capture import rows as peak_rows, sources, summary, timeline
 from topk_bench.results.row import parameters
 
 META = "profile.json"  # topk_bench.results.frame.PROFILE_FILE: show and plot pass over its directory
@@ -53,13 +54,24 @@ def meta(case: Case, result: Measurement, captured) -> dict[str, Any]:
     places = sources.Sources(sources.user_files((case.impl, case.ff_impl or ""), case.plugins))
     user = sum(r.bytes for r in rows if places.names_user_line(r.source))
     return {
-        "case_id": case.case_id, "suite": case.suite, "what": what(case), "impl": case.impl, "label": case.label,
-        "workload": case.workload, "mode": str(case.mode), "parameters": parameters(case),
-        "method": str(case.method), "device": case.device, "protocol": case.protocol,
-        "peak_bytes": result.peak_bytes, "baseline_bytes": result.baseline_bytes,
-        "reserved_bytes": result.reserved_bytes, "rows_bytes": above,
+        "case_id": case.case_id,
+        "suite": case.suite,
+        "what": what(case),
+        "impl": case.impl,
+        "label": case.label,
+        "workload": case.workload,
+        "mode": str(case.mode),
+        "parameters": parameters(case),
+        "method": str(case.method),
+        "device": case.device,
+        "protocol": case.protocol,
+        "peak_bytes": result.peak_bytes,
+        "baseline_bytes": result.baseline_bytes,
+        "reserved_bytes": result.reserved_bytes,
+        "rows_bytes": above,
         "user_share": user / above if above else 1.0,
-        "peak_in": peak_in, "peak_op": peak_op,
+        "peak_in": peak_in,
+        "peak_op": peak_op,
         "ops_per_iteration": captured.attribution.ops if captured.attribution else None,
         "profiled_aten_ops": captured.timing.aten_ops if captured.timing else None,
         "kernel_launches": captured.timing.kernel_launches if captured.timing else None,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import csv
 import enum
 import io
+from collections.abc import Iterable
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
-from typing import Iterable
 
 from topk_bench import fileio
 
@@ -20,11 +20,11 @@ from topk_bench import fileio
 class Category(str, enum.Enum):
     """What a storage live at the peak is there for."""
 
-    INPUTS = "inputs and parameters"   # built with the model (a build inside the measured region: the paper's loop)
-    SAVED = "saved for backward"       # made in the forward and kept by autograd for the backward
-    GRADIENTS = "gradients"            # made in the backward and handed on: a gradient flowing, or a .grad
-    TEMPORARIES = "temporaries"        # freed by the op, or the backward step, that made it; or held by the harness
-    WORKSPACE = "workspace"            # below the dispatcher: a library's or kernel's own buffer (cuBLAS)
+    INPUTS = "inputs and parameters"  # built with the model (a build inside the measured region: the paper's loop)
+    SAVED = "saved for backward"  # made in the forward and kept by autograd for the backward
+    GRADIENTS = "gradients"  # made in the backward and handed on: a gradient flowing, or a .grad
+    TEMPORARIES = "temporaries"  # freed by the op, or the backward step, that made it; or held by the harness
+    WORKSPACE = "workspace"  # below the dispatcher: a library's or kernel's own buffer (cuBLAS)
 
     def __str__(self) -> str:
         return self.value
@@ -33,10 +33,10 @@ class Category(str, enum.Enum):
 @dataclass(frozen=True)
 class Row:
     bytes: int
-    op: str        # the aten overload that made it (``aten.bmm.default``); empty when unknown
-    source: str    # ``implementations/vanilla.py:42``
-    shape: str     # ``[1, 12, 512, 512]``
-    dtype: str     # ``float32``
+    op: str  # the aten overload that made it (``aten.bmm.default``); empty when unknown
+    source: str  # ``implementations/vanilla.py:42``
+    shape: str  # ``[1, 12, 512, 512]``
+    dtype: str  # ``float32``
     category: Category
 
 
@@ -67,5 +67,14 @@ def write(path: Path, rows: Iterable[Row]) -> None:
 
 def read(path: Path) -> list[Row]:
     with open(path, newline="") as handle:
-        return [Row(bytes=int(r["bytes"]), op=r["op"], source=r["source"], shape=r["shape"], dtype=r["dtype"],
-                    category=Category(r["category"])) for r in csv.DictReader(handle)]
+        return [
+            Row(
+                bytes=int(r["bytes"]),
+                op=r["op"],
+                source=r["source"],
+                shape=r["shape"],
+                dtype=r["dtype"],
+                category=Category(r["category"]),
+            )
+            for r in csv.DictReader(handle)
+        ]

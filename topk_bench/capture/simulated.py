@@ -13,12 +13,12 @@ up to 512 bytes, or a whole block not worth splitting), so that the rows sum to 
 
 from __future__ import annotations
 
-from topk_bench.predict.kernels import EngineAdds, Gpu, KernelTrace
-from topk_bench.predict.kernels.program import Workspace
-from topk_bench.predict.simulated import SimulatedCudaSteps
 from topk_bench.capture import sources as src
 from topk_bench.capture.attribution import Attribution
 from topk_bench.capture.rows import Category, Row
+from topk_bench.predict.kernels import EngineAdds, Gpu, KernelTrace
+from topk_bench.predict.kernels.program import Workspace
+from topk_bench.predict.simulated import SimulatedCudaSteps
 
 
 class KernelAttribution(KernelTrace, Attribution):
@@ -72,7 +72,7 @@ class PeakSimulation(SimulatedCudaSteps):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.at_peak: dict[tuple, int] = {}   # (tag, serial) -> block size
+        self.at_peak: dict[tuple, int] = {}  # (tag, serial) -> block size
         self._measuring = False
         self._highest = -1
 
@@ -100,6 +100,7 @@ class PeakSimulation(SimulatedCudaSteps):
                 continue
             storage = attribution.storages[key[1]]
             row = storage.row()
-            out.append(Row(bytes=size, op=row.op, source=row.source, shape=row.shape, dtype=row.dtype,
-                           category=row.category))
+            out.append(
+                Row(bytes=size, op=row.op, source=row.source, shape=row.shape, dtype=row.dtype, category=row.category)
+            )
         return out

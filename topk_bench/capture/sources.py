@@ -16,12 +16,11 @@ import importlib.util
 import linecache
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
-from typing import Iterable
 
 import implementations
-import topk_bench
 from topk_bench.measure import memory
 from topk_bench.predict import kernels, trace
 
@@ -30,11 +29,15 @@ _SKIP, _USER, _HARNESS = 0, 1, 2
 
 PROJECT_ROOT = Path(implementations.__file__).resolve().parent.parent
 _IMPLEMENTATIONS = str(Path(implementations.__file__).resolve().parent) + os.sep
-_HARNESS_DIR = str(Path(topk_bench.__file__).resolve().parent) + os.sep
+_HARNESS_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # the topk_bench package
 # The observers themselves are no one's source: the trackers, the CUDA kernels' model (its trace places a
 # kernel's allocations, its composites take CUDA's branch of a user's call) and this package.
-_OBSERVERS = (str(Path(__file__).resolve().parent) + os.sep, str(Path(memory.__file__).resolve()),
-              str(Path(trace.__file__).resolve()), str(Path(kernels.__file__).resolve().parent) + os.sep)
+_OBSERVERS = (
+    str(Path(__file__).resolve().parent) + os.sep,
+    str(Path(memory.__file__).resolve()),
+    str(Path(trace.__file__).resolve()),
+    str(Path(kernels.__file__).resolve().parent) + os.sep,
+)
 
 Where = tuple[str, int]  # (file, line)
 

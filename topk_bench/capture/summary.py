@@ -12,9 +12,10 @@ from __future__ import annotations
 import collections
 import linecache
 import re
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.table import Table
@@ -45,8 +46,15 @@ def groups(rows: Iterable[Row]) -> list[Group]:
         per_category: collections.Counter[str] = collections.Counter()
         for row in members:
             per_category[str(row.category)] += row.bytes
-        out.append(Group(source, code_line(source), sum(r.bytes for r in members), len(members),
-                         tuple(c for c, _ in per_category.most_common())))
+        out.append(
+            Group(
+                source,
+                code_line(source),
+                sum(r.bytes for r in members),
+                len(members),
+                tuple(c for c, _ in per_category.most_common()),
+            )
+        )
     return sorted(out, key=lambda g: (-g.bytes, g.source))
 
 
@@ -91,10 +99,17 @@ def describe(row: Row) -> str:
     return {
         Category.SAVED: f"{name} saved for backward ({where})",
         Category.GRADIENTS: (f"the gradient through {name}" if assigned else f"a gradient: {name}") + f" ({where})",
-        Category.TEMPORARIES: (f"{name}, a temporary" if row.shape else
-                               f"a buffer of {_op_name(row.op)}'s kernel" if row.op else
-                               # a block known from the allocator's history alone: where, no op or shape
-                               f"{name}, a block" if assigned else "a block") + f" ({where})",
+        Category.TEMPORARIES: (
+            f"{name}, a temporary"
+            if row.shape
+            else f"a buffer of {_op_name(row.op)}'s kernel"
+            if row.op
+            # a block known from the allocator's history alone: where, no op or shape
+            else f"{name}, a block"
+            if assigned
+            else "a block"
+        )
+        + f" ({where})",
         Category.WORKSPACE: f"a workspace ({_op_name(row.op) + ', ' if row.op else ''}{where})",
         Category.INPUTS: f"{name}, built in the region ({where})",
     }[row.category]
@@ -138,24 +153,45 @@ def table(rows: list[Row], meta: Mapping[str, Any], limit: int = 12, width: int 
         out.add_column(name, justify="right", no_wrap=True, min_width=least)
     out.add_column("what", min_width=18, overflow="fold")
     for group in everything[:limit]:
-        out.add_row(group.source, group.code, format_bytes(group.bytes), _share(group.bytes, above),
-                    str(group.storages), ", ".join(group.categories))
+        out.add_row(
+            group.source,
+            group.code,
+            format_bytes(group.bytes),
+            _share(group.bytes, above),
+            str(group.storages),
+            ", ".join(group.categories),
+        )
     rest = everything[limit:]
     if rest:
         rest_bytes = sum(g.bytes for g in rest)
-        out.add_row(f"({len(rest)} more lines)", "", format_bytes(rest_bytes), _share(rest_bytes, above),
-                    str(sum(g.storages for g in rest)), "")
-    out.add_row("total", "", format_bytes(sum(r.bytes for r in rows)), _share(sum(r.bytes for r in rows), above),
-                str(len(rows)), "", style="bold")
+        out.add_row(
+            f"({len(rest)} more line{'' if len(rest) == 1 else 's'})",
+            "",
+            format_bytes(rest_bytes),
+            _share(rest_bytes, above),
+            str(sum(g.storages for g in rest)),
+            "",
+        )
+    out.add_row(
+        "total",
+        "",
+        format_bytes(sum(r.bytes for r in rows)),
+        _share(sum(r.bytes for r in rows), above),
+        str(len(rows)),
+        "",
+        style="bold",
+    )
     return out
 
 
 def headline(meta: Mapping[str, Any]) -> str:
     """``vanilla at seq_len=64: peak 357 KiB = inputs and parameters 81 KiB + 276 KiB above them (backward)``."""
     above = meta["peak_bytes"] - meta["baseline_bytes"]
-    return (f"{meta['what']}, {meta['method']} on {meta['device']}: peak {format_bytes(meta['peak_bytes'])} = "
-            f"inputs and parameters {format_bytes(meta['baseline_bytes'])} + {format_bytes(above)} above them, "
-            f"reached in the {meta['peak_in']}")
+    return (
+        f"{meta['what']}, {meta['method']} on {meta['device']}: peak {format_bytes(meta['peak_bytes'])} = "
+        f"inputs and parameters {format_bytes(meta['baseline_bytes'])} + {format_bytes(above)} above them, "
+        f"reached in the {meta['peak_in']}"
+    )
 
 
 def markdown(rows: list[Row], meta: Mapping[str, Any], limit: int = 8) -> str:
@@ -165,13 +201,17 @@ def markdown(rows: list[Row], meta: Mapping[str, Any], limit: int = 8) -> str:
     everything = groups(rows)
     for group in everything[:limit]:
         code = group.code if len(group.code) <= 60 else group.code[:57] + "..."
-        lines.append(f"| `{group.source}` | `{code}` | {format_bytes(group.bytes)} | {_share(group.bytes, above)} "
-                     f"| {group.storages} | {', '.join(group.categories)} |")
+        lines.append(
+            f"| `{group.source}` | `{code}` | {format_bytes(group.bytes)} | {_share(group.bytes, above)} "
+            f"| {group.storages} | {', '.join(group.categories)} |"
+        )
     rest = everything[limit:]
     if rest:
         rest_bytes = sum(g.bytes for g in rest)
-        lines.append(f"| {len(rest)} more lines | | {format_bytes(rest_bytes)} | {_share(rest_bytes, above)} "
-                     f"| {sum(g.storages for g in rest)} | |")
+        lines.append(
+            f"| {len(rest)} more lines | | {format_bytes(rest_bytes)} | {_share(rest_bytes, above)} "
+            f"| {sum(g.storages for g in rest)} | |"
+        )
     return "\n".join(lines)
 
 

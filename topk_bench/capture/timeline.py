@@ -25,22 +25,24 @@ OTHER_BAND = "other lines"
 
 @dataclass
 class Series:
-    ops: np.ndarray            # x: op indices, each op once
-    bands: list[str]           # bottom first
-    live: np.ndarray           # [bands, points]: live bytes of each band at the highest moment of each span of ops
+    ops: np.ndarray  # x: op indices, each op once
+    bands: list[str]  # bottom first
+    live: np.ndarray  # [bands, points]: live bytes of each band at the highest moment of each span of ops
     backward_from: int | None  # the first op of the backward
-    peak_op: int               # the op at which the peak was reached
+    peak_op: int  # the op at which the peak was reached
     peak_bytes: int
-    at_peak: np.ndarray        # [bands]: live bytes of each band at the moment of the peak
+    at_peak: np.ndarray  # [bands]: live bytes of each band at the moment of the peak
 
 
 def _band_of(tracker: Attribution) -> dict[int, str]:
-    return {serial: BASELINE_BAND if s.phase is Phase.BASELINE else label(s.where)
-            for serial, s in tracker.storages.items()}
+    return {
+        serial: BASELINE_BAND if s.phase is Phase.BASELINE else label(s.where) for serial, s in tracker.storages.items()
+    }
 
 
 def series(tracker: Attribution, bands: int = BANDS, least: float = 0.01) -> Series:
-    """The stacked live bytes by source line, one point per span of ops (its highest moment: an op that allocates and frees
+    """The stacked live bytes by source line, one point per span of ops (its highest moment: an op that allocates and
+    frees
     shows what it held). Lines drawn on their own: the ``bands`` largest at their own highest, each at least
     ``least`` of the peak above the baseline; the others are one band."""
     band_of = _band_of(tracker)
@@ -84,10 +86,21 @@ def _highest_per_op(ops: np.ndarray, totals: np.ndarray, points: int = POINTS) -
 def write(path: Path, tracker: Attribution, title: str) -> None:
     """The series of ``tracker`` and the figure's title as JSON."""
     data = series(tracker)
-    fileio.write_atomic(path, json.dumps({
-        "title": title, "ops": data.ops.tolist(), "bands": data.bands, "live": data.live.tolist(),
-        "backward_from": data.backward_from, "peak_op": data.peak_op, "peak_bytes": data.peak_bytes,
-        "at_peak": data.at_peak.tolist()}).encode())
+    fileio.write_atomic(
+        path,
+        json.dumps(
+            {
+                "title": title,
+                "ops": data.ops.tolist(),
+                "bands": data.bands,
+                "live": data.live.tolist(),
+                "backward_from": data.backward_from,
+                "peak_op": data.peak_op,
+                "peak_bytes": data.peak_bytes,
+                "at_peak": data.at_peak.tolist(),
+            }
+        ).encode(),
+    )
 
 
 def read(path: Path) -> tuple[Series, str]:
@@ -95,5 +108,12 @@ def read(path: Path) -> tuple[Series, str]:
     raw = json.loads(path.read_text())
     bands = raw["bands"]
     live = np.array(raw["live"], dtype=np.float64).reshape(len(bands), len(raw["ops"]))
-    return Series(np.array(raw["ops"], dtype=np.int64), bands, live, raw["backward_from"], raw["peak_op"],
-                  raw["peak_bytes"], np.array(raw["at_peak"], dtype=np.float64)), raw["title"]
+    return Series(
+        np.array(raw["ops"], dtype=np.int64),
+        bands,
+        live,
+        raw["backward_from"],
+        raw["peak_op"],
+        raw["peak_bytes"],
+        np.array(raw["at_peak"], dtype=np.float64),
+    ), raw["title"]

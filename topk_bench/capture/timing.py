@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity
@@ -21,8 +21,14 @@ from torch.profiler import ProfilerActivity
 from topk_bench import fileio
 
 # CUDA runtime and driver calls that launch a kernel.
-LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-            "cudaLaunchCooperativeKernel", "cudaGraphLaunch")
+LAUNCHES = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaLaunchCooperativeKernel",
+    "cudaGraphLaunch",
+)
 OPS_COLUMNS = ("op", "calls", "self_host_s", "total_host_s", "self_device_s", "total_device_s", "flops")
 
 
@@ -30,9 +36,9 @@ OPS_COLUMNS = ("op", "calls", "self_host_s", "total_host_s", "self_device_s", "t
 class Timing:
     """One profiled iteration: its ops' table, its counts, and the profile for the trace."""
 
-    ops: list[dict]                # one per op name, OPS_COLUMNS, largest self time first
-    aten_ops: int                  # aten op calls in the iteration, nested ones included
-    kernel_launches: int | None    # CUDA: kernel launches; None on the CPU
+    ops: list[dict]  # one per op name, OPS_COLUMNS, largest self time first
+    aten_ops: int  # aten op calls in the iteration, nested ones included
+    kernel_launches: int | None  # CUDA: kernel launches; None on the CPU
     profile: torch.profiler.profile
 
     def ops_csv(self) -> str:
@@ -56,13 +62,17 @@ def _seconds(microseconds: float) -> float:
 def _table(profile: torch.profiler.profile, cuda: bool) -> list[dict]:
     rows = []
     for avg in profile.key_averages():
-        rows.append({
-            "op": avg.key, "calls": avg.count,
-            "self_host_s": _seconds(avg.self_cpu_time_total), "total_host_s": _seconds(avg.cpu_time_total),
-            "self_device_s": _seconds(avg.self_device_time_total) if cuda else "",
-            "total_device_s": _seconds(avg.device_time_total) if cuda else "",
-            "flops": avg.flops or "",
-        })
+        rows.append(
+            {
+                "op": avg.key,
+                "calls": avg.count,
+                "self_host_s": _seconds(avg.self_cpu_time_total),
+                "total_host_s": _seconds(avg.cpu_time_total),
+                "self_device_s": _seconds(avg.self_device_time_total) if cuda else "",
+                "total_device_s": _seconds(avg.device_time_total) if cuda else "",
+                "flops": avg.flops or "",
+            }
+        )
     key = "self_device_s" if cuda else "self_host_s"
     return sorted(rows, key=lambda r: (-(r[key] or 0.0), r["op"]))
 

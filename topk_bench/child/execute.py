@@ -7,8 +7,8 @@ backends raise, and :func:`classify` says which status each failure is.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -35,15 +35,21 @@ def _where(exc: BaseException) -> str:
 
 # Allocation failures raised as a plain RuntimeError: the CPU allocator, and CUDA libraries whose own
 # allocation failed (cuBLAS/cuBLASLt workspaces and handles, cuDNN, cuSOLVER, cuFFT, a raw cudaMalloc).
-_ALLOCATION_FAILURE_TEXT = ("can't allocate memory", "CUDA out of memory", "CUDA error: out of memory",
-                            "_STATUS_ALLOC_FAILED", "CUFFT_ALLOC_FAILED")
+_ALLOCATION_FAILURE_TEXT = (
+    "can't allocate memory",
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "_STATUS_ALLOC_FAILED",
+    "CUFFT_ALLOC_FAILED",
+)
 
 
 def _is_allocation_failure(exc: BaseException) -> bool:
     candidates = (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None), MemoryError)
     oom_types = tuple(t for t in candidates if t)
     return isinstance(exc, oom_types) or (
-        isinstance(exc, RuntimeError) and any(text in str(exc) for text in _ALLOCATION_FAILURE_TEXT))
+        isinstance(exc, RuntimeError) and any(text in str(exc) for text in _ALLOCATION_FAILURE_TEXT)
+    )
 
 
 def budget_limits_allocations(case: Case | None, budget: Budget) -> bool:
@@ -84,8 +90,11 @@ def over_budget(result: Measurement, budget: Budget) -> str:
     limit = budget.max_memory_bytes
     if limit is None:
         return ""
-    peaks = [(name, value) for name, value in (("peak", result.peak_bytes), ("reserved peak", result.reserved_bytes))
-             if value is not None and value > limit]
+    peaks = [
+        (name, value)
+        for name, value in (("peak", result.peak_bytes), ("reserved peak", result.reserved_bytes))
+        if value is not None and value > limit
+    ]
     if not peaks:
         return ""
     name, value = max(peaks, key=lambda item: item[1])
@@ -131,8 +140,11 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
         status, message = classify(exc, budget, case)
         meta = metadata.collect(case.device)
         result = Measurement(
-            status=status, error=message, peak_bytes=getattr(exc, "live_bytes", None),
-            device_name=meta["device_name"], metadata={**meta, **machine.context(start, machine.read())},
+            status=status,
+            error=message,
+            peak_bytes=getattr(exc, "live_bytes", None),
+            device_name=meta["device_name"],
+            metadata={**meta, **machine.context(start, machine.read())},
         )
     problem = over_budget(result, budget) if result.status == Status.OK else ""
     if problem:

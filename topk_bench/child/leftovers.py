@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import time
-from typing import Collection
+from collections.abc import Collection
 
 _PR_SET_CHILD_SUBREAPER = 36
 # Rounds of find-and-kill: a process may fork while the previous round kills its parent.
@@ -142,4 +142,5 @@ def note(killed: list[str]) -> str:
     if not killed:
         return ""
     return f"killed {len(killed)} process(es) the case left running: {', '.join(killed[:5])}" + (
-        ", ..." if len(killed) > 5 else "")
+        ", ..." if len(killed) > 5 else ""
+    )

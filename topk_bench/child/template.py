@@ -58,7 +58,8 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Callable, Mapping, MutableMapping, NoReturn, Protocol, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import NoReturn, Protocol
 
 import torch
 
@@ -191,8 +192,15 @@ def _apply_threads(env: Mapping[str, str], threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def _child(request: Start, ready_fd: int, log_fd: int, template_pid: int, template_fds: Sequence[int],
-           fresh: Fresh, run: WorkerMain) -> NoReturn:
+def _child(
+    request: Start,
+    ready_fd: int,
+    log_fd: int,
+    template_pid: int,
+    template_fds: Sequence[int],
+    fresh: Fresh,
+    run: WorkerMain,
+) -> NoReturn:
     """What a forked child does: become a clean worker process, run the case, exit (never returns)."""
     code = 1
     try:
@@ -236,11 +244,26 @@ def _spawn_fresh(request: Start, ready_fd: int, log_fd: int, template_pid: int, 
     fresh.undo_environment(env)
     env.update(request.env)  # thread settings and GPU, read by the new interpreter itself
     os.set_inheritable(ready_fd, True)
-    argv = [sys.executable, "-m", "topk_bench.child.worker", *request.argv,
-            "--ready-fd", str(ready_fd), "--parent-pid", str(template_pid)]
-    return os.posix_spawn(sys.executable, argv, env, setpgroup=0, file_actions=[
-        (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2),
-    ])
+    argv = [
+        sys.executable,
+        "-m",
+        "topk_bench.child.worker",
+        *request.argv,
+        "--ready-fd",
+        str(ready_fd),
+        "--parent-pid",
+        str(template_pid),
+    ]
+    return os.posix_spawn(
+        sys.executable,
+        argv,
+        env,
+        setpgroup=0,
+        file_actions=[
+            (os.POSIX_SPAWN_DUP2, log_fd, 1),
+            (os.POSIX_SPAWN_DUP2, log_fd, 2),
+        ],
+    )
 
 
 class Server:

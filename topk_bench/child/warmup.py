@@ -48,9 +48,18 @@ def _cuda_asked_of_nobody():
 def _warm_up_case(impl: str) -> Case:
     spec = implementations.spec(impl)
     mode = Mode.FWD_BWD if backward_may_run_before_fork() else Mode.FWD
-    return Case.make(suite="warm-up", workload="mha", impl=impl, method=Method.PREDICTED, mode=mode, causal=spec.causal,
-                     activation=spec.activations[0], params={"seq_len": 16, "d_model": 16, "heads": 2},
-                     warmup=0, repeats=1)
+    return Case.make(
+        suite="warm-up",
+        workload="mha",
+        impl=impl,
+        method=Method.PREDICTED,
+        mode=mode,
+        causal=spec.causal,
+        activation=spec.activations[0],
+        params={"seq_len": 16, "d_model": 16, "heads": 2},
+        warmup=0,
+        repeats=1,
+    )
 
 
 class WarmUp:
@@ -95,5 +104,6 @@ class WarmUp:
         finally:
             torch.set_num_threads(threads)
         if result.status != Status.OK:  # costs each child the imports it would have shared, nothing else
-            print(f"topk-bench template: warm-up prediction of {impl} failed: {result.error}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"topk-bench template: warm-up prediction of {impl} failed: {result.error}", file=sys.stderr, flush=True
+            )

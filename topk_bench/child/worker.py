@@ -21,8 +21,8 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -78,8 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", default="{}", help="Budget as JSON, e.g. '{\"max_memory_bytes\": 1e9}'")
     parser.add_argument("--ready-fd", type=int, help="file descriptor that receives one byte once started")
     parser.add_argument("--parent-pid", type=int, help="exit at once if the parent is not this process")
-    parser.add_argument("--template", type=int, metavar="FD",
-                        help="serve as the warm template on the socket FD: fork one worker per request")
+    parser.add_argument(
+        "--template",
+        type=int,
+        metavar="FD",
+        help="serve as the warm template on the socket FD: fork one worker per request",
+    )
     args = parser.parse_args(argv)
 
     if args.template is not None:

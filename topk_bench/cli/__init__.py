@@ -53,8 +53,9 @@ def _version(asked: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Benchmark memory and time of attention implementations (top-k, query chunking, Performer, SDPA)."""
 

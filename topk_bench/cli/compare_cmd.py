@@ -16,14 +16,35 @@ DEFAULTS = Thresholds()
 def compare(
     base: Path = typer.Argument(..., metavar="BASE", help="Baseline results: a CSV file or a results directory."),
     new: Path = typer.Argument(..., metavar="NEW", help="New results: a CSV file or a results directory."),
-    time_factor: float = typer.Option(DEFAULTS.time_factor, metavar="F", help="Median time ratio above which a significant change counts."),
-    memory_factor: float = typer.Option(DEFAULTS.memory_factor, metavar="F", help="Peak memory ratio above which a case regressed."),
-    reserved_factor: float = typer.Option(DEFAULTS.reserved_factor, metavar="F", help="Reserved memory ratio (CUDA) above which a case regressed."),
-    alpha: float = typer.Option(DEFAULTS.alpha, metavar="A", help="Mann-Whitney U significance level for time changes."),
-    markdown: Path = typer.Option(None, "--markdown", metavar="FILE", help="Also write a Markdown summary (pull-request comment) here."),
-    json_file: Path = typer.Option(None, "--json", metavar="FILE", help="Also write github-action-benchmark customSmallerIsBetter JSON here."),
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="Pass even when cases of BASE are missing from NEW (a suite that lost cases on purpose)."),
-    allow_no_base: bool = typer.Option(False, "--allow-no-base", help="BASE may not exist yet (the first run of main): then say so, export NEW (--json, --markdown) and judge nothing."),
+    time_factor: float = typer.Option(
+        DEFAULTS.time_factor, metavar="F", help="Median time ratio above which a significant change counts."
+    ),
+    memory_factor: float = typer.Option(
+        DEFAULTS.memory_factor, metavar="F", help="Peak memory ratio above which a case regressed."
+    ),
+    reserved_factor: float = typer.Option(
+        DEFAULTS.reserved_factor, metavar="F", help="Reserved memory ratio (CUDA) above which a case regressed."
+    ),
+    alpha: float = typer.Option(
+        DEFAULTS.alpha, metavar="A", help="Mann-Whitney U significance level for time changes."
+    ),
+    markdown: Path = typer.Option(
+        None, "--markdown", metavar="FILE", help="Also write a Markdown summary (pull-request comment) here."
+    ),
+    json_file: Path = typer.Option(
+        None, "--json", metavar="FILE", help="Also write github-action-benchmark customSmallerIsBetter JSON here."
+    ),
+    allow_missing: bool = typer.Option(
+        False,
+        "--allow-missing",
+        help="Pass even when cases of BASE are missing from NEW (a suite that lost cases on purpose).",
+    ),
+    allow_no_base: bool = typer.Option(
+        False,
+        "--allow-no-base",
+        help="BASE may not exist yet (the first run of main): then say so, export NEW (--json, --markdown) and "
+        "judge nothing.",
+    ),
 ) -> None:
     """Compare two runs case by case: memory, time (median ratio + Mann-Whitney U) and status.
 

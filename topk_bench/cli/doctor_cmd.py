@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
-
 import typer
 
 from topk_bench.cli import Command, app
@@ -11,9 +9,15 @@ from topk_bench.cli import Command, app
 
 @app.command("doctor", cls=Command)
 def doctor(
-    device: str = typer.Option("cpu", "--device", metavar="cpu|cuda", help="cpu or cuda (without CUDA here: the CPU checks, and a note)."),
-    plugins: Optional[List[str]] = typer.Option(
-        None, "--plugins", metavar="MODULE", help="A module or .py file registering implementations to judge too (repeatable)."),
+    device: str = typer.Option(
+        "cpu", "--device", metavar="cpu|cuda", help="cpu or cuda (without CUDA here: the CPU checks, and a note)."
+    ),
+    plugins: list[str] | None = typer.Option(
+        None,
+        "--plugins",
+        metavar="MODULE",
+        help="A module or .py file registering implementations to judge too (repeatable).",
+    ),
 ) -> None:
     """Check each implementation against an exact reference (float64, float32), measured against predicted
     peak memory, OOM statuses, TF32 off on CUDA and the timer. Exit 0 when all pass, 1 when any fails."""
@@ -22,7 +26,6 @@ def doctor(
     from rich.table import Table
 
     from topk_bench.errors import BadInput
-
     from topk_bench.types import DeviceKind
 
     try:
@@ -40,8 +43,12 @@ def doctor(
     theirs = tuple(sorted(set(implementations.names()) - built_in))  # user code: judged in a process of its own
     err = Console(stderr=True)
     with err.status("topk-bench doctor: checking ...") as status:
-        checks = diagnose(device, plugins=resolved, isolated=theirs,
-                          progress=lambda c: status.update(f"topk-bench doctor: {c.name}: {c.result}"))
+        checks = diagnose(
+            device,
+            plugins=resolved,
+            isolated=theirs,
+            progress=lambda c: status.update(f"topk-bench doctor: {c.name}: {c.result}"),
+        )
     table = Table(title=f"topk-bench doctor ({device})")
     for column in ("check", "result", "detail"):
         table.add_column(column, overflow="fold")

@@ -4,7 +4,6 @@ with those a suite's plug-ins (or ``--plugins``) register."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich import box
@@ -18,10 +17,13 @@ WIDE = 160  # columns from which each implementation's legend and description ar
 
 @app.command("list", cls=Command)
 def list_registry(
-    suite: Optional[Path] = typer.Argument(None, metavar="SUITE", help="Also list what this suite's plug-ins register."),
-    plugin_names: Optional[List[str]] = typer.Option(None, "--plugins", metavar="MODULE",
-                                                     help="A module or .py file that registers implementations or "
-                                                          "workloads (repeatable)."),
+    suite: Path | None = typer.Argument(None, metavar="SUITE", help="Also list what this suite's plug-ins register."),
+    plugin_names: list[str] | None = typer.Option(
+        None,
+        "--plugins",
+        metavar="MODULE",
+        help="A module or .py file that registers implementations or workloads (repeatable).",
+    ),
 ) -> None:
     """List implementations (options, legend, activations, causal support, grouped K/V heads, exactness),
     workloads (parameters) and presets (model shapes)."""
@@ -41,8 +43,15 @@ def list_registry(
     wide = width >= WIDE  # the legend (it repeats the options) and the description in the table: only with room
     specs = implementations.all_specs()
     table = Table(title="attention implementations", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    for column in ("name", "options (defaults)", *(["legend"] if wide else []), "activations", "causal",
-                   "grouped K/V", "exact"):
+    for column in (
+        "name",
+        "options (defaults)",
+        *(["legend"] if wide else []),
+        "activations",
+        "causal",
+        "grouped K/V",
+        "exact",
+    ):
         table.add_column(column, no_wrap=True)
     if wide:
         table.add_column("description", overflow="fold", ratio=1)
@@ -51,14 +60,18 @@ def list_registry(
         # How Hkv < Hq is handled: without copies, by repeating K/V per group (memory), or not at all.
         gqa = {"native": "native", "repeats": "repeats K/V"}.get(impl.gqa or "", "unsupported")
         table.add_row(
-            impl.name, options, *([impl.legend()] if wide else []), "\n".join(impl.activations),
-            "yes" if impl.causal else "no", gqa, "exact" if impl.exact else "approx.",
+            impl.name,
+            options,
+            *([impl.legend()] if wide else []),
+            "\n".join(impl.activations),
+            "yes" if impl.causal else "no",
+            gqa,
+            "exact" if impl.exact else "approx.",
             *([impl.description] if wide else []),
         )
     console.print(table)
     if not wide:
-        table = Table(title="what each implementation does", box=box.SIMPLE_HEAD, pad_edge=False,
-                      title_justify="left")
+        table = Table(title="what each implementation does", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
         table.add_column("name", no_wrap=True)
         table.add_column("description", ratio=1)
         for impl in specs:
@@ -84,6 +97,7 @@ def list_registry(
         for column in ("parameter", "value", "sets", "workloads"):
             table.add_column(column)
         for (param, value, sets), names in presets.items():
-            table.add_row(param, value, ", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)",
-                          ", ".join(names))
+            table.add_row(
+                param, value, ", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)", ", ".join(names)
+            )
         console.print(table)

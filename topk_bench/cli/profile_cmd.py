@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,15 +12,28 @@ from topk_bench.cli import Command, app, output_width
 @app.command("profile", cls=Command)
 def profile(
     suite: Path = typer.Argument(..., metavar="SUITE", help="Suite file, e.g. suites/mha.toml."),
-    case: str = typer.Option(..., "--case", metavar="KEY=VALUE[,KEY=VALUE...]",
-                             help="The cases to profile, by their parameters: e.g. impl=vanilla,seq_len=16384 "
-                                  "(keys: impl, label, workload, mode and the results' parameter columns)."),
-    predict: bool = typer.Option(False, "--predict", help="Predict under FakeTensorMode (any size, no time): "
-                                 "the peak's storages without running the compute."),
-    device: Optional[str] = typer.Option(None, "--device", metavar="cpu|cuda", help="cpu | cuda (default: bench.toml's)."),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Where profiles go, one directory per case "
-                                       "(default: results_dir of bench.toml, then profile/)."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."),
+    case: str = typer.Option(
+        ...,
+        "--case",
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="The cases to profile, by their parameters: e.g. impl=vanilla,seq_len=16384 "
+        "(keys: impl, label, workload, mode and the results' parameter columns).",
+    ),
+    predict: bool = typer.Option(
+        False,
+        "--predict",
+        help="Predict under FakeTensorMode (any size, no time): the peak's storages without running the compute.",
+    ),
+    device: str | None = typer.Option(None, "--device", metavar="cpu|cuda", help="cpu | cuda (default: bench.toml's)."),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        metavar="DIR",
+        help="Where profiles go, one directory per case (default: results_dir of bench.toml, then profile/).",
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."
+    ),
 ) -> None:
     """Profile the cases of SUITE that --case picks: DIR/<case_id>/ gets peak.csv (every storage live at the peak:
     bytes, op, source line, shape, dtype, category), timeline.png, profile.json, and where measured ops.csv and

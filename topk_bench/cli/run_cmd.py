@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,7 +20,7 @@ def _terminate_as_interrupt(signum, frame):
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def start_template_early(config: Optional[Path], executor: Optional[str]) -> None:
+def start_template_early(config: Path | None, executor: str | None) -> None:
     """Start the warm template (it imports torch) before this process imports torch to plan: they overlap.
 
     Local executor only: a Slurm job starts its own on its node. A run that then
@@ -42,57 +41,147 @@ def start_template_early(config: Optional[Path], executor: Optional[str]) -> Non
 @app.command("run", cls=Command)
 def run(
     suite: Path = typer.Argument(..., metavar="SUITE", help="Suite file, e.g. suites/mha.toml."),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Results directory (default: results_dir of bench.toml)."),
-    device: Optional[str] = typer.Option(None, "--device", metavar="auto|cpu|cuda", help="auto | cpu | cuda (default: bench.toml's, auto)."),
-    predict: bool = typer.Option(False, "--predict", help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: CUDA's kernels' own allocations through a model of the CUDA caching allocator, with reserved bytes)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", metavar="sm80|sm90", help="With --predict --device cuda: the GPU modelled (which SDPA backend runs, the kernels' block counts): sm80 (A100) or sm90 (H100, the default)."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed iterations before them, at least (the profiling one included)."),
-    warmup_s: Optional[float] = typer.Option(None, "--warmup-s", metavar="S", help="... and at least this many seconds of them (default: bench.toml's, 0.025)."),
-    timer: Optional[str] = typer.Option(None, "--timer", metavar="events|cudagraph", help="How CUDA times an iteration: CUDA events around it (default), or around a replay of it captured in a CUDA graph (no host dispatch in the time). The CPU uses perf_counter."),
-    flush_l2: Optional[bool] = typer.Option(None, "--flush-l2/--no-flush-l2", help="Flush the device's cache (zero a buffer twice its size) before each timed iteration, outside the timing (default: the suite's, off)."),
-    rounds: Optional[int] = typer.Option(None, "--rounds", metavar="N", help="Measure each case in N child processes, "
-                                         "round-robin over the cases; its row pools the N rounds' times (default: "
-                                         "the suite's rounds, 1). Ratios between cases then hold while the machine's "
-                                         "load drifts."),
-    max_memory: Optional[float] = typer.Option(None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."),
-    max_case_seconds: Optional[float] = typer.Option(None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."),
-    remeasure: Optional[str] = typer.Option(None, "--remeasure", metavar="FLAGS", help="Measure again exactly the "
-                                            "rows whose trust column carries one of these flags (contended,busy,noisy: "
-                                            "comma-separated); their old rows are kept in OUT/history/<suite>.csv, every "
-                                            "other row stays."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip cases already in the CSV (default), or measure them all again (each old row goes once its case has a new one)."),
-    executor: Optional[str] = typer.Option(None, "--executor", metavar="local|slurm", help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
-                                     "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
-                                     "shared with the compute nodes."),
-    jobs: Optional[str] = typer.Option(None, "--jobs", metavar="N|auto", help="Cases at once on the local executor: N, or auto for one per core "
-                                       "(default: bench.toml's, 1; auto with --predict)."),
-    threads: Optional[str] = typer.Option(None, "--threads", metavar="N|auto", help="Intra-op CPU threads of each "
-                                          "measured case: N, or auto for the cores other processes are not keeping "
-                                          "busy at the start (default: the suite's, else bench.toml's, auto); the "
-                                          "rows record it (column threads)."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."),
-    profile: bool = typer.Option(False, "--profile", help="Also profile each case (as `topk-bench profile`): "
-                                 "OUT/profile/<case_id>/ gets peak.csv, timeline.png, profile.json, and where measured "
-                                 "ops.csv and trace.json. The rows are the same."),
+    out: Path | None = typer.Option(
+        None, "--out", metavar="DIR", help="Results directory (default: results_dir of bench.toml)."
+    ),
+    device: str | None = typer.Option(
+        None, "--device", metavar="auto|cpu|cuda", help="auto | cpu | cuda (default: bench.toml's, auto)."
+    ),
+    predict: bool = typer.Option(
+        False,
+        "--predict",
+        help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: CUDA's "
+        "kernels' own allocations through a model of the CUDA caching allocator, with reserved bytes).",
+    ),
+    gpu: str | None = typer.Option(
+        None,
+        "--gpu",
+        metavar="sm80|sm90",
+        help="With --predict --device cuda: the GPU modelled (which SDPA backend runs, the kernels' block counts): "
+        "sm80 (A100) or sm90 (H100, the default).",
+    ),
+    repeats: int | None = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
+    warmup: int | None = typer.Option(
+        None, "--warmup", metavar="N", help="Untimed iterations before them, at least (the profiling one included)."
+    ),
+    warmup_s: float | None = typer.Option(
+        None,
+        "--warmup-s",
+        metavar="S",
+        help="... and at least this many seconds of them (default: bench.toml's, 0.025).",
+    ),
+    timer: str | None = typer.Option(
+        None,
+        "--timer",
+        metavar="events|cudagraph",
+        help="How CUDA times an iteration: CUDA events around it (default), or around a replay of it captured in a "
+        "CUDA graph (no host dispatch in the time). The CPU uses perf_counter.",
+    ),
+    flush_l2: bool | None = typer.Option(
+        None,
+        "--flush-l2/--no-flush-l2",
+        help="Flush the device's cache (zero a buffer twice its size) before each timed iteration, outside the "
+        "timing (default: the suite's, off).",
+    ),
+    rounds: int | None = typer.Option(
+        None,
+        "--rounds",
+        metavar="N",
+        help="Measure each case in N child processes, "
+        "round-robin over the cases; its row pools the N rounds' times (default: "
+        "the suite's rounds, 1). Ratios between cases then hold while the machine's "
+        "load drifts.",
+    ),
+    max_memory: float | None = typer.Option(
+        None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."
+    ),
+    max_case_seconds: float | None = typer.Option(
+        None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."
+    ),
+    remeasure: str | None = typer.Option(
+        None,
+        "--remeasure",
+        metavar="FLAGS",
+        help="Measure again exactly the "
+        "rows whose trust column carries one of these flags (contended,busy,noisy: "
+        "comma-separated); their old rows are kept in OUT/history/<suite>.csv, every "
+        "other row stays.",
+    ),
+    resume: bool = typer.Option(
+        True,
+        "--resume/--no-resume",
+        help="Skip cases already in the CSV (default), or measure them all again (each old row goes once its case "
+        "has a new one).",
+    ),
+    executor: str | None = typer.Option(
+        None,
+        "--executor",
+        metavar="local|slurm",
+        help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
+        "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
+        "shared with the compute nodes.",
+    ),
+    jobs: str | None = typer.Option(
+        None,
+        "--jobs",
+        metavar="N|auto",
+        help="Cases at once on the local executor: N, or auto for one per core "
+        "(default: bench.toml's, 1; auto with --predict).",
+    ),
+    threads: str | None = typer.Option(
+        None,
+        "--threads",
+        metavar="N|auto",
+        help="Intra-op CPU threads of each "
+        "measured case: N, or auto for the cores other processes are not keeping "
+        "busy at the start (default: the suite's, else bench.toml's, auto); the "
+        "rows record it (column threads).",
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."
+    ),
+    profile: bool = typer.Option(
+        False,
+        "--profile",
+        help="Also profile each case (as `topk-bench profile`): "
+        "OUT/profile/<case_id>/ gets peak.csv, timeline.png, profile.json, and where measured "
+        "ops.csv and trace.json. The rows are the same.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."
+    ),
 ) -> None:
     """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
     start_template_early(config, executor)
     from topk_bench.run import runner  # imported here: `topk-bench --help` stays fast
     from topk_bench.run.resolve import Flags
 
-    flags = Flags(out=out, device=device, predict=predict, repeats=repeats, warmup=warmup, warmup_s=warmup_s,
-                  timer=timer, flush_l2=flush_l2, max_memory_gib=max_memory, max_case_seconds=max_case_seconds,
-                  executor=executor, jobs=jobs, rounds=rounds, threads=threads, remeasure=remeasure, gpu=gpu,
-                  profile=profile)
+    flags = Flags(
+        out=out,
+        device=device,
+        predict=predict,
+        repeats=repeats,
+        warmup=warmup,
+        warmup_s=warmup_s,
+        timer=timer,
+        flush_l2=flush_l2,
+        max_memory_gib=max_memory,
+        max_case_seconds=max_case_seconds,
+        executor=executor,
+        jobs=jobs,
+        rounds=rounds,
+        threads=threads,
+        remeasure=remeasure,
+        gpu=gpu,
+        profile=profile,
+    )
     previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in ENDING_SIGNALS}
     try:
         result = runner.run(suite, flags, config=config, resume=resume, progress=not quiet, yes=yes)
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -11,11 +11,15 @@ from topk_bench.cli import Command, app, output_width
 
 @app.command("show", cls=Command)
 def show(
-    results: Path = typer.Argument(..., metavar="RESULTS", help="A results CSV or a directory of them (its sub-folders "
-                                   "too, each on its own)."),
-    wide: bool = typer.Option(False, "--wide", help="One row per case with every column (the flat list) instead of "
-                                                   "the pivot tables."),
-    errors: bool = typer.Option(True, "--errors/--no-errors", help="With --wide: show the error column of failed cases."),
+    results: Path = typer.Argument(
+        ..., metavar="RESULTS", help="A results CSV or a directory of them (its sub-folders too, each on its own)."
+    ),
+    wide: bool = typer.Option(
+        False, "--wide", help="One row per case with every column (the flat list) instead of the pivot tables."
+    ),
+    errors: bool = typer.Option(
+        True, "--errors/--no-errors", help="With --wide: show the error column of failed cases."
+    ),
 ) -> None:
     """Per suite, device and method: implementations x swept sizes, median time over peak memory (the status
     where a case failed); times measured on a busy machine or with noisy samples are marked *."""

@@ -40,8 +40,11 @@ def _forward_backward(wl, placement: DevicePlacement | None = None):
             out.mean().backward()
     # Grouped: a gradient that is zero in exact arithmetic (a key projection's bias: softmax ignores
     # a shift of every score) has a relative error of noise over noise on its own.
-    return {"output": out.detach(), "input grad": _flat(x.grad for x in wl.inputs),
-            "parameter grads": _flat(p.grad for p in wl.model.parameters())}
+    return {
+        "output": out.detach(),
+        "input grad": _flat(x.grad for x in wl.inputs),
+        "parameter grads": _flat(p.grad for p in wl.model.parameters()),
+    }
 
 
 def _flat(tensors) -> torch.Tensor | None:
@@ -52,7 +55,8 @@ def _flat(tensors) -> torch.Tensor | None:
 
 
 def _copy_from(dst, src) -> None:
-    """``dst`` gets ``src``'s parameters, buffers (where both have them) and inputs, converted to its device and dtype."""
+    """``dst`` gets ``src``'s parameters, buffers (where both have them) and inputs, converted to its device and
+    dtype."""
     theirs = src.model.state_dict()
     with torch.no_grad():
         for name, tensor in dst.model.state_dict().items():
@@ -90,8 +94,9 @@ def check(name: str, device: str) -> Check:
     except NotImplementedError as exc:
         return Check(label, Result.SKIPPED, f"reference {ref_name} in float64: {exc}")
     except Exception as exc:  # noqa: BLE001 -- e.g. its package does not import here: a failed check, not a crash
-        return Check(label, Result.FAIL, f"reference {ref_name} in float64 on cpu raised {type(exc).__name__}: "
-                                         f"{brief(exc, 120)}")
+        return Check(
+            label, Result.FAIL, f"reference {ref_name} in float64 on cpu raised {type(exc).__name__}: {brief(exc, 120)}"
+        )
     parts, passed, skipped = [], True, 0
     for dtype, tolerance in TOLERANCE.items():
         try:
@@ -116,9 +121,11 @@ def check(name: str, device: str) -> Check:
         worst = max(errors, key=lambda key: errors[key])
         ok = errors[worst] <= tolerance and not placement.problems
         passed &= ok
-        parts.append(f"{dtype}: max rel err {errors[worst]:.1e} ({worst}) {'<=' if ok else '>'} {tolerance:g}"
-                     if errors[worst] <= tolerance or not ok and not placement.problems
-                     else f"{dtype}: max rel err {errors[worst]:.1e}")
+        parts.append(
+            f"{dtype}: max rel err {errors[worst]:.1e} ({worst}) {'<=' if ok else '>'} {tolerance:g}"
+            if errors[worst] <= tolerance or not ok and not placement.problems
+            else f"{dtype}: max rel err {errors[worst]:.1e}"
+        )
         if placement.problems:
             parts.append(f"{dtype}: {placement.problems[0]}")
     detail = f"vs {ref_name} float64 on cpu; " + "; ".join(parts)

@@ -22,7 +22,7 @@ class Check:
     detail: str
 
     @classmethod
-    def judged(cls, name: str, passed: bool, detail: str) -> "Check":
+    def judged(cls, name: str, passed: bool, detail: str) -> Check:
         return cls(name, Result.PASS if passed else Result.FAIL, detail)
 
 
@@ -43,6 +43,8 @@ def compile_failure(problem: BaseException | str) -> str | None:
         problem = f"BackendCompilerFailed: {seen}"
     text = " ".join(problem.split())  # its message spans lines: "backend='inductor' raised:", then the reason
     return text[:240] if text.startswith("BackendCompilerFailed") else None
+
+
 def brief(text: object, limit: int) -> str:
     """The first line of ``text``, at most ``limit`` characters, cut after a whole word and marked ``...`` when
     cut (a detail cut mid-word, "(forward only: ru)", reads as a different word)."""
@@ -50,5 +52,5 @@ def brief(text: object, limit: int) -> str:
     line = lines[0] if lines else ""
     if len(line) <= limit:
         return line
-    cut = line[:limit - 3]
+    cut = line[: limit - 3]
     return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:(") + "..."

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from topk_bench.case import Budget
+from topk_bench.child.execute import measure
 from topk_bench.doctor import probes, tiny
 from topk_bench.doctor.check import Check
-from topk_bench.child.execute import measure
 
 
 def check(device: str) -> Check:
@@ -20,8 +20,13 @@ def check(device: str) -> Check:
     finally:
         matmul.allow_tf32, cudnn.allow_tf32 = before
     if not probes.SEEN:
-        return Check.judged("TF32 off while measuring", False, f"the probe did not run ({result.status}: {result.error})")
+        return Check.judged(
+            "TF32 off while measuring", False, f"the probe did not run ({result.status}: {result.error})"
+        )
     seen = probes.SEEN[-1]
     passed = not seen["matmul.allow_tf32"] and not seen["cudnn.allow_tf32"]
-    return Check.judged("TF32 off while measuring", passed,
-                        ", ".join(f"{k}={v}" for k, v in seen.items()) + " (set to True before the case)")
+    return Check.judged(
+        "TF32 off while measuring",
+        passed,
+        ", ".join(f"{k}={v}" for k, v in seen.items()) + " (set to True before the case)",
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from topk_bench.doctor.check import Check, Result
 from topk_bench.types import DeviceKind
@@ -22,8 +22,13 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (), isolated: tuple[str, ...] = (),
-             progress: Callable[[Check], None] | None = None) -> list[Check]:
+def diagnose(
+    device: str = "cpu",
+    *,
+    plugins: tuple[str, ...] = (),
+    isolated: tuple[str, ...] = (),
+    progress: Callable[[Check], None] | None = None,
+) -> list[Check]:
     """Every check for ``device`` ("cpu" or "cuda"); on a machine without CUDA, ``cuda`` is one skipped row.
 
     ``plugins``: modules or files (already imported here, :func:`topk_bench.plugins.resolve`) whose
@@ -33,7 +38,8 @@ def diagnose(device: str = "cpu", *, plugins: tuple[str, ...] = (), isolated: tu
     import torch
 
     # probes is imported for its side effect: it registers the doctor's own implementations here.
-    from topk_bench.doctor import agreement, cuda, isolated as apart, oom, peaks, probes, timer  # noqa: F401 -- probes
+    from topk_bench.doctor import agreement, cuda, oom, peaks, probes, timer  # noqa: F401 -- probes
+    from topk_bench.doctor import isolated as apart
 
     found: list[Check] = []
 

@@ -36,29 +36,52 @@ def checks(names: list[str], device: str, plugins: tuple[str, ...], limit_s: flo
 def _in_child(name: str, device: str, plugins: tuple[str, ...], limit_s: float) -> list[Check]:
     from topk_bench.measure.metadata import PROJECT_ROOT  # the child imports this checkout, as a case's does
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH"))
-                                                       if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
     with tempfile.TemporaryDirectory(prefix="topk-bench-doctor-") as tmp:
         result = Path(tmp) / "checks.json"
-        command = [sys.executable, "-m", "topk_bench.doctor.isolated", name, "--device", device,
-                   "--result", str(result), *(f"--plugin={p}" for p in plugins)]
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+        command = [
+            sys.executable,
+            "-m",
+            "topk_bench.doctor.isolated",
+            name,
+            "--device",
+            device,
+            "--result",
+            str(result),
+            *(f"--plugin={p}" for p in plugins),
+        ]
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
         try:
             log, _ = proc.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # its process group: whatever it started dies with it
             proc.communicate()
-            return [Check(f"agreement: {name}", Result.FAIL,
-                          f"did not finish within {limit_s:g} s (killed): does it hang?")]
+            return [
+                Check(f"agreement: {name}", Result.FAIL, f"did not finish within {limit_s:g} s (killed): does it hang?")
+            ]
         if result.exists():
             return [Check(c["name"], Result(c["result"]), c["detail"]) for c in json.loads(result.read_text())]
     code = proc.returncode
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     tail = " | ".join(line.strip() for line in log.decode(errors="replace").splitlines() if line.strip())
-    return [Check(f"agreement: {name}", Result.FAIL,
-                  f"its process ended ({how}) before the check did: does it call sys.exit or os._exit?"
-                  + (f" Log: {tail[-_LOG_TAIL:]}" if tail else ""))]
+    return [
+        Check(
+            f"agreement: {name}",
+            Result.FAIL,
+            f"its process ended ({how}) before the check did: does it call sys.exit or os._exit?"
+            + (f" Log: {tail[-_LOG_TAIL:]}" if tail else ""),
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plugin", action="append", default=[], help="a module or file to import first")
     args = parser.parse_args(argv)
 
-    import implementations
     import torch
 
+    import implementations
     from topk_bench import plugins
     from topk_bench.doctor import agreement, peaks
 

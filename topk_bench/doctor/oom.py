@@ -8,16 +8,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from topk_bench.case import Budget
 from topk_bench.doctor import tiny
 from topk_bench.doctor.check import Check, brief
 from topk_bench.doctor.probes import MODULE
 from topk_bench.status import Status
-from topk_bench.units import MIB
 from topk_bench.types import DeviceKind
+from topk_bench.units import MIB
 
 BUDGET = 64 * MIB
 
@@ -39,8 +39,9 @@ def _run(device: str, nbytes: int, budget: Budget):
 
 def _judge(name: str, expected: Status, result, what: str) -> Check:
     detail = f"{what}: status {result.status}" + (f" ({brief(result.error, 140)})" if result.error else "")
-    return Check.judged(name, result.status == expected, detail + ("" if result.status == expected
-                                                                  else f"; expected {expected}"))
+    return Check.judged(
+        name, result.status == expected, detail + ("" if result.status == expected else f"; expected {expected}")
+    )
 
 
 def start(device: str) -> Callable[[], list[Check]]:
@@ -55,8 +56,12 @@ def start(device: str) -> Callable[[], list[Check]]:
     def finish() -> list[Check]:
         return [
             _judge("oom: past the device", Status.OOM, oom.result(), f"{past_device:,} B in a child, no budget"),
-            _judge("oom: past the budget", Status.OVER_BUDGET, over.result(),
-                   f"{2 * BUDGET:,} B in a child, budget {BUDGET:,} B"),
+            _judge(
+                "oom: past the budget",
+                Status.OVER_BUDGET,
+                over.result(),
+                f"{2 * BUDGET:,} B in a child, budget {BUDGET:,} B",
+            ),
         ]
 
     return finish

@@ -17,13 +17,13 @@
 from __future__ import annotations
 
 from topk_bench.case import Budget
+from topk_bench.child.execute import measure
 from topk_bench.doctor import tiny
 from topk_bench.doctor.check import Check, Result, brief, compile_failure
-from topk_bench.child.execute import measure
-from topk_bench.status import Status
-from topk_bench.units import MIB
-from topk_bench.types import DeviceKind, Method
 from topk_bench.results import columns as col
+from topk_bench.status import Status
+from topk_bench.types import DeviceKind, Method
+from topk_bench.units import MIB
 
 # The CUDA prediction's stated accuracy: the peak above the baseline within 1 MiB, the reserved peak within 5%
 # of the measured.
@@ -58,23 +58,34 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     above_predicted = predicted.peak_bytes - predicted.baseline_bytes
     if DeviceKind.of(device) is DeviceKind.CPU:
         passed = (measured.peak_bytes, measured.baseline_bytes) == (predicted.peak_bytes, predicted.baseline_bytes)
-        return Check.judged(label, passed, f"measured {measured.peak_bytes:,} B (baseline {measured.baseline_bytes:,}), "
-                                           f"predicted {predicted.peak_bytes:,} B (baseline {predicted.baseline_bytes:,})")
+        return Check.judged(
+            label,
+            passed,
+            f"measured {measured.peak_bytes:,} B (baseline {measured.baseline_bytes:,}), "
+            f"predicted {predicted.peak_bytes:,} B (baseline {predicted.baseline_bytes:,})",
+        )
     workspace = measured.extra.get(col.WORKSPACE_BYTES)
     if workspace is None:
         return Check(label, Result.FAIL, "measured on CUDA without workspace_bytes")
     above_measured -= workspace  # the workspace stays allocated through the timed iterations
     above_predicted -= predicted.extra.get(col.WORKSPACE_BYTES) or 0  # as predicted (README)
-    passed = (abs(above_measured - above_predicted) <= PEAK_TOLERANCE
-              and measured.baseline_bytes == predicted.baseline_bytes and workspace >= 0)
-    detail = (f"allocated above baseline, less the workspace: measured {above_measured:,} B, predicted "
-              f"{above_predicted:,} B (tolerance {PEAK_TOLERANCE // MIB} MiB); baseline measured "
-              f"{measured.baseline_bytes:,} B, predicted {predicted.baseline_bytes:,} B; workspace {workspace:,} B")
+    passed = (
+        abs(above_measured - above_predicted) <= PEAK_TOLERANCE
+        and measured.baseline_bytes == predicted.baseline_bytes
+        and workspace >= 0
+    )
+    detail = (
+        f"allocated above baseline, less the workspace: measured {above_measured:,} B, predicted "
+        f"{above_predicted:,} B (tolerance {PEAK_TOLERANCE // MIB} MiB); baseline measured "
+        f"{measured.baseline_bytes:,} B, predicted {predicted.baseline_bytes:,} B; workspace {workspace:,} B"
+    )
     if predicted.reserved_bytes is not None and measured.reserved_bytes is not None:
         off = measured.reserved_bytes - predicted.reserved_bytes  # both with the workspaces' segments
         passed &= abs(off) <= RESERVED_TOLERANCE * measured.reserved_bytes
-        detail += (f"; reserved measured {measured.reserved_bytes:,} B, predicted {predicted.reserved_bytes:,} B "
-                   f"(tolerance {RESERVED_TOLERANCE:.0%})")
+        detail += (
+            f"; reserved measured {measured.reserved_bytes:,} B, predicted {predicted.reserved_bytes:,} B "
+            f"(tolerance {RESERVED_TOLERANCE:.0%})"
+        )
     else:
         detail += f"; reserved {measured.reserved_bytes:,} B (no reserved prediction to compare)"
     return Check.judged(label, passed, detail)

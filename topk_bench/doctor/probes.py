@@ -27,8 +27,13 @@ SEEN: list[dict[str, object]] = []
 
 def numerics(q, k, v, *, causal=False, activation="softmax"):
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    SEEN.append({"matmul.allow_tf32": matmul.allow_tf32, "cudnn.allow_tf32": cudnn.allow_tf32,
-                 "float32_matmul_precision": torch.get_float32_matmul_precision()})
+    SEEN.append(
+        {
+            "matmul.allow_tf32": matmul.allow_tf32,
+            "cudnn.allow_tf32": cudnn.allow_tf32,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        }
+    )
     return q.clone()
 
 
@@ -42,11 +47,11 @@ def work(q, k, v, *, causal=False, activation="softmax", matmuls=1, size=256):
 
 
 _PROBES = [
-    Implementation("doctor_allocate", allocate, "doctor: allocates nbytes", options={"nbytes": 0},
-                   predictable=False),
+    Implementation("doctor_allocate", allocate, "doctor: allocates nbytes", options={"nbytes": 0}, predictable=False),
     Implementation("doctor_numerics", numerics, "doctor: records TF32 settings", predictable=False),
-    Implementation("doctor_work", work, "doctor: a fixed number of matmuls", options={"matmuls": 1, "size": 256},
-                   predictable=False),
+    Implementation(
+        "doctor_work", work, "doctor: a fixed number of matmuls", options={"matmuls": 1, "size": 256}, predictable=False
+    ),
 ]
 
 NAMES = frozenset(p.name for p in _PROBES)

@@ -13,9 +13,9 @@ import math
 import statistics
 
 from topk_bench.case import Budget
+from topk_bench.child.execute import measure
 from topk_bench.doctor import probes, tiny
 from topk_bench.doctor.check import Check
-from topk_bench.child.execute import measure
 from topk_bench.types import DeviceKind
 
 REPEATS = 5
@@ -29,8 +29,13 @@ MIN_GROWTH = 1.5
 
 def _times(device: str, matmuls: int) -> list[float]:
     size = SIZE[str(DeviceKind.of(device))]
-    case = tiny.case("doctor_work", device=device, option_overrides={"matmuls": matmuls, "size": size},
-                     plugins=(probes.MODULE,), repeats=REPEATS)
+    case = tiny.case(
+        "doctor_work",
+        device=device,
+        option_overrides={"matmuls": matmuls, "size": size},
+        plugins=(probes.MODULE,),
+        repeats=REPEATS,
+    )
     result = measure(case, Budget())
     return list(result.times_s)
 
@@ -47,6 +52,8 @@ def check(device: str) -> Check:
     if growth < MIN_GROWTH:
         problems.append(f"4x the work took {growth:.2f}x the time (< {MIN_GROWTH:g}x)")
     size = SIZE[str(DeviceKind.of(device))]
-    detail = (f"median {statistics.median(short) * 1e3:.3g} ms for {MATMULS} matmuls of {size}x{size}, "
-              f"{statistics.median(long) * 1e3:.3g} ms for {4 * MATMULS} ({growth:.1f}x)")
+    detail = (
+        f"median {statistics.median(short) * 1e3:.3g} ms for {MATMULS} matmuls of {size}x{size}, "
+        f"{statistics.median(long) * 1e3:.3g} ms for {4 * MATMULS} ({growth:.1f}x)"
+    )
     return Check.judged("timer", not problems, "; ".join([detail, *problems]))

@@ -1,6 +1,7 @@
 """The doctor's cases: one tiny mha layer per implementation, in a configuration comparable with vanilla.
 
-Heads of 16 (:data:`SHAPE`), the least FlexAttention compiles for on CUDA. Chunks, pages and blocks are made small so that the chunked code paths really run (10
+Heads of 16 (:data:`SHAPE`), the least FlexAttention compiles for on CUDA. Chunks, pages and blocks are made small
+so that the chunked code paths really run (10
 tokens in chunks of 3: the last one partial). The options that bound which keys a
 selection method attends (``topk``, ``token_budget``, ``topk_blocks``, ``window``) are set
 to cover every key and ``dropout`` is off, so that top-k, page, block and window
@@ -23,8 +24,13 @@ SHAPE = {"seq_len": 10, "batch": 2, "d_model": 32, "heads": 2}
 # The warm-up a run gives each case by default (bench.toml): the timer's samples are warm.
 WARMUP, WARMUP_S = 2, 0.025
 SMALL = {"chunk_size": 3, "page_size": 2, "block_size": 2, "nb_features": 8, "sinks": 1}
-COVERING = {"topk": SHAPE["seq_len"], "token_budget": SHAPE["seq_len"], "topk_blocks": SHAPE["seq_len"],
-            "window": SHAPE["seq_len"], "dropout": 0.0}
+COVERING = {
+    "topk": SHAPE["seq_len"],
+    "token_budget": SHAPE["seq_len"],
+    "topk_blocks": SHAPE["seq_len"],
+    "window": SHAPE["seq_len"],
+    "dropout": 0.0,
+}
 
 
 def measured() -> list[implementations.Implementation]:
@@ -43,11 +49,32 @@ def comparable_with_vanilla(impl: implementations.Implementation) -> bool:
     return impl.exact or any(key in impl.options for key in COVERING if key != "dropout")
 
 
-def case(impl: str, *, device: str = "cpu", dtype: str = "float32", workload: str = "mha",
-         params: dict[str, Any] | None = None, option_overrides: dict[str, Any] | None = None,
-         plugins: tuple[str, ...] = (), method: Method = Method.MEASURED, repeats: int = 1) -> Case:
+def case(
+    impl: str,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    workload: str = "mha",
+    params: dict[str, Any] | None = None,
+    option_overrides: dict[str, Any] | None = None,
+    plugins: tuple[str, ...] = (),
+    method: Method = Method.MEASURED,
+    repeats: int = 1,
+) -> Case:
     spec = implementations.spec(impl)
-    return Case.make(suite="doctor", workload=workload, impl=impl, params=params or SHAPE,
-                     options={**options(spec), **(option_overrides or {})},
-                     causal=spec.causal, activation="softmax", dtype=dtype, device=device, method=method,
-                     warmup=WARMUP, warmup_s=WARMUP_S, repeats=repeats, plugins=plugins)
+    return Case.make(
+        suite="doctor",
+        workload=workload,
+        impl=impl,
+        params=params or SHAPE,
+        options={**options(spec), **(option_overrides or {})},
+        causal=spec.causal,
+        activation="softmax",
+        dtype=dtype,
+        device=device,
+        method=method,
+        warmup=WARMUP,
+        warmup_s=WARMUP_S,
+        repeats=repeats,
+        plugins=plugins,
+    )

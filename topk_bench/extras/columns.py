@@ -33,11 +33,11 @@ from topk_bench.errors import NonFinite
 from topk_bench.extras import fidelity, quality
 from topk_bench.measure.steps import dtype_of
 from topk_bench.predict.backends import predict
+from topk_bench.results import columns as col
+from topk_bench.types import DeviceKind, Method, Mode
 from topk_bench.units import GIB
 from topk_bench.workloads import Workload, build
 from topk_bench.workloads.attention import BUDGET, with_budget
-from topk_bench.types import DeviceKind, Method, Mode
-from topk_bench.results import columns as col
 
 CPU_LIMIT_BYTES = 2 * GIB
 MIN_SEQ_LEN = 16
@@ -47,8 +47,13 @@ def vanilla_of(case: Case, seq_len: int) -> Case:
     """The same case with vanilla everywhere (attention, and the decoder's FF) at ``seq_len``."""
     params = {**case.param_dict, "seq_len": seq_len}
     return dataclasses.replace(
-        case, impl="vanilla", options=(), ff_impl="vanilla" if case.ff_impl is not None else None,
-        ff_options=(), params=tuple(sorted(params.items())), fidelity=False,
+        case,
+        impl="vanilla",
+        options=(),
+        ff_impl="vanilla" if case.ff_impl is not None else None,
+        ff_options=(),
+        params=tuple(sorted(params.items())),
+        fidelity=False,
     )
 
 
@@ -106,8 +111,11 @@ def against_vanilla(case: Case, seq_len: int) -> dict[str, Any]:
     upstream = torch.randn(x.shape, generator=generator, dtype=dtype).to(x.device)
     out, grad = _run(approx, upstream)
     ref_out, ref_grad = _run(exact, upstream)
-    return {col.REL_ERR: fidelity.rel_err(out, ref_out), col.GRAD_COS: fidelity.grad_cos(grad, ref_grad),
-            col.FIDELITY_SEQ_LEN: seq_len}
+    return {
+        col.REL_ERR: fidelity.rel_err(out, ref_out),
+        col.GRAD_COS: fidelity.grad_cos(grad, ref_grad),
+        col.FIDELITY_SEQ_LEN: seq_len,
+    }
 
 
 def is_vanilla(case: Case) -> bool:
@@ -208,8 +216,9 @@ def extra_columns(case: Case, budget: Budget) -> dict[str, Any]:
         columns.update(layer_columns(case, budget))
     if case.quality and not case.predicted:  # a prediction computes no values: the columns stay empty
         columns.update(quality_columns(case))
-    bad = [f"{name} = {value}" for name, value in columns.items()
-           if isinstance(value, float) and not math.isfinite(value)]
+    bad = [
+        f"{name} = {value}" for name, value in columns.items() if isinstance(value, float) and not math.isfinite(value)
+    ]
     if bad:  # readers leave out a row with such a number: the case is nonfinite instead
         raise NonFinite(f"not finite: {', '.join(bad)}")
     return columns

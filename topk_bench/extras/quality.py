@@ -57,9 +57,9 @@ def _mean(values: torch.Tensor, keep: torch.Tensor) -> float:
 def topk_rows(selected: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None = None):
     """(per-row top-k recall, rows where it is defined): see :func:`topk_recall`."""
     selected, scores, allowed = _rows(selected, scores, allowed)
-    budget = selected.sum(dim=-1)                                          # k per row
+    budget = selected.sum(dim=-1)  # k per row
     ranked = scores.masked_fill(~allowed, -math.inf).sort(dim=-1, descending=True).values
-    kth = ranked.gather(-1, (budget - 1).clamp(min=0).unsqueeze(-1))      # the k-th largest allowed score
+    kth = ranked.gather(-1, (budget - 1).clamp(min=0).unsqueeze(-1))  # the k-th largest allowed score
     hits = (selected & (scores >= kth)).sum(dim=-1)
     recall = torch.minimum(hits, budget).double() / budget.clamp(min=1)  # float64: an int ratio is float32
     return recall, (budget > 0) & allowed.any(dim=-1)
@@ -113,18 +113,22 @@ def selection_quality(q, k, v, selected, out, *, causal: bool) -> dict[str, floa
     for i in range(b):
         for h in range(hkv):
             heads = slice(h * g, (h + 1) * g)
-            qi, ki, vi = q[i:i + 1, heads], k[i:i + 1, h:h + 1], v[i:i + 1, h:h + 1]
+            qi, ki, vi = q[i : i + 1, heads], k[i : i + 1, h : h + 1], v[i : i + 1, h : h + 1]
             ref = exact_attention(qi, ki, vi, allowed)
-            err = out[i:i + 1, heads].detach().double() - ref
+            err = out[i : i + 1, heads].detach().double() - ref
             num, den = num + float((err * err).sum()), den + float((ref * ref).sum())
             if selected is None:
                 continue
             scores = attention_scores(qi, ki)
-            sel = selected[i:i + 1, heads]
-            for name, (values, keep) in (("mass_recall", mass_rows(sel, scores, allowed)),
-                                         ("topk_recall", topk_rows(sel, scores, allowed)),
-                                         ("attended_fraction", ((sel & allowed).sum(-1) / allowed.sum(-1).clamp(min=1),
-                                                                allowed.any(-1).expand(sel.shape[:-1])))):
+            sel = selected[i : i + 1, heads]
+            for name, (values, keep) in (
+                ("mass_recall", mass_rows(sel, scores, allowed)),
+                ("topk_recall", topk_rows(sel, scores, allowed)),
+                (
+                    "attended_fraction",
+                    ((sel & allowed).sum(-1) / allowed.sum(-1).clamp(min=1), allowed.any(-1).expand(sel.shape[:-1])),
+                ),
+            ):
                 sums[name][0] += float(values.double()[keep].sum())
                 sums[name][1] += int(keep.sum())
     metrics = {"attn_rel_err": (math.sqrt(num / den) if den else (0.0 if num == 0 else math.inf))}

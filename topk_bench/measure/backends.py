@@ -20,7 +20,7 @@ them into statuses.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -124,8 +124,13 @@ def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget],
     samples = iterations.run(case, steps)
     tracker = steps.tracker
     assert tracker is not None, "set by the profiling iteration"
-    result = ok_result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
-                       flops=steps.flops, **_timings(samples, case))
+    result = ok_result(
+        case,
+        peak_bytes=tracker.peak_bytes,
+        baseline_bytes=tracker.baseline_bytes,
+        flops=steps.flops,
+        **_timings(samples, case),
+    )
     result.metadata.update(steps.contention.summary())
     result.extra.update(_measured_columns(case, steps, Timer.PERF_COUNTER))
     return checked(result, steps.problem)
@@ -136,7 +141,9 @@ class CudaSteps(iterations.Steps[Workload]):
     around each replay of a captured iteration. ``cuda``: what is called of ``torch.cuda`` (a stand-in on the
     CPU in tests); ``clock``: the host's clock the warm-up is timed by."""
 
-    def __init__(self, case: Case, device: torch.device, cuda=torch.cuda, clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self, case: Case, device: torch.device, cuda=torch.cuda, clock: Callable[[], float] = time.perf_counter
+    ):
         self.case, self.device, self.cuda, self.clock = case, device, cuda, clock
         self.flops: int | None = None
         self.counted = OpCount()
@@ -242,8 +249,9 @@ class CudaSteps(iterations.Steps[Workload]):
         return lambda: (start.elapsed_time(end) / 1e3, 0.0)
 
 
-def measure_cuda(case: Case, budget: Budget, make_steps: Callable[..., CudaSteps] = CudaSteps, *,
-                 cuda=torch.cuda) -> Measurement:
+def measure_cuda(
+    case: Case, budget: Budget, make_steps: Callable[..., CudaSteps] = CudaSteps, *, cuda=torch.cuda
+) -> Measurement:
     """The paper's method; under our protocol with its weaknesses fixed (warm-up, peak reset, baseline and
     workspace reported). Under the paper protocol: no warm-up, no reset, no ``empty_cache``, no workspace
     column (the first, cold iteration allocates it inside the measured region, as theirs did).
@@ -274,8 +282,12 @@ def measure_cuda(case: Case, budget: Budget, make_steps: Callable[..., CudaSteps
         samples = iterations.run(case, steps)
         timer = case.timer or Timer.EVENTS
         result = ok_result(
-            case, peak_bytes=steps.peak, reserved_bytes=steps.reserved, baseline_bytes=steps.baseline,
-            flops=steps.flops, **_timings(samples, case, split=timer is not Timer.CUDAGRAPH),
+            case,
+            peak_bytes=steps.peak,
+            reserved_bytes=steps.reserved,
+            baseline_bytes=steps.baseline,
+            flops=steps.flops,
+            **_timings(samples, case, split=timer is not Timer.CUDAGRAPH),
         )
         result.metadata.update(steps.contention.summary())
         if steps.workspace is not None:
@@ -285,5 +297,6 @@ def measure_cuda(case: Case, budget: Budget, make_steps: Callable[..., CudaSteps
 
 
 MEASURING: dict[DeviceKind, Callable[[Case, Budget], Measurement]] = {
-    DeviceKind.CPU: measure_cpu, DeviceKind.CUDA: measure_cuda,
+    DeviceKind.CPU: measure_cpu,
+    DeviceKind.CUDA: measure_cuda,
 }

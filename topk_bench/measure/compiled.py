@@ -39,8 +39,10 @@ def compile_attention(model: nn.Module, mode: str | None = None) -> list[str]:
     ValueError when the model has none (a plug-in workload that names its attention otherwise)."""
     found = attention_modules(model)
     if not found:
-        raise ValueError("compile = true: the workload's model has no attention module to compile "
-                         f"(a submodule named {ATTENTION!r}, or in a list named {ATTENTIONS!r})")
+        raise ValueError(
+            "compile = true: the workload's model has no attention module to compile "
+            f"(a submodule named {ATTENTION!r}, or in a list named {ATTENTIONS!r})"
+        )
     for _, module in found:
         module.compile(mode=None if mode in (None, "default") else mode)
     return [name for name, _ in found]

@@ -23,9 +23,9 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from topk_bench.machine import cores
 from topk_bench.results import columns as col
@@ -71,7 +71,7 @@ class Reading:
     waits: dict[str, int] | None
 
     @classmethod
-    def now(cls) -> "Reading":
+    def now(cls) -> Reading:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         waits = thread_waits()
         return cls(time.perf_counter(), usage.ru_utime + usage.ru_stime, usage.ru_nivcsw, waits)
@@ -82,8 +82,8 @@ class Sampler:
 
     def __init__(self, threads: int):
         self.threads = max(1, threads)
-        self.waits: list[float] | None = []   # per iteration: the largest share of it one thread waited
-        self.shares: list[float] = []         # per iteration: CPU time over threads x wall
+        self.waits: list[float] | None = []  # per iteration: the largest share of it one thread waited
+        self.shares: list[float] = []  # per iteration: CPU time over threads x wall
         self.wall = 0.0
         self.preempted = 0
         self.runnable: list[int] = []

@@ -31,12 +31,12 @@ timed one, in either protocol.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Generic, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
 import implementations
-
 from topk_bench.case import Case
 from topk_bench.measure.contention import Sampler
 from topk_bench.protocol import OURS, PAPER

@@ -18,7 +18,7 @@ the allocator's own reports to the profiler.
 from __future__ import annotations
 
 import weakref
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -176,7 +176,7 @@ class AllocatorBytes:
         counted.register(*objects)
         self.baseline_bytes = self.peak_bytes = counted.baseline_bytes
 
-    def __enter__(self) -> "AllocatorBytes":
+    def __enter__(self) -> AllocatorBytes:
         self._profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
         self._profile.__enter__()
         return self

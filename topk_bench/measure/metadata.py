@@ -97,12 +97,19 @@ def git_sha() -> str:
     """The project's commit, with ``-dirty`` when tracked files differ from it; "" outside a checkout."""
     try:
         sha = subprocess.run(
-            ["git", "--no-optional-locks", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10,
+            ["git", "--no-optional-locks", "rev-parse", "HEAD"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
         ).stdout.strip()
         if not sha:
             return ""
         dirty = subprocess.run(
-            ["git", "--no-optional-locks", "diff", "--quiet", "HEAD", "--"], cwd=PROJECT_ROOT, capture_output=True, timeout=10,
+            ["git", "--no-optional-locks", "diff", "--quiet", "HEAD", "--"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            timeout=10,
         ).returncode
         return sha + ("-dirty" if dirty == 1 else "")
     except (OSError, subprocess.SubprocessError):
@@ -141,17 +148,28 @@ def _nvml_state(uuid: str, nvml: Any = None) -> dict[str, Any]:
     try:
         handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
         driver = nvml.nvmlSystemGetDriverVersion()
-        return {col.DRIVER_VERSION: driver.decode() if isinstance(driver, bytes) else str(driver),
-                col.GPU_SM_CLOCK_MHZ: int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
-                col.GPU_SM_CLOCK_MAX_MHZ: int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))}
+        return {
+            col.DRIVER_VERSION: driver.decode() if isinstance(driver, bytes) else str(driver),
+            col.GPU_SM_CLOCK_MHZ: int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            col.GPU_SM_CLOCK_MAX_MHZ: int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)),
+        }
     finally:
         nvml.nvmlShutdown()
 
 
 def _smi_state(uuid: str) -> dict[str, Any]:
     try:
-        out = subprocess.run(["nvidia-smi", f"--id={uuid}", "--query-gpu=driver_version,clocks.sm,clocks.max.sm",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                f"--id={uuid}",
+                "--query-gpu=driver_version,clocks.sm,clocks.max.sm",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
         driver, clock, top = (part.strip() for part in out.strip().splitlines()[0].split(","))
         return {col.DRIVER_VERSION: driver, col.GPU_SM_CLOCK_MHZ: int(clock), col.GPU_SM_CLOCK_MAX_MHZ: int(top)}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):

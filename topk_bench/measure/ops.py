@@ -22,8 +22,9 @@ only SDPA's math composite calls.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -85,7 +86,7 @@ def profiled(events: Iterable) -> OpCount:
         if name.startswith(COMPILED_GRAPH_EVENT):
             counted.ops += 1
         elif name.startswith("aten::") and not _inside_aten_op(event):
-            counted.note(name[len("aten::"):])
+            counted.note(name[len("aten::") :])
     return counted
 
 
@@ -105,7 +106,7 @@ class ProfiledOps:
         self.counted = OpCount()
         self._profile: torch.profiler.profile | None = None
 
-    def __enter__(self) -> "ProfiledOps":
+    def __enter__(self) -> ProfiledOps:
         import torch.profiler
 
         self._profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])

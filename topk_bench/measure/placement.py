@@ -1,7 +1,8 @@
 """Device placement: every op's tensors on one device, and (in the measured region) on the case's device.
 
 An implementation that mixes a CPU tensor with one on the model's device fails every
-case on CUDA, and nothing on a CPU-only machine sees it. :class:`DevicePlacement` is a ``TorchDispatchMode`` that looks at every aten
+case on CUDA, and nothing on a CPU-only machine sees it. :class:`DevicePlacement` is a ``TorchDispatchMode`` that looks
+at every aten
 op below autograd (forward and backward alike) and records each one whose tensor
 arguments or results sit on more than one device. With ``expected`` set it also
 records any op that reads or makes a tensor elsewhere: in the measured iteration

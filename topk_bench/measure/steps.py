@@ -13,7 +13,7 @@ gradient) keeps its numbers with status ``nonfinite``: fast garbage is no result
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -59,8 +59,9 @@ def grad_context(case: Case):
     return contextlib.nullcontext() if case.mode.backward else torch.no_grad()
 
 
-def iteration(wl: Workload, case: Case, clock: Callable[[], float] | None = None,
-              losses: list[torch.Tensor] | None = None) -> tuple[float, float]:
+def iteration(
+    wl: Workload, case: Case, clock: Callable[[], float] | None = None, losses: list[torch.Tensor] | None = None
+) -> tuple[float, float]:
     """One forward (+ backward); returns (forward, backward) seconds when given a clock.
 
     ``out`` stays alive through backward, as in a benchmark script that keeps it.

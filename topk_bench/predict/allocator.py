@@ -43,13 +43,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 MIB = 1 << 20
-GRANULE = 512                 # every block is a multiple of this, at least this
-SMALL_REQUEST = 1 * MIB       # requests up to this go to the small pool
-SMALL_SEGMENT = 2 * MIB       # the small pool's segment size
-LARGE_SEGMENT = 20 * MIB      # the large pool's segment for requests under LARGE_REQUEST
-LARGE_REQUEST = 10 * MIB      # from here on a large request gets its own segment, rounded to LARGE_ROUND
+GRANULE = 512  # every block is a multiple of this, at least this
+SMALL_REQUEST = 1 * MIB  # requests up to this go to the small pool
+SMALL_SEGMENT = 2 * MIB  # the small pool's segment size
+LARGE_SEGMENT = 20 * MIB  # the large pool's segment for requests under LARGE_REQUEST
+LARGE_REQUEST = 10 * MIB  # from here on a large request gets its own segment, rounded to LARGE_ROUND
 LARGE_ROUND = 2 * MIB
-TOP = 1 << 50                 # the simulated address space's ceiling: segments are placed downwards from it
+TOP = 1 << 50  # the simulated address space's ceiling: segments are placed downwards from it
 
 
 def rounded(nbytes: int) -> int:
@@ -80,10 +80,10 @@ def splits(block_size: int, size: int) -> bool:
 class Block:
     address: int
     size: int
-    segment: "Segment"
+    segment: Segment
     allocated: bool = False
-    prev: "Block | None" = None
-    next: "Block | None" = None
+    prev: Block | None = None
+    next: Block | None = None
 
 
 @dataclass(eq=False)

@@ -10,7 +10,7 @@ simulation of the caching allocator (:mod:`.allocator`), replayed as ``measure_c
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
@@ -45,7 +45,8 @@ def _declared_predictable(case: Case):
             f"{case.impl} is registered with predictable=True, but reads a tensor's values, which --predict cannot "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}); remove the .item() "
             "(nonzero, data-dependent branch), or register it with predictable=False: --predict then records "
-            "its cases unsupported") from exc
+            "its cases unsupported"
+        ) from exc
 
 
 def predict(case: Case, budget: Budget, tracker: LiveBytes | None = None, **cuda_seams) -> Measurement:
@@ -70,15 +71,20 @@ def _predict_cuda_or_cpu(case: Case, tracker: LiveBytes | None, cuda_seams: dict
     tracker.register(wl.model, wl.inputs, wl.kept)
     with fake, FlopCounterMode(display=False) as flops, OpCounter() as ops, tracker:
         iteration(wl, case)
-    result = ok_result(case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes,
-                     flops=flops.get_total_flops())
+    result = ok_result(
+        case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes, flops=flops.get_total_flops()
+    )
     result.extra.update(ops_columns(ops.counted))
     return result
 
 
-def predict_cuda(case: Case, *, empty_cache: bool = True,
-                 make_trace: Callable[..., kernels.KernelTrace] = kernels.KernelTrace,
-                 make_steps: Callable[..., SimulatedCudaSteps] = SimulatedCudaSteps) -> Measurement:
+def predict_cuda(
+    case: Case,
+    *,
+    empty_cache: bool = True,
+    make_trace: Callable[..., kernels.KernelTrace] = kernels.KernelTrace,
+    make_steps: Callable[..., SimulatedCudaSteps] = SimulatedCudaSteps,
+) -> Measurement:
     """``measure_cuda``'s numbers from the fake run's allocations replayed on the simulated allocator.
 
     The build's and two iterations' storages (the profiling one, under ``FlopCounterMode`` as ``CudaSteps`` runs
@@ -94,8 +100,10 @@ def predict_cuda(case: Case, *, empty_cache: bool = True,
     steps (a profile's name every block of the peak: :mod:`topk_bench.capture.capture`).
     """
     if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
-        raise Unsupported(f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
-                          f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)")
+        raise Unsupported(
+            f"--predict --device cuda simulates the iterations of protocol {OURS.name!r} only, "
+            f"not those of {case.protocol!r} (a build per timed iteration, peaks never reset)"
+        )
     gpu, adds = kernels.gpu(case.gpu_model), kernels.EngineAdds()
     fake = FakeTensorMode()
     trace = make_trace(gpu, adds)
@@ -104,12 +112,25 @@ def predict_cuda(case: Case, *, empty_cache: bool = True,
         wl = build(case, "cpu")
     setup = trace.take()
     profiled, flops, ops = _traced_iteration(wl, case, fake, trace, counted=True)  # as CudaSteps.profile runs it
-    plain, _, _ = _traced_iteration(wl, case, fake, trace, counted=False)         # as a warm-up and a timed one
+    plain, _, _ = _traced_iteration(wl, case, fake, trace, counted=False)  # as a warm-up and a timed one
     (body, loss) = plain
-    sim = simulate(case, setup, body, loss=loss, profile=profiled, empty_cache=empty_cache,
-                   persistent=trace.persistent, make_steps=make_steps)
-    result = ok_result(case, peak_bytes=sim.peak_bytes, reserved_bytes=sim.reserved_bytes,
-                     baseline_bytes=sim.baseline_bytes, flops=flops)
+    sim = simulate(
+        case,
+        setup,
+        body,
+        loss=loss,
+        profile=profiled,
+        empty_cache=empty_cache,
+        persistent=trace.persistent,
+        make_steps=make_steps,
+    )
+    result = ok_result(
+        case,
+        peak_bytes=sim.peak_bytes,
+        reserved_bytes=sim.reserved_bytes,
+        baseline_bytes=sim.baseline_bytes,
+        flops=flops,
+    )
     result.device_name = gpu.name
     result.extra[col.WORKSPACE_BYTES] = sim.workspace_bytes
     result.extra[col.CUDA_UNMODELED_OPS] = ";".join(sorted(trace.unmodelled))
@@ -130,9 +151,18 @@ def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, 
     gpu = trace.gpu
     losses: list[torch.Tensor] = []
     flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
-    with fake, kernels.CudaComposites(gpu, trace.adds), flops or contextlib.nullcontext(), \
-            ops or contextlib.nullcontext(), trace, hardware.target("cuda"):
+    with (
+        fake,
+        kernels.CudaComposites(gpu, trace.adds),
+        flops or contextlib.nullcontext(),
+        ops or contextlib.nullcontext(),
+        trace,
+        hardware.target("cuda"),
+    ):
         iteration(wl, case, losses=losses)
     events = trace.take()
-    return ((events, trace.serial(losses[0])), flops.get_total_flops() if flops is not None else None,
-            ops.counted.ops if ops is not None else None)
+    return (
+        (events, trace.serial(losses[0])),
+        flops.get_total_flops() if flops is not None else None,
+        ops.counted.ops if ops is not None else None,
+    )

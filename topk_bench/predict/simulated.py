@@ -15,7 +15,7 @@ replays, cache flushes) changes nothing that is read.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from topk_bench.case import Case
 from topk_bench.measure import iterations
@@ -29,7 +29,7 @@ class _Replayed:
     """Stands in for a workload built on the simulated allocator: ``clear_grads`` frees what the last iteration
     left (its gradients), as a real workload's drops its gradients."""
 
-    def __init__(self, steps: "SimulatedCudaSteps"):
+    def __init__(self, steps: SimulatedCudaSteps):
         self._steps = steps
 
     def clear_grads(self) -> None:
@@ -52,9 +52,16 @@ class SimulatedCudaSteps(iterations.Steps[_Replayed]):
     allocated; the workspace is what the warm-up left allocated besides (gradients cleared).
     """
 
-    def __init__(self, setup: Sequence[Event], body: Sequence[Event], *, loss: int | None = None,
-                 empty_cache: bool = True, persistent: Collection[int] = (),
-                 profile: tuple[Sequence[Event], int | None] | None = None):
+    def __init__(
+        self,
+        setup: Sequence[Event],
+        body: Sequence[Event],
+        *,
+        loss: int | None = None,
+        empty_cache: bool = True,
+        persistent: Collection[int] = (),
+        profile: tuple[Sequence[Event], int | None] | None = None,
+    ):
         self.setup, self.body, self.loss = list(setup), list(body), loss
         self.profiled = (list(profile[0]), profile[1]) if profile is not None else (self.body, loss)
         self.empty_cache, self.persistent = empty_cache, frozenset(persistent)
@@ -79,8 +86,11 @@ class SimulatedCudaSteps(iterations.Steps[_Replayed]):
 
     def clear(self) -> None:
         """Free what the last iteration left but its kept loss and the workspaces (its gradients)."""
-        for key in [k for k in self._handles
-                    if k not in self._setup_keys and k not in self._kept and k[1] not in self.persistent]:
+        for key in [
+            k
+            for k in self._handles
+            if k not in self._setup_keys and k not in self._kept and k[1] not in self.persistent
+        ]:
             self.alloc.free(self._handles.pop(key))
 
     def _iterate(self, keep_loss: bool, profiled: bool = False) -> None:
@@ -136,8 +146,14 @@ class SimulatedCudaSteps(iterations.Steps[_Replayed]):
         return Simulated(self.baseline, self.peak, self.reserved, self.workspace)
 
 
-def simulate(case: Case, setup: Sequence[Event], body: Sequence[Event], *,
-             make_steps: Callable[..., SimulatedCudaSteps] = SimulatedCudaSteps, **options) -> Simulated:
+def simulate(
+    case: Case,
+    setup: Sequence[Event],
+    body: Sequence[Event],
+    *,
+    make_steps: Callable[..., SimulatedCudaSteps] = SimulatedCudaSteps,
+    **options,
+) -> Simulated:
     """What ``measure_cuda`` would read for ``case`` whose build and one iteration are ``setup`` and ``body``
     (``options``: :class:`SimulatedCudaSteps`'), its iterations run as :func:`iterations.run` runs them;
     ``make_steps``: the steps class (a profile's keeps the blocks of the peak)."""
@@ -146,9 +162,18 @@ def simulate(case: Case, setup: Sequence[Event], body: Sequence[Event], *,
     return steps.result()
 
 
-def simulate_measurement(setup: Sequence[Event], body: Sequence[Event], *, warmup: int = 1, repeats: int = 1,
-                         **options) -> Simulated:
+def simulate_measurement(
+    setup: Sequence[Event], body: Sequence[Event], *, warmup: int = 1, repeats: int = 1, **options
+) -> Simulated:
     """:func:`simulate` for an event sequence of no particular case: our protocol, ``warmup`` and ``repeats``."""
-    case = Case.make(suite="simulation", workload="simulation", impl="simulation", params={}, device="cuda",
-                     method=Method.PREDICTED, warmup=warmup, repeats=repeats)
+    case = Case.make(
+        suite="simulation",
+        workload="simulation",
+        impl="simulation",
+        params={},
+        device="cuda",
+        method=Method.PREDICTED,
+        warmup=warmup,
+        repeats=repeats,
+    )
     return simulate(case, setup, body, **options)

@@ -8,7 +8,6 @@ import torch
 from topk_bench.measure.memory import LiveBytes
 from topk_bench.predict import allocator
 
-
 Event = tuple[int, int]  # (serial, nbytes): an allocation of nbytes; (serial, FREE): its free
 
 
@@ -49,4 +48,3 @@ class AllocationTrace(LiveBytes):
     def take(self) -> list[Event]:
         events, self.events = self.events, []
         return events
-

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from topk_bench.case import Case, Measurement
 from topk_bench.capture import files, summary
+from topk_bench.case import Case, Measurement
 from topk_bench.profile import select
 from topk_bench.report.plots import timeline
 from topk_bench.status import Status
@@ -53,8 +53,9 @@ def clear(directory: Path) -> None:
             path.unlink()
 
 
-def profile(suite: Path, selector: str, *, predict: bool, device: str | None, out: Path | None,
-            config: Path | None) -> list[Outcome]:
+def profile(
+    suite: Path, selector: str, *, predict: bool, device: str | None, out: Path | None, config: Path | None
+) -> list[Outcome]:
     """Plan ``suite``, pick the cases ``selector`` names, and profile each in a child. Raises BadInput."""
     from topk_bench.run import launcher
     from topk_bench.run.plan import PROFILE_DIR, plan
@@ -86,8 +87,9 @@ def _ops_table(directory: Path, limit: int = 8):
     with open(path, newline="") as handle:
         ops = [r for r in csv.DictReader(handle) if r["op"].startswith("aten::")]
     device = any(r["self_device_s"] for r in ops)
-    table = Table(title="time by op (one more iteration, under torch.profiler)", box=box.SIMPLE_HEAD,
-                  title_justify="left")
+    table = Table(
+        title="time by op (one more iteration, under torch.profiler)", box=box.SIMPLE_HEAD, title_justify="left"
+    )
     for name in ("op", "calls", "self host", "total host", *(("self device", "total device") if device else ())):
         table.add_column(name, justify="left" if name == "op" else "right")
     for r in ops[:limit]:
@@ -102,8 +104,9 @@ def tell(outcome: Outcome, console: Console) -> None:
     """The summary of one profiled case: the story, the grouped table, time where measured, the files."""
     m = outcome.measurement
     if not outcome.ok:
-        console.print(f"{files.what(outcome.case)}: {m.status}: {m.error or 'no profile written'}", markup=False,
-                      highlight=False)
+        console.print(
+            f"{files.what(outcome.case)}: {m.status}: {m.error or 'no profile written'}", markup=False, highlight=False
+        )
         return
     info, rows = files.read(outcome.directory)
     console.print(summary.headline(info), markup=False, highlight=False)
@@ -127,4 +130,3 @@ def tell(outcome: Outcome, console: Console) -> None:
     written = ", ".join(name for name in _FILES if (outcome.directory / name).is_file())
     console.print(f"profile: {outcome.directory}/ ({written})", markup=False, highlight=False)
     console.print()
-

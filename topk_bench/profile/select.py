@@ -8,7 +8,8 @@ keys and values that exist.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from topk_bench.case import Case
 from topk_bench.errors import BadInput

@@ -1,1 +1,2 @@
-"""Everything that only reads results CSVs: ``show`` tables, figures (``plots``), ``compare`` with its pure ``stats``."""
+"""Everything that only reads results CSVs: ``show`` tables, figures (``plots``), ``compare`` with its pure
+``stats``."""

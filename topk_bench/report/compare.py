@@ -10,7 +10,8 @@ Rules (docs/CONTRACTS.md, "topk-bench compare"):
 - time: median ratio beyond ``time_factor`` and Mann-Whitney p < ``alpha`` on ``times_s``.
 
 A gate must not pass on nothing: beyond a regression, the comparison fails when
-it compared no case (no row on a side, or no case with a peak or a time on both sides), when a case of BASE is missing from NEW (unless
+it compared no case (no row on a side, or no case with a peak or a time on both sides), when a case of BASE is missing
+from NEW (unless
 ``allow_missing``: a suite that lost cases on purpose), when a line of either
 side was left out by the reader (cut, an unknown status, a number that is not a
 finite number >= 0, a repeated case_id), or when a value is ``invalid`` (among them
@@ -28,15 +29,15 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
-from topk_bench.report.thresholds import Thresholds
+from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
+from topk_bench.report.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from topk_bench.results import columns as col
 from topk_bench.results import trust
 from topk_bench.results.columns import parameter_columns
 from topk_bench.results.frame import left_out, load_results
 from topk_bench.status import Status
-from topk_bench.units import missing
-from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
-from topk_bench.results import columns as col
 from topk_bench.types import Method
+from topk_bench.units import missing
 
 # Worst first: a case's verdict is the worst of its metrics.
 SEVERITY = (Verdict.REGRESSION, Verdict.INVALID, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT, Verdict.UNCHANGED)
@@ -77,7 +78,7 @@ class Comparison:
     new: str
     thresholds: Thresholds
     cases: list[CaseComparison]
-    only_new: list[tuple[str, str]]       # (case_id, name)
+    only_new: list[tuple[str, str]]  # (case_id, name)
     only_base: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # why the gate fails beyond the cases' verdicts
@@ -115,7 +116,9 @@ def parse_times(value: object, *, file: str, case_id: str) -> list[float]:
     try:
         return [float(x) for x in value.split(";") if x.strip()]
     except ValueError:
-        raise BadInput(f"expected ';'-separated seconds, got {value!r}", file=file, key=f"times_s of {case_id}") from None
+        raise BadInput(
+            f"expected ';'-separated seconds, got {value!r}", file=file, key=f"times_s of {case_id}"
+        ) from None
 
 
 def varying_parameters(*frames: pd.DataFrame) -> list[str]:
@@ -134,8 +137,14 @@ def case_name(row: pd.Series, params: list[str]) -> str:
     return " ".join([head, *values])
 
 
-def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds = Thresholds(),
-                   base_label: str = "BASE", new_label: str = "NEW", allow_missing: bool = False) -> Comparison:
+def compare_frames(
+    base: pd.DataFrame,
+    new: pd.DataFrame,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    base_label: str = "BASE",
+    new_label: str = "NEW",
+    allow_missing: bool = False,
+) -> Comparison:
     """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail."""
     thresholds = thresholds.validate()
     params = varying_parameters(base, new)
@@ -143,29 +152,38 @@ def compare_frames(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds
     only_new = [(cid, case_name(new.loc[cid], params)) for cid in new.index if cid not in base.index]
     only_base = [(cid, case_name(base.loc[cid], params)) for cid in base.index if cid not in new.index]
     if not common and len(base) and len(new):
-        raise BadInput(f"no case_id in common between {base_label} and {new_label} "
-                       "(different suite, device or method?)")
-    cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label)
-             for cid in common]
+        raise BadInput(
+            f"no case_id in common between {base_label} and {new_label} (different suite, device or method?)"
+        )
+    cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label) for cid in common]
     warnings = [_machines_differ(base.loc[common], new.loc[common])]
-    warnings += [f"{side}: {line}" for side, frame in (("BASE", base), ("NEW", new))
-                 for line in [_contended(frame.loc[common])] if line]
+    warnings += [
+        f"{side}: {line}"
+        for side, frame in (("BASE", base), ("NEW", new))
+        for line in [_contended(frame.loc[common])]
+        if line
+    ]
     failures = [f"{side} {line}" for side, frame in (("BASE", base), ("NEW", new)) for line in left_out(frame)]
     if not cases:  # one side is empty (both non-empty without a common case_id is bad input, above)
         empty = [side for side, frame in (("BASE", base), ("NEW", new)) if not len(frame)]
         failures.append(f"nothing compared: {' and '.join(empty)} {'has' if len(empty) == 1 else 'have'} no valid row")
     elif not any(case.metrics for case in cases):  # every case failed on a side, or has no number on both
-        failures.append(f"nothing compared: none of the {len(cases)} case(s) in common has a peak or a time on "
-                        "both sides (statuses " + _statuses(cases) + ")")
+        failures.append(
+            f"nothing compared: none of the {len(cases)} case(s) in common has a peak or a time on "
+            "both sides (statuses " + _statuses(cases) + ")"
+        )
     if only_base and not allow_missing:
-        failures.append(f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost "
-                        "them on purpose)")
-    return Comparison(base_label, new_label, thresholds, cases, only_new, only_base,
-                      [w for w in warnings if w], failures)
+        failures.append(
+            f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"
+        )
+    return Comparison(
+        base_label, new_label, thresholds, cases, only_new, only_base, [w for w in warnings if w], failures
+    )
 
 
-def first_run(new: pd.DataFrame, thresholds: Thresholds = Thresholds(), base_label: str = "BASE",
-              new_label: str = "NEW") -> Comparison:
+def first_run(
+    new: pd.DataFrame, thresholds: Thresholds = DEFAULT_THRESHOLDS, base_label: str = "BASE", new_label: str = "NEW"
+) -> Comparison:
     """No BASE exists yet (the first run of main, ``--allow-no-base``): every case of NEW is new, nothing is
     judged; the gate still fails when NEW has no valid row or a line of it was left out."""
     thresholds = thresholds.validate()
@@ -173,14 +191,24 @@ def first_run(new: pd.DataFrame, thresholds: Thresholds = Thresholds(), base_lab
     failures = [f"NEW {line}" for line in left_out(new)]
     if not len(new):
         failures.append("nothing to export: NEW has no valid row")
-    return Comparison(base_label, new_label, thresholds, [], [(cid, case_name(new.loc[cid], params)) for cid in new.index],
-                      [], [], failures, first_run=True)
+    return Comparison(
+        base_label,
+        new_label,
+        thresholds,
+        [],
+        [(cid, case_name(new.loc[cid], params)) for cid in new.index],
+        [],
+        [],
+        failures,
+        first_run=True,
+    )
 
 
 def _statuses(cases: list[CaseComparison]) -> str:
     """``error -> crashed x3, ok x1``: the status pairs of the cases, for the line that says nothing was compared."""
-    pairs = collections.Counter(c.base_status if c.base_status == c.new_status else f"{c.base_status} -> {c.new_status}"
-                                for c in cases)
+    pairs = collections.Counter(
+        c.base_status if c.base_status == c.new_status else f"{c.base_status} -> {c.new_status}" for c in cases
+    )
     return ", ".join(f"{pair} x{count}" for pair, count in pairs.most_common())
 
 
@@ -200,15 +228,20 @@ SOFTWARE = (col.TORCH_VERSION, col.CUDA_VERSION, col.CUDNN_VERSION, col.DRIVER_V
 def _machines_differ(base: pd.DataFrame, new: pd.DataFrame) -> str:
     """One warning line when the two runs come from different hardware or software (the verdicts may mislead);
     "" when they do not, or when a side does not say (a CSV without the column is no difference)."""
-    measured = [frame.loc[frame[col.METHOD] == Method.MEASURED] if col.METHOD in frame.columns else frame
-                for frame in (base, new)]
+    measured = [
+        frame.loc[frame[col.METHOD] == Method.MEASURED] if col.METHOD in frame.columns else frame
+        for frame in (base, new)
+    ]
     differences = [_difference(measured[0], measured[1], c) for c in HARDWARE]
     differences += [_difference(base, new, c) for c in SOFTWARE]
     differences = [d for d in differences if d]
     if not differences:
         return ""
-    return ("BASE and NEW ran on different hardware or software (" + "; ".join(differences)
-            + "): times (and CUDA memory) may not be comparable")
+    return (
+        "BASE and NEW ran on different hardware or software ("
+        + "; ".join(differences)
+        + "): times (and CUDA memory) may not be comparable"
+    )
 
 
 def _difference(base: pd.DataFrame, new: pd.DataFrame, column: str) -> str:
@@ -224,21 +257,34 @@ def _plain_text(value: object) -> str:
     return str(_plain(value))
 
 
-def _compare_case(b: pd.Series, n: pd.Series, params: list[str], t: Thresholds,
-                  base_label: str, new_label: str) -> CaseComparison:
-    case = CaseComparison(str(n[col.CASE_ID]), case_name(n, params), str(n[col.DEVICE]), str(n[col.METHOD]),
-                          str(b[col.STATUS]), str(n[col.STATUS]))
+def _compare_case(
+    b: pd.Series, n: pd.Series, params: list[str], t: Thresholds, base_label: str, new_label: str
+) -> CaseComparison:
+    case = CaseComparison(
+        str(n[col.CASE_ID]),
+        case_name(n, params),
+        str(n[col.DEVICE]),
+        str(n[col.METHOD]),
+        str(b[col.STATUS]),
+        str(n[col.STATUS]),
+    )
     if case.base_status != Status.OK or case.new_status != Status.OK:
         return case  # nothing to measure on a failed side; the status verdict says it all
     for column, factor in ((col.PEAK_BYTES, t.memory_factor), (col.RESERVED_BYTES, t.reserved_factor)):
         if not missing(b[column]):
-            case.metrics.append(_lost(column, float(b[column])) if missing(n[column])
-                                else classify_ratio(column, float(b[column]), float(n[column]), factor))
+            case.metrics.append(
+                _lost(column, float(b[column]))
+                if missing(n[column])
+                else classify_ratio(column, float(b[column]), float(n[column]), factor)
+            )
     base_times = parse_times(b[col.TIMES_S], file=base_label, case_id=case.case_id)
     new_times = parse_times(n[col.TIMES_S], file=new_label, case_id=case.case_id)
     if base_times:
-        case.metrics.append(classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha)
-                            if new_times else _lost("time_s", statistics.median(base_times)))
+        case.metrics.append(
+            classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha)
+            if new_times
+            else _lost("time_s", statistics.median(base_times))
+        )
     return case
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from rich.console import Console
@@ -16,21 +16,27 @@ from rich.table import Table
 from topk_bench import fileio
 from topk_bench.report.compare import SEVERITY, CaseComparison, Comparison, case_name, parse_times
 from topk_bench.report.stats import MetricResult, Verdict
+from topk_bench.results import columns as col
 from topk_bench.results.columns import parameter_columns
 from topk_bench.status import Status
 from topk_bench.units import format_bytes, format_seconds
-from topk_bench.results import columns as col
 
-STYLE = {Verdict.REGRESSION: "bold red", Verdict.INVALID: "bold red", Verdict.IMPROVEMENT: "green",
-         Verdict.INCONCLUSIVE: "yellow", Verdict.UNCHANGED: "dim"}
+STYLE = {
+    Verdict.REGRESSION: "bold red",
+    Verdict.INVALID: "bold red",
+    Verdict.IMPROVEMENT: "green",
+    Verdict.INCONCLUSIVE: "yellow",
+    Verdict.UNCHANGED: "dim",
+}
 COLUMNS = ("case", "device", "status", "peak memory", "time (median)", "p", "verdict")
 
 
 def summary(c: Comparison) -> str:
     counts = {v: len(c.with_verdict(v)) for v in SEVERITY}
     parts = [f"{counts[v]} {v.value}" for v in SEVERITY]
-    return (f"{len(c.cases)} case(s) compared: " + ", ".join(parts)
-            + f"; {len(c.only_new)} new, {len(c.only_base)} missing")
+    return (
+        f"{len(c.cases)} case(s) compared: " + ", ".join(parts) + f"; {len(c.only_new)} new, {len(c.only_base)} missing"
+    )
 
 
 def outcome(c: Comparison) -> str:
@@ -88,13 +94,19 @@ def print_rich(c: Comparison, console: Console | None = None) -> None:
 def markdown(c: Comparison) -> str:
     """A pull-request comment: summary, the cases that moved, then every case folded away."""
     t = c.thresholds
-    head = {"REGRESSION": "❌ **Regression**", "FAILED": "❌ **Failed**",
-            "first run, nothing to compare": "ℹ️ **First run, nothing to compare**"}.get(outcome(c), "✅ **No regression**")
+    head = {
+        "REGRESSION": "❌ **Regression**",
+        "FAILED": "❌ **Failed**",
+        "first run, nothing to compare": "ℹ️ **First run, nothing to compare**",
+    }.get(outcome(c), "✅ **No regression**")
     lines = [
-        "## topk-bench compare", "",
-        f"{head}: {summary(c)}.", "",
+        "## topk-bench compare",
+        "",
+        f"{head}: {summary(c)}.",
+        "",
         f"Rules: peak memory > ×{t.memory_factor:g}, reserved (CUDA) > ×{t.reserved_factor:g}, "
-        f"time median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.", "",
+        f"time median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.",
+        "",
     ]
     lines += [f"> ⚠️ {_md_escape(w)}" for w in c.warnings] + ([""] if c.warnings else [])
     lines += [f"- ❌ {_md_escape(f)}" for f in c.failures] + ([""] if c.failures else [])
@@ -106,8 +118,14 @@ def markdown(c: Comparison) -> str:
     for title, listed in (("New cases", c.only_new), ("Missing cases", c.only_base)):
         if listed:
             lines += [f"{title}:", *(f"- {_md_escape(name)} `{cid}`" for cid, name in listed), ""]
-    lines += ["<details><summary>All cases</summary>", "",
-              *_md_table(cells for _, cells in rows(c)), "", "</details>", ""]
+    lines += [
+        "<details><summary>All cases</summary>",
+        "",
+        *_md_table(cells for _, cells in rows(c)),
+        "",
+        "</details>",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -116,8 +134,11 @@ def markdown(c: Comparison) -> str:
 # any alert threshold, one staying failed is unchanged, and every value stays a finite number (JSON has no NaN).
 FAILED_VALUE = 1e15
 # The entries of a case, its suffix in their names: (metric, column, unit); compare's gate judges each of them.
-EXPORTED = ((col.PEAK_BYTES, col.PEAK_BYTES, "bytes"), (col.RESERVED_BYTES, col.RESERVED_BYTES, "bytes"),
-            ("time_s", col.TIME_MEDIAN_S, "s"))
+EXPORTED = (
+    (col.PEAK_BYTES, col.PEAK_BYTES, "bytes"),
+    (col.RESERVED_BYTES, col.RESERVED_BYTES, "bytes"),
+    ("time_s", col.TIME_MEDIAN_S, "s"),
+)
 
 
 def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
@@ -131,13 +152,17 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
     """
     params = parameter_columns(new.columns)
     judged = {case.case_id: case for case in c.cases}
-    names = {cid: f"{row.get('suite', '')}/{case_name(row, params)} [{row['device']}, {row['method']}]"
-             for cid, row in new.iterrows()}
+    names = {
+        cid: f"{row.get('suite', '')}/{case_name(row, params)} [{row['device']}, {row['method']}]"
+        for cid, row in new.iterrows()
+    }
     # Names are a dashboard's series keys: make them unique, and stable for a given suite.
     clashes = pd.Series(list(names.values())).value_counts()
     ok = new[new[col.STATUS] == Status.OK]
-    has = {key: {metric for metric, column, _ in EXPORTED if column in group and group[column].notna().any()}
-           for key, group in ok.groupby([col.DEVICE, col.METHOD], sort=False)}
+    has = {
+        key: {metric for metric, column, _ in EXPORTED if column in group and group[column].notna().any()}
+        for key, group in ok.groupby([col.DEVICE, col.METHOD], sort=False)
+    }
     entries = []
     for _, row in new.iterrows():
         name = names[row[col.CASE_ID]]
@@ -150,8 +175,10 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
             entry: dict[str, Any] = {"name": f"{name} {metric}", "unit": unit}
             if row[col.STATUS] != Status.OK:
                 error = " ".join(str(row.get(col.ERROR) or "").split())[:200]
-                entry.update(value=FAILED_VALUE, extra=f"status={row['status']}; case_id={row['case_id']}"
-                                                       + (f"; {error}" if error else ""))
+                entry.update(
+                    value=FAILED_VALUE,
+                    extra=f"status={row['status']}; case_id={row['case_id']}" + (f"; {error}" if error else ""),
+                )
                 entries.append(entry)
                 continue
             value = row[column]
@@ -165,7 +192,8 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
             result = case.metric(metric) if case else None
             ratio = "" if result is None or result.ratio is None else f", ×{result.ratio:.3f} vs base"
             entry["extra"] = f"status=ok; case_id={row['case_id']}; " + (
-                f"{result.verdict.value}{ratio}" if result else "not in base")
+                f"{result.verdict.value}{ratio}" if result else "not in base"
+            )
             entries.append(entry)
     return entries
 
@@ -187,8 +215,15 @@ def _cells(case: CaseComparison) -> tuple[str, ...]:
     if reserved:
         memory_text += f" (reserved {_change(reserved, format_bytes)})"
     p = "" if time is None or time.p_value is None else f"{time.p_value:.2g}"
-    return (f"{case.name} [{case.case_id}]", f"{case.device}/{case.method}", status,
-            memory_text, _change(time, format_seconds), p, case.verdict.value)
+    return (
+        f"{case.name} [{case.case_id}]",
+        f"{case.device}/{case.method}",
+        status,
+        memory_text,
+        _change(time, format_seconds),
+        p,
+        case.verdict.value,
+    )
 
 
 def _change(m: MetricResult | None, fmt) -> str:

@@ -21,14 +21,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from topk_bench import units
+from topk_bench.results import columns as col
 from topk_bench.results import trust
 from topk_bench.results.columns import optional_columns, parameter_columns
 from topk_bench.results.frame import left_out, load_results, results_folders
 from topk_bench.status import Status
-from topk_bench import units
-from topk_bench.units import GIB, missing
-from topk_bench.results import columns as col
 from topk_bench.types import Method
+from topk_bench.units import GIB, missing
 
 DEFAULT_WIDTH = 100
 _LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST)
@@ -144,8 +144,11 @@ def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[
         name = col.legend(r[col.LABEL], r[col.IMPL])
         name += "".join(f" {c}={_plain(r[c])}" for c in others if c != col.WORKLOAD and not missing(r[c]))
         names.append(f"{r['workload']}: {name}" if col.WORKLOAD in others else name)
-    rows = rows.assign(_name=names, _x=[_plain(v) for v in rows[x]] if x else [what_of(method)] * len(rows),
-                       _cell=[pivot_cell(r) for _, r in rows.iterrows()])
+    rows = rows.assign(
+        _name=names,
+        _x=[_plain(v) for v in rows[x]] if x else [what_of(method)] * len(rows),
+        _cell=[pivot_cell(r) for _, r in rows.iterrows()],
+    )
     xs = sorted(rows["_x"].unique(), key=_sort_key)
     order = list(dict.fromkeys(names))
     cells = {(n, v): c for n, v, c in zip(rows["_name"], rows["_x"], rows["_cell"])}
@@ -156,8 +159,13 @@ def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[
     for part, run in enumerate(runs, start=1):
         title = f"{what_ran} · {caption}\n" if caption else f"{what_ran} · "
         title += f"{what_of(method)} by {x or 'case'}" + (f" ({part}/{len(runs)})" if len(runs) > 1 else "")
-        table = Table(title=title, box=box.SIMPLE_HEAD, min_width=min(max(map(len, title.split("\n"))), width),
-                      pad_edge=False, title_justify="left")
+        table = Table(
+            title=title,
+            box=box.SIMPLE_HEAD,
+            min_width=min(max(map(len, title.split("\n"))), width),
+            pad_edge=False,
+            title_justify="left",
+        )
         table.add_column(x or "case", justify="left", max_width=head, overflow="fold")
         for i in run:
             table.add_column(str(xs[i]), justify="right", no_wrap=True)
@@ -180,15 +188,35 @@ def _tables(frame, errors: bool) -> list[Table]:
             params.insert(0, col.WORKLOAD)
         optional = [c for c in optional_columns() if c in rows.columns and rows[c].notna().any()]
         table = Table(title=f"{suite} ({len(rows)} rows)")
-        for column in [col.LABEL, *params, col.METHOD, col.DEVICE, col.STATUS, "peak GiB", "median s", "IQR s", *optional,
-                       col.TRUST]:
+        for column in [
+            col.LABEL,
+            *params,
+            col.METHOD,
+            col.DEVICE,
+            col.STATUS,
+            "peak GiB",
+            "median s",
+            "IQR s",
+            *optional,
+            col.TRUST,
+        ]:
             table.add_column(column, justify="left" if column in _LEFT else "right")
         if errors:
             table.add_column(col.ERROR)
         for _, r in rows.iterrows():
             peak = None if missing(r[col.PEAK_BYTES]) else r[col.PEAK_BYTES] / GIB
-            cells = [col.legend(r[col.LABEL], r[col.IMPL]), *[r[c] for c in params], r[col.METHOD], r[col.DEVICE], r[col.STATUS],
-                     peak, r[col.TIME_MEDIAN_S], r[col.TIME_IQR_S], *[r[c] for c in optional], r[col.TRUST] or ""]
+            cells = [
+                col.legend(r[col.LABEL], r[col.IMPL]),
+                *[r[c] for c in params],
+                r[col.METHOD],
+                r[col.DEVICE],
+                r[col.STATUS],
+                peak,
+                r[col.TIME_MEDIAN_S],
+                r[col.TIME_IQR_S],
+                *[r[c] for c in optional],
+                r[col.TRUST] or "",
+            ]
             if errors:
                 cells.append(str(r[col.ERROR])[:80])
             table.add_row(*[_cell(c) for c in cells])
@@ -202,8 +230,15 @@ def warning_lines(frame: pd.DataFrame, marked: bool = False) -> list[str]:
     return [*left_out(frame), *([flagged + (f" (marked {_MARK})" if marked else "")] if flagged else [])]
 
 
-def show(path: str | Path, errors: bool = True, console: Console | None = None,
-         warnings: Console | None = None, *, wide: bool = False, width: int | None = None) -> None:
+def show(
+    path: str | Path,
+    errors: bool = True,
+    console: Console | None = None,
+    warnings: Console | None = None,
+    *,
+    wide: bool = False,
+    width: int | None = None,
+) -> None:
     """The tables on ``console`` (pivots within ``width``, or the flat list when ``wide``); on ``warnings``
     (stderr), the lines of the files that are not in them and how many times were measured under contention.
     A directory's sub-folders too, each under its name (``results/`` after ``make demo``: ``results/demo``)."""

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
-from typing import Sequence
+from functools import cache
 
 import numpy as np
 from scipy.stats import mannwhitneyu, rankdata
@@ -59,7 +59,7 @@ class MetricResult:
     metric: str
     base: float | None
     new: float | None
-    ratio: float | None          # new / base; inf when base is 0 and new is not
+    ratio: float | None  # new / base; inf when base is 0 and new is not
     verdict: Verdict
     p_value: float | None = None
     min_p_value: float | None = None
@@ -113,7 +113,7 @@ def _exact(base: Sequence[float], new: Sequence[float]) -> tuple[float, float]:
         for j in range(1, min(m, n) + 1):  # take j of the m tied samples
             if j * r > target:
                 break
-            grown[j:, j * r:] += math.comb(m, j) * ways[: n + 1 - j, : target + 1 - j * r]
+            grown[j:, j * r :] += math.comb(m, j) * ways[: n + 1 - j, : target + 1 - j * r]
         ways = grown
     at_most = ways[n].sum()
     below = at_most - ways[n, target]
@@ -160,7 +160,7 @@ def mann_whitney_p(base: Sequence[float], new: Sequence[float]) -> float:
     return mann_whitney(base, new)[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def min_p_value(n_base: int, n_new: int) -> float:
     """The smallest p the test can return for these sample sizes: that of two completely separated samples
     without ties.
@@ -195,12 +195,14 @@ def classify_ratio(metric: str, base: float, new: float, factor: float) -> Metri
     return MetricResult(metric, base, new, r, verdict)
 
 
-def classify_samples(metric: str, base: Sequence[float], new: Sequence[float],
-                     factor: float, alpha: float) -> MetricResult:
+def classify_samples(
+    metric: str, base: Sequence[float], new: Sequence[float], factor: float, alpha: float
+) -> MetricResult:
     """Noisy metric (time): a change needs both the median ratio beyond ``factor`` and p < ``alpha``."""
     if not (base and new and _valid(base) and _valid(new)):
-        return MetricResult(metric, None, None, None, Verdict.INVALID,
-                            note="samples that are not finite numbers >= 0 (or none)")
+        return MetricResult(
+            metric, None, None, None, Verdict.INVALID, note="samples that are not finite numbers >= 0 (or none)"
+        )
     base_median, new_median = statistics.median(base), statistics.median(new)
     r = ratio(base_median, new_median)
     if 1 / factor <= r <= factor:
@@ -209,14 +211,19 @@ def classify_samples(metric: str, base: Sequence[float], new: Sequence[float],
     if floor >= alpha:
         untied = min_p_value(len(base), len(new))
         if untied >= alpha:
-            note = (f"too few samples to reach alpha={alpha:g}: n={len(base)}/{len(new)}, "
-                    f"smallest possible p={untied:.3g} (need {min_samples_for(alpha)} a side)")
+            note = (
+                f"too few samples to reach alpha={alpha:g}: n={len(base)}/{len(new)}, "
+                f"smallest possible p={untied:.3g} (need {min_samples_for(alpha)} a side)"
+            )
         else:
-            note = (f"too many ties to reach alpha={alpha:g}: n={len(base)}/{len(new)} with "
-                    f"{len(base) + len(new) - len(set(base) | set(new))} tied sample(s) allow p >= {floor:.3g}")
+            note = (
+                f"too many ties to reach alpha={alpha:g}: n={len(base)}/{len(new)} with "
+                f"{len(base) + len(new) - len(set(base) | set(new))} tied sample(s) allow p >= {floor:.3g}"
+            )
         return MetricResult(metric, base_median, new_median, r, Verdict.INCONCLUSIVE, None, floor, note)
     if p >= alpha:
-        return MetricResult(metric, base_median, new_median, r, Verdict.UNCHANGED, p, floor,
-                            f"not significant (p={p:.3g} >= {alpha:g})")
+        return MetricResult(
+            metric, base_median, new_median, r, Verdict.UNCHANGED, p, floor, f"not significant (p={p:.3g} >= {alpha:g})"
+        )
     verdict = Verdict.REGRESSION if r > factor else Verdict.IMPROVEMENT
     return MetricResult(metric, base_median, new_median, r, verdict, p, floor)

@@ -15,7 +15,7 @@ class Thresholds:
     reserved_factor: float = 1.05
     alpha: float = 0.002
 
-    def validate(self) -> "Thresholds":
+    def validate(self) -> Thresholds:
         for name in ("time_factor", "memory_factor", "reserved_factor"):
             value = getattr(self, name)
             if not (value >= 1 and math.isfinite(value)):
@@ -23,3 +23,7 @@ class Thresholds:
         if not 0 < self.alpha < 1:
             raise BadInput(f"expected 0 < alpha < 1, got {self.alpha}", key="--alpha")
         return self
+
+
+# The defaults, one frozen instance (a default argument built once).
+DEFAULT_THRESHOLDS = Thresholds()

@@ -17,9 +17,9 @@ columns carry fidelity's names is read with them renamed (:func:`migrate`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
 
 from topk_bench.units import GIB
 
@@ -27,11 +27,11 @@ from topk_bench.units import GIB
 class Cells(Enum):
     """What a column's cells may hold (an empty cell is always "not measured")."""
 
-    TEXT = "text"                # anything; never turned into a number by a reader (a case_id can be all digits)
+    TEXT = "text"  # anything; never turned into a number by a reader (a case_id can be all digits)
     MEASUREMENT = "measurement"  # a finite number >= 0
-    SAMPLES = "samples"          # ';'-separated finite numbers >= 0 (times_s)
-    NUMBER = "number"            # a finite number (a result column)
-    ANY = "any"                  # a plug-in's own column: not checked
+    SAMPLES = "samples"  # ';'-separated finite numbers >= 0 (times_s)
+    NUMBER = "number"  # a finite number (a result column)
+    ANY = "any"  # a plug-in's own column: not checked
 
 
 class Column(str):
@@ -40,7 +40,7 @@ class Column(str):
     description: str
     cells: Cells
 
-    def __new__(cls, name: str, description: str = "", cells: Cells = Cells.ANY) -> "Column":
+    def __new__(cls, name: str, description: str = "", cells: Cells = Cells.ANY) -> Column:
         column = super().__new__(cls, name)
         column.description, column.cells = description, cells
         return column
@@ -81,9 +81,30 @@ TORCH_VERSION = Column("torch_version", "provenance", T)
 GIT_SHA = Column("git_sha", "provenance (-dirty for a modified checkout)", T)
 TIMESTAMP = Column("timestamp", "when the row was written (UTC)", T)
 REQUIRED_COLUMNS: tuple[Column, ...] = (
-    SUITE, CASE_ID, WORKLOAD, IMPL, LABEL, MODE, DEVICE, DEVICE_NAME, METHOD, STATUS, ERROR, PEAK_BYTES,
-    RESERVED_BYTES, BASELINE_BYTES, TIME_MEDIAN_S, TIME_IQR_S, TIME_MEAN_S, TIME_MIN_S, REPEATS, TIMES_S, FLOPS,
-    TORCH_VERSION, GIT_SHA, TIMESTAMP,
+    SUITE,
+    CASE_ID,
+    WORKLOAD,
+    IMPL,
+    LABEL,
+    MODE,
+    DEVICE,
+    DEVICE_NAME,
+    METHOD,
+    STATUS,
+    ERROR,
+    PEAK_BYTES,
+    RESERVED_BYTES,
+    BASELINE_BYTES,
+    TIME_MEDIAN_S,
+    TIME_IQR_S,
+    TIME_MEAN_S,
+    TIME_MIN_S,
+    REPEATS,
+    TIMES_S,
+    FLOPS,
+    TORCH_VERSION,
+    GIT_SHA,
+    TIMESTAMP,
 )
 
 # -- context: written with every row, not required of a file ---------------------------------------
@@ -96,21 +117,37 @@ MAX_MEMORY_BYTES = Column("max_memory_bytes", "the memory budget the case ran un
 MAX_CASE_SECONDS = Column("max_case_seconds", "the time budget the case ran under", M)
 # What the case's threads got of the machine during its timed iterations (topk_bench.measure.contention).
 THREADS = Column("threads", "the intra-op CPU threads the case ran with", M)
-CPU_WAIT = Column("cpu_wait", "median over timed iterations of the largest share of the iteration one of the case's "
-                  "threads was runnable but waited for a CPU (Linux schedstat run delay)", M)
+CPU_WAIT = Column(
+    "cpu_wait",
+    "median over timed iterations of the largest share of the iteration one of the case's "
+    "threads was runnable but waited for a CPU (Linux schedstat run delay)",
+    M,
+)
 CPU_SHARE = Column("cpu_share", "median over timed iterations of the process's CPU time over threads x wall time", M)
 PREEMPT_PER_S = Column("preempt_per_s", "involuntary context switches of the process per second of timed iterations", M)
-RUNNABLE = Column("runnable", "the machine's runnable threads per core (the case's own included), median of the "
-                  "samples taken after each timed iteration", M)
+RUNNABLE = Column(
+    "runnable",
+    "the machine's runnable threads per core (the case's own included), median of the "
+    "samples taken after each timed iteration",
+    M,
+)
 CONTENTION_COLUMNS: tuple[Column, ...] = (THREADS, CPU_WAIT, CPU_SHARE, PREEMPT_PER_S, RUNNABLE)
 # How the time was taken: measured rows only.
 TIMER = Column("timer", "perf_counter (CPU), events or cudagraph (CUDA): what timed each sample", T)
 FLUSH_L2 = Column("flush_l2", "True when the device's cache was flushed before each timed iteration", T)
 # What an iteration dispatched (every backend: cpu, cuda, predict).
-OPS_PER_ITER = Column("ops_per_iter", "aten ops one iteration dispatches (measure/ops.py): with a few µs of host "
-                      "time each, what makes a method dispatch-bound", M)
-SDPA_BACKEND = Column("sdpa_backend", "the backend SDPA ran (flash_attention, efficient_attention, cudnn_attention, "
-                      "math, overrideable), from the op it dispatched; empty: no SDPA call", T)
+OPS_PER_ITER = Column(
+    "ops_per_iter",
+    "aten ops one iteration dispatches (measure/ops.py): with a few µs of host "
+    "time each, what makes a method dispatch-bound",
+    M,
+)
+SDPA_BACKEND = Column(
+    "sdpa_backend",
+    "the backend SDPA ran (flash_attention, efficient_attention, cudnn_attention, "
+    "math, overrideable), from the op it dispatched; empty: no SDPA call",
+    T,
+)
 # The machine and its software beyond device_name and torch_version (compare warns when they differ).
 CPU_CAPABILITY = Column("cpu_capability", "the instruction set ATen's CPU kernels use (AVX2, AVX512...)", T)
 CPU_FLAGS = Column("cpu_flags", "bf16/AMX flags of the CPU (/proc/cpuinfo), ';'-separated, or none", T)
@@ -119,22 +156,51 @@ CUDNN_VERSION = Column("cudnn_version", "cuDNN's version (measured on CUDA)", T)
 DRIVER_VERSION = Column("driver_version", "the NVIDIA driver (measured on CUDA)", T)
 GPU_SM_CLOCK_MHZ = Column("gpu_sm_clock_mhz", "the GPU's SM clock when the measurement ended (MHz)", M)
 GPU_SM_CLOCK_MAX_MHZ = Column("gpu_sm_clock_max_mhz", "the GPU's maximum SM clock (MHz)", M)
-MACHINE_COLUMNS: tuple[Column, ...] = (CPU_CAPABILITY, CPU_FLAGS, CUDA_VERSION, CUDNN_VERSION, DRIVER_VERSION,
-                                       GPU_SM_CLOCK_MHZ, GPU_SM_CLOCK_MAX_MHZ)
-CONTEXT_COLUMNS: tuple[Column, ...] = (TRUST, TIME_CV, LOAD_START, LOAD_END, STEAL, MAX_MEMORY_BYTES, MAX_CASE_SECONDS,
-                                       *CONTENTION_COLUMNS, TIMER, FLUSH_L2, OPS_PER_ITER, SDPA_BACKEND,
-                                       *MACHINE_COLUMNS)
+MACHINE_COLUMNS: tuple[Column, ...] = (
+    CPU_CAPABILITY,
+    CPU_FLAGS,
+    CUDA_VERSION,
+    CUDNN_VERSION,
+    DRIVER_VERSION,
+    GPU_SM_CLOCK_MHZ,
+    GPU_SM_CLOCK_MAX_MHZ,
+)
+CONTEXT_COLUMNS: tuple[Column, ...] = (
+    TRUST,
+    TIME_CV,
+    LOAD_START,
+    LOAD_END,
+    STEAL,
+    MAX_MEMORY_BYTES,
+    MAX_CASE_SECONDS,
+    *CONTENTION_COLUMNS,
+    TIMER,
+    FLUSH_L2,
+    OPS_PER_ITER,
+    SDPA_BACKEND,
+    *MACHINE_COLUMNS,
+)
 
 # -- optional result columns, filled when a suite or a workload asks for them ----------------------
-COMPILE_S = Column("compile_s", "seconds of the first (warm-up) call of a case that compiles (flex, compile = true), "
-                   "compilation included", N)
-WORKSPACE_BYTES = Column("workspace_bytes", "what the first iterations left allocated besides parameters and inputs "
-                         "(CUDA: cuBLAS workspaces); peak_bytes - workspace_bytes compares with the CPU and --predict; "
-                         "--predict --device cuda predicts it (the workspaces at their first use)", M)
-CUDA_UNMODELED_OPS = Column("cuda_unmodeled_ops", "--predict --device cuda: the aten ops of the case whose CUDA "
-                            "kernels may allocate otherwise than predicted (no allocation rule, or one that leaves "
-                            "some buffer out: topk_bench.predict.kernels), ';'-separated; empty: all modelled",
-                            T)
+COMPILE_S = Column(
+    "compile_s",
+    "seconds of the first (warm-up) call of a case that compiles (flex, compile = true), compilation included",
+    N,
+)
+WORKSPACE_BYTES = Column(
+    "workspace_bytes",
+    "what the first iterations left allocated besides parameters and inputs "
+    "(CUDA: cuBLAS workspaces); peak_bytes - workspace_bytes compares with the CPU and --predict; "
+    "--predict --device cuda predicts it (the workspaces at their first use)",
+    M,
+)
+CUDA_UNMODELED_OPS = Column(
+    "cuda_unmodeled_ops",
+    "--predict --device cuda: the aten ops of the case whose CUDA "
+    "kernels may allocate otherwise than predicted (no allocation rule, or one that leaves "
+    "some buffer out: topk_bench.predict.kernels), ';'-separated; empty: all modelled",
+    T,
+)
 # Fidelity (fidelity = true): the layer against vanilla's, same inputs and weights.
 REL_ERR = Column("rel_err", "relative Frobenius error of the layer's output against vanilla's layer (fidelity)", N)
 GRAD_COS = Column("grad_cos", "cosine of the input gradients against vanilla's", N)
@@ -151,8 +217,10 @@ QUALITY_METRICS: dict[str, str] = {
 }
 _ON = {"random": "random inputs", "minilm": "the pretrained MiniLM's q, k, v over the shipped corpus"}
 QUALITY: dict[str, dict[str, Column]] = {
-    kind: {metric: Column(("" if kind == "random" else f"{kind}_") + metric, f"{what} ({_ON[kind]})", N)
-           for metric, what in QUALITY_METRICS.items()}
+    kind: {
+        metric: Column(("" if kind == "random" else f"{kind}_") + metric, f"{what} ({_ON[kind]})", N)
+        for metric, what in QUALITY_METRICS.items()
+    }
     for kind in QUALITY_KINDS
 }
 TOPK_RECALL, MASS_RECALL, ATTN_REL_ERR, ATTENDED_FRACTION = QUALITY["random"].values()
@@ -162,10 +230,15 @@ NN_AGREE = Column("nn_agree", "share of texts whose nearest neighbour is unchang
 NN_SPEARMAN = Column("nn_spearman", "mean rank correlation of each text's similarities to all others", N)
 # Workloads with a cost model (prefill, decode): its quantities per iteration, then rates by the median time
 # (topk_bench.results.rates; the models are stated in docs/CONTRACTS.md).
-KV_CACHE_BYTES = Column("kv_cache_bytes", "bytes of the KV cache's cached tokens (K and V) and what the "
-                        "implementation keeps with it, built before the measured region", N)
-MODEL_FLOPS = Column("model_flops", "FLOPs of one iteration by the workload's cost model (dense attention over "
-                     "the attended pairs)", N)
+KV_CACHE_BYTES = Column(
+    "kv_cache_bytes",
+    "bytes of the KV cache's cached tokens (K and V) and what the "
+    "implementation keeps with it, built before the measured region",
+    N,
+)
+MODEL_FLOPS = Column(
+    "model_flops", "FLOPs of one iteration by the workload's cost model (dense attention over the attended pairs)", N
+)
 BYTES_MOVED = Column("bytes_moved", "bytes one iteration reads and writes by the workload's cost model", N)
 TOKENS = Column("tokens", "tokens one iteration produces, all sequences of the batch", N)
 FLOPS_PER_S = Column("flops_per_s", "achieved FLOP/s: model_flops / time_median_s", N)
@@ -173,16 +246,33 @@ BYTES_PER_S = Column("bytes_per_s", "achieved bandwidth: bytes_moved / time_medi
 TOKENS_PER_S = Column("tokens_per_s", "tokens / time_median_s", N)
 TIME_PER_TOKEN_S = Column("time_per_token_s", "time_median_s per token of one sequence (decode: per new token)", N)
 
-_OPTIONAL: dict[str, Column] = {c: c for c in (
-    COMPILE_S, WORKSPACE_BYTES, CUDA_UNMODELED_OPS, *FIDELITY_COLUMNS, *(c for kind in QUALITY.values() for c in kind.values()),
-    EMB_COS, NN_AGREE, NN_SPEARMAN, KV_CACHE_BYTES, MODEL_FLOPS, BYTES_MOVED, TOKENS, FLOPS_PER_S, BYTES_PER_S,
-    TOKENS_PER_S, TIME_PER_TOKEN_S,
-)}
+_OPTIONAL: dict[str, Column] = {
+    c: c
+    for c in (
+        COMPILE_S,
+        WORKSPACE_BYTES,
+        CUDA_UNMODELED_OPS,
+        *FIDELITY_COLUMNS,
+        *(c for kind in QUALITY.values() for c in kind.values()),
+        EMB_COS,
+        NN_AGREE,
+        NN_SPEARMAN,
+        KV_CACHE_BYTES,
+        MODEL_FLOPS,
+        BYTES_MOVED,
+        TOKENS,
+        FLOPS_PER_S,
+        BYTES_PER_S,
+        TOKENS_PER_S,
+        TIME_PER_TOKEN_S,
+    )
+}
 _EVERY_ROW: dict[str, Column] = {c: c for c in (*REQUIRED_COLUMNS, *CONTEXT_COLUMNS)}
 # Never turned into numbers by a reader (a case_id can be all digits; times_s is a list of them).
 TEXT_COLUMNS: tuple[Column, ...] = tuple(c for c in _EVERY_ROW.values() if c.cells in (Cells.TEXT, Cells.SAMPLES))
 MEASUREMENT_COLUMNS: tuple[Column, ...] = tuple(
-    c for c in (*_EVERY_ROW.values(), *_OPTIONAL.values()) if c.cells is Cells.MEASUREMENT)
+    c for c in (*_EVERY_ROW.values(), *_OPTIONAL.values()) if c.cells is Cells.MEASUREMENT
+)
 
 
 def quality_columns(kind: str) -> tuple[Column, ...]:
@@ -202,8 +292,9 @@ def register_column(name: str, description: str, *, number: bool = False) -> Col
         raise ValueError(f"{name!r} is a column of every row")
     known = _OPTIONAL.get(name)
     if known is None or (number and known.cells is not Cells.NUMBER):
-        known = _OPTIONAL[name] = Column(name, known.description if known else description,
-                                         Cells.NUMBER if number else Cells.ANY)
+        known = _OPTIONAL[name] = Column(
+            name, known.description if known else description, Cells.NUMBER if number else Cells.ANY
+        )
     return known
 
 
@@ -223,6 +314,7 @@ def migrate(header: list[str]) -> list[str]:
 
 
 # -- what a reader accepts in a cell ---------------------------------------------------------------
+
 
 def _numbers_problem(values: list[str], non_negative: bool) -> str | None:
     low = 0.0 if non_negative else -math.inf
@@ -277,17 +369,30 @@ def parameter_columns(columns: Iterable[str]) -> list[str]:
 
 
 # Parameter columns first and last in a header; implementation options in between.
-_PARAMETERS_FIRST = ("model", "seq_len", "kv_len", "new_tokens", "budget", "batch", "q_heads", "kv_heads", "head_dim",
-                     "d_model", "heads", "d_ff", "layers")
+_PARAMETERS_FIRST = (
+    "model",
+    "seq_len",
+    "kv_len",
+    "new_tokens",
+    "budget",
+    "batch",
+    "q_heads",
+    "kv_heads",
+    "head_dim",
+    "d_model",
+    "heads",
+    "d_ff",
+    "layers",
+)
 _PARAMETERS_LAST = ("causal", "activation", "dtype", "compile", "compile_mode", "protocol")
 
 
 def order_parameters(names: Iterable[str]) -> list[str]:
-    """Shape parameters first, then options, then masking, activation, dtype and protocol; otherwise first-seen order."""
+    """Shape parameters first, then options, then masking, activation, dtype and protocol; otherwise first-seen
+    order."""
     names = list(dict.fromkeys(names))
     middle = [c for c in names if c not in _PARAMETERS_FIRST and c not in _PARAMETERS_LAST]
-    return ([c for c in _PARAMETERS_FIRST if c in names] + middle
-            + [c for c in _PARAMETERS_LAST if c in names])
+    return [c for c in _PARAMETERS_FIRST if c in names] + middle + [c for c in _PARAMETERS_LAST if c in names]
 
 
 def header(parameters: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
@@ -311,9 +416,11 @@ def legends(rows) -> list[str]:
 
 # -- metrics: what a figure or a table shows -------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Metric:
-    """A quantity a figure or a table shows: its column (less the ``minus`` column), the factor to its unit, its label."""
+    """A quantity a figure or a table shows: its column (less the ``minus`` column), the factor to its unit, its
+    label."""
 
     name: str
     column: str
@@ -334,37 +441,51 @@ class Metric:
 
 
 # The columns a measured time makes: the samples' statistics and the rates divided by them.
-TIMED_COLUMNS = frozenset({TIME_MEDIAN_S, TIME_IQR_S, TIME_MEAN_S, TIME_MIN_S, TIMES_S, FLOPS_PER_S, BYTES_PER_S,
-                           TOKENS_PER_S, TIME_PER_TOKEN_S})
+TIMED_COLUMNS = frozenset(
+    {
+        TIME_MEDIAN_S,
+        TIME_IQR_S,
+        TIME_MEAN_S,
+        TIME_MIN_S,
+        TIMES_S,
+        FLOPS_PER_S,
+        BYTES_PER_S,
+        TOKENS_PER_S,
+        TIME_PER_TOKEN_S,
+    }
+)
 
 
 _MINILM = QUALITY["minilm"]
-METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("memory", PEAK_BYTES, 1 / GIB, "peak allocated memory (GiB)", "GiB"),
-    Metric("reserved", RESERVED_BYTES, 1 / GIB, "peak reserved memory (GiB)", "GiB"),
-    Metric("time", TIME_MEDIAN_S, 1.0, "time (s)", "s"),
-    # The peak above what was live before the measured region: the step's own memory, cache excluded.
-    Metric("working_memory", PEAK_BYTES, 1 / GIB, "peak above inputs (GiB)", "GiB", minus=BASELINE_BYTES),
-    Metric("kv_cache", KV_CACHE_BYTES, 1 / GIB, "KV cache (GiB)", "GiB"),
-    Metric("time_per_token", TIME_PER_TOKEN_S, 1e3, "time per token (ms)", "ms"),
-    Metric("tokens_per_s", TOKENS_PER_S, 1.0, "tokens / s"),
-    Metric("flops_per_s", FLOPS_PER_S, 1e-12, "achieved TFLOP/s", "TFLOP/s"),
-    Metric("bandwidth", BYTES_PER_S, 1e-9, "achieved bandwidth (GB/s)", "GB/s"),
-    Metric("time_mean", TIME_MEAN_S, 1.0, "time, mean (s)", "s"),  # the paper's statistic
-    Metric("flops", FLOPS, 1e-12, "TFLOP", "TFLOP"),
-    Metric("rel_err", REL_ERR, 1.0, "relative error vs vanilla"),
-    Metric("grad_cos", GRAD_COS, 1.0, "gradient cosine vs vanilla"),
-    Metric("topk_recall", TOPK_RECALL, 1.0, "top-k recall (random)"),
-    Metric("mass_recall", MASS_RECALL, 1.0, "mass recall (random)"),
-    Metric("attn_rel_err", ATTN_REL_ERR, 1.0, "relative error vs exact (random)"),
-    Metric("attended_fraction", ATTENDED_FRACTION, 1.0, "share of keys attended"),
-    Metric("minilm_topk_recall", _MINILM["topk_recall"], 1.0, "top-k recall (MiniLM)"),
-    Metric("minilm_mass_recall", _MINILM["mass_recall"], 1.0, "mass recall (MiniLM)"),
-    Metric("minilm_attn_rel_err", _MINILM["attn_rel_err"], 1.0, "relative error vs exact (MiniLM)"),
-    Metric("emb_cos", EMB_COS, 1.0, "embedding cosine vs vanilla"),
-    Metric("nn_agree", NN_AGREE, 1.0, "top-1 neighbour agreement"),
-    Metric("nn_spearman", NN_SPEARMAN, 1.0, "neighbour rank correlation"),
-)}
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("memory", PEAK_BYTES, 1 / GIB, "peak allocated memory (GiB)", "GiB"),
+        Metric("reserved", RESERVED_BYTES, 1 / GIB, "peak reserved memory (GiB)", "GiB"),
+        Metric("time", TIME_MEDIAN_S, 1.0, "time (s)", "s"),
+        # The peak above what was live before the measured region: the step's own memory, cache excluded.
+        Metric("working_memory", PEAK_BYTES, 1 / GIB, "peak above inputs (GiB)", "GiB", minus=BASELINE_BYTES),
+        Metric("kv_cache", KV_CACHE_BYTES, 1 / GIB, "KV cache (GiB)", "GiB"),
+        Metric("time_per_token", TIME_PER_TOKEN_S, 1e3, "time per token (ms)", "ms"),
+        Metric("tokens_per_s", TOKENS_PER_S, 1.0, "tokens / s"),
+        Metric("flops_per_s", FLOPS_PER_S, 1e-12, "achieved TFLOP/s", "TFLOP/s"),
+        Metric("bandwidth", BYTES_PER_S, 1e-9, "achieved bandwidth (GB/s)", "GB/s"),
+        Metric("time_mean", TIME_MEAN_S, 1.0, "time, mean (s)", "s"),  # the paper's statistic
+        Metric("flops", FLOPS, 1e-12, "TFLOP", "TFLOP"),
+        Metric("rel_err", REL_ERR, 1.0, "relative error vs vanilla"),
+        Metric("grad_cos", GRAD_COS, 1.0, "gradient cosine vs vanilla"),
+        Metric("topk_recall", TOPK_RECALL, 1.0, "top-k recall (random)"),
+        Metric("mass_recall", MASS_RECALL, 1.0, "mass recall (random)"),
+        Metric("attn_rel_err", ATTN_REL_ERR, 1.0, "relative error vs exact (random)"),
+        Metric("attended_fraction", ATTENDED_FRACTION, 1.0, "share of keys attended"),
+        Metric("minilm_topk_recall", _MINILM["topk_recall"], 1.0, "top-k recall (MiniLM)"),
+        Metric("minilm_mass_recall", _MINILM["mass_recall"], 1.0, "mass recall (MiniLM)"),
+        Metric("minilm_attn_rel_err", _MINILM["attn_rel_err"], 1.0, "relative error vs exact (MiniLM)"),
+        Metric("emb_cos", EMB_COS, 1.0, "embedding cosine vs vanilla"),
+        Metric("nn_agree", NN_AGREE, 1.0, "top-1 neighbour agreement"),
+        Metric("nn_spearman", NN_SPEARMAN, 1.0, "neighbour rank correlation"),
+    )
+}
 
 
 def register_metric(metric: Metric, description: str = "") -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
-from topk_bench.results import store
 from topk_bench.results import columns as col
+from topk_bench.results import store
 from topk_bench.results.columns import CONTEXT_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS
 
 # How many left-out lines a report lists before it only counts the rest.
@@ -30,8 +30,9 @@ def csv_files(path: Path) -> list[Path]:
         # Regular files only: opening a FIFO named *.csv would wait for a writer forever.
         files = sorted(p for p in path.glob("*.csv") if not p.name.startswith(".") and p.is_file())
         if not files:
-            raise BadInput("no results CSV (*.csv) in this directory (run `topk-bench run SUITE.toml --out DIR` first)",
-                           file=path)
+            raise BadInput(
+                "no results CSV (*.csv) in this directory (run `topk-bench run SUITE.toml --out DIR` first)", file=path
+            )
         return files
     return [path]
 
@@ -47,9 +48,13 @@ def results_folders(path: Path) -> list[Path]:
     (``results/`` after ``make demo`` is ``results/demo``). None anywhere: :func:`csv_files`'s error."""
     if not path.is_dir():
         return [path]
-    folders = {p.parent for p in path.rglob("*.csv") if p.is_file()
-               and not any(part.startswith(".") for part in p.relative_to(path).parts)
-               and not (p.parent / PROFILE_FILE).is_file()}
+    folders = {
+        p.parent
+        for p in path.rglob("*.csv")
+        if p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        and not (p.parent / PROFILE_FILE).is_file()
+    }
     return sorted(folders, key=lambda f: (f != path, f)) or [path]
 
 
@@ -76,8 +81,11 @@ def _last_of_each_case(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per ``case_id``, the last; each earlier one is listed in ``attrs["dropped"]``."""
     where = frame.attrs["lines"]
     last = {cid: i for i, cid in enumerate(frame[col.CASE_ID])}
-    dropped = [f"{where[i]}: case_id {cid} again at {where[last[cid]]}, which is used"
-               for i, cid in enumerate(frame[col.CASE_ID]) if last[cid] != i]
+    dropped = [
+        f"{where[i]}: case_id {cid} again at {where[last[cid]]}, which is used"
+        for i, cid in enumerate(frame[col.CASE_ID])
+        if last[cid] != i
+    ]
     if not dropped:
         return frame
     attrs = {**frame.attrs, "dropped": frame.attrs["dropped"] + dropped}

@@ -47,9 +47,12 @@ def columns(traffic: Traffic | None, measurement: Measurement) -> dict[str, Any]
     time = measurement.time_median_s
     rate = (lambda amount: amount / time) if time else (lambda amount: None)
     values: dict[str, Any] = {
-        col.KV_CACHE_BYTES: traffic.kv_cache_bytes, col.MODEL_FLOPS: traffic.flops,
-        col.BYTES_MOVED: traffic.bytes, col.TOKENS: traffic.tokens,
-        col.FLOPS_PER_S: rate(traffic.flops), col.BYTES_PER_S: rate(traffic.bytes),
+        col.KV_CACHE_BYTES: traffic.kv_cache_bytes,
+        col.MODEL_FLOPS: traffic.flops,
+        col.BYTES_MOVED: traffic.bytes,
+        col.TOKENS: traffic.tokens,
+        col.FLOPS_PER_S: rate(traffic.flops),
+        col.BYTES_PER_S: rate(traffic.bytes),
         col.TOKENS_PER_S: rate(traffic.tokens),
         col.TIME_PER_TOKEN_S: time / traffic.tokens_per_sequence if time else None,
     }

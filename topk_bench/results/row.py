@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
-from topk_bench.results import columns as col, rates, trust
+from topk_bench.results import columns as col
+from topk_bench.results import rates, trust
 
 
 def parameters(case: Case) -> dict[str, Any]:
@@ -45,28 +47,48 @@ def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
     evidence = {key: seen[key] for key in (col.RUNNABLE, col.CPU_WAIT, col.CPU_SHARE)}
     return {
         col.TRUST: trust.flags(**machine, **evidence, time_cv=spread) if m.times_s else "",
-        col.TIME_CV: spread, **machine,
-        col.MAX_MEMORY_BYTES: budget.max_memory_bytes, col.MAX_CASE_SECONDS: budget.max_seconds, **seen,
+        col.TIME_CV: spread,
+        **machine,
+        col.MAX_MEMORY_BYTES: budget.max_memory_bytes,
+        col.MAX_CASE_SECONDS: budget.max_seconds,
+        **seen,
         **{column: meta.get(column) for column in col.MACHINE_COLUMNS},
     }
 
 
-def make_row(case: Case, measurement: Measurement, defaults: Mapping[str, str] | None = None,
-             traffic: rates.Traffic | None = None, budget: Budget | None = None) -> dict[str, Any]:
+def make_row(
+    case: Case,
+    measurement: Measurement,
+    defaults: Mapping[str, str] | None = None,
+    traffic: rates.Traffic | None = None,
+    budget: Budget | None = None,
+) -> dict[str, Any]:
     """One CSV row. ``defaults`` fills torch_version/git_sha/device_name a measurement lacks (skipped rows);
     ``traffic``, what the case's workload says one iteration does, gives the rate columns; ``budget``: the one
     the case ran under."""
     m, meta, defaults = measurement, measurement.metadata or {}, defaults or {}
     row: dict[str, Any] = {
-        col.SUITE: case.suite, col.CASE_ID: case.case_id, col.WORKLOAD: case.workload, col.IMPL: case.impl,
-        col.LABEL: case.label, col.MODE: str(case.mode), col.DEVICE: case.device,
+        col.SUITE: case.suite,
+        col.CASE_ID: case.case_id,
+        col.WORKLOAD: case.workload,
+        col.IMPL: case.impl,
+        col.LABEL: case.label,
+        col.MODE: str(case.mode),
+        col.DEVICE: case.device,
         col.DEVICE_NAME: m.device_name or meta.get("device_name") or defaults.get("device_name", ""),
-        col.METHOD: str(case.method), col.STATUS: str(m.status),
+        col.METHOD: str(case.method),
+        col.STATUS: str(m.status),
         col.ERROR: " ".join(str(m.error).split())[:1000],  # one line: the CSV stays readable with grep
-        col.PEAK_BYTES: m.peak_bytes, col.RESERVED_BYTES: m.reserved_bytes, col.BASELINE_BYTES: m.baseline_bytes,
-        col.TIME_MEDIAN_S: m.time_median_s, col.TIME_IQR_S: m.time_iqr_s, col.TIME_MEAN_S: m.time_mean_s,
-        col.TIME_MIN_S: m.time_min_s, col.REPEATS: len(m.times_s),
-        col.TIMES_S: ";".join(repr(float(t)) for t in m.times_s), col.FLOPS: m.flops,
+        col.PEAK_BYTES: m.peak_bytes,
+        col.RESERVED_BYTES: m.reserved_bytes,
+        col.BASELINE_BYTES: m.baseline_bytes,
+        col.TIME_MEDIAN_S: m.time_median_s,
+        col.TIME_IQR_S: m.time_iqr_s,
+        col.TIME_MEAN_S: m.time_mean_s,
+        col.TIME_MIN_S: m.time_min_s,
+        col.REPEATS: len(m.times_s),
+        col.TIMES_S: ";".join(repr(float(t)) for t in m.times_s),
+        col.FLOPS: m.flops,
         col.TORCH_VERSION: meta.get("torch_version") or defaults.get("torch_version", ""),
         col.GIT_SHA: meta.get("git_sha") or defaults.get("git_sha", ""),
         col.TIMESTAMP: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

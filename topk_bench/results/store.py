@@ -21,9 +21,10 @@ import csv
 import io
 import os
 import stat
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterable, Iterator, Mapping
+from typing import Any
 
 from topk_bench import fileio
 from topk_bench.errors import BadInput, file_error
@@ -54,13 +55,17 @@ class Table:
         longer = [(n, f) for n, f in self.misfits if f > width]
         if longer:
             n, fields = longer[0]
-            return (f"the header has {width} columns but line {n} has {fields} fields ({len(longer)} line(s) longer "
-                    "than the header): the header is damaged; repair it (or use another --out) before running")
+            return (
+                f"the header has {width} columns but line {n} has {fields} fields ({len(longer)} line(s) longer "
+                "than the header): the header is damaged; repair it (or use another --out) before running"
+            )
         if len(self.misfits) > self.whole:
             n, fields = self.misfits[0]
-            return (f"the header has {width} columns but {len(self.misfits)} line(s) have fewer (line {n}: {fields}) "
-                    f"and only {self.whole} as many: the header is damaged; repair it (or use another --out) "
-                    "before running")
+            return (
+                f"the header has {width} columns but {len(self.misfits)} line(s) have fewer (line {n}: {fields}) "
+                f"and only {self.whole} as many: the header is damaged; repair it (or use another --out) "
+                "before running"
+            )
         return None
 
 
@@ -120,8 +125,9 @@ def _header(first: bytes, path: Path) -> list[str]:
         raise BadInput(f"not a topk-bench results file: its header (line 1) is {exc}", file=path) from None
     duplicates = sorted({c for c in header if header.count(c) > 1})
     if duplicates:
-        raise BadInput(f"not a topk-bench results file: column {duplicates[0]!r} appears twice in the header",
-                       file=path)
+        raise BadInput(
+            f"not a topk-bench results file: column {duplicates[0]!r} appears twice in the header", file=path
+        )
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise BadInput(f"not a topk-bench results file: no column {str(missing[0])!r}", file=path)
@@ -170,6 +176,7 @@ def _records(data: bytes, path: Path) -> tuple[list[str], Iterator[tuple[int, by
                 yield number, line, None, str(exc)
                 continue
             yield number, line, fields, _problem(fields, header, numbers)
+
     return header, records()
 
 
@@ -215,8 +222,9 @@ def read_header(path: Path) -> list[str] | None:
     return _header(first, path) if first.strip() else None
 
 
-def _rewrite(path: Path, header: list[str], drop: Collection[str] = frozenset(),
-             drop_lines: Collection[int] = frozenset()) -> int:
+def _rewrite(
+    path: Path, header: list[str], drop: Collection[str] = frozenset(), drop_lines: Collection[int] = frozenset()
+) -> int:
     """Rewrite the file under ``header`` (one atomic write); returns how many rows of ``drop`` (case_ids) went.
     ``drop_lines``: line numbers of valid rows that go too.
 
@@ -286,8 +294,11 @@ def drop_superseded(path: Path, case_ids: set[str]) -> int:
     rows and only then drops the old ones, so that an interrupted run loses no measurement."""
     table = read(path)
     last = {row[col.CASE_ID]: number for row, number in zip(table.rows, table.line_numbers)}
-    older = {number for row, number in zip(table.rows, table.line_numbers)
-             if row[col.CASE_ID] in case_ids and last[row[col.CASE_ID]] != number}
+    older = {
+        number
+        for row, number in zip(table.rows, table.line_numbers)
+        if row[col.CASE_ID] in case_ids and last[row[col.CASE_ID]] != number
+    }
     return _rewrite(path, table.header, drop_lines=older) if older else 0
 
 
@@ -317,7 +328,10 @@ def append_row(path: Path, row: Mapping[str, Any], header: list[str]) -> list[st
                     data = b"\n" + data
         fileio.append(path, data)
     except OSError as exc:
-        raise file_error(exc, "cannot write a row", file=path,
-                         hint="that row is not in the file and the rows before it are whole: "
-                              "run again to resume once this is fixed") from None
+        raise file_error(
+            exc,
+            "cannot write a row",
+            file=path,
+            hint="that row is not in the file and the rows before it are whole: run again to resume once this is fixed",
+        ) from None
     return current

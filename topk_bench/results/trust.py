@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Sequence, TypeGuard
+from collections.abc import Iterable, Sequence
+from typing import TypeGuard
 
 from topk_bench.results import columns as col
 
@@ -69,8 +70,16 @@ def contended(cpu_wait: float | None, cpu_share: float | None) -> bool:
     return _known(cpu_share) and cpu_share < CONTENDED_SHARE
 
 
-def flags(*, load_start: float | None, load_end: float | None, steal: float | None, time_cv: float | None,
-          runnable: float | None = None, cpu_wait: float | None = None, cpu_share: float | None = None) -> str:
+def flags(
+    *,
+    load_start: float | None,
+    load_end: float | None,
+    steal: float | None,
+    time_cv: float | None,
+    runnable: float | None = None,
+    cpu_wait: float | None = None,
+    cpu_share: float | None = None,
+) -> str:
     """The ``trust`` cell of a measured case: the names of :data:`FLAGS` that apply, ``;``-joined, or ``""``."""
     out = []
     if any(_above(v, BUSY_LOAD_PER_CORE) for v in (load_start, load_end, runnable)) or _above(steal, BUSY_STEAL):
@@ -110,8 +119,10 @@ def warning(cells: Iterable[object]) -> str | None:
         why.append(f"{counts[CONTENDED]} whose threads waited for a CPU (contended)")
     if counts[NOISY]:
         why.append(f"{counts[NOISY]} with noisy samples (CV above {NOISY_CV:.0%})")
-    return (f"{flagged} of {total} case(s) measured under contention: {', '.join(why)}; "
-            f"their times may mislead (column trust); {remeasure_hint(counts)}")
+    return (
+        f"{flagged} of {total} case(s) measured under contention: {', '.join(why)}; "
+        f"their times may mislead (column trust); {remeasure_hint(counts)}"
+    )
 
 
 def remeasure_hint(counts: dict[str, int]) -> str:

@@ -10,7 +10,7 @@ serves every slot. With one GPU a measured run keeps one job (the plan says so).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 

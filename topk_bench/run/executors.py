@@ -36,15 +36,15 @@ from __future__ import annotations
 import collections
 import threading
 import traceback
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
 from topk_bench.run import devices
 from topk_bench.run.launcher import CaseRunner, run_isolated
 from topk_bench.status import Status
-
 
 
 class Handle(Protocol):
@@ -102,8 +102,7 @@ class LocalExecutor:
     (``run(case, budget, env=...)``), e.g. its GPU (:mod:`topk_bench.run.devices`).
     """
 
-    def __init__(self, jobs: int = 1, run: CaseRunner | None = None,
-                 slots: Sequence[Mapping[str, str]] | None = None):
+    def __init__(self, jobs: int = 1, run: CaseRunner | None = None, slots: Sequence[Mapping[str, str]] | None = None):
         if jobs < 1:
             raise BadInput(f"expected at least 1, got {jobs}", key="jobs")
         if slots is not None and len(slots) != jobs:
@@ -152,9 +151,10 @@ class LocalExecutor:
                 handle._result = run(handle.case, handle.budget, env=env) if env else run(handle.case, handle.budget)
             except BadInput as exc:
                 handle._raised = exc
-            except BaseException as exc:  # run_isolated never raises; a replacement might
+            except BaseException as exc:  # noqa: BLE001 -- run_isolated never raises; a replacement might
                 handle._result = Measurement(
-                    status=Status.ERROR, error=f"{type(exc).__name__}: {exc}",
+                    status=Status.ERROR,
+                    error=f"{type(exc).__name__}: {exc}",
                     metadata={"traceback": traceback.format_exc(limit=5)},
                 )
             handle._finished.set()
@@ -170,8 +170,9 @@ class LocalExecutor:
             self._wakeup.notify_all()
 
 
-def get_executor(settings, run: CaseRunner | None = None, gpus: Sequence[str] = (), journal: Path | None = None,
-                 adopt: bool = True) -> Executor:
+def get_executor(
+    settings, run: CaseRunner | None = None, gpus: Sequence[str] = (), journal: Path | None = None, adopt: bool = True
+) -> Executor:
     """The executor ``settings.kind`` names (``ExecutorSettings`` of bench.toml); ``gpus``: those a local
     measured CUDA run spreads its job slots over (Slurm gives each task its own); ``journal``, ``adopt``:
     where a Slurm executor writes down its jobs, and whether it may adopt an earlier run's

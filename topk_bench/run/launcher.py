@@ -30,14 +30,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Callable, Mapping
+from typing import IO
 
 from topk_bench import fileio
 from topk_bench.case import Budget, Case, Measurement
+from topk_bench.child.leftovers import note as leftovers_note
 from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
-from topk_bench.child.leftovers import note as leftovers_note
 from topk_bench.status import Status
 from topk_bench.types import RESULT_UNWRITTEN, Exited, Kill, Refused, Start, Started, decode, encode
 
@@ -135,10 +136,21 @@ class Template:
         self._log: IO[bytes] = tempfile.TemporaryFile(prefix="topk-bench-template-")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "topk_bench.child.worker", "--template", str(template_end.fileno()),
-                 "--parent-pid", str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                pass_fds=(template_end.fileno(),), start_new_session=True, cwd=cwd,
+                [
+                    sys.executable,
+                    "-m",
+                    "topk_bench.child.worker",
+                    "--template",
+                    str(template_end.fileno()),
+                    "--parent-pid",
+                    str(os.getpid()),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(template_end.fileno(),),
+                start_new_session=True,
+                cwd=cwd,
                 env={k: v for k, v in env.items() if k not in CHILD_VARIABLES},
             )
         finally:
@@ -183,9 +195,12 @@ class Template:
                 child.pid = message.pid
                 if message.fresh and not self.fresh:
                     self.fresh = message.fresh
-                    print(f"topk-bench: cases start as fresh interpreters (slower), not forks of the warm template: "
-                          f"{self.fresh} (python scripts/trace_template_threads.py names the call that started it)",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"topk-bench: cases start as fresh interpreters (slower), not forks of the warm template: "
+                        f"{self.fresh} (python scripts/trace_template_threads.py names the call that started it)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             elif isinstance(message, Exited):
                 self._children.pop(child.id, None)
                 child.end(message.code, leftovers=message.leftovers)
@@ -375,8 +390,12 @@ def _supervise(template: Template, child: _Child, ready_fd: int, budget: Budget)
 def _scratch_unwritable(exc: OSError) -> BadInput:
     """A case's scratch files (in TMPDIR) cannot be written: no case is to blame, and every next case would
     fail the same way, so the run stops (exit 2) rather than write rows that resume would keep."""
-    return file_error(exc, "cannot write a case's scratch files", file=tempfile.gettempdir(),
-                      hint="free space there (or set TMPDIR to another place) and run again to resume")
+    return file_error(
+        exc,
+        "cannot write a case's scratch files",
+        file=tempfile.gettempdir(),
+        hint="free space there (or set TMPDIR to another place) and run again to resume",
+    )
 
 
 def _outcome(case: Case, child: _Child, result_path: Path, log_path: Path, timed_out: str) -> Measurement:
@@ -425,8 +444,9 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
         t0 = time.monotonic()
         try:
             with log:
-                child = template.start([str(case_path), str(result_path), "--budget", budget.to_json()],
-                                       child_env, write_fd, log.fileno())
+                child = template.start(
+                    [str(case_path), str(result_path), "--budget", budget.to_json()], child_env, write_fd, log.fileno()
+                )
         finally:
             os.close(write_fd)  # the child (or nobody) holds the write end: end of file when it ends
         try:

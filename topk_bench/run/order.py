@@ -30,7 +30,8 @@ def family(case: Case, keys: list[str]) -> Case:
         case,
         params=tuple((k, v) for k, v in case.params if k not in keys),
         options=tuple((k, v) for k, v in case.options if k not in keys),
-        warmup=0, repeats=0,
+        warmup=0,
+        repeats=0,
     )
 
 
@@ -51,7 +52,8 @@ def describe_size(case: Case, keys: list[str]) -> str:
 
 
 class Order:
-    """"Larger size of the same implementation" between the cases of a run, each case's size and family computed once."""
+    """ "Larger size of the same implementation" between the cases of a run, each case's size and family computed
+    once."""
 
     def __init__(self, cases: list[Case], keys: list[str]):
         self.keys = keys
@@ -60,5 +62,6 @@ class Order:
 
     def larger(self, case: Case, than: Case) -> bool:
         """Same family, every swept value at least as large and one larger."""
-        return (self._family[case.case_id] == self._family[than.case_id]
-                and _larger(self._size[case.case_id], self._size[than.case_id]))
+        return self._family[case.case_id] == self._family[than.case_id] and _larger(
+            self._size[case.case_id], self._size[than.case_id]
+        )

@@ -22,15 +22,17 @@ from topk_bench import workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
 from topk_bench.measure.iterations import compiles
-from topk_bench.results import columns as col, rates, store
-from topk_bench.results.columns import header as results_header, order_parameters, quality_columns
+from topk_bench.results import columns as col
+from topk_bench.results import rates, store
+from topk_bench.results.columns import header as results_header
+from topk_bench.results.columns import order_parameters, quality_columns
 from topk_bench.results.row import parameters
 from topk_bench.run.resolve import Flags, RunSettings, resolve
+from topk_bench.status import Status
 from topk_bench.suite import sweep
 from topk_bench.suite.checks import check_suite
 from topk_bench.suite.load import read_suite
 from topk_bench.suite.schema import Suite
-from topk_bench.status import Status
 from topk_bench.suite.settings import ExecutorSettings, load_settings
 from topk_bench.types import DeviceKind, Method
 from topk_bench.units import GIB, format_duration
@@ -118,8 +120,9 @@ def capped_budget(asked: int, cap: int | None, what: str) -> tuple[int, str | No
     return cap, f"memory budget capped to {what}, {cap / GIB:.1f} GiB (asked {asked / GIB:g} GiB)"
 
 
-def plan(suite_path: str | Path, flags: Flags | None = None, *, config: str | Path | None = None,
-         yes: bool = False) -> Plan:
+def plan(
+    suite_path: str | Path, flags: Flags | None = None, *, config: str | Path | None = None, yes: bool = False
+) -> Plan:
     """The suite's cases and their budget, its settings resolved (bench.toml < suite < ``flags``). Raises
     BadInput; writes nothing.
 
@@ -133,9 +136,13 @@ def plan(suite_path: str | Path, flags: Flags | None = None, *, config: str | Pa
     cpu_measured = run.measured_on(DeviceKind.CPU)
     count = sweep.count(suite, suite.cpu_max if cpu_measured else None)  # the cases this run will build
     if count > run.max_cases and not yes:
-        raise BadInput(f"{count} cases, {estimate(count, run.max_case_seconds, run.executor)}: more than "
-                       f"max_cases = {run.max_cases}; pass --yes to run them, or raise max_cases in the suite or "
-                       "bench.toml", file=suite.path, key="max_cases")
+        raise BadInput(
+            f"{count} cases, {estimate(count, run.max_case_seconds, run.executor)}: more than "
+            f"max_cases = {run.max_cases}; pass --yes to run them, or raise max_cases in the suite or "
+            "bench.toml",
+            file=suite.path,
+            key="max_cases",
+        )
     check_suite(suite, suite.path)
     cases = sweep.expand(suite, run)
     if run.profile:  # each case writes its profile where `topk-bench profile` would put it
@@ -149,9 +156,14 @@ def plan(suite_path: str | Path, flags: Flags | None = None, *, config: str | Pa
     _check_cost_models(cases, suite)
     _check_out_dir(run.out_dir)
     return Plan(
-        suite=suite, settings=run, cases=cases, budget=budget,
-        csv_path=run.out_dir / f"{suite.name}.csv", meta_path=run.out_dir / f"{suite.name}.meta.json",
-        header=results_header(parameters_of(cases), optional_columns(suite, cases)), notes=notes,
+        suite=suite,
+        settings=run,
+        cases=cases,
+        budget=budget,
+        csv_path=run.out_dir / f"{suite.name}.csv",
+        meta_path=run.out_dir / f"{suite.name}.meta.json",
+        header=results_header(parameters_of(cases), optional_columns(suite, cases)),
+        notes=notes,
     )
 
 
@@ -163,16 +175,22 @@ def _check_cost_models(cases: list[Case], suite: Suite) -> None:
             workloads.traffic(case)
         except Exception as exc:  # noqa: BLE001 -- any failure of user code is bad input, in one line
             at = ", ".join(f"{k}={v}" for k, v in case.params if k in suite.sweep)
-            raise BadInput(f"the {case.workload} workload's traffic(case) at {at} ({case.impl}): "
-                           f"{type(exc).__name__}: {exc}", file=suite.path, key="workload") from None
+            raise BadInput(
+                f"the {case.workload} workload's traffic(case) at {at} ({case.impl}): {type(exc).__name__}: {exc}",
+                file=suite.path,
+                key="workload",
+            ) from None
 
 
 def _check_out_dir(out_dir: Path) -> None:
     for place in (out_dir, *out_dir.parents):  # the nearest that exists must be a directory
         if place.exists():
             if not place.is_dir():
-                raise BadInput("expected a directory" + (f", but {place} is a file" if place != out_dir else ""),
-                               file=out_dir, key="--out")
+                raise BadInput(
+                    "expected a directory" + (f", but {place} is a file" if place != out_dir else ""),
+                    file=out_dir,
+                    key="--out",
+                )
             return
 
 
@@ -186,12 +204,16 @@ def estimate(n: int, seconds: float | None, executor: ExecutorSettings, per_case
     budget = seconds or 0.0
     # Locally one template starts, then each case is a fork; a Slurm task starts an interpreter of its own.
     once, each = (INTERPRETER_S, FORK_S) if local else (0.0, INTERPRETER_S + FORK_S)
-    high = f"at most {format_duration(once + waves * (each + budget))} ({at_once} at a time, each within its " \
-           f"{budget:g} s time budget)"
+    high = (
+        f"at most {format_duration(once + waves * (each + budget))} ({at_once} at a time, each within its "
+        f"{budget:g} s time budget)"
+    )
     if per_case is None:
         return high
-    return f"about {format_duration(once + n * max(per_case, each) / at_once)} ({per_case:.3g} s a case here " \
-           f"before), {high}"
+    return (
+        f"about {format_duration(once + n * max(per_case, each) / at_once)} ({per_case:.3g} s a case here "
+        f"before), {high}"
+    )
 
 
 def seconds_per_case(csv_path: Path) -> float | None:
@@ -201,8 +223,16 @@ def seconds_per_case(csv_path: Path) -> float | None:
         rows = store.read(csv_path).rows
     except BadInput:
         return None
-    stamps = sorted(filter(None, (_seconds_of(r[col.TIMESTAMP]) for r in rows
-                                  if r.get(col.STATUS) not in (Status.SKIPPED, Status.UNSUPPORTED))))
+    stamps = sorted(
+        filter(
+            None,
+            (
+                _seconds_of(r[col.TIMESTAMP])
+                for r in rows
+                if r.get(col.STATUS) not in (Status.SKIPPED, Status.UNSUPPORTED)
+            ),
+        )
+    )
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     return statistics.median(gaps) if len(gaps) >= 2 else None
 
@@ -223,8 +253,10 @@ def size_note(the_plan: Plan, todo: int) -> str:
         return f"nothing to run: all {done} case{'' if done == 1 else 's'} are in {name}"
     rounds = f", each in {the_plan.rounds} rounds" if the_plan.rounds > 1 else ""
     per_case = seconds_per_case(the_plan.csv_path) if done else None
-    return (f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {name}){rounds}, estimate "
-            f"{estimate(todo * the_plan.rounds, the_plan.budget.max_seconds, the_plan.executor, per_case)}")
+    return (
+        f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {name}){rounds}, estimate "
+        f"{estimate(todo * the_plan.rounds, the_plan.budget.max_seconds, the_plan.executor, per_case)}"
+    )
 
 
 def within(cases: list[Case], limits: dict[str, int]) -> tuple[list[Case], int]:
@@ -248,11 +280,15 @@ def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
     traffic = {c for case in cases for c in rates.names(workloads.traffic(case))}
     quality = tuple(c for kind in dict.fromkeys(suite.quality) for c in quality_columns(kind))
     compiled = any(not c.predicted and compiles(c) for c in cases)
-    return (((col.WORKSPACE_BYTES,) if cuda or cuda_predicted else ())
-            + ((col.CUDA_UNMODELED_OPS,) if cuda_predicted else ())
-            + ((col.COMPILE_S,) if compiled else ())
-            + (col.FIDELITY_COLUMNS if suite.fidelity else ()) + quality
-            + tuple(dict.fromkeys(own)) + tuple(c for c in rates.COLUMNS if c in traffic))
+    return (
+        ((col.WORKSPACE_BYTES,) if cuda or cuda_predicted else ())
+        + ((col.CUDA_UNMODELED_OPS,) if cuda_predicted else ())
+        + ((col.COMPILE_S,) if compiled else ())
+        + (col.FIDELITY_COLUMNS if suite.fidelity else ())
+        + quality
+        + tuple(dict.fromkeys(own))
+        + tuple(c for c in rates.COLUMNS if c in traffic)
+    )
 
 
 def meta(the_plan: Plan) -> dict[str, Any]:
@@ -262,11 +298,15 @@ def meta(the_plan: Plan) -> dict[str, Any]:
     plot["x"] = plot["x"] or next(iter(suite.sweep))
     plot["panels"] = [list(p) for p in plot["panels"]]
     return {
-        "suite": suite.name, "title": suite.title, "workload": suite.workload, "mode": suite.mode,
-        "causal": suite.causal, "activation": suite.activation, "protocol": suite.protocol,
-        "sweep": list(suite.sweep), "plot": plot,
+        "suite": suite.name,
+        "title": suite.title,
+        "workload": suite.workload,
+        "mode": suite.mode,
+        "causal": suite.causal,
+        "activation": suite.activation,
+        "protocol": suite.protocol,
+        "sweep": list(suite.sweep),
+        "plot": plot,
         # Which columns of the CSV are parameters (a plug-in workload's result columns are not known to readers).
         "parameters": parameters_of(the_plan.cases),
     }
-
-

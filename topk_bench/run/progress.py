@@ -5,23 +5,21 @@ from __future__ import annotations
 import collections
 import datetime
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskID, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from topk_bench.results import columns as col
 from topk_bench.status import Status
 from topk_bench.units import short_bytes, short_seconds
-from topk_bench.results import columns as col
 
 # Rows written without running anything: they say nothing of how long a case takes.
 _INSTANT = frozenset({Status.SKIPPED, Status.UNSUPPORTED})
-
-
 
 
 class Eta:
@@ -59,7 +57,7 @@ class Eta:
 
 
 class _EtaColumn(ProgressColumn):
-    def __init__(self, reporter: "Reporter"):
+    def __init__(self, reporter: Reporter):
         super().__init__()
         self.reporter = reporter
 
@@ -81,12 +79,19 @@ class Reporter:
         self._progress: Progress | None = None
         self._task: TaskID | None = None  # set with _progress
 
-    def __enter__(self) -> "Reporter":
+    def __enter__(self) -> Reporter:
         if self.live:
             self._progress = Progress(
-                TextColumn("[bold]{task.fields[suite]}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.description}"), TextColumn("elapsed"), TimeElapsedColumn(),
-                TextColumn("ETA"), _EtaColumn(self), console=self.console, transient=False,
+                TextColumn("[bold]{task.fields[suite]}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TextColumn("elapsed"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                _EtaColumn(self),
+                console=self.console,
+                transient=False,
             )
             self._progress.start()
             self._task = self._progress.add_task("", total=self.total, completed=self.done, suite=self.suite)
@@ -120,17 +125,27 @@ class Reporter:
         if self._progress is not None and self._task is not None:
             self._progress.advance(self._task)
         detail = row.get(col.ERROR) or ""
-        line = (f"[{self.done}/{self.total}] {what}: {status}  peak {short_bytes(row.get(col.PEAK_BYTES))}"
-                f"  time {short_seconds(row.get(col.TIME_MEDIAN_S))}" + (f" [{row['trust']}]" if row.get(col.TRUST) else "")
-                + (f"  ({detail[:120]})" if detail else ""))
+        line = (
+            f"[{self.done}/{self.total}] {what}: {status}  peak {short_bytes(row.get(col.PEAK_BYTES))}"
+            f"  time {short_seconds(row.get(col.TIME_MEDIAN_S))}"
+            + (f" [{row['trust']}]" if row.get(col.TRUST) else "")
+            + (f"  ({detail[:120]})" if detail else "")
+        )
         if self._progress is not None:
             self._progress.console.print(line, highlight=False, markup=False)
         elif self.enabled:
             self.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-def summary(suite: str, csv_path: Path, written: collections.Counter, in_file: collections.Counter,
-            elapsed_s: float, console: Console | None = None, notes: Sequence[str] = ()) -> None:
+def summary(
+    suite: str,
+    csv_path: Path,
+    written: collections.Counter,
+    in_file: collections.Counter,
+    elapsed_s: float,
+    console: Console | None = None,
+    notes: Sequence[str] = (),
+) -> None:
     """Status counts of this run and of the whole file, where the results went, then ``notes`` (one line each)."""
     console = console or Console()
     table = Table(title=f"{suite}: {sum(written.values())} case(s) in {elapsed_s:.1f} s")

@@ -114,8 +114,9 @@ def remeasure_flags(value: str | tuple[str, ...] | None) -> frozenset[str]:
     names = [v.strip() for v in (value.split(",") if isinstance(value, str) else value)]
     unknown = [n for n in names if n not in trust.FLAGS]
     if unknown or not names:
-        raise BadInput(f"expected trust flags among {', '.join(trust.FLAGS)}, comma-separated, got {value!r}",
-                       key="--remeasure")
+        raise BadInput(
+            f"expected trust flags among {', '.join(trust.FLAGS)}, comma-separated, got {value!r}", key="--remeasure"
+        )
     return frozenset(names)
 
 
@@ -133,16 +134,16 @@ class RunSettings(Measuring):
     """Every setting of one run, resolved: how its cases are measured (:class:`~topk_bench.case.Measuring`), and
     how the run goes."""
 
-    rounds: int                # child processes per case, round-robin over the cases
+    rounds: int  # child processes per case, round-robin over the cases
     remeasure: frozenset[str]  # trust flags whose rows run again (--remeasure); empty: resume as usual
-    max_memory_gib: float      # the memory budget asked (the plan caps it to what the device has)
+    max_memory_gib: float  # the memory budget asked (the plan caps it to what the device has)
     max_case_seconds: float
     max_cases: int
     executor: ExecutorSettings
-    gpus: tuple[str, ...]      # a measured CUDA run on the local executor: the GPUs its job slots spread over
+    gpus: tuple[str, ...]  # a measured CUDA run on the local executor: the GPUs its job slots spread over
     out_dir: Path
-    notes: tuple[str, ...]     # what the run says before it starts about how these were resolved
-    profile: bool = False      # each case also writes its profile, to out_dir/profile/<case_id>/
+    notes: tuple[str, ...]  # what the run says before it starts about how these were resolved
+    profile: bool = False  # each case also writes its profile, to out_dir/profile/<case_id>/
 
     @property
     def predicted(self) -> bool:
@@ -168,8 +169,13 @@ def device(requested: str, predict: bool = False) -> str:
 def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, int, int, list[str]]:
     """(warmup, repeats, rounds, notes): what the protocol fixes, else the layers' values."""
     fixed = suite.measured_by
-    for flag, setting in (("--warmup", "warmup"), ("--repeats", "repeats"), ("--warmup-s", "warmup_s"),
-                          ("--timer", "timer"), ("--flush-l2", "flush_l2")):
+    for flag, setting in (
+        ("--warmup", "warmup"),
+        ("--repeats", "repeats"),
+        ("--warmup-s", "warmup_s"),
+        ("--timer", "timer"),
+        ("--flush-l2", "flush_l2"),
+    ):
         problem = suite.measured_by.fixed_value_problem(setting, getattr(flags, setting))
         if problem:
             raise BadInput(problem, key=flag)
@@ -178,15 +184,19 @@ def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, in
     rounds = layered("rounds", flags, suite, None) or 1
     notes = []
     if rounds > 1 and suite.protocol != protocol.DEFAULT:
-        raise BadInput(f"protocol {suite.protocol!r} fixes how each case is measured; rounds is for ours",
-                       **({"key": "--rounds"} if flags.rounds is not None else {"file": suite.path, "key": "rounds"}))
+        raise BadInput(
+            f"protocol {suite.protocol!r} fixes how each case is measured; rounds is for ours",
+            **({"key": "--rounds"} if flags.rounds is not None else {"file": suite.path, "key": "rounds"}),
+        )
     if rounds > 1 and flags.predict:
         notes.append(f"rounds = {rounds}: a prediction is exact, each case is predicted once")
         rounds = 1
     return warmup, repeats, rounds, notes
 
 
-def _timing(suite: Suite, flags: Flags, settings: Settings, device_: str) -> tuple[float, Timer | None, bool, list[str]]:
+def _timing(
+    suite: Suite, flags: Flags, settings: Settings, device_: str
+) -> tuple[float, Timer | None, bool, list[str]]:
     """(warmup_s, timer, flush_l2, notes): how a measured case is timed. A prediction times nothing (its memory
     is the eager iterations', whatever the timer); the CPU has one timer, perf_counter."""
     fixed = suite.measured_by
@@ -196,8 +206,11 @@ def _timing(suite: Suite, flags: Flags, settings: Settings, device_: str) -> tup
     if flags.predict:
         return warmup_s, None, False, []
     if DeviceKind(device_) is DeviceKind.CPU:
-        notes = [f"timer = {asked}: a CUDA timer; the CPU times each iteration with perf_counter"] \
-            if asked == Timer.CUDAGRAPH else []
+        notes = (
+            [f"timer = {asked}: a CUDA timer; the CPU times each iteration with perf_counter"]
+            if asked == Timer.CUDAGRAPH
+            else []
+        )
         return warmup_s, None, flush, notes
     return warmup_s, Timer(asked) if asked else None, flush, []
 
@@ -218,24 +231,32 @@ def _executor(settings: Settings, flags: Flags, device_: str) -> tuple[ExecutorS
     notes: list[str] = []
     kind = DeviceKind(device_)
     if executor.jobs > 1 and kind is DeviceKind.CPU and not flags.predict:
-        notes.append(f"warning: {executor.jobs} jobs on a measured CPU run compete for cores: "
-                     "times are not comparable with a --jobs 1 run")
+        notes.append(
+            f"warning: {executor.jobs} jobs on a measured CPU run compete for cores: "
+            "times are not comparable with a --jobs 1 run"
+        )
     if kind is DeviceKind.CUDA and not flags.predict and executor.kind == "local":  # a prediction uses no GPU
         return _spread_over_gpus(executor, notes)
     return executor, (), notes
 
 
-def _spread_over_gpus(executor: ExecutorSettings, notes: list[str]) -> tuple[ExecutorSettings, tuple[str, ...], list[str]]:
+def _spread_over_gpus(
+    executor: ExecutorSettings, notes: list[str]
+) -> tuple[ExecutorSettings, tuple[str, ...], list[str]]:
     """A measured local CUDA run: the GPUs its job slots use; with one GPU, one job (said in ``notes``)."""
     gpus = tuple(devices.visible_gpus(os.environ, torch.cuda.device_count()))
     count = executor.jobs
     if count > 1 and len(gpus) == 1:
-        notes.append(f"one GPU visible: --jobs {count} lowered to 1 for this measured CUDA run "
-                     "(cases sharing a GPU corrupt each other's times and peaks)")
+        notes.append(
+            f"one GPU visible: --jobs {count} lowered to 1 for this measured CUDA run "
+            "(cases sharing a GPU corrupt each other's times and peaks)"
+        )
         return executor.model_copy(update={"jobs": 1}), gpus, notes
     if count > len(gpus) > 1:
-        notes.append(f"warning: {count} jobs on {len(gpus)} GPUs: job slots share GPUs (slot i on GPU i mod "
-                     f"{len(gpus)}), so their times and peaks are not comparable with a --jobs {len(gpus)} run")
+        notes.append(
+            f"warning: {count} jobs on {len(gpus)} GPUs: job slots share GPUs (slot i on GPU i mod "
+            f"{len(gpus)}), so their times and peaks are not comparable with a --jobs {len(gpus)} run"
+        )
     return executor, gpus, notes
 
 
@@ -246,6 +267,8 @@ def predicted_gpu(flags: Flags, device_: str) -> GpuModel | None:
             raise BadInput("names the GPU a CUDA prediction models: give it with --predict --device cuda", key="--gpu")
         return None
     return GpuModel(flags.gpu) if flags.gpu is not None else DEFAULT_GPU
+
+
 def _threads(settings: Settings, suite: Suite, flags: Flags, executor: ExecutorSettings) -> tuple[int, list[str]]:
     """(threads of each case, notes). A prediction computes nothing: one. ``auto``: on Slurm the CPUs a job
     is given (``cpus_per_task``); here, the cores other processes are not keeping busy now, shared by the
@@ -256,8 +279,10 @@ def _threads(settings: Settings, suite: Suite, flags: Flags, executor: ExecutorS
     if isinstance(asked, int):  # else "auto" (threads_value checked it)
         return asked, []
     if executor.kind == "slurm":
-        return executor.cpus_per_task, [f"threads = auto: {executor.cpus_per_task} per case (cpus_per_task of "
-                                         "bench.toml's [executor], what each Slurm job is given)"]
+        return executor.cpus_per_task, [
+            f"threads = auto: {executor.cpus_per_task} per case (cpus_per_task of "
+            "bench.toml's [executor], what each Slurm job is given)"
+        ]
     busy = machine.busy_now()
     free = machine.free_cores(busy)
     threads = max(1, free // executor.jobs)
@@ -277,11 +302,24 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     threads, thread_notes = _threads(settings, suite, flags, executor)
     out = Path(flags.out) if flags.out is not None else settings.path(settings.results_dir)
     return RunSettings(
-        method=flags.method, device=device_, dtype=DType(layered("dtype", None, suite, settings)),
-        warmup=warmup, warmup_s=warmup_s, repeats=repeats, timer=timer, flush_l2=flush_l2, rounds=rounds,
-        threads=threads, remeasure=remeasure_flags(flags.remeasure),
+        method=flags.method,
+        device=device_,
+        dtype=DType(layered("dtype", None, suite, settings)),
+        warmup=warmup,
+        warmup_s=warmup_s,
+        repeats=repeats,
+        timer=timer,
+        flush_l2=flush_l2,
+        rounds=rounds,
+        threads=threads,
+        remeasure=remeasure_flags(flags.remeasure),
         max_memory_gib=layered("max_memory_gib", flags, suite, settings),
         max_case_seconds=layered("max_case_seconds", flags, suite, settings),
-        max_cases=layered("max_cases", None, suite, settings), executor=executor, gpus=gpus, out_dir=out,
-        notes=(*notes, *timing_notes, *executor_notes, *thread_notes), gpu=gpu, profile=flags.profile,
+        max_cases=layered("max_cases", None, suite, settings),
+        executor=executor,
+        gpus=gpus,
+        out_dir=out,
+        notes=(*notes, *timing_notes, *executor_notes, *thread_notes),
+        gpu=gpu,
+        profile=flags.profile,
     )

@@ -15,15 +15,15 @@ those ``trust`` flags, and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from topk_bench.case import Budget, Case
+from topk_bench.results import columns as col
 from topk_bench.results import trust
 from topk_bench.run.order import Order
 from topk_bench.status import INTERRUPTED, STOPPING, Status
 from topk_bench.units import format_bytes
-from topk_bench.results import columns as col
 
 # The CPU's memory budget follows the memory available at the start of each run: a few percent up or
 # down between runs is not a larger budget.
@@ -58,20 +58,24 @@ def retry_reason(row: Mapping[str, str], budget: Budget) -> str | None:
 
 @dataclass
 class Resume:
-    todo: list[Case]                       # cases to run, in plan order
-    stoppers: list[tuple[Case, str]]       # rows that still stop their larger sizes, with their status
-    retried: list[tuple[Case, str]] = field(default_factory=list)   # failed rows run again, and why
-    kept: list[tuple[Case, str]] = field(default_factory=list)      # failed rows not run again (same budget)
-    rerun_skipped: list[Case] = field(default_factory=list)         # skipped rows whose failure is retried
-    remeasured: list[Case] = field(default_factory=list)            # --remeasure: flagged rows measured again
+    todo: list[Case]  # cases to run, in plan order
+    stoppers: list[tuple[Case, str]]  # rows that still stop their larger sizes, with their status
+    retried: list[tuple[Case, str]] = field(default_factory=list)  # failed rows run again, and why
+    kept: list[tuple[Case, str]] = field(default_factory=list)  # failed rows not run again (same budget)
+    rerun_skipped: list[Case] = field(default_factory=list)  # skipped rows whose failure is retried
+    remeasured: list[Case] = field(default_factory=list)  # --remeasure: flagged rows measured again
     interrupted: list[tuple[Case, str]] = field(default_factory=list)  # rows of a job cancelled, preempted, lost
-    left: int = 0                                                   # --remeasure: cases without a row, not run
+    left: int = 0  # --remeasure: cases without a row, not run
 
     @property
     def replaced(self) -> set[str]:
         """case_ids whose old row goes once they have a new one."""
-        return ({c.case_id for c, _ in self.retried} | {c.case_id for c in self.rerun_skipped}
-                | {c.case_id for c, _ in self.interrupted} | {c.case_id for c in self.remeasured})
+        return (
+            {c.case_id for c, _ in self.retried}
+            | {c.case_id for c in self.rerun_skipped}
+            | {c.case_id for c, _ in self.interrupted}
+            | {c.case_id for c in self.remeasured}
+        )
 
 
 def what_runs(cases: list[Case], rows: Sequence[Mapping[str, str]], budget: Budget, keys: list[str]) -> Resume:
@@ -118,14 +122,18 @@ def notes(r: Resume) -> list[str]:
         out.append(f"retried {len(r.retried)} failed case(s) whose budget grew{more} ({listed})")
     if r.kept:
         statuses = ", ".join(sorted({status for _, status in r.kept}))
-        out.append(f"{len(r.kept)} case(s) that failed ({statuses}) under the same budget were not run again: "
-                   "raise --max-case-seconds or --max-memory to retry them")
+        out.append(
+            f"{len(r.kept)} case(s) that failed ({statuses}) under the same budget were not run again: "
+            "raise --max-case-seconds or --max-memory to retry them"
+        )
     if out:
         out.append("to measure every case again (not only the failed ones): --no-resume")
     if r.interrupted:
         statuses = ", ".join(sorted({status for _, status in r.interrupted}))
         out.insert(0, f"ran again {len(r.interrupted)} case(s) whose Slurm job was {statuses} before it ended")
     if r.left:
-        out.append(f"{r.left} case(s) without a row were not run (--remeasure runs only flagged rows): "
-                   "run again without it to complete the suite")
+        out.append(
+            f"{r.left} case(s) without a row were not run (--remeasure runs only flagged rows): "
+            "run again without it to complete the suite"
+        )
     return out

@@ -19,9 +19,10 @@ import collections
 import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import filelock
 
@@ -30,19 +31,19 @@ from topk_bench.case import Case, Measurement
 from topk_bench.errors import BadInput, file_error
 from topk_bench.measure import metadata
 from topk_bench.report.plots import timeline
-from topk_bench.results import store
-from topk_bench.results import trust
+from topk_bench.results import columns as col
+from topk_bench.results import store, trust
 from topk_bench.results.row import make_row
 from topk_bench.run.executors import Executor, check_requests, get_executor
 from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
-from topk_bench.run.resolve import Flags
 from topk_bench.run.progress import Reporter, summary
-from topk_bench.run.resume import Resume, notes as resume_notes, remeasured, what_runs
+from topk_bench.run.resolve import Flags
+from topk_bench.run.resume import Resume, remeasured, what_runs
+from topk_bench.run.resume import notes as resume_notes
 from topk_bench.status import STOPPING, Status
 from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
-from topk_bench.results import columns as col
 
 POLL_S = 0.05
 PROGRESS_EVERY_S = 2.0
@@ -51,8 +52,8 @@ PROGRESS_EVERY_S = 2.0
 @dataclass
 class RunResult:
     plan: Plan
-    written: collections.Counter   # statuses of the rows this run appended
-    in_file: collections.Counter   # statuses of every row of this suite's cases in the CSV
+    written: collections.Counter  # statuses of the rows this run appended
+    in_file: collections.Counter  # statuses of every row of this suite's cases in the CSV
     elapsed_s: float
     notes: list[str] = field(default_factory=list)  # what resume retried or kept, said with the summary
 
@@ -64,9 +65,12 @@ class RunResult:
 def _defaults(device: str) -> dict[str, str]:
     """torch version, git sha, device name for rows without a measurement (skipped, unsupported)."""
     try:
-        return {col.TORCH_VERSION: metadata.torch_version(), col.GIT_SHA: metadata.git_sha(),
-                col.DEVICE_NAME: metadata.device_name(device)}
-    except Exception:  # provenance is best effort; a row must still be written
+        return {
+            col.TORCH_VERSION: metadata.torch_version(),
+            col.GIT_SHA: metadata.git_sha(),
+            col.DEVICE_NAME: metadata.device_name(device),
+        }
+    except Exception:  # noqa: BLE001 -- provenance is best effort; a row must still be written
         return {}
 
 
@@ -134,10 +138,15 @@ def pooled(rounds: list[Measurement]) -> Measurement:
         values = [v for m in rounds if (v := m.metadata.get(key)) is not None]
         if values:
             metadata[key] = worst(values)
-    return replace(first, times_s=[t for m in rounds for t in m.times_s],
-                   fwd_times_s=[t for m in rounds for t in m.fwd_times_s],
-                   bwd_times_s=[t for m in rounds for t in m.bwd_times_s],
-                   peak_bytes=most(col.PEAK_BYTES), reserved_bytes=most(col.RESERVED_BYTES), metadata=metadata)
+    return replace(
+        first,
+        times_s=[t for m in rounds for t in m.times_s],
+        fwd_times_s=[t for m in rounds for t in m.fwd_times_s],
+        bwd_times_s=[t for m in rounds for t in m.bwd_times_s],
+        peak_bytes=most(col.PEAK_BYTES),
+        reserved_bytes=most(col.RESERVED_BYTES),
+        metadata=metadata,
+    )
 
 
 class _Watch:
@@ -162,8 +171,9 @@ class _Watch:
                 self.shown, self.at = line, time.monotonic()
 
 
-def _run_rounds(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
-                writer: _Writer) -> None:
+def _run_rounds(
+    plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor, writer: _Writer
+) -> None:
     """Round 1 as a run of one round (the skip-larger rule included), then the later rounds over what stayed ok."""
     if plan.rounds == 1:
         _schedule(plan, todo, stoppers, executor, writer)
@@ -180,8 +190,14 @@ def _run_rounds(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], 
     rounds.flush(todo)
 
 
-def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], executor: Executor,
-              writer: _Writer | _Rounds, skip_rule: bool = True) -> None:
+def _schedule(
+    plan: Plan,
+    todo: list[Case],
+    stoppers: list[tuple[Case, str]],
+    executor: Executor,
+    writer: _Writer | _Rounds,
+    skip_rule: bool = True,
+) -> None:
     """Submit cases when no smaller size of their implementation is pending; skip those above a stopper.
 
     ``skip_rule=False`` (later rounds, whose cases were all ok once): submit in the given order, skip nothing.
@@ -209,8 +225,11 @@ def _schedule(plan: Plan, todo: list[Case], stoppers: list[tuple[Case, str]], ex
     while waiting or running:
         if changed:  # what became ready only changes when a case ends or is skipped
             pending = [c for c, _ in running] + waiting
-            ready = waiting if batch or not skip_rule else [
-                c for c in waiting if not any(order.larger(c, p) for p in pending)]
+            ready = (
+                waiting
+                if batch or not skip_rule
+                else [c for c in waiting if not any(order.larger(c, p) for p in pending)]
+            )
             if ready:
                 waiting = [c for c in waiting if c not in ready]
                 running += list(zip(ready, executor.submit(ready, plan.budget)))
@@ -243,10 +262,11 @@ def _existing(csv_path: Path) -> store.Table:
 def busy_note(the_plan: Plan) -> str | None:
     """One warning before a measured run when the machine is already busy (the rows will say so too)."""
     load = machine.load_per_core()
-    if the_plan.cases and not the_plan.settings.predicted and load is not None \
-            and load > trust.BUSY_LOAD_PER_CORE:
-        return (f"warning: the machine is busy (1-minute load {load:.2f} per core, above "
-                f"{trust.BUSY_LOAD_PER_CORE:g}): times measured now are flagged 'busy' in the trust column")
+    if the_plan.cases and not the_plan.settings.predicted and load is not None and load > trust.BUSY_LOAD_PER_CORE:
+        return (
+            f"warning: the machine is busy (1-minute load {load:.2f} per core, above "
+            f"{trust.BUSY_LOAD_PER_CORE:g}): times measured now are flagged 'busy' in the trust column"
+        )
     return None
 
 
@@ -300,8 +320,16 @@ def _what_runs(the_plan: Plan, table: store.Table, resume: bool) -> Resume:
     return what_runs(cases, rows, the_plan.budget, list(the_plan.suite.sweep))
 
 
-def run(suite_path: str | Path, flags: Flags | None = None, *, config: str | Path | None = None, resume: bool = True,
-        progress: bool = True, executor_obj: Executor | None = None, yes: bool = False) -> RunResult:
+def run(
+    suite_path: str | Path,
+    flags: Flags | None = None,
+    *,
+    config: str | Path | None = None,
+    resume: bool = True,
+    progress: bool = True,
+    executor_obj: Executor | None = None,
+    yes: bool = False,
+) -> RunResult:
     """Run (or resume) a suite with the settings ``flags`` gives over the suite's and ``config``'s (bench.toml).
 
     A suite of more cases than ``max_cases`` is bad input unless ``yes``.
@@ -338,21 +366,35 @@ def _remeasure_note(the_plan: Plan, chosen: Resume) -> list[str]:
     flags = the_plan.settings.remeasure
     if not flags:
         return []
-    return [f"--remeasure {','.join(sorted(flags))}: {len(chosen.remeasured)} flagged case(s) measured again, "
-            f"their old rows (and samples) copied to {history_path(the_plan.csv_path)}, each dropped here once "
-            "its case has a new row; every other row kept"]
+    return [
+        f"--remeasure {','.join(sorted(flags))}: {len(chosen.remeasured)} flagged case(s) measured again, "
+        f"their old rows (and samples) copied to {history_path(the_plan.csv_path)}, each dropped here once "
+        "its case has a new row; every other row kept"
+    ]
 
 
-def _measure(the_plan: Plan, plan_resume: Resume, table: store.Table, executor_obj: Executor | None,
-             progress: bool, *, adopt: bool) -> collections.Counter:
+def _measure(
+    the_plan: Plan,
+    plan_resume: Resume,
+    table: store.Table,
+    executor_obj: Executor | None,
+    progress: bool,
+    *,
+    adopt: bool,
+) -> collections.Counter:
     """Run the cases resume left to do, one row each as it ends; the statuses of the rows written. ``adopt``:
     Slurm jobs an earlier run of these cases left running are taken over (resume of a one-round run)."""
     todo, stoppers = plan_resume.todo, plan_resume.stoppers
     size = size_note(the_plan, len(todo))
     reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
     with reporter:
-        for note in [size, *the_plan.notes, *_remeasure_note(the_plan, plan_resume),
-                     *([_left_out_note(table)] if table.dropped else []), *filter(None, [busy_note(the_plan)])]:
+        for note in [
+            size,
+            *the_plan.notes,
+            *_remeasure_note(the_plan, plan_resume),
+            *([_left_out_note(table)] if table.dropped else []),
+            *filter(None, [busy_note(the_plan)]),
+        ]:
             reporter.note(note)
         writer = _Writer(the_plan, reporter)
         if the_plan.settings.predicted:
@@ -362,9 +404,12 @@ def _measure(the_plan: Plan, plan_resume: Resume, table: store.Table, executor_o
                     todo.remove(case)
                     writer.write(case, Measurement(status=Status.UNSUPPORTED, error=problem))
         if todo:
-            executor = executor_obj or get_executor(the_plan.executor, gpus=the_plan.gpus,
-                                                    journal=journal_path(the_plan.csv_path),
-                                                    adopt=adopt and the_plan.rounds == 1)
+            executor = executor_obj or get_executor(
+                the_plan.executor,
+                gpus=the_plan.gpus,
+                journal=journal_path(the_plan.csv_path),
+                adopt=adopt and the_plan.rounds == 1,
+            )
             try:
                 _run_rounds(the_plan, todo, stoppers, executor, writer)
             finally:
@@ -382,5 +427,11 @@ def next_step(result: RunResult) -> str:
 
 
 def print_summary(result: RunResult) -> None:
-    summary(result.plan.suite.name, result.csv_path, result.written, result.in_file, result.elapsed_s,
-            notes=[*result.notes, next_step(result)])
+    summary(
+        result.plan.suite.name,
+        result.csv_path,
+        result.written,
+        result.in_file,
+        result.elapsed_s,
+        notes=[*result.notes, next_step(result)],
+    )

@@ -8,8 +8,9 @@ activation support, impossible shapes, the plot's axis — each failure one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import implementations
 from topk_bench import plugins, protocol, workloads
@@ -64,48 +65,63 @@ def _implementation(name: str, path: Path | None, key: str) -> implementations.I
     try:
         return implementations.spec(name)
     except implementations.UnknownImplementation as exc:
-        raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
+        raise BadInput(f'{exc}; add it with `plugins = ["your.module"]`', file=path, key=key) from None
 
 
 def _workload(name: str, path: Path | None, key: str) -> workloads.WorkloadSpec:
     try:
         return workloads.lookup(name)
     except workloads.UnknownWorkload as exc:
-        raise BadInput(f"{exc}; add it with `plugins = [\"your.module\"]`", file=path, key=key) from None
+        raise BadInput(f'{exc}; add it with `plugins = ["your.module"]`', file=path, key=key) from None
 
 
-def _check_options(impl: implementations.Implementation, options: Mapping[str, Any], path: Path | None, key: str,
-                   measured_by: protocol.Protocol) -> None:
+def _check_options(
+    impl: implementations.Implementation,
+    options: Mapping[str, Any],
+    path: Path | None,
+    key: str,
+    measured_by: protocol.Protocol,
+) -> None:
     unknown = sorted(set(options) - set(impl.options))
     if unknown:
         known = ", ".join(sorted(impl.options)) or "none"
-        raise BadInput(f"implementation {impl.name!r} has no option {unknown[0]!r} (options: {known})",
-                       file=path, key=f"{key}.{unknown[0]}")
+        raise BadInput(
+            f"implementation {impl.name!r} has no option {unknown[0]!r} (options: {known})",
+            file=path,
+            key=f"{key}.{unknown[0]}",
+        )
     owned = sorted(set(options) & set(measured_by.owned_options))
     if owned:
-        raise BadInput(f"protocol {measured_by.name!r} sets the option {owned[0]!r} itself: leave it out, "
-                       f"or set protocol = {protocol.DEFAULT!r}", file=path, key=f"{key}.{owned[0]}")
+        raise BadInput(
+            f"protocol {measured_by.name!r} sets the option {owned[0]!r} itself: leave it out, "
+            f"or set protocol = {protocol.DEFAULT!r}",
+            file=path,
+            key=f"{key}.{owned[0]}",
+        )
     for name, value in options.items():
         _check_option(impl.options[name], value, path, f"{key}.{name}")
 
 
-def _check_use(impl: implementations.Implementation, activation: str, causal: bool, path: Path | None,
-               key: str) -> None:
+def _check_use(
+    impl: implementations.Implementation, activation: str, causal: bool, path: Path | None, key: str
+) -> None:
     problem = capability_problem(impl, activation, causal)
     if problem:
         raise BadInput(problem, file=path, key=key)
 
 
-def _check_settings(spec: workloads.WorkloadSpec, causal: bool, activation: str, mode: str, path: Path | None,
-                    key: str | None = None) -> None:
+def _check_settings(
+    spec: workloads.WorkloadSpec, causal: bool, activation: str, mode: str, path: Path | None, key: str | None = None
+) -> None:
     violation = spec.violation(causal, activation, mode)
     if violation:
         setting, problem = violation
         raise BadInput(problem, file=path, key=key or setting)
 
 
-def _check_entries(suite: Suite,
-                   path: Path | None) -> list[tuple[workloads.WorkloadSpec, implementations.Implementation]]:
+def _check_entries(
+    suite: Suite, path: Path | None
+) -> list[tuple[workloads.WorkloadSpec, implementations.Implementation]]:
     entries = []
     for i, entry in enumerate(suite.impl):
         key = f"impl[{i}] ({entry.name})"
@@ -119,17 +135,27 @@ def _check_entries(suite: Suite,
         if entry.compile_mode is not None and not entry.compile:
             raise BadInput("compile_mode without compile = true", file=path, key=f"{key}.compile_mode")
         if entry.compile and not suite.measured_by.compiles:
-            raise BadInput(f"protocol {suite.protocol!r} builds a model per timed iteration: nothing compiled once "
-                           f"would serve the next (compile = true is for protocol {protocol.DEFAULT!r})",
-                           file=path, key=f"{key}.compile")
+            raise BadInput(
+                f"protocol {suite.protocol!r} builds a model per timed iteration: nothing compiled once "
+                f"would serve the next (compile = true is for protocol {protocol.DEFAULT!r})",
+                file=path,
+                key=f"{key}.compile",
+            )
         if entry.compile and impl.compiles:
-            raise BadInput(f"{impl.name} compiles itself (torch.compile inside the implementation): compile = true "
-                           "would compile it twice", file=path, key=f"{key}.compile")
+            raise BadInput(
+                f"{impl.name} compiles itself (torch.compile inside the implementation): compile = true "
+                "would compile it twice",
+                file=path,
+                key=f"{key}.compile",
+            )
         if not spec.feedforward:
             if entry.feedforward is not None or entry.feedforward_options:
                 with_ff = ", ".join(n for n in workloads.names() if workloads.lookup(n).feedforward)
-                raise BadInput(f"the {spec.name} workload has no feed-forward sublayer to replace "
-                               f"(workloads with one: {with_ff})", file=path, key=f"{key}.feedforward")
+                raise BadInput(
+                    f"the {spec.name} workload has no feed-forward sublayer to replace (workloads with one: {with_ff})",
+                    file=path,
+                    key=f"{key}.feedforward",
+                )
             continue
         if entry.feedforward_options and entry.feedforward is None:
             raise BadInput("feedforward_options without feedforward", file=path, key=f"{key}.feedforward_options")
@@ -146,8 +172,12 @@ def _check_shape(suite: Suite, path: Path | None, specs: list[workloads.Workload
     allowed = sorted({p for s in specs for p in s.params})
     for name, value in suite.shape.items():
         if not open_params and name not in allowed:
-            raise BadInput(f"unknown shape parameter of workload {'/'.join(sorted({s.name for s in specs}))} "
-                           f"(expected one of: {', '.join(allowed)})", file=path, key=f"shape.{name}")
+            raise BadInput(
+                f"unknown shape parameter of workload {'/'.join(sorted({s.name for s in specs}))} "
+                f"(expected one of: {', '.join(allowed)})",
+                file=path,
+                key=f"shape.{name}",
+            )
         having = [s for s in specs if name in s.params]
         for spec in having:
             _check_param(spec, name, value, path, f"shape.{name}")
@@ -168,8 +198,12 @@ def _check_presets(suite: Suite, path: Path | None, specs: list[workloads.Worklo
                         where = "sweep" if param in suite.sweep else "shape"
                         free = [k for k, sets in presets.items() if not sets]
                         how = f"{name} = {free[0]!r}" if free else f"no {name}"
-                        raise BadInput(f"also set by {name} = {value!r} (to {presets[value][param]}); "
-                                       f"to give it yourself, use {how}", file=path, key=f"{where}.{param}")
+                        raise BadInput(
+                            f"also set by {name} = {value!r} (to {presets[value][param]}); "
+                            f"to give it yourself, use {how}",
+                            file=path,
+                            key=f"{where}.{param}",
+                        )
 
 
 def _check_sweep(suite: Suite, path: Path | None, entries) -> None:
@@ -195,16 +229,25 @@ def _check_sweep(suite: Suite, path: Path | None, entries) -> None:
             if spec.open_params:
                 continue
             if names:
-                raise BadInput(f"not a parameter of workload {spec.name!r} that takes names ({', '.join(spec.params)}); "
-                               f"implementation options are swept as sizes (impl[{i}])", file=path, key=key)
+                raise BadInput(
+                    f"not a parameter of workload {spec.name!r} that takes names ({', '.join(spec.params)}); "
+                    f"implementation options are swept as sizes (impl[{i}])",
+                    file=path,
+                    key=key,
+                )
             if name not in impl.options:
-                raise BadInput(f"neither a shape parameter of workload {spec.name!r} ({', '.join(spec.params)}) "
-                               f"nor an option of implementation {impl.name!r} (impl[{i}])", file=path, key=key)
+                raise BadInput(
+                    f"neither a shape parameter of workload {spec.name!r} ({', '.join(spec.params)}) "
+                    f"nor an option of implementation {impl.name!r} (impl[{i}])",
+                    file=path,
+                    key=key,
+                )
             for value in values:
                 _check_option(impl.options[name], value, path, key)
             if name in suite.impl[i].options:
-                raise BadInput("swept in [sweep] and also set in this [[impl]]", file=path,
-                               key=f"impl[{i}] ({impl.name}).{name}")
+                raise BadInput(
+                    "swept in [sweep] and also set in this [[impl]]", file=path, key=f"impl[{i}] ({impl.name}).{name}"
+                )
 
 
 def _check_combinations(suite: Suite, path: Path | None) -> None:
@@ -237,12 +280,16 @@ def _check_plot(suite: Suite, path: Path | None, entries) -> None:
         raise BadInput(f"expected a suite parameter (one of: {', '.join(sorted(columns))})", file=path, key="plot.x")
     for i, name in enumerate(suite.plot.split):
         if name not in columns or name == (suite.plot.x or next(iter(suite.sweep))):
-            raise BadInput(f"expected a suite parameter other than the x axis (one of: {', '.join(sorted(columns))})",
-                           file=path, key=f"plot.split[{i}]")
+            raise BadInput(
+                f"expected a suite parameter other than the x axis (one of: {', '.join(sorted(columns))})",
+                file=path,
+                key=f"plot.split[{i}]",
+            )
     for i, name in enumerate(suite.plot.metrics):
         if name not in METRICS:
-            raise BadInput(f"expected a metric (one of: {', '.join(METRICS)}), got {name!r}", file=path,
-                           key=f"plot.metrics[{i}]")
+            raise BadInput(
+                f"expected a metric (one of: {', '.join(METRICS)}), got {name!r}", file=path, key=f"plot.metrics[{i}]"
+            )
 
 
 def _check_protocol(suite: Suite, path: Path | None, specs: list[workloads.WorkloadSpec]) -> None:
@@ -250,28 +297,41 @@ def _check_protocol(suite: Suite, path: Path | None, specs: list[workloads.Workl
     for spec in specs:
         if suite.protocol not in spec.protocols:
             follow = ", ".join(n for n in workloads.names() if suite.protocol in workloads.lookup(n).protocols)
-            raise BadInput(f"the {spec.name} workload does not follow protocol {suite.protocol!r} "
-                           f"(workloads that do: {follow})", file=path, key="protocol")
+            raise BadInput(
+                f"the {spec.name} workload does not follow protocol {suite.protocol!r} (workloads that do: {follow})",
+                file=path,
+                key="protocol",
+            )
     for setting in ("warmup", "repeats", "warmup_s", "timer", "flush_l2"):
         problem = suite.measured_by.fixed_value_problem(setting, getattr(suite, setting))
         if problem:
             raise BadInput(problem, file=path, key=setting)
     for name in suite.sweep:
         if name in suite.measured_by.owned_options:
-            raise BadInput(f"protocol {suite.protocol!r} sets the option {name!r} itself: it cannot be swept",
-                           file=path, key=f"sweep.{name}")
+            raise BadInput(
+                f"protocol {suite.protocol!r} sets the option {name!r} itself: it cannot be swept",
+                file=path,
+                key=f"sweep.{name}",
+            )
 
 
 def _check_quality(suite: Suite, path: Path | None, entries) -> None:
     if not suite.quality:
         return
     if suite.fidelity:
-        raise BadInput("quality and fidelity = true: ask for one of them (quality judges the attention call against "
-                       "float64 exact attention, fidelity the layer against vanilla's)", file=path, key="quality")
+        raise BadInput(
+            "quality and fidelity = true: ask for one of them (quality judges the attention call against "
+            "float64 exact attention, fidelity the layer against vanilla's)",
+            file=path,
+            key="quality",
+        )
     lacking = sorted({s.name for s, _ in entries if s.attention_inputs is None})
     if lacking:
-        raise BadInput(f"selection quality needs a workload with one attention call (prefill, decode), "
-                       f"not {', '.join(lacking)}", file=path, key="quality")
+        raise BadInput(
+            f"selection quality needs a workload with one attention call (prefill, decode), not {', '.join(lacking)}",
+            file=path,
+            key="quality",
+        )
     if "minilm" in suite.quality:
         from topk_bench.workloads.pretrained.model import missing_extra
 

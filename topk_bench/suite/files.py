@@ -60,7 +60,9 @@ def _key(loc: tuple, data: dict[str, Any]) -> str:
             parts[-1:] = [f"{parts[-1] if parts else ''}[{item}]{name}"]
         elif item in ("function-after", "function-before", "tagged-union", "literal"):  # pydantic internals
             continue
-        elif isinstance(node, list) and isinstance(item, str):  # a union member's tag: list[int] of list[int] | list[str]
+        elif isinstance(node, list) and isinstance(
+            item, str
+        ):  # a union member's tag: list[int] of list[int] | list[str]
             continue
         else:
             parts.append(str(item))

@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS, Protocol, lookup as lookup_protocol
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
+from topk_bench.protocol import PROTOCOLS, Protocol
+from topk_bench.protocol import lookup as lookup_protocol
 from topk_bench.suite.files import Strict
 from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds, Threads, WarmupSeconds
 from topk_bench.types import DType, Mode, Timer
@@ -27,18 +29,20 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotun
 class PlotSection(Strict):
     """``[plot]``: how ``topk-bench plot`` draws the suite (written to ``<suite>.meta.json``)."""
 
-    x: str | None = None          # column on the x axis; default: the (first) swept parameter
-    x_label: str | None = None    # default: chosen by the plotter from the column name
-    log_x: int = Field(0, ge=0)   # 0: linear; otherwise the log base
+    x: str | None = None  # column on the x axis; default: the (first) swept parameter
+    x_label: str | None = None  # default: chosen by the plotter from the column name
+    log_x: int = Field(0, ge=0)  # 0: linear; otherwise the log base
     log_y: bool = False
     panels: list[list[float]] = Field(default_factory=list)  # [xmin, xmax] ranges, side by side
-    metrics: list[str] = Field(default_factory=lambda: ["memory", "time"], min_length=1)  # topk_bench.results.columns.METRICS
+    metrics: list[str] = Field(
+        default_factory=lambda: ["memory", "time"], min_length=1
+    )  # topk_bench.results.columns.METRICS
     # Which peak the "memory" row draws: allocated (peak_bytes), or reserved (reserved_bytes, the paper's
     # metric) for the figures whose rows have it (CUDA); topk-bench plot --memory overrides.
     memory: Literal["allocated", "reserved"] = "allocated"
     split: list[str] = Field(default_factory=list)  # parameters with one figure per value (model): not one curve each
-    renderer: str | None = None   # "module:function" of a plug-in renderer
-    pareto: bool = False          # also quality against time (suites with quality columns): report/plots/pareto.py
+    renderer: str | None = None  # "module:function" of a plug-in renderer
+    pareto: bool = False  # also quality against time (suites with quality columns): report/plots/pareto.py
 
     @field_validator("log_x")
     @classmethod
@@ -87,10 +91,10 @@ class Suite(Strict):
     # name (255 bytes).
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
     title: str = ""
-    workload: str                       # a registered workload (topk_bench.workloads)
+    workload: str  # a registered workload (topk_bench.workloads)
     # Default: the workload's mode (fwd_bwd; fwd for prefill, decode).
     mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
-    causal: bool | None = None          # default: the workload's
+    causal: bool | None = None  # default: the workload's
     activation: Literal["softmax", "relu"] | None = None  # default: the workload's
     dtype: Literal[DType.values()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
     seed: int = Field(0, ge=0)
@@ -104,7 +108,7 @@ class Suite(Strict):
     # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
     # every round's times (load that drifts over minutes spreads over all cases alike).
     rounds: AtLeastOne | None = None
-    threads: Threads | None = None      # intra-op CPU threads of a measured case: a number, or "auto"
+    threads: Threads | None = None  # intra-op CPU threads of a measured case: a number, or "auto"
     max_memory_gib: GiB | None = None
     max_case_seconds: Seconds | None = None
     max_cases: int | None = Field(None, ge=1)  # a suite of more cases than this runs only with --yes

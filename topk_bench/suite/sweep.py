@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 import implementations
-from topk_bench import protocol, workloads
+from topk_bench import workloads
 from topk_bench.case import Case, Measuring
 from topk_bench.errors import BadInput
 from topk_bench.suite.schema import ImplEntry, Suite
@@ -31,7 +31,8 @@ def entry_settings(suite: Suite, entry: ImplEntry) -> tuple[str, bool, str]:
 
 
 def entry_mode(suite: Suite, entry: ImplEntry) -> str:
-    """``fwd`` or ``fwd_bwd`` of an ``[[impl]]``: its own, else the suite's (filled in from its workload when it names none)."""
+    """``fwd`` or ``fwd_bwd`` of an ``[[impl]]``: its own, else the suite's (filled in from its workload when it
+    names none)."""
     return entry.mode or suite.mode or workloads.lookup(entry_settings(suite, entry)[0]).default_mode()
 
 
@@ -87,6 +88,7 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
     """How many cases :func:`expand` gives, without building them; with ``limits`` (swept size -> largest
     value, ``cpu_max``), how many of them are within those."""
     limits = limits or {}
+
     # Names (a swept model) are never above a limit: checks.py refuses a limit on them, after the count.
     def above(name: str, v: Any) -> bool:
         return name in limits and isinstance(v, (int, float)) and v > limits[name]
@@ -154,11 +156,24 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
     ff_impl = feedforward(suite, entry)
     ff_options = _resolved(implementations.spec(ff_impl), ff_given, suite) if ff_impl else None
     return Case.make(
-        suite=suite.name, workload=workload, impl=entry.name, params=params, options=options,
-        ff_impl=ff_impl, ff_options=ff_options, label=_label(suite, entry, options, workload),
-        mode=entry_mode(suite, entry), causal=causal, activation=activation, seed=suite.seed,
-        plugins=tuple(suite.plugins), fidelity=suite.fidelity, protocol=suite.protocol,
-        quality=tuple(dict.fromkeys(suite.quality)), compile=entry.compile, compile_mode=entry.compile_mode,
+        suite=suite.name,
+        workload=workload,
+        impl=entry.name,
+        params=params,
+        options=options,
+        ff_impl=ff_impl,
+        ff_options=ff_options,
+        label=_label(suite, entry, options, workload),
+        mode=entry_mode(suite, entry),
+        causal=causal,
+        activation=activation,
+        seed=suite.seed,
+        plugins=tuple(suite.plugins),
+        fidelity=suite.fidelity,
+        protocol=suite.protocol,
+        quality=tuple(dict.fromkeys(suite.quality)),
+        compile=entry.compile,
+        compile_mode=entry.compile_mode,
         **fields,
     )
 
@@ -183,6 +198,10 @@ def _distinct(suite: Suite, earlier: int, entry: int, point: dict[str, Any]) -> 
     if earlier == entry:
         return
     at = ", ".join(f"{k}={v}" for k, v in point.items())
-    raise BadInput(f"measures the same case as impl[{earlier}] ({suite.impl[earlier].name}) at {at}: entries that "
-                   "differ only in their label (or in an option the sweep sets for both) would share its case_id; "
-                   "give it another option or remove it", file=suite.path, key=f"impl[{entry}] ({suite.impl[entry].name})")
+    raise BadInput(
+        f"measures the same case as impl[{earlier}] ({suite.impl[earlier].name}) at {at}: entries that "
+        "differ only in their label (or in an option the sweep sets for both) would share its case_id; "
+        "give it another option or remove it",
+        file=suite.path,
+        key=f"impl[{entry}] ({suite.impl[entry].name})",
+    )

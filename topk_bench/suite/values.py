@@ -31,7 +31,7 @@ MAX_JOBS = 1024
 Seconds = Annotated[float, Field(gt=0, le=MAX_CASE_SECONDS, allow_inf_nan=False)]
 GiB = Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB, allow_inf_nan=False)]
 Jobs = Annotated[int, Field(ge=1, le=MAX_JOBS)]
-AtLeastOne = Annotated[int, Field(ge=1)]   # repeats, rounds
+AtLeastOne = Annotated[int, Field(ge=1)]  # repeats, rounds
 AtLeastZero = Annotated[int, Field(ge=0)]  # warmup
 WarmupSeconds = Annotated[float, Field(ge=0, le=MAX_CASE_SECONDS, allow_inf_nan=False)]  # warmup_s: 0 is none
 

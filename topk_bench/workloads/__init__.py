@@ -8,9 +8,18 @@ A plug-in module named in a suite's ``plugins`` registers its own with
 :func:`register` (see README, "Adding a workload").
 """
 
-from topk_bench.workloads.spec import (  # noqa: F401 -- the package's interface
-    Fixed, Traffic, UnknownWorkload, Workload, WorkloadSpec, build, hidden_states, lookup, names, register, traffic,
-)
-
 # Importing a module registers its workload.
-from topk_bench.workloads import mha, ff, decoder, pretrained, prefill, decode  # noqa: F401 -- registers them
+from topk_bench.workloads import decode, decoder, ff, mha, prefill, pretrained  # noqa: F401 -- registers them
+from topk_bench.workloads.spec import (  # noqa: F401 -- the package's interface
+    Fixed,
+    Traffic,
+    UnknownWorkload,
+    Workload,
+    WorkloadSpec,
+    build,
+    hidden_states,
+    lookup,
+    names,
+    register,
+    traffic,
+)

@@ -11,7 +11,8 @@ no activations of other layers).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -68,8 +69,10 @@ def grouped(params: Mapping[str, Any]) -> bool:
 def heads_group(params: Mapping[str, Any]) -> tuple[str, str] | None:
     """Each K/V head serves ``q_heads / kv_heads`` query heads: ``kv_heads`` must divide ``q_heads``."""
     if params["q_heads"] % params["kv_heads"]:
-        return "kv_heads", (f"expected kv_heads ({params['kv_heads']}) to divide q_heads ({params['q_heads']}): "
-                            "each K/V head serves q_heads / kv_heads query heads")
+        return "kv_heads", (
+            f"expected kv_heads ({params['kv_heads']}) to divide q_heads ({params['q_heads']}): "
+            "each K/V head serves q_heads / kv_heads query heads"
+        )
     return None
 
 

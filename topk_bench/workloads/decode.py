@@ -41,12 +41,19 @@ import torch
 from torch import nn
 
 from implementations import spec
+from topk_bench.types import Mode
 from topk_bench.workloads.attention import (
-    BUDGET, AttentionLayer, attention_flops, element_size, grouped, heads_group, keys_or_values, queries,
+    BUDGET,
+    AttentionLayer,
+    attention_flops,
+    element_size,
+    grouped,
+    heads_group,
+    keys_or_values,
+    queries,
 )
 from topk_bench.workloads.models import CUSTOM, MODELS
 from topk_bench.workloads.spec import Fixed, Traffic, Workload, WorkloadSpec, register
-from topk_bench.types import Mode
 
 
 class DecodeStep(nn.Module):
@@ -91,8 +98,14 @@ def cache_state(case, k_cache: torch.Tensor) -> dict[str, Any]:
 def cache_state_bytes(case) -> int:
     """Bytes of :func:`cache_state` for the case's cache, from its shapes alone (built on the meta device)."""
     p = DECODE.shape(case)
-    k = torch.empty(p["batch"], p["kv_heads"], p["kv_len"] + p["new_tokens"], p["head_dim"],
-                    dtype=getattr(torch, case.dtype), device="meta")
+    k = torch.empty(
+        p["batch"],
+        p["kv_heads"],
+        p["kv_len"] + p["new_tokens"],
+        p["head_dim"],
+        dtype=getattr(torch, case.dtype),
+        device="meta",
+    )
     return sum(x.nbytes for x in cache_state(case, k).values() if isinstance(x, torch.Tensor))
 
 
@@ -134,28 +147,40 @@ def traffic(case) -> Traffic:
     moved = per_position * (2 * hq * n + 4 * hkv * n + 2 * hkv * (cached + n))
     return Traffic(
         flops=attention_flops(b, hq, n, cached + n, d, causal=True, mode=Mode.FWD),
-        bytes=moved, tokens=b * n, tokens_per_sequence=n,
+        bytes=moved,
+        tokens=b * n,
+        tokens_per_sequence=n,
         kv_cache_bytes=2 * hkv * cached * per_position + cache_state_bytes(case),
     )
 
 
-DECODE = register(WorkloadSpec(
-    name="decode",
-    description="one decode step: new tokens' K/V written into a preallocated KV cache, then attention over it",
-    build=build,
-    # model "custom": the head counts below (Llama-3-8B's attention); a named model sets them.
-    params={"model": CUSTOM, "kv_len": 4096, "new_tokens": 1, "batch": 1, "q_heads": 32, "kv_heads": 8,
-            "head_dim": 128, BUDGET: 0},
-    optional_params=(BUDGET,),
-    presets={"model": MODELS},
-    causal=True,
-    fixed={
-        "causal": Fixed(True, "a decode step attends causally: expected causal = true"),
-        "mode": Fixed(Mode.FWD, "a decode step is forward only: expected mode = 'fwd'"),
-    },
-    mode=Mode.FWD,
-    check_params=heads_group,
-    grouped_heads=grouped,
-    traffic=traffic,
-    attention_inputs=attention_inputs,
-))
+DECODE = register(
+    WorkloadSpec(
+        name="decode",
+        description="one decode step: new tokens' K/V written into a preallocated KV cache, then attention over it",
+        build=build,
+        # model "custom": the head counts below (Llama-3-8B's attention); a named model sets them.
+        params={
+            "model": CUSTOM,
+            "kv_len": 4096,
+            "new_tokens": 1,
+            "batch": 1,
+            "q_heads": 32,
+            "kv_heads": 8,
+            "head_dim": 128,
+            BUDGET: 0,
+        },
+        optional_params=(BUDGET,),
+        presets={"model": MODELS},
+        causal=True,
+        fixed={
+            "causal": Fixed(True, "a decode step attends causally: expected causal = true"),
+            "mode": Fixed(Mode.FWD, "a decode step is forward only: expected mode = 'fwd'"),
+        },
+        mode=Mode.FWD,
+        check_params=heads_group,
+        grouped_heads=grouped,
+        traffic=traffic,
+        attention_inputs=attention_inputs,
+    )
+)

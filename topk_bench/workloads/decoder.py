@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from implementations import Decoder
 from topk_bench.protocol import OURS, PAPER
-from topk_bench.workloads.protocol import attention_layer
 from topk_bench.workloads.mha import heads_divide_d_model
+from topk_bench.workloads.protocol import attention_layer
 from topk_bench.workloads.spec import Fixed, Workload, WorkloadSpec, hidden_states, register
 
 DEFAULT_FEEDFORWARD = "vanilla"  # an [[impl]] that names no feed-forward implementation gets this one
@@ -20,24 +20,31 @@ def build(case, device, dtype) -> Workload:
     p = DECODER.shape(case)
     layer = attention_layer(case, p["seq_len"], device)  # one mask for all layers, as the authors'
     model = Decoder(
-        p["layers"], p["d_model"], p["heads"], p["d_ff"],
-        attention=case.impl, feedforward=case.ff_impl or DEFAULT_FEEDFORWARD,
+        p["layers"],
+        p["d_model"],
+        p["heads"],
+        p["d_ff"],
+        attention=case.impl,
+        feedforward=case.ff_impl or DEFAULT_FEEDFORWARD,
         # Every block passes these to its MultiHeadAttention (scale_in_attention is the layer's own).
-        attention_options={**layer.options, **case.option_dict}, feedforward_options=case.ff_option_dict,
+        attention_options={**layer.options, **case.option_dict},
+        feedforward_options=case.ff_option_dict,
     )
     return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),), layer.kept)
 
 
-DECODER = register(WorkloadSpec(
-    name="decoder",
-    description="causal post-LN decoder: N blocks of attention and feed-forward, chosen independently",
-    build=build,
-    params={"seq_len": 512, "batch": 1, "d_model": 768, "heads": 12, "d_ff": 3072, "layers": 12},
-    causal=True,
-    fixed={"causal": Fixed(True, "the decoder is causal: expected causal = true")},
-    feedforward=True,
-    default_feedforward=DEFAULT_FEEDFORWARD,
-    check_params=heads_divide_d_model,
-    legend=lambda attention, feedforward: f"{attention} + {feedforward} FF",
-    protocols=(OURS.name, PAPER.name),
-))
+DECODER = register(
+    WorkloadSpec(
+        name="decoder",
+        description="causal post-LN decoder: N blocks of attention and feed-forward, chosen independently",
+        build=build,
+        params={"seq_len": 512, "batch": 1, "d_model": 768, "heads": 12, "d_ff": 3072, "layers": 12},
+        causal=True,
+        fixed={"causal": Fixed(True, "the decoder is causal: expected causal = true")},
+        feedforward=True,
+        default_feedforward=DEFAULT_FEEDFORWARD,
+        check_params=heads_divide_d_model,
+        legend=lambda attention, feedforward: f"{attention} + {feedforward} FF",
+        protocols=(OURS.name, PAPER.name),
+    )
+)

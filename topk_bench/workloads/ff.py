@@ -17,15 +17,17 @@ def build(case, device, dtype) -> Workload:
     return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),))
 
 
-FF = register(WorkloadSpec(
-    name="ff",
-    description="one feed-forward layer as attention: ReLU(x W1ᵀ) W2 with d_ff learned keys",
-    build=build,
-    params={"seq_len": 512, "batch": 1, "d_model": 768, "d_ff": 3072},
-    activation="relu",
-    fixed={
-        "causal": Fixed(False, "the feed-forward workload has no mask: expected causal = false"),
-        "activation": Fixed("relu", "the feed-forward workload is ReLU(Q Kᵀ) V: expected activation = 'relu'"),
-    },
-    protocols=(OURS.name, PAPER.name),
-))
+FF = register(
+    WorkloadSpec(
+        name="ff",
+        description="one feed-forward layer as attention: ReLU(x W1ᵀ) W2 with d_ff learned keys",
+        build=build,
+        params={"seq_len": 512, "batch": 1, "d_model": 768, "d_ff": 3072},
+        activation="relu",
+        fixed={
+            "causal": Fixed(False, "the feed-forward workload has no mask: expected causal = false"),
+            "activation": Fixed("relu", "the feed-forward workload is ReLU(Q Kᵀ) V: expected activation = 'relu'"),
+        },
+        protocols=(OURS.name, PAPER.name),
+    )
+)

@@ -18,16 +18,25 @@ def heads_divide_d_model(params) -> tuple[str, str] | None:
 def build(case, device, dtype) -> Workload:
     p = MHA.shape(case)
     layer = attention_layer(case, p["seq_len"], device)
-    model = MultiHeadAttention(p["d_model"], p["heads"], case.impl, causal=case.causal,
-                               activation=case.activation, **layer.options, **case.option_dict)
+    model = MultiHeadAttention(
+        p["d_model"],
+        p["heads"],
+        case.impl,
+        causal=case.causal,
+        activation=case.activation,
+        **layer.options,
+        **case.option_dict,
+    )
     return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),), layer.kept)
 
 
-MHA = register(WorkloadSpec(
-    name="mha",
-    description="one multi-head self-attention layer: Q/K/V/O projections around the attention",
-    build=build,
-    params={"seq_len": 512, "batch": 1, "d_model": 768, "heads": 12},  # BERT-base (paper §3)
-    check_params=heads_divide_d_model,
-    protocols=(OURS.name, PAPER.name),
-))
+MHA = register(
+    WorkloadSpec(
+        name="mha",
+        description="one multi-head self-attention layer: Q/K/V/O projections around the attention",
+        build=build,
+        params={"seq_len": 512, "batch": 1, "d_model": 768, "heads": 12},  # BERT-base (paper §3)
+        check_params=heads_divide_d_model,
+        protocols=(OURS.name, PAPER.name),
+    )
+)

@@ -12,7 +12,7 @@ CUSTOM = "custom"
 
 MODELS: dict[str, dict[str, int]] = {
     "llama-3-8b": {"q_heads": 32, "kv_heads": 8, "head_dim": 128},  # grouped-query: 4 query heads per K/V head
-    "gemma-2b": {"q_heads": 8, "kv_heads": 1, "head_dim": 256},     # multi-query: one K/V head
-    "bert-base": {"q_heads": 12, "kv_heads": 12, "head_dim": 64},   # multi-head: the paper's shape
+    "gemma-2b": {"q_heads": 8, "kv_heads": 1, "head_dim": 256},  # multi-query: one K/V head
+    "bert-base": {"q_heads": 12, "kv_heads": 12, "head_dim": 64},  # multi-head: the paper's shape
     CUSTOM: {},
 }

@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import torch
 
+from topk_bench.types import Mode
 from topk_bench.workloads.attention import (
-    AttentionLayer, attention_flops, element_size, grouped, heads_group, keys_or_values, queries,
+    AttentionLayer,
+    attention_flops,
+    element_size,
+    grouped,
+    heads_group,
+    keys_or_values,
+    queries,
 )
 from topk_bench.workloads.models import CUSTOM, MODELS
 from topk_bench.workloads.spec import Fixed, Traffic, Workload, WorkloadSpec, register
-from topk_bench.types import Mode
 
 
 def build(case, device, dtype) -> Workload:
@@ -49,22 +55,26 @@ def traffic(case) -> Traffic:
         moved += (4 * hq + 4 * hkv) * per_token  # backward: Q, K, V, O, dO read, dQ, dK, dV written
     return Traffic(
         flops=attention_flops(b, hq, length, length, d, causal=True, mode=case.mode),
-        bytes=moved, tokens=b * length, tokens_per_sequence=length,
+        bytes=moved,
+        tokens=b * length,
+        tokens_per_sequence=length,
     )
 
 
-PREFILL = register(WorkloadSpec(
-    name="prefill",
-    description="one causal attention layer over a prompt, q/k/v inputs, grouped K/V heads (no projections)",
-    build=build,
-    # model "custom": the head counts below (Llama-3-8B's attention); a named model sets them.
-    params={"model": CUSTOM, "seq_len": 1024, "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128},
-    presets={"model": MODELS},
-    causal=True,
-    fixed={"causal": Fixed(True, "prefill is causal attention: expected causal = true")},
-    mode=Mode.FWD,
-    check_params=heads_group,
-    grouped_heads=grouped,
-    traffic=traffic,
-    attention_inputs=attention_inputs,
-))
+PREFILL = register(
+    WorkloadSpec(
+        name="prefill",
+        description="one causal attention layer over a prompt, q/k/v inputs, grouped K/V heads (no projections)",
+        build=build,
+        # model "custom": the head counts below (Llama-3-8B's attention); a named model sets them.
+        params={"model": CUSTOM, "seq_len": 1024, "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128},
+        presets={"model": MODELS},
+        causal=True,
+        fixed={"causal": Fixed(True, "prefill is causal attention: expected causal = true")},
+        mode=Mode.FWD,
+        check_params=heads_group,
+        grouped_heads=grouped,
+        traffic=traffic,
+        attention_inputs=attention_inputs,
+    )
+)

@@ -10,13 +10,14 @@ module knows a workload by name.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
-from topk_bench.protocol import OURS
 from topk_bench.case import Budget, Case
+from topk_bench.protocol import OURS
 from topk_bench.types import Mode
 
 
@@ -156,8 +157,9 @@ class WorkloadSpec:
         if not self.open_params:
             unknown = sorted(set(given) - set(self.params))
             if unknown:
-                raise ValueError(f"workload {self.name!r} has no parameter {unknown[0]!r} "
-                                 f"(parameters: {', '.join(self.params)})")
+                raise ValueError(
+                    f"workload {self.name!r} has no parameter {unknown[0]!r} (parameters: {', '.join(self.params)})"
+                )
         return self.with_presets({**self.params, **given})
 
 
@@ -213,13 +215,22 @@ def traffic(case: Case) -> Traffic | None:
     value = spec.traffic(case)
     if not isinstance(value, Traffic):
         raise ValueError(f"expected a Traffic, got {value!r}")
-    counts = {"flops": value.flops, "bytes": value.bytes, "tokens": value.tokens,
-              "tokens_per_sequence": value.tokens_per_sequence, "kv_cache_bytes": value.kv_cache_bytes}
+    counts = {
+        "flops": value.flops,
+        "bytes": value.bytes,
+        "tokens": value.tokens,
+        "tokens_per_sequence": value.tokens_per_sequence,
+        "kv_cache_bytes": value.kv_cache_bytes,
+    }
     for name, number in counts.items():
         if number is None and name == "kv_cache_bytes":
             continue
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) \
-                or number < (1 if name == "tokens_per_sequence" else 0):
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, (int, float))
+            or not math.isfinite(number)
+            or number < (1 if name == "tokens_per_sequence" else 0)
+        ):
             bound = "> 0" if name == "tokens_per_sequence" else ">= 0"
             raise ValueError(f"expected {name} a finite number {bound}, got {number!r}")
     return value

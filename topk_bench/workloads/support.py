@@ -45,17 +45,22 @@ def uses(case: Case) -> list[AttentionUse]:
     return out
 
 
-def capability_problem(impl: implementations.Implementation, activation: str, causal: bool,
-                       grouped: bool = False) -> str | None:
+def capability_problem(
+    impl: implementations.Implementation, activation: str, causal: bool, grouped: bool = False
+) -> str | None:
     """Why ``impl`` cannot be called with this activation, masking and K/V heads, or None."""
     if activation not in impl.activations:
-        return (f"implementation {impl.name!r} does not support activation {activation!r} "
-                f"(supports: {', '.join(impl.activations)})")
+        return (
+            f"implementation {impl.name!r} does not support activation {activation!r} "
+            f"(supports: {', '.join(impl.activations)})"
+        )
     if causal and not impl.causal:
         return f"implementation {impl.name!r} does not support causal masking"
     if grouped and impl.gqa is None:
-        return (f"implementation {impl.name!r} does not support grouped K/V heads "
-                "(kv_heads < q_heads; registered without gqa)")
+        return (
+            f"implementation {impl.name!r} does not support grouped K/V heads "
+            "(kv_heads < q_heads; registered without gqa)"
+        )
     return None
 
 
@@ -69,8 +74,10 @@ def unsupported(case: Case, *, predict: bool) -> str | None:
         if predict and not impl.predictable:
             return f"{impl.name} cannot be predicted (data-dependent operations do not run under FakeTensorMode)"
     if predict and case.compile:
-        return ("compile = true: a compiled case is measured, not predicted (the compiler decides what it "
-                "allocates; FakeTensorMode would run it eagerly)")
+        return (
+            "compile = true: a compiled case is measured, not predicted (the compiler decides what it "
+            "allocates; FakeTensorMode would run it eagerly)"
+        )
     if predict and not lookup(case.workload).predictable:
         return f"the {case.workload} workload cannot be predicted (it is measured only)"
     return None

@@ -11,9 +11,16 @@ from topk_bench.run.slurm.requests import Request, _gpus
 from topk_bench.status import INTERRUPTED, Status
 
 
-@pytest.mark.parametrize("gres, gpus", [
-    ("(null)", 0), ("gpu:2", 2), ("gpu:a100:4(S:0-1)", 4), ("gpu:a100:2,gpu:v100:1", 3), ("shard:8", 0),
-])
+@pytest.mark.parametrize(
+    "gres, gpus",
+    [
+        ("(null)", 0),
+        ("gpu:2", 2),
+        ("gpu:a100:4(S:0-1)", 4),
+        ("gpu:a100:2,gpu:v100:1", 3),
+        ("shard:8", 0),
+    ],
+)
 def test_gpus_of_a_node_are_read_from_its_gres(gres, gpus):
     assert _gpus(gres) == gpus
 
@@ -24,12 +31,23 @@ def test_a_request_says_what_it_asks():
     assert Request(2, 1024).describe(gpus_too=True) == "2 CPUs, 1.0 GiB of memory and 0 GPUs"
 
 
-@pytest.mark.parametrize("reason, stuck", [
-    ("PartitionConfig", True), ("PartitionNodeLimit", True), ("InvalidQOS", True), ("InvalidAccount", True),
-    ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions", True),
-    ("ReqNodeNotAvail, UnavailableNodes:n1", True), ("JobHeldUser", True),
-    ("Resources", False), ("Priority", False), ("BeginTime", False), ("JobArrayTaskLimit", False), ("None", False),
-])
+@pytest.mark.parametrize(
+    "reason, stuck",
+    [
+        ("PartitionConfig", True),
+        ("PartitionNodeLimit", True),
+        ("InvalidQOS", True),
+        ("InvalidAccount", True),
+        ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions", True),
+        ("ReqNodeNotAvail, UnavailableNodes:n1", True),
+        ("JobHeldUser", True),
+        ("Resources", False),
+        ("Priority", False),
+        ("BeginTime", False),
+        ("JobArrayTaskLimit", False),
+        ("None", False),
+    ],
+)
 def test_which_pending_reasons_never_clear_by_themselves(reason, stuck):
     assert stuck_reason(reason) is stuck
 
@@ -67,9 +85,16 @@ def test_a_prediction_asks_one_cpu_whatever_bench_toml_says():
     assert request(Case.make(**case, device="cuda", threads=None), settings) == Request(8, 65536, 2)
 
 
-@pytest.mark.parametrize("state, status", [("CANCELLED", Status.CANCELLED), ("PREEMPTED", Status.PREEMPTED),
-                                           ("NODE_FAIL", Status.LOST), ("COMPLETED", Status.CRASHED),
-                                           ("FAILED", Status.CRASHED)])
+@pytest.mark.parametrize(
+    "state, status",
+    [
+        ("CANCELLED", Status.CANCELLED),
+        ("PREEMPTED", Status.PREEMPTED),
+        ("NODE_FAIL", Status.LOST),
+        ("COMPLETED", Status.CRASHED),
+        ("FAILED", Status.CRASHED),
+    ],
+)
 def test_a_case_crashed_by_its_jobs_cancellation_takes_the_jobs_fate(tmp_path, monkeypatch, state, status):
     """submitit's job process outlives Slurm's SIGTERM, which kills the case's template: its result says
     crashed. A job cancelled, preempted or lost: that fate, resumable; a job that completed or failed: crashed."""
@@ -81,8 +106,9 @@ def test_a_case_crashed_by_its_jobs_cancellation_takes_the_jobs_fate(tmp_path, m
     pickle = tmp_path / "result.pkl"
     pickle.write_bytes(b"")
     crashed = Measurement(status=Status.CRASHED, error="the template process died (killed by SIGTERM)")
-    job = SimpleNamespace(job_id="7_1", paths=SimpleNamespace(result_pickle=str(pickle)),
-                          result=lambda: crashed.to_json())
+    job = SimpleNamespace(
+        job_id="7_1", paths=SimpleNamespace(result_pickle=str(pickle)), result=lambda: crashed.to_json()
+    )
     # A cancelled job is COMPLETING while Slurm's KillWait runs: its fate is read once it settled.
     answers = iter([{"7_1": ("COMPLETING", "")}] * 2 + [{"7_1": (state, "")}] * 100)
     monkeypatch.setattr(slurm_jobs, "squeue", lambda ids: next(answers))

@@ -10,13 +10,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from slurm_clusters import REPO, slurm_cluster, slurm_conf  # noqa: F401 -- fixtures
 
-from topk_bench.run.resolve import Flags
-from topk_bench.run import runner
+from slurm_clusters import REPO
 from topk_bench.case import Budget, Case
-from topk_bench.suite.settings import ExecutorSettings
 from topk_bench.results.store import read_rows
+from topk_bench.run import runner
+from topk_bench.run.resolve import Flags
+from topk_bench.suite.settings import ExecutorSettings
 
 # Every test here drives a real (local) Slurm cluster.
 pytestmark = pytest.mark.slow
@@ -24,8 +24,15 @@ pytestmark = pytest.mark.slow
 
 def _bench_toml(tmp_path: Path, **executor) -> Path:
     """A bench.toml whose [executor] fits the one-node test cluster (no GPU, 2 CPUs)."""
-    values = {"partition": "", "gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 1, "timeout_min": 5,
-              "log_dir": str(tmp_path / "slurm-logs"), **executor}
+    values = {
+        "partition": "",
+        "gpus_per_node": 0,
+        "cpus_per_task": 1,
+        "mem_gb": 1,
+        "timeout_min": 5,
+        "log_dir": str(tmp_path / "slurm-logs"),
+        **executor,
+    }
     lines = ["[executor]"] + [f"{k} = {v!r}".replace("'", '"') for k, v in values.items() if v != ""]
     path = tmp_path / "bench.toml"
     path.write_text("\n".join(lines) + "\n")
@@ -41,10 +48,16 @@ def test_smoke_suite_through_slurm_matches_local(slurm_conf, tmp_path):
     config = _bench_toml(tmp_path)
     # A generous time budget: on a loaded machine a slow child must not turn into a timeout in one run only.
     common = dict(config=config, resume=False, progress=False)
-    local = runner.run(REPO / "suites/smoke.toml", Flags(out=tmp_path / "local", executor="local", predict=True,
-                                                         max_case_seconds=600), **common)
-    slurm = runner.run(REPO / "suites/smoke.toml", Flags(out=tmp_path / "slurm", executor="slurm", predict=True,
-                                                         max_case_seconds=600), **common)
+    local = runner.run(
+        REPO / "suites/smoke.toml",
+        Flags(out=tmp_path / "local", executor="local", predict=True, max_case_seconds=600),
+        **common,
+    )
+    slurm = runner.run(
+        REPO / "suites/smoke.toml",
+        Flags(out=tmp_path / "slurm", executor="slurm", predict=True, max_case_seconds=600),
+        **common,
+    )
 
     local_rows, slurm_rows = _by_case(local.csv_path), _by_case(slurm.csv_path)
     assert len(local_rows) == len(local.plan.cases) > 0
@@ -59,10 +72,11 @@ def test_smoke_suite_through_slurm_matches_local(slurm_conf, tmp_path):
 @pytest.mark.timeout(900)
 def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, tmp_path):
     suite = tmp_path / "crash.toml"
-    suite.write_text(textwrap.dedent(f"""
+    suite.write_text(
+        textwrap.dedent(f"""
         name = "slurm_crash"
         workload = "mha"
-        plugins = ["{REPO / 'tests/plugins/failing_impls.py'}"]
+        plugins = ["{REPO / "tests/plugins/failing_impls.py"}"]
         repeats = 1
         warmup = 0
         [shape]
@@ -77,8 +91,15 @@ def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, 
         name = "vanilla"
         [[impl]]
         name = "sdpa"
-    """))
-    result = runner.run(suite, Flags(out=tmp_path / "out", executor="slurm", predict=True, max_case_seconds=600), config=_bench_toml(tmp_path), resume=False, progress=False)
+    """)
+    )
+    result = runner.run(
+        suite,
+        Flags(out=tmp_path / "out", executor="slurm", predict=True, max_case_seconds=600),
+        config=_bench_toml(tmp_path),
+        resume=False,
+        progress=False,
+    )
     rows = {row["impl"]: row for row in read_rows(result.csv_path)}
     assert rows["test_abort"]["status"] == "crashed"
     assert "SIGABRT" in rows["test_abort"]["error"]
@@ -88,7 +109,8 @@ def test_case_crashing_in_its_job_is_recorded_and_the_rest_complete(slurm_conf, 
 @pytest.mark.timeout(900)
 def test_rounds_through_slurm_pool_every_rounds_samples(slurm_conf, tmp_path):
     suite = tmp_path / "rounds.toml"
-    suite.write_text(textwrap.dedent("""
+    suite.write_text(
+        textwrap.dedent("""
         name = "slurm_rounds"
         workload = "mha"
         repeats = 2
@@ -102,8 +124,15 @@ def test_rounds_through_slurm_pool_every_rounds_samples(slurm_conf, tmp_path):
         seq_len = [16, 32]
         [[impl]]
         name = "vanilla"
-    """))
-    result = runner.run(suite, Flags(out=tmp_path / "out", executor="slurm", device="cpu", max_case_seconds=600), config=_bench_toml(tmp_path), resume=False, progress=False)
+    """)
+    )
+    result = runner.run(
+        suite,
+        Flags(out=tmp_path / "out", executor="slurm", device="cpu", max_case_seconds=600),
+        config=_bench_toml(tmp_path),
+        resume=False,
+        progress=False,
+    )
     rows = read_rows(result.csv_path)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert {r["repeats"] for r in rows} == {"4"}  # 2 rounds of 2 samples
@@ -138,13 +167,20 @@ def test_gpus_are_asked_for_only_by_cases_measured_on_cuda(slurm_conf, tmp_path)
     suite.write_text(TINY_SUITE)
     config = _bench_toml(tmp_path, gpus_per_node=1)
     for how in (dict(predict=True), dict(device="cpu")):
-        result = runner.run(suite, Flags(out=tmp_path / str(len(how)) / next(iter(how)), executor="slurm",
-                                         max_case_seconds=600, **how), config=config, resume=False, progress=False)
+        result = runner.run(
+            suite,
+            Flags(out=tmp_path / str(len(how)) / next(iter(how)), executor="slurm", max_case_seconds=600, **how),
+            config=config,
+            resume=False,
+            progress=False,
+        )
         rows = read_rows(result.csv_path)
         assert [(r["status"], r["method"], r["device"]) for r in rows] == [
-            ("ok", "predicted" if "predict" in how else "measured", "cpu")], rows
-    settings = ExecutorSettings(kind="slurm", gpus_per_node=1, cpus_per_task=1, mem_gb=1, timeout_min=5,
-                                log_dir=str(tmp_path / "logs"))
+            ("ok", "predicted" if "predict" in how else "measured", "cpu")
+        ], rows
+    settings = ExecutorSettings(
+        kind="slurm", gpus_per_node=1, cpus_per_task=1, mem_gb=1, timeout_min=5, log_dir=str(tmp_path / "logs")
+    )
     executor = SlurmExecutor(settings)
     cuda = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda")
     try:
@@ -188,11 +224,20 @@ def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_c
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     import slurm_test_jobs
 
-    settings = ExecutorSettings(kind="slurm", gpus_per_node=0, cpus_per_task=1, mem_gb=1, timeout_min=5,
-                                array_parallelism=1, log_dir=str(tmp_path / "logs"))
+    settings = ExecutorSettings(
+        kind="slurm",
+        gpus_per_node=0,
+        cpus_per_task=1,
+        mem_gb=1,
+        timeout_min=5,
+        array_parallelism=1,
+        log_dir=str(tmp_path / "logs"),
+    )
     executor = SlurmExecutor(settings, run=slurm_test_jobs.run, poll_s=0.2)
-    cases = [Case.make(suite="t", workload="mha", impl=impl, params={"seq_len": n})
-             for n, impl in enumerate(["fine", "die", "hang", "never"])]
+    cases = [
+        Case.make(suite="t", workload="mha", impl=impl, params={"seq_len": n})
+        for n, impl in enumerate(["fine", "die", "hang", "never"])
+    ]
     try:
         fine, die, hang, never = executor.submit(cases, Budget(max_seconds=30))
         _wait_state(hang, "RUNNING")  # array_parallelism=1: "never" is still pending
@@ -214,15 +259,27 @@ def test_dead_jobs_become_rows_with_the_log_tail_and_pending_ones_cancel(slurm_c
 
 # ------------------------------------------------------ no cluster needed
 
+
 def test_state_parsing_and_sbatch_parameters():
     from topk_bench.run.slurm.jobs import parse_states
     from topk_bench.run.slurm.requests import Request, request, sbatch_parameters
 
     text = "12_0|COMPLETED|None\n12_1|CANCELLED by 0\n12_1.batch|CANCELLED\n13|TIMEOUT\n14_2|PENDING|BeginTime\n"
-    assert parse_states(text) == {"12_0": ("COMPLETED", "None"), "12_1": ("CANCELLED", ""), "13": ("TIMEOUT", ""),
-                                  "14_2": ("PENDING", "BeginTime")}
-    settings = ExecutorSettings(kind="slurm", partition="gpu", gpus_per_node=2, cpus_per_task=4, mem_gb=1.5,
-                                timeout_min=30, extra_sbatch={"account": "abc", "exclusive": True})
+    assert parse_states(text) == {
+        "12_0": ("COMPLETED", "None"),
+        "12_1": ("CANCELLED", ""),
+        "13": ("TIMEOUT", ""),
+        "14_2": ("PENDING", "BeginTime"),
+    }
+    settings = ExecutorSettings(
+        kind="slurm",
+        partition="gpu",
+        gpus_per_node=2,
+        cpus_per_task=4,
+        mem_gb=1.5,
+        timeout_min=30,
+        extra_sbatch={"account": "abc", "exclusive": True},
+    )
     cuda = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda", threads=3)
     params = sbatch_parameters(settings, request(cuda, settings))
     assert params["partition"] == "gpu" and params["gpus_per_node"] == 2 and params["time"] == 30
@@ -231,8 +288,9 @@ def test_state_parsing_and_sbatch_parameters():
     cpu = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cpu", threads=3)
     without = sbatch_parameters(settings, request(cpu, settings))
     assert "gpus_per_node" not in without and {k: v for k, v in params.items() if k != "gpus_per_node"} == without
-    predicted = Case.make(suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda",
-                          method="predicted", threads=1)
+    predicted = Case.make(
+        suite="t", workload="mha", impl="vanilla", params={"seq_len": 8}, device="cuda", method="predicted", threads=1
+    )
     assert request(predicted, settings) == Request(1, 2048, 0)  # one CPU and its own needs, whatever bench.toml says
 
 
@@ -253,8 +311,12 @@ def test_job_killed_at_the_time_limit_is_a_timeout_with_its_log(tmp_path):
 
     log = tmp_path / "1_0_0_log.err"
     log.write_text("slurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-01-01 DUE TO TIME LIMIT ***\n")
-    job = SimpleNamespace(job_id="1_0", paths=SimpleNamespace(
-        folder=tmp_path, stderr=log, stdout=tmp_path / "none.out", result_pickle=tmp_path / "none.pkl"))
+    job = SimpleNamespace(
+        job_id="1_0",
+        paths=SimpleNamespace(
+            folder=tmp_path, stderr=log, stdout=tmp_path / "none.out", result_pickle=tmp_path / "none.pkl"
+        ),
+    )
     states = JobStates(poll_s=0)
     states.get = lambda job_id, refresh=False: "TIMEOUT"
     measurement = SlurmHandle(job, states).result()

@@ -15,19 +15,17 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from runner_fakes import interruptible
-from slurm_clusters import private_cluster, private_slurm, slurm_cluster, slurm_conf  # noqa: F401 -- fixtures
 
-from topk_bench.run.resolve import Flags
+from runner_fakes import interruptible
 from topk_bench.errors import BadInput
 from topk_bench.results.store import read_rows
 from topk_bench.run import runner
+from topk_bench.run.resolve import Flags
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +79,15 @@ def _files(tmp_path: Path, sizes=(16, 32, 64, 128), **executor) -> tuple[Path, P
     marker.write_text("")
     suite = tmp_path / "held.toml"
     suite.write_text(SUITE.format(plugin=plugin, marker=marker, sizes=list(sizes)))
-    values = {"kind": "slurm", "gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 1, "timeout_min": 10,
-              "log_dir": str(tmp_path / "slurm-logs"), **executor}
+    values = {
+        "kind": "slurm",
+        "gpus_per_node": 0,
+        "cpus_per_task": 1,
+        "mem_gb": 1,
+        "timeout_min": 10,
+        "log_dir": str(tmp_path / "slurm-logs"),
+        **executor,
+    }
     lines = ["[executor]"] + [f"{k} = {json.dumps(v)}" for k, v in values.items() if not isinstance(v, dict)]
     for table, entries in ((k, v) for k, v in values.items() if isinstance(v, dict)):
         lines += [f"[executor.{table}]"] + [f"{k} = {json.dumps(v)}" for k, v in entries.items()]
@@ -92,16 +97,22 @@ def _files(tmp_path: Path, sizes=(16, 32, 64, 128), **executor) -> tuple[Path, P
 
 
 def _cli(*args: str | Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "topk_bench", "run", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "topk_bench", "run", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _jobs(tmp_path: Path) -> dict[str, str]:
     """{job id: state} of every job this test submitted (its batch script lies under ``tmp_path``), known to
     squeue (one line per array task, finished ones too for MinJobAge)."""
-    proc = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%o"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%o"], capture_output=True, text=True, timeout=60
+    )
     found = {}
     for line in proc.stdout.splitlines():
         job_id, state, script = line.split("|", 2)
@@ -121,8 +132,10 @@ def _until(what: str, condition, limit_s: float = 300.0, every_s: float = 0.5):
 
 def _running(tmp_path: Path, at_least: int = 1) -> list[str]:
     """Wait until ``at_least`` of the test's jobs run; the ids of its jobs."""
-    jobs = _until(f"{at_least} job(s) running",
-                  lambda: (found := _jobs(tmp_path)) and list(found.values()).count("RUNNING") >= at_least and found)
+    jobs = _until(
+        f"{at_least} job(s) running",
+        lambda: (found := _jobs(tmp_path)) and list(found.values()).count("RUNNING") >= at_least and found,
+    )
     return sorted(jobs)
 
 
@@ -138,20 +151,39 @@ def _arrays(log_dir: Path) -> set[str]:
 
 # ------------------------------------------------------------------------- requests sized and checked
 
+
 def test_an_unsatisfiable_request_is_refused_before_anything_is_submitted(slurm_conf, tmp_path):
     suite, config, _ = _files(tmp_path, cpus_per_task=64)  # threads = "auto": on Slurm, cpus_per_task
     for asked in ("64 CPUs", "9766.0 GiB"):
         if "GiB" in asked:  # enough CPUs now, too much memory
-            config.write_text(config.read_text().replace("cpus_per_task = 64", "cpus_per_task = 1")
-                              .replace("mem_gb = 1", "mem_gb = 9766"))
+            config.write_text(
+                config.read_text()
+                .replace("cpus_per_task = 64", "cpus_per_task = 1")
+                .replace("mem_gb = 1", "mem_gb = 9766")
+            )
         with pytest.raises(BadInput) as caught:
             runner.run(suite, Flags(out=tmp_path / "out", device="cpu"), config=config, progress=False)
         message = str(caught.value)
         assert caught.value.key == "executor" and asked in message and "offers at most 2 CPUs" in message, message
         assert "partition debug" in message and "nothing was submitted" in message
     assert not (tmp_path / "slurm-logs").exists() and not (tmp_path / "out").exists()  # not a job, not a file
-    proc = subprocess.run([sys.executable, "-m", "topk_bench", "run", str(suite), "--config", str(config),
-                           "--device", "cpu", "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "topk_bench",
+            "run",
+            str(suite),
+            "--config",
+            str(config),
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("topk-bench: error: executor: a case's Slurm job asks 1 CPU, 9766.0 GiB")
 
@@ -169,6 +201,7 @@ def test_predict_on_slurm_asks_one_cpu_and_its_own_memory(slurm_conf, tmp_path):
 
 # ------------------------------------------------------------------------- pending reasons
 
+
 def test_jobs_held_by_a_begin_time_are_said_while_the_run_waits(slurm_conf, tmp_path):
     """Red team: begin = "now+2hours" left the run silent. Now its progress line says why the jobs wait;
     Ctrl-C then ends it and cancels them."""
@@ -179,8 +212,11 @@ def test_jobs_held_by_a_begin_time_are_said_while_the_run_waits(slurm_conf, tmp_
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
     try:
-        _until("a line saying the jobs wait for their begin time",
-               lambda: any("slurm: 2 pending (BeginTime" in line for line in lines), limit_s=120)
+        _until(
+            "a line saying the jobs wait for their begin time",
+            lambda: any("slurm: 2 pending (BeginTime" in line for line in lines),
+            limit_s=120,
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 130
     finally:
@@ -217,13 +253,16 @@ def test_a_job_waiting_for_a_reason_that_cannot_clear_ends_the_run_keeping_its_r
 
 # ------------------------------------------------------------------------- jobs that end without a result
 
+
 def test_scancel_of_a_running_array_gives_cancelled_rows_and_a_resume_completes_them(slurm_conf, tmp_path):
     """Red team: scancel gave crashed rows, and a resume ran 0 cases with no hint."""
     suite, config, marker = _files(tmp_path)
     out = tmp_path / "out"
     result: list = []
-    run = threading.Thread(target=lambda: result.append(
-        runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)), daemon=True)
+    run = threading.Thread(
+        target=lambda: result.append(runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)),
+        daemon=True,
+    )
     run.start()
     jobs = _running(tmp_path)
     subprocess.run(["scancel", jobs[0].split("_")[0]], check=True)  # the whole array, as an operator would
@@ -244,29 +283,37 @@ def test_a_node_set_down_mid_run_gives_lost_rows_that_a_resume_completes(private
     suite, config, marker = _files(tmp_path)
     out = tmp_path / "out"
     result: list = []
-    run = threading.Thread(target=lambda: result.append(
-        runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)), daemon=True)
+    run = threading.Thread(
+        target=lambda: result.append(runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)),
+        daemon=True,
+    )
     run.start()
     _running(tmp_path, at_least=2)
     running = [j for j, state in _jobs(tmp_path).items() if state == "RUNNING"]
     requeue = subprocess.run(["scontrol", "requeue", running[0]], capture_output=True, text=True)
     assert requeue.returncode != 0 and "disabled" in requeue.stderr, requeue.stderr
     subprocess.run(["scontrol", "update", "nodename=localhost", "state=down", "reason=test"], check=True)
-    _until("the running jobs failed with their node",
-           lambda: all(_states(tmp_path, running)[j] == "NODE_FAIL" for j in running), limit_s=120)
+    _until(
+        "the running jobs failed with their node",
+        lambda: all(_states(tmp_path, running)[j] == "NODE_FAIL" for j in running),
+        limit_s=120,
+    )
     marker.unlink()
     subprocess.run(["scontrol", "update", "nodename=localhost", "state=resume"], capture_output=True)
     run.join(600)
     rows = read_rows(out / "held.csv")
     statuses = sorted(r["status"] for r in rows)
     assert len(rows) == 4 and statuses.count("lost") == len(running) and statuses.count("ok") == 4 - len(running)
-    assert all("was lost (with its node" in r["error"] and "NODE_FAIL" in r["error"] for r in rows if r["status"] == "lost")
+    assert all(
+        "was lost (with its node" in r["error"] and "NODE_FAIL" in r["error"] for r in rows if r["status"] == "lost"
+    )
     again = runner.run(suite, Flags(out=out, predict=True), config=config, progress=False)
     rows = read_rows(again.csv_path)
     assert [r["status"] for r in rows] == ["ok"] * 4 and len({r["case_id"] for r in rows}) == 4
 
 
 # ------------------------------------------------------------------------- a parent that dies
+
 
 def test_a_resume_adopts_the_jobs_of_a_run_killed_with_sigkill_instead_of_submitting_them_again(slurm_conf, tmp_path):
     """Red team: a parent killed by SIGKILL left its array running, its results thrown away, and a resume

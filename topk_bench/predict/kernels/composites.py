@@ -82,28 +82,31 @@ class CudaComposites(TorchFunctionMode):
             return self.softmax(func, *args, **kwargs)
         return func(*args, **kwargs)
 
-    def sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-             enable_gqa=False):
+    def sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         backend = select_backend(SdpParams(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa), self.gpu)
         self.backends.append(backend)
         mask = convert_boolean_attn_mask(attn_mask, query.dtype)
         lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         if backend is Backend.CUDNN:
-            return aten._scaled_dot_product_cudnn_attention(query, key, value, mask, lse, dropout_p, is_causal,
-                                                           False, scale=scale)[0]
+            return aten._scaled_dot_product_cudnn_attention(
+                query, key, value, mask, lse, dropout_p, is_causal, False, scale=scale
+            )[0]
         if backend is Backend.FLASH:
             head = query.shape[-1]
             pad = -head % 8
             q, k, v = (F.pad(t, (0, pad)) if pad else t for t in (query, key, value))
-            out = aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False,
-                                                           scale=scale if scale is not None else head ** -0.5)[0]
+            out = aten._scaled_dot_product_flash_attention(
+                q, k, v, dropout_p, is_causal, False, scale=scale if scale is not None else head**-0.5
+            )[0]
             return out[..., :head] if pad else out
         if backend is Backend.EFFICIENT:
             mask = preprocess_mask(mask, query, key) if mask is not None else None
-            return aten._scaled_dot_product_efficient_attention(query, key, value, mask, lse, dropout_p,
-                                                                is_causal, scale=scale)[0]
-        return aten._scaled_dot_product_attention_math(query, key, value, mask, dropout_p, is_causal, None,
-                                                       scale=scale, enable_gqa=enable_gqa)[0]
+            return aten._scaled_dot_product_efficient_attention(
+                query, key, value, mask, lse, dropout_p, is_causal, scale=scale
+            )[0]
+        return aten._scaled_dot_product_attention_math(
+            query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+        )[0]
 
     @staticmethod
     def dropout(input, p=0.5, training=True, inplace=False, train=None):
@@ -117,5 +120,8 @@ class CudaComposites(TorchFunctionMode):
         if input.dtype == torch.float16 and dtype == torch.float32:  # SoftMax.cpp: half_to_float on CUDA
             log = func in (F.log_softmax, torch.log_softmax)
             return (aten._log_softmax if log else aten._softmax)(input, dim, True)
-        return func(input, dim, dtype=dtype) if func in (torch.softmax, torch.log_softmax) else \
-            func(input, dim, _stacklevel, dtype)
+        return (
+            func(input, dim, dtype=dtype)
+            if func in (torch.softmax, torch.log_softmax)
+            else func(input, dim, _stacklevel, dtype)
+        )

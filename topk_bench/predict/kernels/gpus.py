@@ -16,14 +16,14 @@ from topk_bench.types import DEFAULT_GPU, GpuModel
 
 @dataclass(frozen=True)
 class Gpu:
-    key: GpuModel               # as --gpu spells it
-    name: str                   # what a predicted row's device_name says
+    key: GpuModel  # as --gpu spells it
+    name: str  # what a predicted row's device_name says
     major: int
     minor: int
-    sm_count: int               # multiProcessorCount
-    regs_per_sm: int            # regsPerMultiprocessor
-    max_blocks_per_sm: int      # maxBlocksPerMultiProcessor
-    cudnn: int                  # cudnnGetVersion() of the library torch loads (major*10000 + minor*100 + patch)
+    sm_count: int  # multiProcessorCount
+    regs_per_sm: int  # regsPerMultiprocessor
+    max_blocks_per_sm: int  # maxBlocksPerMultiProcessor
+    cudnn: int  # cudnnGetVersion() of the library torch loads (major*10000 + minor*100 + patch)
 
     @property
     def capability(self) -> int:

@@ -23,8 +23,9 @@ given its CUDA size (:class:`Out` ``nbytes``), never an extra buffer on top of t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -69,7 +70,7 @@ class Unmodelled:
     why: str
 
 
-Step = Union[Out, Temp, Free, Keep, Workspace, Unmodelled]
+Step = Out | Temp | Free | Keep | Workspace | Unmodelled
 
 
 @dataclass(frozen=True)

@@ -77,9 +77,15 @@ def _in(gpu: Gpu, low: tuple[int, int], high: tuple[int, int]) -> bool:
 
 def can_use_flash(p: SdpParams, gpu: Gpu) -> bool:
     q, k, v = p.query, p.key, p.value
-    return (p.attn_mask is None and q.shape[-1] == k.shape[-1] == v.shape[-1] <= 256
-            and _in(gpu, (8, 0), (12, 1)) and not (p.is_causal and q.shape[-2] != k.shape[-2])
-            and q.dtype in HALF and q.dtype == k.dtype == v.dtype and _dense(p, ignore_singleton=True))
+    return (
+        p.attn_mask is None
+        and q.shape[-1] == k.shape[-1] == v.shape[-1] <= 256
+        and _in(gpu, (8, 0), (12, 1))
+        and not (p.is_causal and q.shape[-2] != k.shape[-2])
+        and q.dtype in HALF
+        and q.dtype == k.dtype == v.dtype
+        and _dense(p, ignore_singleton=True)
+    )
 
 
 def gemm_alignment(dtype: torch.dtype, gpu: Gpu) -> int:
@@ -97,8 +103,14 @@ def can_use_efficient(p: SdpParams, gpu: Gpu) -> bool:
     dims = q.shape[-1] == k.shape[-1] and q.shape[-1] % align == 0 and v.shape[-1] % align == 0
     offsets = gpu.major < 8 or all(t.storage_offset() % align == 0 for t in (q, k, v))
     dtypes = (torch.float16, torch.float32, torch.bfloat16) if gpu.major >= 8 else (torch.float16, torch.float32)
-    return (_in(gpu, (5, 0), (12, 1)) and dims and offsets and q.dtype in dtypes and q.dtype == k.dtype == v.dtype
-            and _dense(p, ignore_singleton=False))
+    return (
+        _in(gpu, (5, 0), (12, 1))
+        and dims
+        and offsets
+        and q.dtype in dtypes
+        and q.dtype == k.dtype == v.dtype
+        and _dense(p, ignore_singleton=False)
+    )
 
 
 def _cudnn_mask(p: SdpParams) -> bool:
@@ -123,8 +135,12 @@ def can_use_cudnn(p: SdpParams, gpu: Gpu) -> bool:
     return not (limit == 256 and p.requires_grad and not (d_qk <= 128 and d_v <= 128 or d_qk == d_v == 256))
 
 
-CHECKS = {Backend.FLASH: can_use_flash, Backend.EFFICIENT: can_use_efficient, Backend.CUDNN: can_use_cudnn,
-          Backend.MATH: lambda p, gpu: True}
+CHECKS = {
+    Backend.FLASH: can_use_flash,
+    Backend.EFFICIENT: can_use_efficient,
+    Backend.CUDNN: can_use_cudnn,
+    Backend.MATH: lambda p, gpu: True,
+}
 
 
 def select_backend(params: SdpParams, gpu: Gpu) -> Backend:

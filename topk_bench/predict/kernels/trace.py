@@ -18,8 +18,16 @@ from torch.utils._pytree import tree_leaves
 from topk_bench.predict.kernels import registry
 from topk_bench.predict.kernels.accumulation import EngineAdds
 from topk_bench.predict.kernels.gpus import Gpu
-from topk_bench.predict.kernels.program import (Call, Free, Keep, Out, Temp, Unmodelled, Workspace,
-                                                     non_overlapping_and_dense)
+from topk_bench.predict.kernels.program import (
+    Call,
+    Free,
+    Keep,
+    Out,
+    Temp,
+    Unmodelled,
+    Workspace,
+    non_overlapping_and_dense,
+)
 from topk_bench.predict.trace import AllocationTrace
 
 
@@ -31,10 +39,10 @@ class KernelTrace(AllocationTrace):
         self.gpu = gpu
         self.adds = adds
         self.unmodelled: set[str] = set()
-        self._held: dict[int, int] | None = None   # the ruled op's outputs: storage key -> nbytes, in order
-        self._kept: dict[int, list[int]] = {}       # storage key -> serials freed with it (Keep)
-        self._sum: tuple | None = None              # an engine accumulation to settle: sum's key, operands' keys
-        self._freed: dict[int, int] = {}            # storages freed since that accumulation: key -> serial
+        self._held: dict[int, int] | None = None  # the ruled op's outputs: storage key -> nbytes, in order
+        self._kept: dict[int, list[int]] = {}  # storage key -> serials freed with it (Keep)
+        self._sum: tuple | None = None  # an engine accumulation to settle: sum's key, operands' keys
+        self._freed: dict[int, int] = {}  # storages freed since that accumulation: key -> serial
         self.workspaces: dict[tuple[str, str], int] = {}  # (library, thread) -> the serial of its workspace
 
     # -- events ------------------------------------------------------------
@@ -83,8 +91,9 @@ class KernelTrace(AllocationTrace):
     def _op_finished(self, func, args, kwargs, out) -> None:
         if self.adds is not None and self.adds.is_accumulation(func, args, kwargs):
             # Keys only: holding the operands would keep them alive.
-            dense = [a.untyped_storage()._cdata for a in args
-                     if a.layout == torch.strided and non_overlapping_and_dense(a)]
+            dense = [
+                a.untyped_storage()._cdata for a in args if a.layout == torch.strided and non_overlapping_and_dense(a)
+            ]
             self._sum, self._freed = (out.untyped_storage()._cdata, dense), {}
         if self._held is not None:
             held, self._held = self._held, None
@@ -114,8 +123,11 @@ class KernelTrace(AllocationTrace):
         allocation nor the operand's free happen; the sum's storage continues the operand's allocation."""
         serial = self._serials[total]
         for event in ((serial, None), (operand, self.FREE)):
-            index = next(i for i in range(len(self.events) - 1, -1, -1)
-                         if self.events[i][0] == event[0] and (event[1] is None) != (self.events[i][1] == self.FREE))
+            index = next(
+                i
+                for i in range(len(self.events) - 1, -1, -1)
+                if self.events[i][0] == event[0] and (event[1] is None) != (self.events[i][1] == self.FREE)
+            )
             del self.events[index]
         self._serials[total] = operand
 

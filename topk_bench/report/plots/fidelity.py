@@ -17,9 +17,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from topk_bench.report.plots.spec import PlotSpec
+from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
-from topk_bench.results import columns as col
 
 FIDELITY_METRICS = (col.EMB_COS, col.NN_AGREE, col.NN_SPEARMAN, col.REL_ERR, col.GRAD_COS)
 
@@ -53,8 +53,9 @@ def render(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figu
     metrics = metrics or [m for m in FIDELITY_METRICS if m in rows and rows[m].notna().any()]
     ok = _with_option_flag(rows[rows[col.STATUS] == Status.OK])
     labels = pd.Series(col.legends(ok), index=ok.index)
-    fig, axes = plt.subplots(1, max(len(metrics), 1), figsize=(4.2 * max(len(metrics), 1), 3.6),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1, max(len(metrics), 1), figsize=(4.2 * max(len(metrics), 1), 3.6), squeeze=False, layout="constrained"
+    )
     for ax, name in zip(axes[0], metrics):
         for i, (label, group) in enumerate(ok.groupby(labels, sort=False)):
             color = f"C{i}"

@@ -32,8 +32,9 @@ import importlib
 import io
 import math
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import matplotlib
 
@@ -47,18 +48,22 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from topk_bench import fileio
 from topk_bench.errors import BadInput
-from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, drawn_metric
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
+from topk_bench.protocol import drawn_metric
 from topk_bench.report.plots import marks, pareto
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs
 from topk_bench.report.plots.series import series, short, styled
 from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric
 from topk_bench.report.plots.style import (
-    FAILURE_MARKER, FAILURE_TEXT, format_power_of_two, format_size, impl_rank, series_style,
+    FAILURE_MARKER,
+    FAILURE_TEXT,
+    format_power_of_two,
+    format_size,
 )
-from topk_bench.results import trust
-from topk_bench.results.columns import metric, parameter_columns
-from topk_bench.status import Status
 from topk_bench.results import columns as col
+from topk_bench.results import trust
+from topk_bench.results.columns import metric
+from topk_bench.status import Status
 from topk_bench.types import Method
 from topk_bench.units import GIB
 
@@ -71,9 +76,11 @@ DPI = 110  # committed PNGs stay small and readable
 
 def register_renderer(key: str, renderer: Renderer | None = None):
     """Use ``renderer`` for the suite (or workload) named ``key``; usable as a decorator."""
+
     def add(fn: Renderer) -> Renderer:
         RENDERERS[key] = fn
         return fn
+
     return add(renderer) if renderer is not None else add
 
 
@@ -87,15 +94,19 @@ def _resolve_renderer(spec: PlotSpec) -> Renderer:
         if spec.renderer in RENDERERS:  # the user's own code registered it under that name
             return RENDERERS[spec.renderer]
         if spec.renderer not in INSTALLED_RENDERERS:
-            raise BadInput(f"{spec.renderer!r} (in {spec.suite}.meta.json) is neither a renderer of topk-bench "
-                           f"({', '.join(INSTALLED_RENDERERS)}) nor one registered with register_renderer in this "
-                           "process: plot runs no code a results folder names", key="plot.renderer")
+            raise BadInput(
+                f"{spec.renderer!r} (in {spec.suite}.meta.json) is neither a renderer of topk-bench "
+                f"({', '.join(INSTALLED_RENDERERS)}) nor one registered with register_renderer in this "
+                "process: plot runs no code a results folder names",
+                key="plot.renderer",
+            )
         module, _, name = spec.renderer.partition(":")
         return getattr(importlib.import_module(module), name)
     return RENDERERS.get(spec.suite) or RENDERERS.get(spec.workload) or draw_figure
 
 
 # --- axes --------------------------------------------------------------------------------------
+
 
 def _in_panel(xs: pd.Series, panel) -> pd.Series:
     lo, hi = panel
@@ -141,13 +152,30 @@ def _draw_failures(ax, failed: pd.DataFrame, last_ok, style, unit: str) -> list[
     top = ax.get_xaxis_transform()  # x in data, y in axes fractions: 1.0 is the top edge
     notes = []
     for fx, fy, status, size in zip(failed["_dodged"], failed["_y"], failed[col.STATUS], failed["_x"]):
-        ax.plot([fx], [0.97], marker=FAILURE_MARKER, color=style.colour, markersize=8, markeredgecolor="black",
-                markeredgewidth=0.6, linestyle="none", zorder=5, transform=top, clip_on=False)
+        ax.plot(
+            [fx],
+            [0.97],
+            marker=FAILURE_MARKER,
+            color=style.colour,
+            markersize=8,
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            linestyle="none",
+            zorder=5,
+            transform=top,
+            clip_on=False,
+        )
         notes.append((fx, _failure_text(status, fy, unit), style.colour, size))
     if last_ok is not None and len(failed):
-        ax.annotate("", xy=(failed["_dodged"].iloc[0], 0.97), xycoords=top, xytext=last_ok, textcoords="data",
-                    arrowprops=dict(arrowstyle="-", linestyle=":", color=style.colour, linewidth=1, shrinkA=0,
-                                    shrinkB=4), zorder=4)
+        ax.annotate(
+            "",
+            xy=(failed["_dodged"].iloc[0], 0.97),
+            xycoords=top,
+            xytext=last_ok,
+            textcoords="data",
+            arrowprops=dict(arrowstyle="-", linestyle=":", color=style.colour, linewidth=1, shrinkA=0, shrinkB=4),
+            zorder=4,
+        )
     return notes
 
 
@@ -155,16 +183,39 @@ def _draw_predicted_over(ax, over: pd.DataFrame, last_ok, style, unit: str, midd
     """A predicted peak over the budget is exact: its cross is drawn at its value (above the budget line),
     labelled, the curve leaving its last point within the budget towards it with a dotted line."""
     for fx, fy in zip(over["_dodged"], over["_y"]):
-        ax.plot([fx], [fy], marker=FAILURE_MARKER, color=style.colour, markersize=8, markeredgecolor="black",
-                markeredgewidth=0.6, linestyle="none", zorder=5)
+        ax.plot(
+            [fx],
+            [fy],
+            marker=FAILURE_MARKER,
+            color=style.colour,
+            markersize=8,
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            linestyle="none",
+            zorder=5,
+        )
         left = fx < middle
-        ax.annotate(_failure_text(Status.OVER_BUDGET, fy, unit), (fx, fy), textcoords="offset points",
-                    xytext=(7 if left else -7, 0), ha="left" if left else "right", va="center", fontsize=7,
-                    color=style.colour, zorder=6,
-                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+        ax.annotate(
+            _failure_text(Status.OVER_BUDGET, fy, unit),
+            (fx, fy),
+            textcoords="offset points",
+            xytext=(7 if left else -7, 0),
+            ha="left" if left else "right",
+            va="center",
+            fontsize=7,
+            color=style.colour,
+            zorder=6,
+            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85),
+        )
     if last_ok is not None and len(over):
-        ax.plot([last_ok[0], over["_dodged"].iloc[0]], [last_ok[1], over["_y"].iloc[0]], linestyle=":",
-                color=style.colour, linewidth=1, zorder=4)
+        ax.plot(
+            [last_ok[0], over["_dodged"].iloc[0]],
+            [last_ok[1], over["_y"].iloc[0]],
+            linestyle=":",
+            color=style.colour,
+            linewidth=1,
+            zorder=4,
+        )
 
 
 def _annotate(ax, notes: list[tuple], middle: float) -> None:
@@ -177,11 +228,20 @@ def _annotate(ax, notes: list[tuple], middle: float) -> None:
     for group in by_x.values():
         for row, (fx, text, colour, _) in enumerate(group):
             left = fx < middle  # text grows towards the inside of the panel, never past its frame
-            ax.annotate(text, (fx, 0.97), xycoords=top, textcoords="offset points",
-                        xytext=(6 if left else -6, -4 - 10 * row), ha="left" if left else "right", va="top",
-                        fontsize=7, color=colour, zorder=6,
-                        # a light backing keeps the text legible where it crosses another curve
-                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+            ax.annotate(
+                text,
+                (fx, 0.97),
+                xycoords=top,
+                textcoords="offset points",
+                xytext=(6 if left else -6, -4 - 10 * row),
+                ha="left" if left else "right",
+                va="top",
+                fontsize=7,
+                color=colour,
+                zorder=6,
+                # a light backing keeps the text legible where it crosses another curve
+                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85),
+            )
 
 
 def _quartiles(times: str) -> tuple[float, float]:
@@ -202,13 +262,17 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> set[str
     in_panel = [pd.to_numeric(r[spec.x], errors="coerce") for _, _, r in curves]
     xs = np.concatenate([x[_in_panel(x, panel)].to_numpy(float) for x in in_panel]) if curves else np.array([])
     span = (float(xs.min()), float(xs.max())) if len(xs) else (0.0, 1.0)
-    middle = np.nan if not len(xs) else (
-        np.sqrt(xs.min() * xs.max()) if spec.log_x and xs.min() > 0 else (xs.min() + xs.max()) / 2)
+    middle = (
+        np.nan
+        if not len(xs)
+        else (np.sqrt(xs.min() * xs.max()) if spec.log_x and xs.min() > 0 else (xs.min() + xs.max()) / 2)
+    )
     for index, (legend, style, rows) in enumerate(curves):
         # Columns are added before filtering: assigning to an empty frame would add rows.
         x = pd.to_numeric(rows[spec.x], errors="coerce")
-        rows = rows.assign(_x=x, _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span),
-                           _y=marks.values(rows, metric_name))
+        rows = rows.assign(
+            _x=x, _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span), _y=marks.values(rows, metric_name)
+        )
         rows = rows[_in_panel(rows["_x"], panel)].sort_values("_x")
         ok = rows[(rows[col.STATUS] == Status.OK) & rows["_y"].notna()]
         if len(ok):
@@ -265,8 +329,12 @@ def _cross_legend(failed: pd.DataFrame) -> str:
 
 def _predicted_over(failed: pd.DataFrame, m) -> pd.Series:
     """The stopped rows whose value is exact and drawn where it is: predicted peaks over the budget."""
-    return ((failed[col.METHOD] == Method.PREDICTED) & (failed[col.STATUS] == Status.OVER_BUDGET)
-            & failed["_y"].notna() & (not m.timed))
+    return (
+        (failed[col.METHOD] == Method.PREDICTED)
+        & (failed[col.STATUS] == Status.OVER_BUDGET)
+        & failed["_y"].notna()
+        & (not m.timed)
+    )
 
 
 def _iqr_bars(ax, ok: pd.DataFrame, m, style) -> bool:
@@ -274,8 +342,16 @@ def _iqr_bars(ax, ok: pd.DataFrame, m, style) -> bool:
     q1, q3 = (np.asarray(q, float) for q in zip(*(_quartiles(t) for t in ok[col.TIMES_S])))
     low = (ok["_y"] - q1 * m.scale).clip(lower=0)
     high = (q3 * m.scale - ok["_y"]).clip(lower=0)
-    ax.errorbar(ok["_dodged"], ok["_y"], yerr=[low.fillna(0), high.fillna(0)], fmt="none",
-                ecolor=style.colour, elinewidth=1, capsize=2, alpha=0.8)
+    ax.errorbar(
+        ok["_dodged"],
+        ok["_y"],
+        yerr=[low.fillna(0), high.fillna(0)],
+        fmt="none",
+        ecolor=style.colour,
+        elinewidth=1,
+        capsize=2,
+        alpha=0.8,
+    )
     return bool(np.isfinite(q1).any())
 
 
@@ -290,8 +366,12 @@ def _budget_gib(rows: pd.DataFrame | None, m, panel, spec: PlotSpec) -> float | 
     """The memory budget the panel's cases ran under, in GiB, on a panel of total peaks, when it can be drawn
     without squashing the curves: a peak reaches half of it, or the axis is logarithmic and a case went over it.
     (Elsewhere a case over it is a cross on the top edge, the legend naming the budget.)"""
-    if rows is None or m.minus or m.column not in (col.PEAK_BYTES, col.RESERVED_BYTES) \
-            or col.MAX_MEMORY_BYTES not in rows:
+    if (
+        rows is None
+        or m.minus
+        or m.column not in (col.PEAK_BYTES, col.RESERVED_BYTES)
+        or col.MAX_MEMORY_BYTES not in rows
+    ):
         return None
     rows = rows[_in_panel(pd.to_numeric(rows[spec.x], errors="coerce"), panel)]
     budgets = pd.to_numeric(rows[col.MAX_MEMORY_BYTES], errors="coerce").dropna().unique()
@@ -392,6 +472,7 @@ def _legend_entries(axes, rows: pd.DataFrame, used: set[str]) -> tuple[list[obje
 
 # --- files -------------------------------------------------------------------------------------
 
+
 def parse_formats(text: str) -> tuple[str, ...]:
     formats = tuple(f.strip().lower().lstrip(".") for f in text.split(",") if f.strip())
     bad = [f for f in formats if f not in FORMATS]
@@ -405,11 +486,13 @@ def render(item: FigureInput, out_dir: Path, formats: tuple[str, ...]) -> list[P
     sub-folder of the item."""
     out_dir = out_dir / item.folder
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = _save(_resolve_renderer(item.spec)(item.rows, item.spec, item.device, item.method),
-                  out_dir / item.stem, formats)
+    paths = _save(
+        _resolve_renderer(item.spec)(item.rows, item.spec, item.device, item.method), out_dir / item.stem, formats
+    )
     if pareto.wanted(item.spec, item.rows, item.method):
-        paths += _save(pareto.draw(item.rows, item.spec, item.device, item.method), out_dir / item.named("pareto"),
-                       formats)
+        paths += _save(
+            pareto.draw(item.rows, item.spec, item.device, item.method), out_dir / item.named("pareto"), formats
+        )
     return paths
 
 
@@ -427,8 +510,13 @@ def _save(fig: Figure, stem: Path, formats: tuple[str, ...]) -> list[Path]:
         plt.close(fig)
 
 
-def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tuple[str, ...] = ("png",),
-                 warn: Callable[[str], None] | None = None, memory: str | None = None) -> list[Path]:
+def plot_results(
+    results: str | Path,
+    out_dir: str | Path = "plots",
+    formats: tuple[str, ...] = ("png",),
+    warn: Callable[[str], None] | None = None,
+    memory: str | None = None,
+) -> list[Path]:
     """Render every suite CSV of ``results`` into ``out_dir``; returns the files written.
 
     ``warn`` hears of every line of the CSVs left out, and of each figure that cannot draw the ``memory``
@@ -441,8 +529,10 @@ def plot_results(results: str | Path, out_dir: str | Path = "plots", formats: tu
         inputs = [dataclasses.replace(i, spec=dataclasses.replace(i.spec, memory=memory)) for i in inputs]
         for item in inputs:
             if warn and memory == "reserved" and memory_metric(item.spec, item.rows) != "reserved":
-                warn(f"{item.stem}: not every measured point has reserved_bytes (only CUDA has them): "
-                     "its memory row draws the allocated peak")
+                warn(
+                    f"{item.stem}: not every measured point has reserved_bytes (only CUDA has them): "
+                    "its memory row draws the allocated peak"
+                )
     for item in inputs:
         _resolve_renderer(item.spec)  # an unknown one is bad input before any file is written
     out = Path(out_dir)

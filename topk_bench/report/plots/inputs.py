@@ -8,16 +8,16 @@ BadInput naming the file, so the CLI prints one line and exits 2.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
 from topk_bench.errors import BadInput
 from topk_bench.report.plots.spec import PlotSpec, infer_spec, spec_from_meta
-from topk_bench.results.frame import csv_files, left_out, load_results, results_folders
 from topk_bench.results import columns as col
+from topk_bench.results.frame import csv_files, left_out, load_results, results_folders
 
 
 @dataclass

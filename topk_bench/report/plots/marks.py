@@ -49,13 +49,30 @@ def curve(ax, xs, ys, style: SeriesStyle, legend: str | None, hollow) -> Line2D:
     """A line through (``xs``, ``ys``) in the implementation's style, markers filled; then the points where
     ``hollow`` (booleans) is true drawn again, hollow. Returns the line (its data are the points drawn)."""
     xs, ys, hollow = np.asarray(xs, float), np.asarray(ys, float), np.asarray(hollow, bool)
-    line, = ax.plot(xs, ys, color=style.colour, marker=style.marker, markersize=MARKER_SIZE, linewidth=1.6,
-                    label=legend, markeredgewidth=1.2)
+    (line,) = ax.plot(
+        xs,
+        ys,
+        color=style.colour,
+        marker=style.marker,
+        markersize=MARKER_SIZE,
+        linewidth=1.6,
+        label=legend,
+        markeredgewidth=1.2,
+    )
     if style.dashes:
         line.set_dashes(style.dashes)
     if hollow.any():
-        ax.plot(xs[hollow], ys[hollow], marker=style.marker, markersize=MARKER_SIZE, linestyle="none",
-                markerfacecolor="white", markeredgecolor=style.colour, markeredgewidth=1.2, zorder=4)
+        ax.plot(
+            xs[hollow],
+            ys[hollow],
+            marker=style.marker,
+            markersize=MARKER_SIZE,
+            linestyle="none",
+            markerfacecolor="white",
+            markeredgecolor=style.colour,
+            markeredgewidth=1.2,
+            zorder=4,
+        )
     return line
 
 

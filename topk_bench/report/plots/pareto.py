@@ -46,7 +46,9 @@ QUALITIES = {"minilm": ("minilm_mass_recall", "minilm_attn_rel_err"), "random": 
 LOWER_IS_BETTER = frozenset({"minilm_attn_rel_err", "attn_rel_err"})
 REFERENCE_SIZE = 11
 FRONT_STYLE: dict[str, Any] = dict(color="0.55", linewidth=5, alpha=0.35, solid_capstyle="round", zorder=0)
-REFERENCE_LEGEND = "large marker: a method whose quality does not move with the budget (the reference), at its median time"
+REFERENCE_LEGEND = (
+    "large marker: a method whose quality does not move with the budget (the reference), at its median time"
+)
 FRONT_LEGEND = "grey steps: Pareto front (no other point both faster and better)"
 
 
@@ -91,16 +93,28 @@ def curves(rows: pd.DataFrame, spec: PlotSpec, x_metric: str, y_metrics: tuple[s
     out: dict[str, list[Curve]] = {y: [] for y in y_metrics}
     ok = rows[rows[col.STATUS] == Status.OK]
     for legend, style, group in styled(series(ok, spec)):
-        points = pd.DataFrame({"x": marks.values(group, x_metric), "budget": pd.to_numeric(group[spec.x], "coerce"),
-                               "hollow": marks.contended(group)}, index=group.index)
+        points = pd.DataFrame(
+            {
+                "x": marks.values(group, x_metric),
+                "budget": pd.to_numeric(group[spec.x], "coerce"),
+                "hollow": marks.contended(group),
+            },
+            index=group.index,
+        )
         reference = all(_constant(marks.values(group, y)) for y in y_metrics)
         for y in y_metrics:
             drawn = points.assign(y=marks.values(group, y)).dropna(subset=["x", "y"]).sort_values("budget")
             if not len(drawn):
                 continue
             if reference:  # one point: the median time, its one quality; hollow if any of its times is
-                drawn = pd.DataFrame({"x": [drawn["x"].median()], "y": [drawn["y"].iloc[0]], "budget": [np.nan],
-                                      "hollow": [bool(drawn["hollow"].any())]})
+                drawn = pd.DataFrame(
+                    {
+                        "x": [drawn["x"].median()],
+                        "y": [drawn["y"].iloc[0]],
+                        "budget": [np.nan],
+                        "hollow": [bool(drawn["hollow"].any())],
+                    }
+                )
             out[y].append(Curve(legend, style, drawn.reset_index(drop=True), reference))
     return out
 
@@ -121,9 +135,18 @@ def _draw_panel(ax, panel: list[Curve], y_metric: str, x_label: str) -> set[str]
     for curve in panel:
         p = curve.points
         if curve.reference:
-            line, = ax.plot(p["x"], p["y"], linestyle="none", marker=curve.style.marker, color=curve.style.colour,
-                            markersize=REFERENCE_SIZE, markeredgecolor="black", markeredgewidth=0.8,
-                            label=curve.legend, zorder=3)
+            (line,) = ax.plot(
+                p["x"],
+                p["y"],
+                linestyle="none",
+                marker=curve.style.marker,
+                color=curve.style.colour,
+                markersize=REFERENCE_SIZE,
+                markeredgecolor="black",
+                markeredgewidth=0.8,
+                label=curve.legend,
+                zorder=3,
+            )
             if p["hollow"].any():
                 line.set_markerfacecolor("white")
                 line.set_markeredgecolor(curve.style.colour)
@@ -177,8 +200,9 @@ def _label_budgets(ax, panel: list[Curve]) -> None:
         if any(abs(fx - px) < _LABEL_APART[0] and abs(fy - py) < _LABEL_APART[1] for px, py in placed):
             continue
         placed.append((fx, fy))
-        ax.annotate(short(budget), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6,
-                    color=curve.style.colour)
+        ax.annotate(
+            short(budget), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6, color=curve.style.colour
+        )
 
 
 def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure:
@@ -193,8 +217,11 @@ def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure
     legend_in = marks.fitted_legend(fig, *_legend(axes, rows, used, spec), width)
     names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
     inputs = "the pretrained MiniLM's activations" if y_metrics[0].startswith("minilm_") else "random inputs"
-    fig.suptitle(f"{spec.title}\nquality ({inputs}) against {metric(x_metric).label.split(' (')[0]}, "
-                 f"measured on {names[0] if len(names) == 1 else device}", fontsize=10)
+    fig.suptitle(
+        f"{spec.title}\nquality ({inputs}) against {metric(x_metric).label.split(' (')[0]}, "
+        f"measured on {names[0] if len(names) == 1 else device}",
+        fontsize=10,
+    )
     fig.set_size_inches(width, 4.4 + legend_in)
     return fig
 
@@ -207,16 +234,19 @@ def _legend(axes, rows: pd.DataFrame, used: set[str], spec: PlotSpec) -> tuple[l
             seen.setdefault(label, handle)
     seen[f"small numbers: {spec.x_label}"] = marks.text_handle()
     if REFERENCE_LEGEND in used:
-        seen[REFERENCE_LEGEND] = Line2D([], [], marker="o", color="0.4", markeredgecolor="black", linestyle="none",
-                                        markersize=REFERENCE_SIZE * 0.8)
+        seen[REFERENCE_LEGEND] = Line2D(
+            [], [], marker="o", color="0.4", markeredgecolor="black", linestyle="none", markersize=REFERENCE_SIZE * 0.8
+        )
     if FRONT_LEGEND in used:
         seen[FRONT_LEGEND] = Line2D([], [], **FRONT_STYLE)
     if marks.HOLLOW_LEGEND in used:
         seen[marks.HOLLOW_LEGEND] = marks.hollow_handle()
     stopped = rows[rows[col.STATUS].isin(marks.STOPPED)]
     if len(stopped):
-        cases = ", ".join(f"{legend} at {short(x)} ({status})" for legend, x, status in
-                          zip(col.legends(stopped), stopped[spec.x], stopped[col.STATUS]))
+        cases = ", ".join(
+            f"{legend} at {short(x)} ({status})"
+            for legend, x, status in zip(col.legends(stopped), stopped[spec.x], stopped[col.STATUS])
+        )
         seen[f"not shown: {cases}"] = marks.text_handle()
     for note in marks.not_shown(rows):
         if not note.startswith("stopped at every size"):

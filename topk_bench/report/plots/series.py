@@ -20,8 +20,11 @@ def series(rows: pd.DataFrame, spec: PlotSpec) -> list[tuple[str, str, pd.DataFr
     out = []
     for label, group in rows.groupby(col.LABEL, sort=False):
         # A parameter with one value per x moves with x (the option a swept token budget sets): not a curve of its own.
-        varying = [c for c in others if group[c].nunique(dropna=True) > 1
-                   and group.groupby(x, dropna=False)[c].nunique(dropna=True).max() > 1]
+        varying = [
+            c
+            for c in others
+            if group[c].nunique(dropna=True) > 1 and group.groupby(x, dropna=False)[c].nunique(dropna=True).max() > 1
+        ]
         if not varying:
             out.append((str(label), str(group[col.IMPL].iloc[0]), group))
             continue

@@ -16,9 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
-from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL, PROTOCOLS
-from topk_bench.results.columns import metric, migrate_metrics, parameter_columns
+from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
+from topk_bench.protocol import PROTOCOLS
 from topk_bench.results import columns as col
+from topk_bench.results.columns import metric, migrate_metrics, parameter_columns
 
 # Preferred x when several parameters vary (the paper's x axes first).
 _X_PREFERENCE = ("seq_len", "d_ff", "chunk_size", "topk", "nb_features", "layers", "batch", "d_model", "heads")
@@ -83,8 +84,16 @@ def infer_spec(frame: pd.DataFrame, file: Path) -> PlotSpec:
     log_y = bool(len(peaks)) and peaks.max() > 50 * peaks.min()
     suite = str(frame[col.SUITE].iloc[0]) if len(frame) else file.stem
     workload = str(frame[col.WORKLOAD].iloc[0]) if len(frame) else ""
-    return PlotSpec(suite=suite, title=suite, workload=workload, x=x, x_label=X_LABELS.get(x, x),
-                    log_x=log_x, log_y=log_y, protocol=_protocol_of(frame))
+    return PlotSpec(
+        suite=suite,
+        title=suite,
+        workload=workload,
+        x=x,
+        x_label=X_LABELS.get(x, x),
+        log_x=log_x,
+        log_y=log_y,
+        protocol=_protocol_of(frame),
+    )
 
 
 def _protocol_of(frame: pd.DataFrame) -> str:
@@ -124,8 +133,11 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     for name in metrics:
         for column in metric(name).columns:
             if column not in frame.columns:
-                raise BadInput(f"metric {name!r} needs column {column!r}, absent from {csv_path.name}",
-                               file=meta_path, key="plot.metrics")
+                raise BadInput(
+                    f"metric {name!r} needs column {column!r}, absent from {csv_path.name}",
+                    file=meta_path,
+                    key="plot.metrics",
+                )
     split = plot.pop("split", None) or []
     if not isinstance(split, list) or not all(isinstance(c, str) and c in frame.columns for c in split):
         raise BadInput(f"expected a list of columns of {csv_path.name}", file=meta_path, key="plot.split")
@@ -140,7 +152,9 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
         raise BadInput(f"expected true or false, got {pareto!r}", file=meta_path, key="plot.pareto")
     memory = plot.pop("memory", "allocated")
     if memory not in MEMORY_CHOICES:
-        raise BadInput(f"expected one of {', '.join(MEMORY_CHOICES)}, got {memory!r}", file=meta_path, key="plot.memory")
+        raise BadInput(
+            f"expected one of {', '.join(MEMORY_CHOICES)}, got {memory!r}", file=meta_path, key="plot.memory"
+        )
     protocol = meta.get("protocol", inferred.protocol)
     if protocol not in PROTOCOLS:
         raise BadInput(f"expected one of: {', '.join(PROTOCOLS)}, got {protocol!r}", file=meta_path, key="protocol")
@@ -152,8 +166,9 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
         x_label=str(plot.pop("x_label", None) or X_LABELS.get(x, x)),
         log_x=int(log_x),
         log_y=bool(log_y),
-        panels=tuple((_number(lo, meta_path, "plot.panels"), _number(hi, meta_path, "plot.panels"))
-                     for lo, hi in panels),
+        panels=tuple(
+            (_number(lo, meta_path, "plot.panels"), _number(hi, meta_path, "plot.panels")) for lo, hi in panels
+        ),
         metrics=tuple(metrics),
         split=tuple(split),
         renderer=plot.pop("renderer", None),

@@ -46,20 +46,28 @@ def render(data: Series, title: str) -> bytes:
     from matplotlib import pyplot as plt
 
     scale, unit = _unit(data.peak_bytes)
-    fig, (ax, bar) = plt.subplots(1, 2, figsize=(6.7, 4.8), dpi=200, sharey=True,
-                                  gridspec_kw={"width_ratios": [14, 1], "wspace": 0.04})
+    fig, (ax, bar) = plt.subplots(
+        1, 2, figsize=(6.7, 4.8), dpi=200, sharey=True, gridspec_kw={"width_ratios": [14, 1], "wspace": 0.04}
+    )
     palette = iter(plt.get_cmap("tab10").colors)  # type: ignore[attr-defined]  # tab10 is a ListedColormap
     colors = [{BASELINE_BAND: "#bdbdbd", OTHER_BAND: "#e8d5a9"}.get(b) or next(palette) for b in data.bands]
-    ax.stackplot(data.ops, data.live / scale, labels=[_legend(b) for b in data.bands], colors=colors,
-                 step="post", linewidth=0)
+    ax.stackplot(
+        data.ops, data.live / scale, labels=[_legend(b) for b in data.bands], colors=colors, step="post", linewidth=0
+    )
     end = int(data.ops.max()) if len(data.ops) else 1
     if data.backward_from is not None:
         ax.axvspan(data.backward_from, end, color="#4a6fa5", alpha=0.08, linewidth=0)
         ax.text(data.backward_from, 1.0, " backward", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
     ax.text(0, 1.0, " forward", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
     ax.axvline(data.peak_op, color="#c0392b", linestyle="--", linewidth=1)
-    ax.annotate(f"peak {data.peak_bytes / scale:.3g} {unit}", xy=(data.peak_op, data.peak_bytes / scale),
-                xytext=(4, -12), textcoords="offset points", color="#c0392b", fontsize=8)
+    ax.annotate(
+        f"peak {data.peak_bytes / scale:.3g} {unit}",
+        xy=(data.peak_op, data.peak_bytes / scale),
+        xytext=(4, -12),
+        textcoords="offset points",
+        color="#c0392b",
+        fontsize=8,
+    )
     ax.set_xlim(0, end)
     ax.set_ylim(0, data.peak_bytes / scale * 1.08)
     ax.set_xlabel("aten ops of one iteration, in the order they ran (each span at its highest)", fontsize=9)
@@ -67,15 +75,29 @@ def render(data: Series, title: str) -> bytes:
     ax.set_title(title, fontsize=9, loc="left")
     ax.tick_params(labelsize=8)
     # The peak's own composition: a storage that lives for a few ops among thousands is a sliver on the left.
-    bar.bar([0], data.at_peak / scale, bottom=np.concatenate([[0], np.cumsum(data.at_peak)[:-1]]) / scale,
-            color=colors, width=0.8)
+    bar.bar(
+        [0],
+        data.at_peak / scale,
+        bottom=np.concatenate([[0], np.cumsum(data.at_peak)[:-1]]) / scale,
+        color=colors,
+        width=0.8,
+    )
     bar.set_xticks([0], ["at the\npeak"], fontsize=7)
     bar.tick_params(left=False, labelleft=False)
     bar.set_xlim(-0.6, 0.6)
     handles, labels_ = ax.get_legend_handles_labels()
     rows = -(-len(data.bands) // 2)
-    fig.legend(handles[::-1], labels_[::-1], loc="lower left", ncol=2, fontsize=6.5, frameon=False,
-               bbox_to_anchor=(0.01, 0.0), columnspacing=1.0, handlelength=1.2)
+    fig.legend(
+        handles[::-1],
+        labels_[::-1],
+        loc="lower left",
+        ncol=2,
+        fontsize=6.5,
+        frameon=False,
+        bbox_to_anchor=(0.01, 0.0),
+        columnspacing=1.0,
+        handlelength=1.2,
+    )
     fig.subplots_adjust(left=0.1, right=0.98, top=0.93, bottom=0.13 + 0.036 * rows)
     out = io.BytesIO()
     fig.savefig(out, format="png")

@@ -26,8 +26,8 @@ import collections
 import os
 import secrets
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import BadInput
@@ -52,8 +52,10 @@ LOG_TAIL_CHARS = 2000
 FATE_SETTLE_S = 60.0
 # What a row of a job that ended without a result says of it, by the status it becomes.
 ENDED_HOW = {
-    Status.CANCELLED: "was cancelled (scancel) before it ended", Status.PREEMPTED: "was preempted",
-    Status.LOST: "was lost (with its node, or Slurm forgot it)", Status.TIMEOUT: "reached Slurm's time limit (timeout_min)",
+    Status.CANCELLED: "was cancelled (scancel) before it ended",
+    Status.PREEMPTED: "was preempted",
+    Status.LOST: "was lost (with its node, or Slurm forgot it)",
+    Status.TIMEOUT: "reached Slurm's time limit (timeout_min)",
 }
 
 
@@ -135,17 +137,21 @@ class SlurmHandle:
         if self._has_result():
             try:
                 return self._fate_over(Measurement.from_json(self.job.result()), meta)
-            except Exception as exc:  # the job function raised (e.g. topk_bench not importable on the node)
+            except Exception as exc:  # noqa: BLE001 -- the job function raised (topk_bench not importable there...)
                 # submitit's own handler of Slurm's pre-time-limit signal ends the job this way.
                 status = Status.TIMEOUT if "timed-out" in str(exc) else Status.CRASHED
-                return Measurement(status=status, error=f"{type(exc).__name__}: {str(exc)[-LOG_TAIL_CHARS:]}",
-                                   metadata=meta)
+                return Measurement(
+                    status=status, error=f"{type(exc).__name__}: {str(exc)[-LOG_TAIL_CHARS:]}", metadata=meta
+                )
         state = self._states.get(self.job_id, refresh=True)
         status = ENDED_AS.get(state, Status.CRASHED)
         how = ENDED_HOW.get(status, "ended")
         again = "; a resume runs it again" if status in INTERRUPTED else ""
-        return Measurement(status=status, error=f"slurm job {self.job_id} {how} ({state}) without a result{again}; "
-                                                f"log tail:\n{log_tail(self.job)}", metadata=meta)
+        return Measurement(
+            status=status,
+            error=f"slurm job {self.job_id} {how} ({state}) without a result{again}; log tail:\n{log_tail(self.job)}",
+            metadata=meta,
+        )
 
     def _fate_over(self, measured: Measurement, meta: dict) -> Measurement:
         """A job cancelled, preempted or lost while its case ran still returns a result: submitit lets the job
@@ -160,8 +166,12 @@ class SlurmHandle:
         fate = ENDED_AS.get(state)
         if fate not in INTERRUPTED:
             return measured
-        return Measurement(status=fate, error=f"slurm job {self.job_id} {ENDED_HOW[fate]} ({state}); a resume runs "
-                                              f"it again; the case saw: {measured.error}", metadata=meta)
+        return Measurement(
+            status=fate,
+            error=f"slurm job {self.job_id} {ENDED_HOW[fate]} ({state}); a resume runs "
+            f"it again; the case saw: {measured.error}",
+            metadata=meta,
+        )
 
     def cancel(self) -> bool:
         """Cancel if still pending. (Not ``scancel --state=PENDING``: on an array whose
@@ -194,8 +204,15 @@ class SlurmExecutor:
     # sizes after a failure, instead of submitting one size at a time.
     prefers_batches = True
 
-    def __init__(self, settings, run: CaseRunner | None = None, poll_s: float = 1.0, journal: Path | None = None,
-                 adopt: bool = True, stuck_after_s: float = slurm_jobs.STUCK_AFTER_S):
+    def __init__(
+        self,
+        settings,
+        run: CaseRunner | None = None,
+        poll_s: float = 1.0,
+        journal: Path | None = None,
+        adopt: bool = True,
+        stuck_after_s: float = slurm_jobs.STUCK_AFTER_S,
+    ):
         if not settings.log_dir:
             raise BadInput("expected a log folder shared with the compute nodes", key="executor.log_dir")
         self.settings = settings
@@ -224,7 +241,7 @@ class SlurmExecutor:
                 by_request[request(case, self.settings)].append(i)
         for asked, indices in sorted(by_request.items()):
             for start in range(0, len(indices), MAX_ARRAY):
-                chunk = indices[start:start + MAX_ARRAY]
+                chunk = indices[start : start + MAX_ARRAY]
                 for i, job in zip(chunk, self._submit_array(asked, [cases[i].to_json() for i in chunk], budget_json)):
                     handles[i] = SlurmHandle(job, self._states)
         submitted = [h for h in handles if h is not None]
@@ -237,22 +254,28 @@ class SlurmExecutor:
         executor = submitit.SlurmExecutor(folder=pattern)
         executor.update_parameters(**sbatch_parameters(self.settings, asked, self.name))
         try:
-            jobs = executor.map_array(run_in_job, case_jsons, [budget_json] * len(case_jsons),
-                                      [self._run] * len(case_jsons))
-        except Exception as exc:  # sbatch refused (bad partition, no controller...): a user-facing problem
+            jobs = executor.map_array(
+                run_in_job, case_jsons, [budget_json] * len(case_jsons), [self._run] * len(case_jsons)
+            )
+        except Exception as exc:  # noqa: BLE001 -- sbatch refused (bad partition, no controller...): the user's
             lines = str(exc).strip().splitlines() or [type(exc).__name__]
-            raise BadInput(f"sbatch refused the jobs ({lines[-1].removeprefix('sbatch: error: ')}); check "
-                           "partition, gpus_per_node, cpus_per_task, mem_gb and timeout_min",
-                           key="executor") from None
+            raise BadInput(
+                f"sbatch refused the jobs ({lines[-1].removeprefix('sbatch: error: ')}); check "
+                "partition, gpus_per_node, cpus_per_task, mem_gb and timeout_min",
+                key="executor",
+            ) from None
         if self._journal is not None:
-            self._journal.add(Entry(job.job_id, self.name, str(pattern), case, budget_json)
-                              for job, case in zip(jobs, case_jsons))
+            self._journal.add(
+                Entry(job.job_id, self.name, str(pattern), case, budget_json) for job, case in zip(jobs, case_jsons)
+            )
         return jobs
 
     def _left_state(self, entry: Entry) -> str:
         """The state of an earlier run's job, "" unless it is that job (its name) and Slurm still knows it."""
         if self._left_states is None:
-            self._left_states = slurm_jobs.names(sorted({e.job_id.split("_")[0] for e in self._left})) if self._left else {}
+            self._left_states = (
+                slurm_jobs.names(sorted({e.job_id.split("_")[0] for e in self._left})) if self._left else {}
+            )
         state, name = self._left_states.get(entry.job_id, ("", ""))
         return state if name == entry.name else ""
 
@@ -271,7 +294,7 @@ class SlurmExecutor:
         """Cancel the earlier run's jobs not adopted that are still alive (they would compete with ours)."""
         alive = [e.job_id for e in self._left if self._left_state(e) in ACTIVE_STATES]
         for start in range(0, len(alive), 500):
-            command(["scancel", *alive[start:start + 500]])
+            command(["scancel", *alive[start : start + 500]])
         self._left.clear()
 
     def progress(self) -> str:
@@ -287,8 +310,10 @@ class SlurmExecutor:
             return None
         job_id, reason = found
         partition = self.settings.partition or "the default partition"
-        return (f"slurm job {job_id} cannot start: it waits for {reason!r} ({partition}), which does not clear by "
-                "itself; the rows already written are kept, a resume runs the rest")
+        return (
+            f"slurm job {job_id} cannot start: it waits for {reason!r} ({partition}), which does not clear by "
+            "itself; the rows already written are kept, a resume runs the rest"
+        )
 
     def close(self) -> None:
         """Cancel every job not finished (after Ctrl-C nobody would collect their results, and a
@@ -296,7 +321,7 @@ class SlurmExecutor:
         left that this one did not adopt; the journal goes."""
         unfinished = [h.job_id for h in self._handles if not h.done()]
         for start in range(0, len(unfinished), 500):
-            command(["scancel", *unfinished[start:start + 500]])
+            command(["scancel", *unfinished[start : start + 500]])
         self._cancel_left()
         self._handles.clear()
         if self._journal is not None:

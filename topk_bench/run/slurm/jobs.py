@@ -17,28 +17,56 @@ import collections
 import subprocess
 import threading
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from topk_bench.status import Status
 
 # Slurm states in which a job may still produce its result.
-ACTIVE_STATES = frozenset({
-    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-    "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD",
-})
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "RESV_DEL_HOLD",
+    }
+)
 # What the row of a job that ended in this state without a result says (anything else: crashed).
 ENDED_AS: dict[str, Status] = {
-    "TIMEOUT": Status.TIMEOUT, "DEADLINE": Status.TIMEOUT,
-    "CANCELLED": Status.CANCELLED, "PREEMPTED": Status.PREEMPTED,
-    "NODE_FAIL": Status.LOST, "BOOT_FAIL": Status.LOST, "VANISHED": Status.LOST,
+    "TIMEOUT": Status.TIMEOUT,
+    "DEADLINE": Status.TIMEOUT,
+    "CANCELLED": Status.CANCELLED,
+    "PREEMPTED": Status.PREEMPTED,
+    "NODE_FAIL": Status.LOST,
+    "BOOT_FAIL": Status.LOST,
+    "VANISHED": Status.LOST,
 }
 # Pending reasons that do not clear by themselves (squeue's %r: a reason's name, or for a few its
 # description; matched at the start). Held jobs wait for someone to release them.
 STUCK_REASONS = (
-    "PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "PartitionDown", "PartitionInactive",
-    "ReqNodeNotAvail", "NodeDown", "Nodes required for job are DOWN", "BadConstraints",
-    "InvalidAccount", "InvalidQOS", "AccountNotAllowed", "QOSNotAllowed", "DependencyNeverSatisfied",
-    "JobHeldUser", "JobHeldAdmin",
+    "PartitionConfig",
+    "PartitionNodeLimit",
+    "PartitionTimeLimit",
+    "PartitionDown",
+    "PartitionInactive",
+    "ReqNodeNotAvail",
+    "NodeDown",
+    "Nodes required for job are DOWN",
+    "BadConstraints",
+    "InvalidAccount",
+    "InvalidQOS",
+    "AccountNotAllowed",
+    "QOSNotAllowed",
+    "DependencyNeverSatisfied",
+    "JobHeldUser",
+    "JobHeldAdmin",
 )
 # How long a job must wait for such a reason before the run gives up (a node rebooting passes).
 STUCK_AFTER_S = 10.0
@@ -57,7 +85,7 @@ class JobStates:
     def __init__(self, poll_s: float = 1.0, stuck_after_s: float = STUCK_AFTER_S):
         self.poll_s, self.stuck_after_s = poll_s, stuck_after_s
         self._states: dict[str, str] = {}
-        self._reasons: dict[str, str] = {}      # pending jobs: why they wait
+        self._reasons: dict[str, str] = {}  # pending jobs: why they wait
         self._stuck_since: dict[str, float] = {}
         self._watched: dict[str, float] = {}  # job id -> when submitted
         self._last = float("-inf")

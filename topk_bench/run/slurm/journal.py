@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 from topk_bench import fileio
 
@@ -26,11 +26,11 @@ class Entry:
     """One submitted job."""
 
     job_id: str
-    name: str        # the job's name: this run's own (``topk-bench-<token>``), told apart from a job that
-                     # reuses the id after the controller's state was wiped
-    folder: str      # submitit's folder pattern (``.../run-<token>/%j``)
-    case: str        # Case.to_json()
-    budget: str      # Budget.to_json()
+    name: str  # the job's name: this run's own (``topk-bench-<token>``), told apart from a job that
+    # reuses the id after the controller's state was wiped
+    folder: str  # submitit's folder pattern (``.../run-<token>/%j``)
+    case: str  # Case.to_json()
+    budget: str  # Budget.to_json()
 
     @property
     def key(self) -> tuple[str, str]:

@@ -15,8 +15,9 @@ offers.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from topk_bench.case import Case
 from topk_bench.errors import BadInput
@@ -140,11 +141,15 @@ def check(cases: Iterable[Case], settings) -> None:
         if any(n.cpus >= want.cpus and n.mem_mb >= want.mem_mb and n.gpus >= want.gpus for n in offers):
             continue
         if not offers:
-            raise BadInput(f"slurm partition {partition} has no nodes; a case's job asks {want.describe()}",
-                           key="executor")
+            raise BadInput(
+                f"slurm partition {partition} has no nodes; a case's job asks {want.describe()}", key="executor"
+            )
         best = max(offers, key=lambda n: (n.cpus, n.mem_mb, n.gpus))
         most = Request(max(n.cpus for n in offers), max(n.mem_mb for n in offers), max(n.gpus for n in offers))
-        raise BadInput(f"a case's Slurm job asks {want.describe()}, but partition {partition} offers at most "
-                       f"{most.describe(gpus_too=bool(want.gpus))} per node (e.g. {best.name}): nothing was submitted; lower threads, "
-                       "cpus_per_task, mem_gb or gpus_per_node in bench.toml, or choose another partition",
-                       key="executor")
+        raise BadInput(
+            f"a case's Slurm job asks {want.describe()}, but partition {partition} offers at most "
+            f"{most.describe(gpus_too=bool(want.gpus))} per node (e.g. {best.name}): nothing was submitted; "
+            "lower threads, "
+            "cpus_per_task, mem_gb or gpus_per_node in bench.toml, or choose another partition",
+            key="executor",
+        )

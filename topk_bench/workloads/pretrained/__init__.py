@@ -9,10 +9,10 @@ fidelity against the original model), ``corpus`` (the texts).
 
 from __future__ import annotations
 
+from topk_bench.results import columns as col
 from topk_bench.workloads.pretrained import encoder
 from topk_bench.workloads.pretrained.model import missing_extra
 from topk_bench.workloads.spec import WorkloadSpec, register
-from topk_bench.results import columns as col
 
 
 def _columns(case, budget):
@@ -21,19 +21,21 @@ def _columns(case, budget):
     return metrics.columns(case)
 
 
-PRETRAINED = register(WorkloadSpec(
-    name="pretrained",
-    description="all-MiniLM-L6-v2 over the shipped corpus, attention and/or FF replaced; embedding fidelity",
-    build=encoder.build,
-    # Open: its switches (encoder.PARAMS, defaults applied when built) and any implementation
-    # option are accepted in [shape] / [sweep]; a case carries only what the suite gives.
-    params={},
-    open_params=True,
-    feedforward=True,
-    default_feedforward=None,  # the model keeps its own FF unless an entry names one
-    swept_options_reach_feedforward=True,
-    columns=(col.EMB_COS, col.NN_AGREE, col.NN_SPEARMAN),
-    extra_columns=_columns,
-    predictable=False,  # real weights cannot be sized under FakeTensorMode
-    unavailable=missing_extra,
-))
+PRETRAINED = register(
+    WorkloadSpec(
+        name="pretrained",
+        description="all-MiniLM-L6-v2 over the shipped corpus, attention and/or FF replaced; embedding fidelity",
+        build=encoder.build,
+        # Open: its switches (encoder.PARAMS, defaults applied when built) and any implementation
+        # option are accepted in [shape] / [sweep]; a case carries only what the suite gives.
+        params={},
+        open_params=True,
+        feedforward=True,
+        default_feedforward=None,  # the model keeps its own FF unless an entry names one
+        swept_options_reach_feedforward=True,
+        columns=(col.EMB_COS, col.NN_AGREE, col.NN_SPEARMAN),
+        extra_columns=_columns,
+        predictable=False,  # real weights cannot be sized under FakeTensorMode
+        unavailable=missing_extra,
+    )
+)

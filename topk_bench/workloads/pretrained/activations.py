@@ -38,6 +38,7 @@ def extract(text: str, max_tokens: int = pretrained.MAX_TOKENS, model=None) -> l
         def save(module, inputs, output):
             x = output.detach().view(1, -1, heads, head_dim).transpose(1, 2).contiguous()
             captured[index][name] = x / math.sqrt(head_dim) if name == "q" else x
+
         return save
 
     handles = []

@@ -33,11 +33,11 @@ from torch import nn
 import implementations
 from topk_bench.case import Case
 from topk_bench.errors import Unsupported
+from topk_bench.types import Mode
 from topk_bench.workloads.pretrained import model as pretrained
 from topk_bench.workloads.pretrained.corpus import load_corpus
 from topk_bench.workloads.pretrained.feedforward import UnsupportedAtFeedForward
 from topk_bench.workloads.spec import Workload
-from topk_bench.types import Mode
 
 PARAMS = {"sentences_per_text": 2, "max_tokens": pretrained.MAX_TOKENS, "ff_activation": "gelu", "max_texts": 0}
 
@@ -62,7 +62,7 @@ def settings(case: Case) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
 def corpus_ids(sentences_per_text: int, max_tokens: int, max_texts: int = 0) -> tuple[torch.Tensor, ...]:
     tokenizer, _ = pretrained.load_model()
     texts = load_corpus(sentences_per_text)
-    return tuple(pretrained.tokenize(tokenizer, texts[:max_texts or len(texts)], max_tokens))
+    return tuple(pretrained.tokenize(tokenizer, texts[: max_texts or len(texts)], max_tokens))
 
 
 def corpus_key(params: dict[str, Any]) -> tuple[int, int, int]:
@@ -86,13 +86,14 @@ def plugged(case: Case) -> CorpusEncoder:
     if case.predicted:
         raise Unsupported("the pretrained workload is measured only (real weights cannot be faked)")
     if case.mode is not Mode.FWD:
-        raise Unsupported("the pretrained workload is zero-shot inference: use mode = \"fwd\"")
+        raise Unsupported('the pretrained workload is zero-shot inference: use mode = "fwd"')
     params, attention, ff = settings(case)
     _, bert = pretrained.load_model()
     torch.manual_seed(case.seed)
     try:
-        model = pretrained.PluggedBert(bert, case.impl, attention, case.ff_impl, ff,
-                                       ff_activation=params["ff_activation"])
+        model = pretrained.PluggedBert(
+            bert, case.impl, attention, case.ff_impl, ff, ff_activation=params["ff_activation"]
+        )
     except UnsupportedAtFeedForward as exc:
         raise Unsupported(str(exc)) from None
     return CorpusEncoder(model)

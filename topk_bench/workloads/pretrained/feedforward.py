@@ -23,7 +23,8 @@ honest ways to plug an implementation into a GELU model (``activation``):
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,8 +42,14 @@ class UnsupportedAtFeedForward(ValueError):
 class AttentionFeedForward(nn.Module):
     """Drop-in for BERT's ``intermediate.dense -> GELU -> output.dense`` (without the residual LayerNorm)."""
 
-    def __init__(self, up: nn.Linear, down: nn.Linear, impl: str, options: Mapping[str, Any] | None = None,
-                 activation: str = "gelu"):
+    def __init__(
+        self,
+        up: nn.Linear,
+        down: nn.Linear,
+        impl: str,
+        options: Mapping[str, Any] | None = None,
+        activation: str = "gelu",
+    ):
         super().__init__()
         if activation not in FF_ACTIVATIONS:
             raise ValueError(f"FF activation must be one of {FF_ACTIVATIONS}, got {activation!r}")
@@ -58,7 +65,8 @@ class AttentionFeedForward(nn.Module):
             self.attention = self.spec.module(d_model + 1, **self.options)
         elif not self.spec.exact and "topk" not in self.options:
             raise UnsupportedAtFeedForward(
-                f"{impl} has no GELU feed-forward form (only exact and top-k implementations do)")
+                f"{impl} has no GELU feed-forward form (only exact and top-k implementations do)"
+            )
 
     def _keys(self) -> torch.Tensor:
         return torch.cat([self.up.weight, self.up.bias[:, None]], dim=1)  # [d_ff, d_model + 1]
@@ -69,8 +77,9 @@ class AttentionFeedForward(nn.Module):
         queries = torch.cat([tokens, tokens.new_ones(tokens.shape[0], 1)], dim=1)
         values = self.down.weight.t()  # [d_ff, d_model]
         if self.activation == "relu":
-            out = self.attention(queries[None, None], self._keys()[None, None], values[None, None],
-                                 causal=False, activation="relu")[0, 0]
+            out = self.attention(
+                queries[None, None], self._keys()[None, None], values[None, None], causal=False, activation="relu"
+            )[0, 0]
         else:
             out = self._gelu(queries, values)
         return (out + self.down.bias).reshape(shape)
@@ -82,7 +91,7 @@ class AttentionFeedForward(nn.Module):
         outs = []
         # One query chunk at a time, as the chunked implementations do: at most chunk x d_ff scores live.
         for start in range(0, queries.shape[0], chunk):
-            scores = queries[start:start + chunk] @ keys.t()
+            scores = queries[start : start + chunk] @ keys.t()
             if topk is not None and topk < keys.shape[0]:
                 top, index = scores.topk(int(topk), dim=-1)
                 # sum_j GELU(z_j) W2ᵀ[j] over the kept keys only: scattered into the (dead) score

@@ -15,9 +15,9 @@ import torch
 from scipy.stats import spearmanr
 
 from topk_bench.case import Case
+from topk_bench.results import columns as col
 from topk_bench.workloads.pretrained import model as pretrained
 from topk_bench.workloads.pretrained.encoder import corpus_ids, corpus_key, plugged, settings
-from topk_bench.results import columns as col
 
 
 @lru_cache(maxsize=4)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -85,9 +86,15 @@ def tokenize(tokenizer, texts: Sequence[str], max_tokens: int = MAX_TOKENS) -> l
 class PluggedBert(nn.Module):
     """The pretrained BERT encoder with registry attention and/or attention-cast FF, same weights."""
 
-    def __init__(self, bert, attention: str | None = None, attention_options: Mapping[str, Any] | None = None,
-                 feedforward: str | None = None, ff_options: Mapping[str, Any] | None = None,
-                 ff_activation: str = "gelu"):
+    def __init__(
+        self,
+        bert,
+        attention: str | None = None,
+        attention_options: Mapping[str, Any] | None = None,
+        feedforward: str | None = None,
+        ff_options: Mapping[str, Any] | None = None,
+        ff_activation: str = "gelu",
+    ):
         super().__init__()
         self.bert = bert
         config = bert.config
@@ -95,14 +102,21 @@ class PluggedBert(nn.Module):
         self.head_dim = config.hidden_size // self.heads
         layers = bert.encoder.layer
         # One module per layer: stateful implementations (Performer's random features) draw their own.
-        self.attentions = nn.ModuleList(
-            spec(attention).module(self.head_dim, **dict(attention_options or {})) for _ in layers
-        ) if attention else None
-        self.feedforwards = nn.ModuleList(
-            AttentionFeedForward(layer.intermediate.dense, layer.output.dense, feedforward, ff_options,
-                                 activation=ff_activation)
-            for layer in layers
-        ) if feedforward else None
+        self.attentions = (
+            nn.ModuleList(spec(attention).module(self.head_dim, **dict(attention_options or {})) for _ in layers)
+            if attention
+            else None
+        )
+        self.feedforwards = (
+            nn.ModuleList(
+                AttentionFeedForward(
+                    layer.intermediate.dense, layer.output.dense, feedforward, ff_options, activation=ff_activation
+                )
+                for layer in layers
+            )
+            if feedforward
+            else None
+        )
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, length, _ = x.shape
@@ -113,8 +127,9 @@ class PluggedBert(nn.Module):
             return layer.attention(x)[0]
         own = layer.attention.self
         q = self._split(own.query(x) * (1.0 / math.sqrt(self.head_dim)))
-        out = self.attentions[index](q, self._split(own.key(x)), self._split(own.value(x)),
-                                     causal=False, activation="softmax")
+        out = self.attentions[index](
+            q, self._split(own.key(x)), self._split(own.value(x)), causal=False, activation="softmax"
+        )
         b, length, d_model = x.shape
         return layer.attention.output(out.transpose(1, 2).reshape(b, length, d_model), x)
 
@@ -132,7 +147,9 @@ class PluggedBert(nn.Module):
         return x
 
 
-def encode(model: Callable[[torch.Tensor], torch.Tensor], token_ids: Sequence[torch.Tensor], max_batch: int = 64) -> torch.Tensor:
+def encode(
+    model: Callable[[torch.Tensor], torch.Tensor], token_ids: Sequence[torch.Tensor], max_batch: int = 64
+) -> torch.Tensor:
     """L2-normalised mean-pooled sentence embeddings ``[N, hidden]``, in the order of ``token_ids``.
 
     Sequences are grouped by length (no padding, see the module docstring);
@@ -145,7 +162,7 @@ def encode(model: Callable[[torch.Tensor], torch.Tensor], token_ids: Sequence[to
     for length in sorted(by_length):
         members = by_length[length]
         for start in range(0, len(members), max_batch):
-            batch = members[start:start + max_batch]
+            batch = members[start : start + max_batch]
             states = model(torch.stack([token_ids[i] for i in batch]))
             pooled = torch.nn.functional.normalize(states.mean(dim=1), dim=-1)
             for i, row in zip(batch, pooled):

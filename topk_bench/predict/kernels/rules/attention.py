@@ -48,8 +48,8 @@ def _up(x: int, m: int) -> int:
 
 # -- memory-efficient attention -------------------------------------------------------------------------
 
-@rule(aten._scaled_dot_product_efficient_attention.default,
-      source=f"{CUDA}/attention.cu: _efficient_attention_forward")
+
+@rule(aten._scaled_dot_product_efficient_attention.default, source=f"{CUDA}/attention.cu: _efficient_attention_forward")
 def efficient_forward(call: Call):
     q, v = call.arg(0, "query"), call.arg(2, "value")
     compute_lse = call.arg(4, "compute_log_sumexp")
@@ -61,21 +61,43 @@ def efficient_forward(call: Call):
 
 
 # (BI, BJ, kMaxK, applies dropout, needs M % BI == N % BJ == 0), in dispatch_cutlassB_*_sm80 order
-_B_F32 = [(64, 64, 32, False, False), (64, 64, 64, False, False), (128, 64, 128, False, False),
-          (64, 64, 128, False, False), (128, 64, 65536, False, False), (64, 64, 65536, False, False),
-          (64, 64, 32, True, False), (64, 64, 64, True, False), (128, 64, 128, True, False),
-          (64, 64, 128, True, False), (128, 64, 65536, True, False), (64, 64, 65536, True, False)]
-_B_HALF = [(64, 64, 32, False, True), (64, 64, 32, False, False), (64, 64, 64, False, True),
-           (64, 64, 64, False, False), (128, 128, 128, False, True), (128, 128, 128, False, False),
-           (64, 64, 128, False, True), (64, 64, 128, False, False), (128, 64, 65536, False, False),
-           (64, 64, 65536, False, False), (64, 64, 32, True, False), (64, 64, 64, True, False),
-           (128, 128, 128, True, False), (64, 64, 128, True, False), (128, 64, 65536, True, False),
-           (64, 64, 65536, True, False)]
+_B_F32 = [
+    (64, 64, 32, False, False),
+    (64, 64, 64, False, False),
+    (128, 64, 128, False, False),
+    (64, 64, 128, False, False),
+    (128, 64, 65536, False, False),
+    (64, 64, 65536, False, False),
+    (64, 64, 32, True, False),
+    (64, 64, 64, True, False),
+    (128, 64, 128, True, False),
+    (64, 64, 128, True, False),
+    (128, 64, 65536, True, False),
+    (64, 64, 65536, True, False),
+]
+_B_HALF = [
+    (64, 64, 32, False, True),
+    (64, 64, 32, False, False),
+    (64, 64, 64, False, True),
+    (64, 64, 64, False, False),
+    (128, 128, 128, False, True),
+    (128, 128, 128, False, False),
+    (64, 64, 128, False, True),
+    (64, 64, 128, False, False),
+    (128, 64, 65536, False, False),
+    (64, 64, 65536, False, False),
+    (64, 64, 32, True, False),
+    (64, 64, 64, True, False),
+    (128, 128, 128, True, False),
+    (64, 64, 128, True, False),
+    (128, 64, 65536, True, False),
+    (64, 64, 65536, True, False),
+]
 
 
 def backward_kernel(dtype, head: int, m: int, n: int, dropout: bool) -> tuple[int, int, int]:
     """(BI, BJ, kMaxK) of the first kernel of the sm80 table (used from sm80 to sm99) that can run."""
-    for bi, bj, max_k, applies_dropout, aligned in (_B_HALF if dtype in HALF else _B_F32):
+    for bi, bj, max_k, applies_dropout, aligned in _B_HALF if dtype in HALF else _B_F32:
         if max_k >= head and (applies_dropout or not dropout) and (not aligned or (m % bi == 0 and n % bj == 0)):
             return bi, bj, max_k
     raise AssertionError("the 65536 kernels take any head dim")
@@ -99,8 +121,10 @@ def efficient_workspace(q, v, n_keys: int, dropout: bool, capability: int) -> in
     return b * h * _up(gk + gv + gq, 4) * 4
 
 
-@rule(aten._scaled_dot_product_efficient_attention_backward.default,
-      source=f"{CUDA}/attention_backward.cu: _efficient_attention_backward; mem_eff_attention/kernel_backward.h")
+@rule(
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    source=f"{CUDA}/attention_backward.cu: _efficient_attention_backward; mem_eff_attention/kernel_backward.h",
+)
 def efficient_backward(call: Call):
     grad_out, q, k, v = (call.arg(i, n) for i, n in enumerate(("grad_out_", "query", "key", "value")))
     bias, out = call.arg(4, "attn_bias"), call.arg(5, "out")
@@ -113,16 +137,25 @@ def efficient_backward(call: Call):
     if q.dtype in HALF and call.gpu.capability != 70:  # kKernelComputesDelta
         steps.append(Temp("delta", nbytes((b, h, m), F32)))
     else:
-        casts = [Temp(f"{name}_float", nbytes(t.shape, F32)) for name, t in (("grad_out", grad_out), ("out", out))
-                 if t.dtype != F32]
-        steps += casts + [Temp("product", nbytes((b, m, h, kv), F32)), Temp("sum", nbytes((b, m, h), F32)),
-                          Temp("delta", nbytes((b, h, m), F32)), Free("sum"), Free("product")]
+        casts = [
+            Temp(f"{name}_float", nbytes(t.shape, F32))
+            for name, t in (("grad_out", grad_out), ("out", out))
+            if t.dtype != F32
+        ]
+        steps += casts + [
+            Temp("product", nbytes((b, m, h, kv), F32)),
+            Temp("sum", nbytes((b, m, h), F32)),
+            Temp("delta", nbytes((b, h, m), F32)),
+            Free("sum"),
+            Free("product"),
+        ]
         steps += [Free(c.name) for c in reversed(casts)]
     workspace = efficient_workspace(q, v, k.shape[2], dropout > 0, call.gpu.capability)
     return steps + ([Temp("workspace", workspace)] if workspace else []) + [Free("delta")]
 
 
 # -- flash attention ------------------------------------------------------------------------------------
+
 
 def num_splits_heuristic(batch_nheads_mblocks: int, num_sms: int, num_n_blocks: int, max_splits: int) -> int:
     """flash_api.cpp ``num_splits_heuristic``: the fewest splits within 85% of the best wave efficiency."""
@@ -149,25 +182,41 @@ def flash_forward(call: Call):
         splits = num_splits_heuristic(b * h * -(-sq // 64), call.gpu.sm_count * 2, -(-sk // block_n), 128)
         if splits > 1:
             rounded = _up(d, 32 if d <= 128 else 64)
-            steps += [Temp("softmax_lse_accum", nbytes((splits, b, h, sq), F32)),
-                      Temp("out_accum", nbytes((splits, b, h, sq, rounded), F32))]
+            steps += [
+                Temp("softmax_lse_accum", nbytes((splits, b, h, sq), F32)),
+                Temp("out_accum", nbytes((splits, b, h, sq, rounded), F32)),
+            ]
     return [Out(0), Out(1)] + steps  # rng state, unused and the debug mask follow, as the fake run sizes them
 
 
-@rule(aten._scaled_dot_product_flash_attention_backward.default,
-      source=f"{CUDA}/attention_backward.cu: _flash_attention_backward; flash_attn/flash_api.cpp: mha_bwd")
+@rule(
+    aten._scaled_dot_product_flash_attention_backward.default,
+    source=f"{CUDA}/attention_backward.cu: _flash_attention_backward; flash_attn/flash_api.cpp: mha_bwd",
+)
 def flash_backward(call: Call):
     grad_out, q, k, out = call.arg(0, "grad_out"), call.arg(1, "query"), call.arg(2, "key"), call.arg(4, "out")
     b, h, sq, d = q.shape
     hk, sk = k.shape[1], k.shape[2]
-    steps: list[Step] = [Temp(name, tensor_bytes(t)) for name, t in (("grad_out", grad_out), ("out", out))
-             if not t.transpose(1, 2).is_contiguous()]
-    steps += [Out(0), Out(1), Out(2), Temp("softmax_d", nbytes((b, h, _up(sq, 128)), F32)),
-              Temp("dq_accum", nbytes((b, _up(sq, 128), h, _up(d, 32 if d <= 128 else 64)), F32))]
+    steps: list[Step] = [
+        Temp(name, tensor_bytes(t))
+        for name, t in (("grad_out", grad_out), ("out", out))
+        if not t.transpose(1, 2).is_contiguous()
+    ]
+    steps += [
+        Out(0),
+        Out(1),
+        Out(2),
+        Temp("softmax_d", nbytes((b, h, _up(sq, 128)), F32)),
+        Temp("dq_accum", nbytes((b, _up(sq, 128), h, _up(d, 32 if d <= 128 else 64)), F32)),
+    ]
     if hk != h:  # MQA / GQA: gradients of every query head, summed into the K/V heads
         expanded = nbytes((b, sk, h, d), q.dtype)
-        steps += [Temp("dk_expanded", expanded), Temp("dv_expanded", expanded),
-                  Free("dv_expanded"), Free("dk_expanded")]
+        steps += [
+            Temp("dk_expanded", expanded),
+            Temp("dv_expanded", expanded),
+            Free("dv_expanded"),
+            Free("dk_expanded"),
+        ]
     return steps + [Free("dq_accum")]
 
 
@@ -176,8 +225,11 @@ def flash_backward(call: Call):
 CUDNN_WORKSPACE = "the cuDNN graph's workspace (get_workspace_size(), cuDNN's own heuristics) is not modelled"
 
 
-@rule(aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_cudnn_attention_backward.default,
-      source="aten/src/ATen/native/cudnn/MHA.cpp: run_cudnn_SDP_fprop, run_cudnn_SDP_bprop",
-      unmodelled=CUDNN_WORKSPACE)
+@rule(
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    source="aten/src/ATen/native/cudnn/MHA.cpp: run_cudnn_SDP_fprop, run_cudnn_SDP_bprop",
+    unmodelled=CUDNN_WORKSPACE,
+)
 def cudnn(call: Call):
     return []

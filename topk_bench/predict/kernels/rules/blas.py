@@ -18,8 +18,14 @@ from __future__ import annotations
 import torch
 
 from topk_bench.predict.kernels.gpus import Gpu
-from topk_bench.predict.kernels.program import (Call, Temp, Unmodelled, Workspace, non_overlapping_and_dense,
-                                                     tensor_bytes)
+from topk_bench.predict.kernels.program import (
+    Call,
+    Temp,
+    Unmodelled,
+    Workspace,
+    non_overlapping_and_dense,
+    tensor_bytes,
+)
 from topk_bench.predict.kernels.registry import aten, rule
 
 SOURCE = "aten/src/ATen/native/cuda/Blas.cpp"
@@ -39,10 +45,16 @@ def cublas(gpu: Gpu) -> Workspace:
 def cublas_lt(result: torch.Tensor, bias: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, beta) -> bool:
     """``isInputCompliesAddmmCudaLt`` (CUDA >= 12.1, no activation): a contiguous 1-D bias over a contiguous 2-D
     result, ``beta == 1``, a floating type cuBLASLt takes, and no operand with a single row or column."""
-    return (beta == 1 and result.dim() == 2 and result.is_contiguous() and bias.is_contiguous()
-            and bias.squeeze().dim() == 1 and bias.shape[-1] == mat2.shape[1]
-            and mat1.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-            and min(*mat1.shape, *mat2.shape) > 1)
+    return (
+        beta == 1
+        and result.dim() == 2
+        and result.is_contiguous()
+        and bias.is_contiguous()
+        and bias.squeeze().dim() == 1
+        and bias.shape[-1] == mat2.shape[1]
+        and mat1.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+        and min(*mat1.shape, *mat2.shape) > 1
+    )
 
 
 def _matrix_copied(t: torch.Tensor) -> bool:
@@ -87,8 +99,7 @@ def _mm_steps(result: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> l
     else:
         transpose_result = copied or result.stride(1) == 1
     first, second = (mat2, mat1) if transpose_result else (mat1, mat2)
-    return steps + [Temp(name, tensor_bytes(t)) for name, t in (("mat1", first), ("mat2", second))
-                    if _matrix_copied(t)]
+    return steps + [Temp(name, tensor_bytes(t)) for name, t in (("mat1", first), ("mat2", second)) if _matrix_copied(t)]
 
 
 def _bmm_steps(result: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor) -> list:
@@ -119,25 +130,39 @@ def mm(call: Call):
     return _gemm(_mm_steps(result, mat1, call.arg(1, "mat2")), call.gpu, result, mat1.shape[1])
 
 
-@rule(aten.addmm.default, aten.addmm.out, aten.addmm_.default,
-      source=f"{SOURCE}: addmm_out_cuda_impl, prepare_matrix_for_cublas, isInputCompliesAddmmCudaLt; {HANDLES}")
+@rule(
+    aten.addmm.default,
+    aten.addmm.out,
+    aten.addmm_.default,
+    source=f"{SOURCE}: addmm_out_cuda_impl, prepare_matrix_for_cublas, isInputCompliesAddmmCudaLt; {HANDLES}",
+)
 def addmm(call: Call):
     result, bias, mat1, mat2 = call.outputs[0], call.arg(0, "self"), call.arg(1, "mat1"), call.arg(2, "mat2")
-    lt = (result is not bias and _dense(result, bias, mat1, mat2)
-          and cublas_lt(result, bias, mat1, mat2, call.arg(3, "beta", 1)))
+    lt = (
+        result is not bias
+        and _dense(result, bias, mat1, mat2)
+        and cublas_lt(result, bias, mat1, mat2, call.arg(3, "beta", 1))
+    )
     lt_workspace = [Workspace("cuBLASLt", CUBLASLT_WORKSPACE)] if lt else []
     return _gemm(_mm_steps(result, mat1, mat2), call.gpu, result, mat1.shape[1], *lt_workspace)
 
 
-@rule(aten.bmm.default, aten.bmm.out,
-      source=f"{SOURCE}: baddbmm_out_cuda_impl, prepare_batch_matrix_for_cublas; {HANDLES}")
+@rule(
+    aten.bmm.default,
+    aten.bmm.out,
+    source=f"{SOURCE}: baddbmm_out_cuda_impl, prepare_batch_matrix_for_cublas; {HANDLES}",
+)
 def bmm(call: Call):
     result, batch1 = call.outputs[0], call.arg(0, "self")
     return _gemm(_bmm_steps(result, batch1, call.arg(1, "mat2")), call.gpu, result, batch1.shape[2])
 
 
-@rule(aten.baddbmm.default, aten.baddbmm.out, aten.baddbmm_.default,
-      source=f"{SOURCE}: baddbmm_out_cuda_impl, prepare_batch_matrix_for_cublas; {HANDLES}")
+@rule(
+    aten.baddbmm.default,
+    aten.baddbmm.out,
+    aten.baddbmm_.default,
+    source=f"{SOURCE}: baddbmm_out_cuda_impl, prepare_batch_matrix_for_cublas; {HANDLES}",
+)
 def baddbmm(call: Call):
     result, batch1 = call.outputs[0], call.arg(1, "batch1")
     return _gemm(_bmm_steps(result, batch1, call.arg(2, "batch2")), call.gpu, result, batch1.shape[2])

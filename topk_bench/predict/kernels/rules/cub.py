@@ -17,7 +17,7 @@ is queried, allocated from the caching allocator, used and freed within the call
 from __future__ import annotations
 
 ALIGN = 256
-RADIX_DIGITS = 256        # 8-bit onesweep passes
+RADIX_DIGITS = 256  # 8-bit onesweep passes
 SINGLE_TILE_ITEMS = 256 * 19
 ONESWEEP_THREADS, ONESWEEP_ITEMS_4B = 384, 21
 PORTION = (1 << 28) - 1
@@ -47,8 +47,13 @@ def radix_sort_bytes(n: int, key_bytes: int, value_bytes: int = 0, bits: int | N
     portion = PORTION // tile * tile
     portions = -(-n // portion)
     blocks = -(-min(n, portion) // tile)
-    return _aliased(portions * passes * RADIX_DIGITS * 4, blocks * RADIX_DIGITS * 4,
-                    n * key_bytes if third else 0, n * value_bytes if third else 0, portions * passes * 4)
+    return _aliased(
+        portions * passes * RADIX_DIGITS * 4,
+        blocks * RADIX_DIGITS * 4,
+        n * key_bytes if third else 0,
+        n * value_bytes if third else 0,
+        portions * passes * 4,
+    )
 
 
 def segmented_radix_sort_bytes(n: int, key_bytes: int, value_bytes: int) -> int:

@@ -22,12 +22,14 @@ MODE_MAX = 2
 def _promotion(indices: torch.Tensor, offsets: torch.Tensor) -> list:
     """``promoteIndicesAndOffsets``: the narrower of the two is copied to the common type."""
     common = torch.promote_types(indices.dtype, offsets.dtype)
-    return [Temp(name, nbytes(t.shape, common)) for name, t in (("indices", indices), ("offsets", offsets))
-            if t.dtype != common]
+    return [
+        Temp(name, nbytes(t.shape, common))
+        for name, t in (("indices", indices), ("offsets", offsets))
+        if t.dtype != common
+    ]
 
 
-@rule(aten._embedding_bag_forward_only.default, aten._embedding_bag.default,
-      source=f"{SOURCE}: _embedding_bag_cuda")
+@rule(aten._embedding_bag_forward_only.default, aten._embedding_bag.default, source=f"{SOURCE}: _embedding_bag_cuda")
 def embedding_bag(call: Call):
     weight, indices, offsets = call.arg(0, "weight"), call.arg(1, "indices"), call.arg(2, "offsets")
     mode, include_last = call.arg(4, "mode", 0), call.arg(7, "include_last_offset", False)
@@ -35,14 +37,16 @@ def embedding_bag(call: Call):
     bags = offsets.shape[0] - (1 if include_last else 0)
     features = weight.shape[1]
     return _promotion(indices, offsets) + [
-        Out(2, nbytes(offsets.shape, index)),                          # bag_size
-        Out(1, nbytes((indices.shape[0],), index)),                   # offset2bag
-        Out(0),                                                        # output
+        Out(2, nbytes(offsets.shape, index)),  # bag_size
+        Out(1, nbytes((indices.shape[0],), index)),  # offset2bag
+        Out(0),  # output
         Out(3, nbytes((bags, features) if mode == MODE_MAX else (0,), index)),  # max_indices
     ]
 
 
-@rule(aten._embedding_bag_per_sample_weights_backward.default,
-      source=f"{SOURCE}: _embedding_bag_per_sample_weights_backward_cuda")
+@rule(
+    aten._embedding_bag_per_sample_weights_backward.default,
+    source=f"{SOURCE}: _embedding_bag_per_sample_weights_backward_cuda",
+)
 def per_sample_weights_backward(call: Call):
     return _promotion(call.arg(2, "indices"), call.arg(3, "offsets"))

@@ -26,8 +26,10 @@ def layer_norm(call: Call):
     return contiguous_copy(call.arg(0, "input"), "input")
 
 
-@rule(aten.native_layer_norm_backward.default, source=f"{SOURCE}: layer_norm_backward_cuda, "
-      "LaunchGammaBetaBackwardCUDAKernel")
+@rule(
+    aten.native_layer_norm_backward.default,
+    source=f"{SOURCE}: layer_norm_backward_cuda, LaunchGammaBetaBackwardCUDAKernel",
+)
 def layer_norm_backward(call: Call):
     grad, x, shape = call.arg(0, "grad_out"), call.arg(1, "input"), call.arg(2, "normalized_shape")
     weight, mask = call.arg(5, "weight"), call.arg(7, "output_mask", [True, True, True])
@@ -36,6 +38,7 @@ def layer_norm_backward(call: Call):
     if weight is not None and (mask[1] or mask[2]) and rows > 64 * 1024 and cols // 32 < call.gpu.sm_count // 2:
         blocks_y = min((64 * 1024 // 2) // -(-cols // 32), -(-rows // 32))
         partial = blocks_y * cols * weight.element_size()
-        steps += [Temp(name, partial) for name, wanted in (("dgamma_blocks", mask[1]), ("dbeta_blocks", mask[2]))
-                  if wanted]
+        steps += [
+            Temp(name, partial) for name, wanted in (("dgamma_blocks", mask[1]), ("dbeta_blocks", mask[2])) if wanted
+        ]
     return steps

@@ -24,8 +24,15 @@ import math
 
 import torch
 
-from topk_bench.predict.kernels.program import (Call, Free, Step, Temp, contiguous_copy, non_overlapping_and_dense,
-                                                nbytes)
+from topk_bench.predict.kernels.program import (
+    Call,
+    Free,
+    Step,
+    Temp,
+    contiguous_copy,
+    nbytes,
+    non_overlapping_and_dense,
+)
 from topk_bench.predict.kernels.registry import aten, rule
 from topk_bench.predict.kernels.rules.cub import radix_sort_bytes, scan_by_key_bytes, segmented_radix_sort_bytes
 
@@ -40,10 +47,15 @@ def should_use_multiblock(num_slices: int, slice_size: int) -> bool:
     """TensorTopK.cu ``should_use_multiblock`` (the heuristic of pytorch#74267)."""
     if num_slices > 2**32 - 1 or slice_size > 2**32 - 1:
         return False
-    return ((num_slices <= 20 and slice_size >= 20000) or (20 < num_slices <= 40 and slice_size >= 10000)
-            or (40 < num_slices <= 80 and slice_size >= 8000) or (80 < num_slices < 200 and slice_size >= 5000)
-            or (200 <= num_slices < 800 and slice_size >= 3000) or (800 <= num_slices <= 4000 and slice_size >= 800)
-            or (num_slices > 4000 and slice_size >= 400))
+    return (
+        (num_slices <= 20 and slice_size >= 20000)
+        or (20 < num_slices <= 40 and slice_size >= 10000)
+        or (40 < num_slices <= 80 and slice_size >= 8000)
+        or (80 < num_slices < 200 and slice_size >= 5000)
+        or (200 <= num_slices < 800 and slice_size >= 3000)
+        or (800 <= num_slices <= 4000 and slice_size >= 800)
+        or (num_slices > 4000 and slice_size >= 400)
+    )
 
 
 def items_per_thread(gpu, num_slices: int, slice_size: int) -> int:
@@ -59,10 +71,15 @@ def mbtopk(gpu, num_slices: int, slice_size: int, dtype: torch.dtype) -> list:
     bitwise = 8 if value == 8 else 4  # TopKTypeConfig<T>::RadixType
     blocks_per_slice = -(-slice_size // (items_per_thread(gpu, num_slices, slice_size) * BLOCK_THREADS))
     blocks = num_slices * blocks_per_slice
-    buffers = [("kthValues", num_slices * value), ("ks_to_find", 2 * num_slices * 4),
-               ("desired", 2 * num_slices * bitwise), ("counts", blocks * RADIX_DIGITS * 2),
-               ("digit_cum_sum", num_slices * RADIX_DIGITS * 4), ("withinKCounts", blocks * 4),
-               ("kthCounts", blocks * 4)]
+    buffers = [
+        ("kthValues", num_slices * value),
+        ("ks_to_find", 2 * num_slices * 4),
+        ("desired", 2 * num_slices * bitwise),
+        ("counts", blocks * RADIX_DIGITS * 2),
+        ("digit_cum_sum", num_slices * RADIX_DIGITS * 4),
+        ("withinKCounts", blocks * 4),
+        ("kthCounts", blocks * 4),
+    ]
     steps: list[Step] = [Temp(name, size) for name, size in buffers]
     for scan in ("scan_within", "scan_kth"):  # cub::inclusive_sum_by_key of withinKCounts, then kthCounts
         steps += [Temp(scan, scan_by_key_bytes(blocks)), Free(scan)]
@@ -90,8 +107,10 @@ def topk(call: Call):
     values, indices = call.outputs
     if is_sorted and values.numel() > 1 and values.shape[dim] > SMALL_SORT:
         # sortedIndices, sortedValues, sort_out_cuda(values), then indices.gather(dim, sortedIndices)
-        steps += [Temp("sorted_indices", nbytes(indices.shape, torch.long)),
-                  Temp("sorted_values", nbytes(values.shape, values.dtype))]
+        steps += [
+            Temp("sorted_indices", nbytes(indices.shape, torch.long)),
+            Temp("sorted_values", nbytes(values.shape, values.dtype)),
+        ]
         steps += sort_steps(call.gpu, values, dim)
         steps += [Temp("gathered", nbytes(indices.shape, torch.long)), Free("gathered")]
     return steps
@@ -123,14 +142,25 @@ def stable_sort(numel: int, nsort: int, key_bytes: int) -> list:
         return steps + [Free("indices")]
     if nsegments < 128:  # segmented_sort_pairs_by_full_sort
         segment_bits = max(1, math.ceil(math.log2(nsegments)))
-        return [Temp("i_s", numel * 8), Temp("i_s2", numel * 8),
-                Temp("keys_out", numel * key_bytes), Temp("cub", radix_sort_bytes(numel, key_bytes, 8)),
-                Free("cub"), Free("keys_out"),
-                Temp("cub_keys", radix_sort_bytes(numel, 8, 0, bits=segment_bits)), Free("cub_keys"),
-                Free("i_s2"), Free("i_s")]
+        return [
+            Temp("i_s", numel * 8),
+            Temp("i_s2", numel * 8),
+            Temp("keys_out", numel * key_bytes),
+            Temp("cub", radix_sort_bytes(numel, key_bytes, 8)),
+            Free("cub"),
+            Free("keys_out"),
+            Temp("cub_keys", radix_sort_bytes(numel, 8, 0, bits=segment_bits)),
+            Free("cub_keys"),
+            Free("i_s2"),
+            Free("i_s"),
+        ]
     # segmented_sort_pairs: reverse indices, then cub's segmented radix sort (third key and value buffers)
-    return [Temp("reverse_indices", numel * 8), Temp("cub", segmented_radix_sort_bytes(numel, key_bytes, 8)),
-            Free("cub"), Free("reverse_indices")]
+    return [
+        Temp("reverse_indices", numel * 8),
+        Temp("cub", segmented_radix_sort_bytes(numel, key_bytes, 8)),
+        Free("cub"),
+        Free("reverse_indices"),
+    ]
 
 
 @rule(aten.sort.default, aten.sort.stable, source=f"{SORT}: sort_cuda_kernel, launch_stable_sort_kernel")
@@ -139,16 +169,21 @@ def sort(call: Call):
     positional = call.args[1] if call.func is aten.sort.default and len(call.args) > 1 else -1
     dim = call.kwargs.get("dim", positional) % max(self.dim(), 1)  # sort.stable takes dim by keyword only
     values, indices = call.outputs
-    return sort_steps(call.gpu, self, dim, outputs_match=values.stride() == indices.stride() == self.stride()
-                      or self.dim() <= 1)
+    return sort_steps(
+        call.gpu, self, dim, outputs_match=values.stride() == indices.stride() == self.stride() or self.dim() <= 1
+    )
 
 
 @rule(aten.searchsorted.Tensor, source="aten/src/ATen/native/cuda/Bucketization.cu: searchsorted_out_cuda")
 def searchsorted(call: Call):
     boundaries, values = call.arg(0, "sorted_sequence"), call.arg(1, "self")
     sorter = call.kwargs.get("sorter")
-    if boundaries.is_contiguous() and values.is_contiguous() and boundaries.dtype == values.dtype and (
-            sorter is None or sorter.is_contiguous()):
+    if (
+        boundaries.is_contiguous()
+        and values.is_contiguous()
+        and boundaries.dtype == values.dtype
+        and (sorter is None or sorter.is_contiguous())
+    ):
         return []
     # searchsorted_maybe_trim_input_tensors: contiguous copies, values in the boundaries' dtype
     steps: list[Step] = [Temp("values", values.numel() * boundaries.element_size())]

@@ -18,8 +18,11 @@ from topk_bench.predict.kernels.registry import aten, rule
 SOURCE = "aten/src/ATen/native/cuda/SoftMax.cu"
 
 
-@rule(aten._softmax.default, aten._log_softmax.default,
-      source=f"{SOURCE}: host_softmax (softmax_cuda_out, log_softmax_cuda_out)")
+@rule(
+    aten._softmax.default,
+    aten._log_softmax.default,
+    source=f"{SOURCE}: host_softmax (softmax_cuda_out, log_softmax_cuda_out)",
+)
 def softmax_forward(call: Call):
     return contiguous_copy(call.arg(0, "self"), "input")
 
@@ -35,7 +38,6 @@ def softmax_backward(call: Call):
     return steps + contiguous_copy(output, "output")
 
 
-@rule(aten._log_softmax_backward_data.default,
-      source=f"{SOURCE}: log_softmax_backward_cuda_out, host_softmax_backward")
+@rule(aten._log_softmax_backward_data.default, source=f"{SOURCE}: log_softmax_backward_cuda_out, host_softmax_backward")
 def log_softmax_backward(call: Call):
     return contiguous_copy(call.arg(0, "grad_output"), "grad") + contiguous_copy(call.arg(1, "output"), "output")

@@ -30,5 +30,5 @@ def load_corpus(sentences_per_text: int = 1) -> list[str]:
     for name in SOURCES:
         lines = _lines(name)
         for start in range(0, len(lines), sentences_per_text):
-            texts.append(" ".join(lines[start:start + sentences_per_text]))
+            texts.append(" ".join(lines[start : start + sentences_per_text]))
     return texts
