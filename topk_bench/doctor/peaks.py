@@ -68,7 +68,7 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     if workspace is None:
         return Check(label, Result.FAIL, "measured on CUDA without workspace_bytes")
     above_measured -= workspace  # the workspace stays allocated through the timed iterations
-    above_predicted -= predicted.extra.get(col.WORKSPACE_BYTES) or 0  # as predicted (README)
+    above_predicted -= predicted.extra.get(col.WORKSPACE_BYTES) or 0  # as predicted (docs/predicting.md)
     passed = (
         abs(above_measured - above_predicted) <= PEAK_TOLERANCE
         and measured.baseline_bytes == predicted.baseline_bytes

@@ -1,5 +1,5 @@
 """A measurement on CUDA, simulated: the protocol's iterations (:mod:`.iterations`) replayed on the model of
-the caching allocator (:mod:`.cuda_allocator`), for ``--predict --device cuda``.
+the caching allocator (:mod:`.allocator`), for ``--predict --device cuda``.
 
 The fake run of a case records, in order, the storages its build and one iteration allocate and
 free (:class:`~topk_bench.predict.trace.AllocationTrace`). :class:`SimulatedCudaSteps` does each

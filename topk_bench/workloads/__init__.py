@@ -5,7 +5,7 @@
 {'seq_len': 512, 'batch': 1, 'd_model': 768, 'heads': 12}
 
 A plug-in module named in a suite's ``plugins`` registers its own with
-:func:`register` (see README, "Adding a workload").
+:func:`register` (docs/plugins.md, "Adding a workload").
 """
 
 # Importing a module registers its workload.
