@@ -54,7 +54,7 @@ RUN = (
     "topk-bench run suites/smoke.toml",
     "topk-bench run suites/mha.toml --predict",
     "rm -rf /tmp/ci-predicted && topk-bench run suites/ci.toml --predict",
-    "topk-bench compare results/baselines/",
+    "topk-bench compare baselines/",
     "cp /tmp/ci-predicted/ci.csv",
     "topk-bench run suites/demo_time.toml --device cpu --out results/demo --remeasure",
     "topk-bench profile suites/smoke.toml",
@@ -241,7 +241,7 @@ def test_every_topk_bench_command_of_the_pages_parses_and_names_files_that_exist
                 argv = argv[:at] + argv[at + 2 :]
             parse(argv)
             for arg in argv:
-                if arg.endswith((".toml", ".py")) or arg.startswith("results/baselines"):
+                if arg.endswith((".toml", ".py")) or arg.startswith("baselines"):
                     assert (ROOT / arg).exists() or arg in created, f"{page}: {command}: {arg} does not exist"
     for wrong in (["run", "suites/mha.toml", "--predcit"], ["plot", "results/", "--format"], ["shwo", "results/"]):
         with pytest.raises(UsageError):  # the check can fail
@@ -273,7 +273,7 @@ COPIED = (
     "README.md",
     "docs",
     "mkdocs.yml",
-    "results/baselines",
+    "baselines",
 )
 
 

@@ -107,7 +107,7 @@ def test_todays_h100_rows_are_their_prediction(capsys):
 
 def test_the_committed_h100_rows_show_the_gaps_the_issue_names(capsys):
     """tests/data/h100-ci.csv against the committed prediction: 11 of the 17 common cases off (issue 26)."""
-    assert gpu_report.gaps(str(ROOT / "tests/data/h100-ci.csv"), str(ROOT / "results/baselines/ci-predicted.csv")) == 1
+    assert gpu_report.gaps(str(ROOT / "tests/data/h100-ci.csv"), str(ROOT / "baselines/ci-predicted.csv")) == 1
     out = capsys.readouterr().out
     assert "17 cases compared, 11 off" in out and "mha/Vanilla seq_len=2048" in out and "+193.005 MiB" in out
 

@@ -26,6 +26,6 @@ def test_entries_that_differ_in_an_option_keep_their_case_ids(tmp_path, cli):
     """The committed CI baseline keys by case_id: a suite without duplicates keeps its ids."""
     from topk_bench.run.plan import plan
 
-    base = ROOT / "results" / "baselines" / "ci-predicted.csv"
+    base = ROOT / "baselines" / "ci-predicted.csv"
     planned = plan(ROOT / "suites" / "ci.toml", Flags(predict=True, out=tmp_path))
     assert {c.case_id for c in planned.cases} == set(pd.read_csv(base)["case_id"])

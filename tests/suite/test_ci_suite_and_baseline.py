@@ -8,7 +8,7 @@ from topk_bench.run import plan as planning
 from topk_bench.run.resolve import Flags
 
 CI_SUITE = ROOT / "suites" / "ci.toml"
-BASELINE = ROOT / "results" / "baselines" / "ci-predicted.csv"
+BASELINE = ROOT / "baselines" / "ci-predicted.csv"
 
 
 def test_ci_suite_covers_every_implementation_and_benchmark_workload():
