@@ -3,6 +3,8 @@ statuses."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -43,3 +45,13 @@ class Unsupported(Exception):
 
 class NonFinite(Exception):
     """The case's numbers are not finite (a NaN or inf output, gradient or error metric: status ``nonfinite``)."""
+
+
+def did_you_mean(word: object, choices: Iterable[object]) -> str:
+    """``"; did you mean 'workload'?"`` when ``word`` is close to one of ``choices`` (difflib), else ``""``: what
+    every "unknown name" message adds, for keys, implementations, workloads, options and parameters alike."""
+    names = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(word), names, n=1, cutoff=0.6)
+    if not close and isinstance(word, str):  # a different case (TopK) is no spelling mistake difflib scores high
+        close = [n for n in names if n.lower() == word.lower()][:1]
+    return f"; did you mean {close[0]!r}?" if close else ""

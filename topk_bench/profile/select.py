@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from topk_bench.case import Case
-from topk_bench.errors import BadInput
+from topk_bench.errors import BadInput, did_you_mean
 from topk_bench.results.row import parameters
 
 KEY = "--case"
@@ -66,7 +66,8 @@ def select(cases: list[Case], wanted: dict[str, str], *, suite: str = "") -> lis
     unknown = [k for k in wanted if k not in keys]
     if unknown:
         known = "; ".join(f"{key} = {_listed(_values(described, key), '|')}" for key in keys)
-        raise BadInput(f"unknown key {unknown[0]!r}; the cases have {known}", file=suite or None, key=KEY)
+        guess = did_you_mean(unknown[0], keys)
+        raise BadInput(f"unknown key {unknown[0]!r}{guess}; the cases have {known}", file=suite or None, key=KEY)
     chosen = [c for c, d in zip(cases, described) if all(_same(v, d.get(k, "")) for k, v in wanted.items())]
     if chosen:
         return chosen

@@ -14,7 +14,7 @@ from typing import Any
 
 import implementations
 from topk_bench import plugins, protocol, workloads
-from topk_bench.errors import BadInput
+from topk_bench.errors import BadInput, did_you_mean
 from topk_bench.results.columns import METRICS
 from topk_bench.suite import sweep
 from topk_bench.suite.schema import Suite
@@ -61,18 +61,25 @@ def _check_option(default: Any, value: Any, path: Path | None, key: str) -> None
         raise BadInput(f"expected a string, got {value!r}", file=path, key=key)
 
 
+def _unknown(what: str, name: str, known: list[str]) -> str:
+    """An unknown registry name: the closest registered one when there is one, else how to register it (it may
+    be the user's own), then every registered name."""
+    hint = did_you_mean(name, known) or '; add it with `plugins = ["your.module"]`'
+    return f"unknown {what} {name!r}{hint} (known: {', '.join(known)})"
+
+
 def _implementation(name: str, path: Path | None, key: str) -> implementations.Implementation:
     try:
         return implementations.spec(name)
-    except implementations.UnknownImplementation as exc:
-        raise BadInput(f'{exc}; add it with `plugins = ["your.module"]`', file=path, key=key) from None
+    except implementations.UnknownImplementation:
+        raise BadInput(_unknown("implementation", name, implementations.names()), file=path, key=key) from None
 
 
 def _workload(name: str, path: Path | None, key: str) -> workloads.WorkloadSpec:
     try:
         return workloads.lookup(name)
-    except workloads.UnknownWorkload as exc:
-        raise BadInput(f'{exc}; add it with `plugins = ["your.module"]`', file=path, key=key) from None
+    except workloads.UnknownWorkload:
+        raise BadInput(_unknown("workload", name, workloads.names()), file=path, key=key) from None
 
 
 def _check_options(
@@ -86,7 +93,8 @@ def _check_options(
     if unknown:
         known = ", ".join(sorted(impl.options)) or "none"
         raise BadInput(
-            f"implementation {impl.name!r} has no option {unknown[0]!r} (options: {known})",
+            f"implementation {impl.name!r} has no option {unknown[0]!r}{did_you_mean(unknown[0], impl.options)} "
+            f"(options: {known})",
             file=path,
             key=f"{key}.{unknown[0]}",
         )
@@ -173,8 +181,8 @@ def _check_shape(suite: Suite, path: Path | None, specs: list[workloads.Workload
     for name, value in suite.shape.items():
         if not open_params and name not in allowed:
             raise BadInput(
-                f"unknown shape parameter of workload {'/'.join(sorted({s.name for s in specs}))} "
-                f"(expected one of: {', '.join(allowed)})",
+                f"unknown shape parameter of workload {'/'.join(sorted({s.name for s in specs}))}"
+                f"{did_you_mean(name, allowed)} (expected one of: {', '.join(allowed)})",
                 file=path,
                 key=f"shape.{name}",
             )
@@ -236,9 +244,10 @@ def _check_sweep(suite: Suite, path: Path | None, entries) -> None:
                     key=key,
                 )
             if name not in impl.options:
+                guess = did_you_mean(name, [*spec.params, *impl.options])
                 raise BadInput(
                     f"neither a shape parameter of workload {spec.name!r} ({', '.join(spec.params)}) "
-                    f"nor an option of implementation {impl.name!r} (impl[{i}])",
+                    f"nor an option of implementation {impl.name!r} (impl[{i}]){guess}",
                     file=path,
                     key=key,
                 )

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
-from topk_bench.errors import BadInput
+from topk_bench.errors import BadInput, did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -77,8 +77,9 @@ def problem(error: ErrorDetails, fields: list[str] | None = None) -> str:
     """One pydantic error as the words after ``FILE: KEY:``: what was expected, and what was given."""
     kind, msg, value = error["type"], error["msg"], error["input"]
     if kind == "extra_forbidden":
+        guess = did_you_mean(error["loc"][-1], fields or ())
         known = f" (expected one of: {', '.join(fields)})" if fields else ""
-        return f"unknown key{known}"
+        return f"unknown key{guess}{known}"
     if kind == "missing":
         return "missing required key"
     if kind == "too_short":
@@ -92,7 +93,10 @@ def problem(error: ErrorDetails, fields: list[str] | None = None) -> str:
 
 
 def _bad_input(exc: ValidationError, model: type[BaseModel], data: dict[str, Any], path: Path) -> BadInput:
-    error = exc.errors()[0]
+    errors = exc.errors()
+    # An unknown key first: a misspelt required key ("worklaod") is also a missing one, and the missing one says
+    # nothing of the key the file has.
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(error["loc"])
     # The keys the enclosing table accepts, for "unknown key" errors.
     fields = None
