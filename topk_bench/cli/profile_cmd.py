@@ -31,6 +31,12 @@ def profile(
         metavar="DIR",
         help="Where profiles go, one directory per case (default: results_dir of bench.toml, then profile/).",
     ),
+    sets: list[str] | None = typer.Option(
+        None,
+        "--set",
+        metavar="KEY=VALUES",
+        help="Replace the suite's values of a key (repeatable), as `run --set`: e.g. seq_len=131072, topk=64.",
+    ),
     config: Path | None = typer.Option(
         None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."
     ),
@@ -45,7 +51,9 @@ def profile(
 
     from topk_bench.profile import command
 
-    outcomes = command.profile(suite, case, predict=predict, device=device, out=out, config=config)
+    outcomes = command.profile(
+        suite, case, predict=predict, device=device, out=out, config=config, sets=tuple(sets or ())
+    )
     console = Console(width=output_width(160), highlight=False)
     for outcome in outcomes:
         command.tell(outcome, console)

@@ -137,6 +137,13 @@ def run(
         "busy at the start (default: the suite's, else bench.toml's, auto); the "
         "rows record it (column threads).",
     ),
+    sets: list[str] | None = typer.Option(
+        None,
+        "--set",
+        metavar="KEY=VALUES",
+        help="Replace the suite's values of a key for this run (repeatable): a parameter (seq_len=16384, "
+        "seq_len=1024,2048: swept), or an implementation option (topk=64). Said in OUT/<suite>.meta.json.",
+    ),
     config: Path | None = typer.Option(
         None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."
     ),
@@ -175,6 +182,7 @@ def run(
         remeasure=remeasure,
         gpu=gpu,
         profile=profile,
+        sets=tuple(sets or ()),
     )
     previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in ENDING_SIGNALS}
     try:

@@ -54,7 +54,14 @@ def clear(directory: Path) -> None:
 
 
 def profile(
-    suite: Path, selector: str, *, predict: bool, device: str | None, out: Path | None, config: Path | None
+    suite: Path,
+    selector: str,
+    *,
+    predict: bool,
+    device: str | None,
+    out: Path | None,
+    config: Path | None,
+    sets: tuple[str, ...] = (),
 ) -> list[Outcome]:
     """Plan ``suite``, pick the cases ``selector`` names, and profile each in a child. Raises BadInput."""
     from topk_bench.run import launcher
@@ -62,7 +69,7 @@ def profile(
     from topk_bench.run.resolve import Flags
 
     wanted = select.parse(selector)
-    the_plan = plan(suite, Flags(predict=predict, device=device, out=out), config=config, yes=True)
+    the_plan = plan(suite, Flags(predict=predict, device=device, out=out, sets=sets), config=config, yes=True)
     directory = out if out is not None else the_plan.settings.out_dir / PROFILE_DIR
     chosen = select.select(the_plan.cases, wanted, suite=str(suite))
     outcomes = []

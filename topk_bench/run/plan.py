@@ -12,7 +12,7 @@ import datetime
 import math
 import os
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from topk_bench.results.columns import order_parameters, quality_columns
 from topk_bench.results.row import parameters
 from topk_bench.run.resolve import Flags, RunSettings, resolve
 from topk_bench.status import Status
-from topk_bench.suite import sweep
+from topk_bench.suite import overrides, sweep
 from topk_bench.suite.checks import check_suite
 from topk_bench.suite.load import read_suite
 from topk_bench.suite.schema import Suite
@@ -55,6 +55,7 @@ class Plan:
     meta_path: Path
     header: list[str]
     notes: list[str]
+    overrides: dict[str, list[Any]] = field(default_factory=dict)  # --set: key -> the values that replaced the suite's
 
     @property
     def method(self) -> Method:
@@ -128,9 +129,10 @@ def plan(
 
     A suite of more cases than ``max_cases`` is bad input unless ``yes``, said before its cases are even built.
     """
+    flags = flags or Flags()
     settings = load_settings(config)
-    suite = read_suite(suite_path)
-    run = resolve(settings, suite, flags or Flags())
+    suite, replaced = overrides.apply(read_suite(suite_path), flags.overrides)
+    run = resolve(settings, suite, flags)
     memory, capped = capped_budget(int(run.max_memory_gib * GIB), *memory_cap(run.device, run.predicted))
     budget = Budget(memory, run.max_case_seconds)
     cpu_measured = run.measured_on(DeviceKind.CPU)
@@ -143,11 +145,14 @@ def plan(
             file=suite.path,
             key="max_cases",
         )
-    check_suite(suite, suite.path)
+    try:
+        check_suite(suite, suite.path)
+    except BadInput as exc:  # a value --set gave is the flag's problem, not the file's
+        raise overrides.blamed(exc, flags.overrides) from None
     cases = sweep.expand(suite, run)
     if run.profile:  # each case writes its profile where `topk-bench profile` would put it
         cases = [replace(c, profile=str(run.out_dir / PROFILE_DIR / c.case_id)) for c in cases]
-    notes = ([capped] if capped else []) + list(run.notes)
+    notes = replaced + ([capped] if capped else []) + list(run.notes)
     if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)
         if above:
@@ -164,6 +169,7 @@ def plan(
         meta_path=run.out_dir / f"{suite.name}.meta.json",
         header=results_header(parameters_of(cases), optional_columns(suite, cases)),
         notes=notes,
+        overrides=overrides.as_meta(flags.overrides),
     )
 
 
@@ -299,6 +305,8 @@ def meta(the_plan: Plan) -> dict[str, Any]:
     plot["panels"] = [list(p) for p in plot["panels"]]
     return {
         "suite": suite.name,
+        # The file the run read, as it was named: the command that measures its rows again names it.
+        "suite_file": str(suite.path) if suite.path is not None else None,
         "title": suite.title,
         "workload": suite.workload,
         "mode": suite.mode,
@@ -309,4 +317,6 @@ def meta(the_plan: Plan) -> dict[str, Any]:
         "plot": plot,
         # Which columns of the CSV are parameters (a plug-in workload's result columns are not known to readers).
         "parameters": parameters_of(the_plan.cases),
+        # --set: the values that replaced the suite's for this run (its rows have them).
+        "overrides": the_plan.overrides,
     }

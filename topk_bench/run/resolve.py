@@ -11,6 +11,7 @@ afterwards that the run as a whole decides.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from topk_bench.errors import BadInput
 from topk_bench.machine import cores
 from topk_bench.results import trust
 from topk_bench.run import devices
+from topk_bench.suite import overrides
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
 from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, WarmupSeconds, check_flag
@@ -55,6 +57,9 @@ class Flags:
     out: str | Path | None = None
     gpu: str | None = None
     profile: bool = False
+    # --set KEY=VALUES (repeatable): the suite's values replaced for this run (topk_bench.suite.overrides); a
+    # mapping key -> values from run_suite.
+    sets: tuple[str, ...] | Mapping[str, Any] = ()
 
     def __post_init__(self) -> None:
         self.check()
@@ -79,10 +84,16 @@ class Flags:
         jobs(self.jobs)
         threads_value(self.threads, "--threads")
         remeasure_flags(self.remeasure)
+        overrides.parse(self.sets)
 
     @property
     def method(self) -> Method:
         return Method.PREDICTED if self.predict else Method.MEASURED
+
+    @property
+    def overrides(self) -> overrides.Overrides:
+        """``--set``'s keys and values, parsed (:meth:`check` made sure they parse)."""
+        return overrides.parse(self.sets)
 
 
 def jobs(value: int | str | None) -> int | None:
