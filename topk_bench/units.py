@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import Any
 
 KIB = 2**10
@@ -76,3 +78,17 @@ def format_duration(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.3g} {unit}"
     return f"{seconds:.0f} s"
+
+
+# A number and the unit or noun after it (``12 min``, ``36.5 GiB``, ``24 cases``): never broken apart by a wrap.
+_UNITS = r"[KMGT]i?B|B|[mµu]?s|ns|min|h|d|%|x|case|row|line|core|thread|job"
+_NUMBER_AND_UNIT = re.compile(rf"(?<![\w.])(\d[\d,.]*(?:e[+-]?\d+)?)[ ](?=(?:{_UNITS})\w*\b)")
+_KEPT = "\u00a0"  # textwrap breaks at ASCII whitespace only
+
+
+def wrapped(text: str, width: int) -> str:
+    """``text`` wrapped to ``width`` columns at spaces, never between a number and its unit; a word longer than
+    the width stays whole (a path)."""
+    glued = _NUMBER_AND_UNIT.sub(lambda m: m.group(1) + _KEPT, text)
+    lines = textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False) or [""]
+    return "\n".join(lines).replace(_KEPT, " ")

@@ -115,6 +115,8 @@ LOAD_END = Column("load_end", "1-minute load average per core when it ended", M)
 STEAL = Column("steal", "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)", M)
 MAX_MEMORY_BYTES = Column("max_memory_bytes", "the memory budget the case ran under", M)
 MAX_CASE_SECONDS = Column("max_case_seconds", "the time budget the case ran under", M)
+# What running the case cost, start-up included: the next run of the same case on this machine is estimated by it.
+WALL_S = Column("wall_s", "seconds the case's child process took, from its start to its result (the parent's clock)", M)
 # What the case's threads got of the machine during its timed iterations (topk_bench.measure.contention).
 THREADS = Column("threads", "the intra-op CPU threads the case ran with", M)
 CPU_WAIT = Column(
@@ -173,6 +175,7 @@ CONTEXT_COLUMNS: tuple[Column, ...] = (
     STEAL,
     MAX_MEMORY_BYTES,
     MAX_CASE_SECONDS,
+    WALL_S,
     *CONTENTION_COLUMNS,
     TIMER,
     FLUSH_L2,

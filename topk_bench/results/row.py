@@ -51,6 +51,7 @@ def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
         **machine,
         col.MAX_MEMORY_BYTES: budget.max_memory_bytes,
         col.MAX_CASE_SECONDS: budget.max_seconds,
+        col.WALL_S: meta.get("child_wall_s"),
         **seen,
         **{column: meta.get(column) for column in col.MACHINE_COLUMNS},
     }

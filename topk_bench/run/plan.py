@@ -8,41 +8,36 @@ cases, caps their budget to what the machine has, and names the header.
 
 from __future__ import annotations
 
-import datetime
-import math
 import os
-import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from topk_bench import workloads
+from topk_bench import machine, workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
+from topk_bench.measure import metadata
 from topk_bench.measure.iterations import compiles
 from topk_bench.results import columns as col
-from topk_bench.results import rates, store
+from topk_bench.results import rates
 from topk_bench.results.columns import header as results_header
 from topk_bench.results.columns import order_parameters, quality_columns
 from topk_bench.results.row import parameters
+from topk_bench.run import estimate
+from topk_bench.run.estimate import Estimate
 from topk_bench.run.resolve import Flags, RunSettings, resolve
-from topk_bench.status import Status
 from topk_bench.suite import overrides, sweep
 from topk_bench.suite.checks import check_suite
 from topk_bench.suite.load import read_suite
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, load_settings
 from topk_bench.types import DeviceKind, Method
-from topk_bench.units import GIB, format_duration
+from topk_bench.units import GIB
 
 # Where a run's profiles go, under its results directory (``run --profile``, ``topk-bench profile``).
 PROFILE_DIR = "profile"
-# A new interpreter importing torch (the local template, once; each Slurm task): 2 to 5 s on 2 loaded cores.
-INTERPRETER_S = 3.0
-# A child forked from the warm template, before it measures (scripts/bench_child_overhead.py: tens of ms).
-FORK_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -139,7 +134,7 @@ def plan(
     count = sweep.count(suite, suite.cpu_max if cpu_measured else None)  # the cases this run will build
     if count > run.max_cases and not yes:
         raise BadInput(
-            f"{count} cases, {estimate(count, run.max_case_seconds, run.executor)}: more than "
+            f"{count} cases, {estimate.at_most(count, run.max_case_seconds, run.executor)}: more than "
             f"max_cases = {run.max_cases}; pass --yes to run them, or raise max_cases in the suite or "
             "bench.toml",
             file=suite.path,
@@ -200,69 +195,33 @@ def _check_out_dir(out_dir: Path) -> None:
             return
 
 
-def estimate(n: int, seconds: float | None, executor: ExecutorSettings, per_case: float | None = None) -> str:
-    """How long ``n`` cases may take: at most every case using its whole time budget; and, with ``per_case``
-    (the seconds a case of this file took before, :func:`seconds_per_case`), about ``n`` times that. Without
-    history the lower end (the children's start-up alone) says nothing: it is left out."""
-    local = executor.kind == "local"
-    at_once = executor.jobs if local else executor.array_parallelism
-    waves = math.ceil(n / at_once)
-    budget = seconds or 0.0
-    # Locally one template starts, then each case is a fork; a Slurm task starts an interpreter of its own.
-    once, each = (INTERPRETER_S, FORK_S) if local else (0.0, INTERPRETER_S + FORK_S)
-    high = (
-        f"at most {format_duration(once + waves * (each + budget))} ({at_once} at a time, each within its "
-        f"{budget:g} s time budget)"
-    )
-    if per_case is None:
-        return high
-    return (
-        f"about {format_duration(once + n * max(per_case, each) / at_once)} ({per_case:.3g} s a case here "
-        f"before), {high}"
-    )
-
-
-def seconds_per_case(csv_path: Path) -> float | None:
-    """The median time between the rows of cases that ran, in the order they were written (each row is written as
-    its case ends): what a case of this file took on this machine before; None with fewer than three."""
-    try:
-        rows = store.read(csv_path).rows
-    except BadInput:
-        return None
-    stamps = sorted(
-        filter(
-            None,
-            (
-                _seconds_of(r[col.TIMESTAMP])
-                for r in rows
-                if r.get(col.STATUS) not in (Status.SKIPPED, Status.UNSUPPORTED)
-            ),
-        )
-    )
-    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    return statistics.median(gaps) if len(gaps) >= 2 else None
-
-
-def _seconds_of(stamp: str | None) -> float | None:
-    """A row's timestamp in seconds; None when it has none, or one that is not a time (a hand-edited cell)."""
-    try:
-        return datetime.datetime.fromisoformat(stamp).timestamp() if stamp else None
-    except ValueError:
-        return None
-
-
-def size_note(the_plan: Plan, todo: int) -> str:
-    """The line a run starts with: how many cases, how long (nothing to run: said so, no estimate)."""
-    done = len(the_plan.cases) - todo
+def size_note(the_plan: Plan, todo: list[Case], rows: list[dict[str, Any]]) -> tuple[str, Estimate | None]:
+    """The line a run starts with: how many cases, how long (nothing to run: said so, no estimate); and the
+    estimate (None with nothing to run). ``rows``: the CSV's rows, whose ``wall_s`` say what a case took here
+    before."""
+    done = len(the_plan.cases) - len(todo)
     name = the_plan.csv_path.name
     if not todo:
-        return f"nothing to run: all {done} case{'' if done == 1 else 's'} are in {name}"
+        return f"nothing to run: all {done} case{'' if done == 1 else 's'} are in {name}", None
     rounds = f", each in {the_plan.rounds} rounds" if the_plan.rounds > 1 else ""
-    per_case = seconds_per_case(the_plan.csv_path) if done else None
-    return (
-        f"{todo} case{'' if todo == 1 else 's'} to run ({done} already in {name}){rounds}, estimate "
-        f"{estimate(todo * the_plan.rounds, the_plan.budget.max_seconds, the_plan.executor, per_case)}"
+    guess = estimate.estimate(
+        todo,
+        the_plan.executor,
+        the_plan.budget.max_seconds,
+        rounds=the_plan.rounds,
+        before=estimate.earlier(rows, this_machine()),
+        slower=estimate.slowdown(the_plan.executor, the_plan.settings.threads, machine.busy_now(), machine.cores()),
     )
+    return (
+        f"{len(todo)} case{'' if len(todo) == 1 else 's'} to run ({done} already in {name}){rounds}, estimate "
+        f"{guess.text()}",
+        guess,
+    )
+
+
+def this_machine() -> dict[str, str]:
+    """The machine columns this machine writes in a row, by which an earlier row is known as this machine's."""
+    return {col.CPU_CAPABILITY: metadata.cpu_capability(), col.CPU_FLAGS: metadata.cpu_flags()}
 
 
 def within(cases: list[Case], limits: dict[str, int]) -> tuple[list[Case], int]:

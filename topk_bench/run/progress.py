@@ -16,44 +16,66 @@ from rich.text import Text
 
 from topk_bench.results import columns as col
 from topk_bench.status import Status
-from topk_bench.units import short_bytes, short_seconds
+from topk_bench.units import format_duration, missing, short_bytes, short_seconds, wrapped
 
 # Rows written without running anything: they say nothing of how long a case takes.
 _INSTANT = frozenset({Status.SKIPPED, Status.UNSUPPORTED})
 
 
 class Eta:
-    """Time left in a run, from the seconds per case so far, moving while a case runs.
+    """Time left in a run: what the estimate expects of the cases left (:mod:`topk_bench.run.estimate`), scaled
+    by what the cases done took against what it expected of them, shared by the job slots; moving while a case
+    runs.
 
-    With ``n`` cases run in ``T`` seconds (wall, parallel jobs included), ``R``
-    cases left and the latest ending ``s`` seconds ago: ``R T/n - s``, counting
-    down through the average case, but never below ``(R - 1)(T + s)/(n + 1)``,
-    what is left if a case ended now. So a long case first uses up its expected
-    time, then pushes the estimate up, instead of freezing it (rich's own column
-    changes only when a case ends).
+    With ``W`` seconds of work left by the estimate, ``k`` = taken / expected of the cases done, ``J`` slots and
+    the latest case ending ``s`` seconds ago: ``k W / J - s``, counting down through the cases that run, but
+    never below ``k (W - w) / J``, what is left if the largest case left (``w``) ended now. So a long case first
+    uses up its expected time, then holds the estimate up, instead of freezing it (rich's own column changes
+    only when a case ends). Before any case ended, ``k`` is 1: the estimate itself.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        expected: Mapping[str, float] | None = None,
+        *,
+        slots: int = 1,
+        rounds: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.clock = clock
-        self.start = clock()
-        self.last = self.start
-        self.ran = 0
+        self.last = clock()
+        self.slots, self.rounds = max(1, slots), max(1, rounds)
+        self.expected = dict(expected or {})  # case_id -> seconds of one round, by the estimate
+        self.left = dict(self.expected)  # the cases not ended yet
+        self.took = 0.0  # seconds the cases done took (their rows' wall_s)
+        self.foreseen = 0.0  # what the estimate expected of those
 
-    def ended(self, ran: bool = True) -> None:
-        """A case ended; ``ran=False`` for a row written without running (skipped, unsupported)."""
-        if ran:
-            self.ran += 1
-            self.last = self.clock()
+    def ended(self, case_id: object = None, wall_s: object = None, *, ran: bool = True) -> None:
+        """A case ended, its child having taken ``wall_s`` seconds (a round); ``ran=False`` for a row written
+        without running (skipped, unsupported): it says nothing of how long a case takes."""
+        expected = self.left.pop(str(case_id), None)
+        if not ran:
+            return
+        self.last = self.clock()
+        if expected is not None and isinstance(wall_s, (int, float)) and not missing(wall_s) and expected > 0:
+            self.took += float(wall_s)
+            self.foreseen += expected
 
-    def seconds_left(self, left: int) -> float | None:
-        """Seconds until ``left`` more cases end; None before any case ran."""
-        if left <= 0:
-            return 0.0
-        if not self.ran:
+    @property
+    def scale(self) -> float:
+        """Taken over expected, of the cases done (1 before any)."""
+        return self.took / self.foreseen if self.foreseen > 0 else 1.0
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the cases left end; None without an estimate."""
+        if not self.expected:
             return None
-        per_case = (self.last - self.start) / self.ran
+        if not self.left:
+            return 0.0
+        work = self.scale * self.rounds * sum(self.left.values()) / self.slots
         since = self.clock() - self.last
-        return max(left * per_case - since, (left - 1) * (self.last - self.start + since) / (self.ran + 1))
+        floor = work - self.scale * self.rounds * max(self.left.values()) / self.slots
+        return max(work - since, floor, 0.0)
 
 
 class _EtaColumn(ProgressColumn):
@@ -62,7 +84,7 @@ class _EtaColumn(ProgressColumn):
         self.reporter = reporter
 
     def render(self, task) -> Text:
-        left = self.reporter.eta.seconds_left(self.reporter.total - self.reporter.done)
+        left = self.reporter.eta.seconds_left()
         shown = "-:--:--" if left is None else str(datetime.timedelta(seconds=round(left)))
         return Text(shown, style="progress.remaining")
 
@@ -70,12 +92,21 @@ class _EtaColumn(ProgressColumn):
 class Reporter:
     """Progress of one suite: ``total`` cases of which ``done`` were already in the CSV."""
 
-    def __init__(self, suite: str, total: int, done: int, *, enabled: bool = True, console: Console | None = None):
+    def __init__(
+        self,
+        suite: str,
+        total: int,
+        done: int,
+        *,
+        enabled: bool = True,
+        console: Console | None = None,
+        eta: Eta | None = None,
+    ):
         self.console = console or Console(stderr=True)
         self.enabled = enabled
         self.live = enabled and self.console.is_terminal
         self.total, self.done, self.suite = total, done, suite
-        self.eta = Eta()
+        self.eta = eta or Eta()
         self._progress: Progress | None = None
         self._task: TaskID | None = None  # set with _progress
 
@@ -103,7 +134,7 @@ class Reporter:
 
     def note(self, message: str) -> None:
         if self.enabled:
-            self.console.print(message, highlight=False, markup=False)
+            say(self.console, message)
 
     def running(self, what: str) -> None:
         """What runs now (implementation and size)."""
@@ -121,7 +152,7 @@ class Reporter:
     def finished(self, what: str, row: Mapping[str, Any]) -> None:
         self.done += 1
         status = row.get(col.STATUS, "")
-        self.eta.ended(ran=status not in _INSTANT)
+        self.eta.ended(row.get(col.CASE_ID), row.get(col.WALL_S), ran=status not in _INSTANT)
         if self._progress is not None and self._task is not None:
             self._progress.advance(self._task)
         detail = row.get(col.ERROR) or ""
@@ -132,9 +163,17 @@ class Reporter:
             + (f"  ({detail[:120]})" if detail else "")
         )
         if self._progress is not None:
-            self._progress.console.print(line, highlight=False, markup=False)
+            say(self._progress.console, line)
         elif self.enabled:
-            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+            say(self.console, line)
+
+
+def say(console: Console, line: str) -> None:
+    """One message: on a terminal wrapped to its width, never between a number and its unit; elsewhere (a log)
+    one line, whatever its length."""
+    if console.is_terminal:
+        line = wrapped(line, console.width)
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def summary(
@@ -148,13 +187,15 @@ def summary(
 ) -> None:
     """Status counts of this run and of the whole file, where the results went, then ``notes`` (one line each)."""
     console = console or Console()
-    table = Table(title=f"{suite}: {sum(written.values())} case(s) in {elapsed_s:.1f} s")
+    # The title on a line of its own: a table's title wraps within the table's width.
+    say(console, f"{suite}: {sum(written.values())} case(s) in {format_duration(elapsed_s)}")
+    table = Table()
     table.add_column(col.STATUS)
     table.add_column("this run", justify="right")
     table.add_column("in file", justify="right")
     for status in sorted(set(written) | set(in_file)):
         table.add_row(status, str(written.get(status, 0)), str(in_file.get(status, 0)))
     console.print(table)
-    console.print(f"results: {csv_path}", highlight=False, soft_wrap=True)
+    say(console, f"results: {csv_path}")
     for note in notes:
-        console.print(note, highlight=False, markup=False, soft_wrap=True)
+        say(console, note)

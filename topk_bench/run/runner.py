@@ -37,7 +37,7 @@ from topk_bench.results.row import make_row
 from topk_bench.run.executors import Executor, check_requests, get_executor
 from topk_bench.run.order import Order, describe_size
 from topk_bench.run.plan import Plan, meta, plan, size_note
-from topk_bench.run.progress import Reporter, summary
+from topk_bench.run.progress import Eta, Reporter, summary
 from topk_bench.run.resolve import Flags
 from topk_bench.run.resume import Resume, remeasured, what_runs
 from topk_bench.run.resume import notes as resume_notes
@@ -385,8 +385,11 @@ def _measure(
     """Run the cases resume left to do, one row each as it ends; the statuses of the rows written. ``adopt``:
     Slurm jobs an earlier run of these cases left running are taken over (resume of a one-round run)."""
     todo, stoppers = plan_resume.todo, plan_resume.stoppers
-    size = size_note(the_plan, len(todo))
-    reporter = Reporter(the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress)
+    size, guess = size_note(the_plan, todo, table.rows)
+    eta = Eta(guess.per_case if guess else None, slots=guess.at_once if guess else 1, rounds=the_plan.rounds)
+    reporter = Reporter(
+        the_plan.suite.name, len(the_plan.cases), len(the_plan.cases) - len(todo), enabled=progress, eta=eta
+    )
     with reporter:
         for note in [
             size,

@@ -91,6 +91,13 @@ def attention_flops(batch: int, q_heads: int, lq: int, lk: int, head_dim: int, *
     return int(forward * (1 + BACKWARD_PER_FORWARD)) if Mode(mode).backward else forward
 
 
+def projections_flops(batch: int, seq_len: int, d_model: int, *, mode: str, count: int = 4) -> int:
+    """FLOPs of ``count`` d_model x d_model projections over every token: 2 per multiply-add; a backward is two
+    forwards (the input's gradient and the weight's)."""
+    forward = 2 * batch * seq_len * d_model * d_model * count
+    return forward * 3 if Mode(mode).backward else forward
+
+
 def element_size(dtype: str) -> int:
     """Bytes of one element of a case's dtype (``"bfloat16"``: 2)."""
     return DType(dtype).itemsize

@@ -3,15 +3,18 @@
 The attention implementation (``impl``) and the feed-forward one (``feedforward``
 of an ``[[impl]]``, default vanilla) are chosen independently: the paper uses
 top-64 attention with query-chunked feed-forward layers.
+
+Cost model (docs/CONTRACTS.md): ``layers`` times an attention layer's and a feed-forward layer's (``mha``, ``ff``).
 """
 
 from __future__ import annotations
 
 from implementations import Decoder
 from topk_bench.protocol import OURS, PAPER
+from topk_bench.workloads import ff, mha
 from topk_bench.workloads.mha import heads_divide_d_model
 from topk_bench.workloads.protocol import attention_layer
-from topk_bench.workloads.spec import Fixed, Workload, WorkloadSpec, hidden_states, register
+from topk_bench.workloads.spec import Fixed, Traffic, Workload, WorkloadSpec, hidden_states, register
 
 DEFAULT_FEEDFORWARD = "vanilla"  # an [[impl]] that names no feed-forward implementation gets this one
 
@@ -33,6 +36,18 @@ def build(case, device, dtype) -> Workload:
     return Workload(model, (hidden_states(p["batch"], p["seq_len"], p["d_model"], device, dtype),), layer.kept)
 
 
+def traffic(case) -> Traffic:
+    p = DECODER.shape(case)
+    attention = mha.layer_cost(p, causal=case.causal, dtype=case.dtype, mode=case.mode)
+    feedforward = ff.layer_cost(p, dtype=case.dtype, mode=case.mode)
+    return Traffic(
+        flops=p["layers"] * (attention[0] + feedforward[0]),
+        bytes=p["layers"] * (attention[1] + feedforward[1]),
+        tokens=p["batch"] * p["seq_len"],
+        tokens_per_sequence=p["seq_len"],
+    )
+
+
 DECODER = register(
     WorkloadSpec(
         name="decoder",
@@ -45,6 +60,7 @@ DECODER = register(
         default_feedforward=DEFAULT_FEEDFORWARD,
         check_params=heads_divide_d_model,
         legend=lambda attention, feedforward: f"{attention} + {feedforward} FF",
+        traffic=traffic,
         protocols=(OURS.name, PAPER.name),
     )
 )
