@@ -39,6 +39,13 @@ def compare(
         "--allow-missing",
         help="Pass even when cases of BASE are missing from NEW (a suite that lost cases on purpose).",
     ),
+    pair_by: str | None = typer.Option(
+        None,
+        "--pair-by",
+        metavar="COLUMNS",
+        help="Pair the cases of BASE and NEW by these columns (comma-separated, e.g. impl,seq_len) instead of "
+        "their case_id: an A/B of an option (chunk_size, compile, a plug-in's own), the difference said.",
+    ),
     allow_no_base: bool = typer.Option(
         False,
         "--allow-no-base",
@@ -54,6 +61,7 @@ def compare(
 
     from topk_bench.report import compare as cmp  # pandas and scipy: only when the command runs
     from topk_bench.report import compare_render as report
+    from topk_bench.report import pairing
 
     thresholds = Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
     if allow_no_base and not base.exists() and not base.is_symlink():
@@ -61,7 +69,8 @@ def compare(
         result = cmp.first_run(new_frame, thresholds, str(base), str(new))
     else:
         base_frame, new_frame = cmp.load(base), cmp.load(new)
-        result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new), allow_missing)
+        by = pairing.parse(pair_by) if pair_by is not None else None
+        result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new), allow_missing, by)
     report.print_rich(result, Console(width=160))
     if markdown is not None:
         report.write_markdown(markdown, result)

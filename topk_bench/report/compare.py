@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
+from topk_bench.report import pairing
 from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
 from topk_bench.report.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from topk_bench.results import columns as col
@@ -83,6 +84,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # why the gate fails beyond the cases' verdicts
     first_run: bool = False  # no BASE yet (the first run of main): NEW is exported, nothing is judged
+    pairing: list[str] = field(default_factory=list)  # --pair-by: how the cases were paired, what differs
 
     def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict is verdict]
@@ -144,18 +146,35 @@ def compare_frames(
     base_label: str = "BASE",
     new_label: str = "NEW",
     allow_missing: bool = False,
+    pair_by: list[str] | None = None,
 ) -> Comparison:
-    """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail."""
+    """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail;
+    ``pair_by``: cases found by the values of these columns instead of their case_id (:mod:`.pairing`)."""
     thresholds = thresholds.validate()
-    params = varying_parameters(base, new)
+    paired = pairing.pair(base, new, pair_by) if pair_by else None
+    if paired is not None:
+        base, new = paired.base, paired.new
+        params = [c for c in pair_by or [] if c in parameter_columns(new.columns)]
+    else:
+        params = varying_parameters(base, new)
     common = [cid for cid in new.index if cid in base.index]
-    only_new = [(cid, case_name(new.loc[cid], params)) for cid in new.index if cid not in base.index]
-    only_base = [(cid, case_name(base.loc[cid], params)) for cid in base.index if cid not in new.index]
+    only_new = [
+        (new.loc[cid, col.CASE_ID], case_name(new.loc[cid], params)) for cid in new.index if cid not in base.index
+    ]
+    only_base = [
+        (base.loc[cid, col.CASE_ID], case_name(base.loc[cid], params)) for cid in base.index if cid not in new.index
+    ]
     if not common and len(base) and len(new):
         raise BadInput(
-            f"no case_id in common between {base_label} and {new_label} (different suite, device or method?)"
+            f"no case of {new_label} pairs with one of {base_label} by {', '.join(pair_by or [])}"
+            if paired is not None
+            else f"no case_id in common between {base_label} and {new_label} (different suite, device or method?); "
+            "to compare runs that differ in an option, pair their cases with --pair-by (e.g. impl,seq_len)"
         )
     cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label) for cid in common]
+    if paired is not None and not paired.common:  # each case says what differs in its pair
+        for cid, case in zip(common, cases):
+            case.name += f" ({paired.differences[cid]})"
     warnings = [_machines_differ(base.loc[common], new.loc[common])]
     warnings += [
         f"{side}: {line}"
@@ -177,7 +196,15 @@ def compare_frames(
             f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"
         )
     return Comparison(
-        base_label, new_label, thresholds, cases, only_new, only_base, [w for w in warnings if w], failures
+        base_label,
+        new_label,
+        thresholds,
+        cases,
+        only_new,
+        only_base,
+        [w for w in warnings if w],
+        failures,
+        pairing=pairing.lines(paired) if paired is not None else [],
     )
 
 

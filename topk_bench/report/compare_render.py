@@ -72,6 +72,8 @@ def notes(c: Comparison) -> list[str]:
 
 def print_rich(c: Comparison, console: Console | None = None) -> None:
     console = console or Console(width=160)
+    for line in c.pairing:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     table = Table(title=f"compare {c.base} → {c.new}")
     for column in COLUMNS:
         table.add_column(column, overflow="fold")
@@ -108,6 +110,7 @@ def markdown(c: Comparison) -> str:
         f"time median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.",
         "",
     ]
+    lines += [f"{_md_escape(p)}" for p in c.pairing] + ([""] if c.pairing else [])
     lines += [f"> ⚠️ {_md_escape(w)}" for w in c.warnings] + ([""] if c.warnings else [])
     lines += [f"- ❌ {_md_escape(f)}" for f in c.failures] + ([""] if c.failures else [])
     moved = [(case, cells) for case, cells in rows(c) if case.verdict is not Verdict.UNCHANGED]
