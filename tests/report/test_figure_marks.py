@@ -17,7 +17,7 @@ from topk_bench.case import Case, Measurement
 from topk_bench.report.plots import marks, pareto
 from topk_bench.report.plots.figure import PREDICTED_OVER_LEGEND, draw_figure, plot_results
 from topk_bench.report.plots.inputs import figure_inputs
-from topk_bench.report.plots.style import impl_style
+from topk_bench.report.plots.palette import impl_style
 from topk_bench.results import columns as col
 from topk_bench.results.columns import header as results_header
 from topk_bench.results.columns import order_parameters
@@ -105,7 +105,8 @@ def test_a_contended_time_is_hollow_its_memory_filled_and_sdpa_filled_when_not(t
     fig = _figure(out)
     try:
         memory, time = fig.axes
-        assert (memory.get_ylabel(), time.get_ylabel()) == ("peak allocated memory (GiB)", "time (s)")
+        # Peaks of 0.1 to 0.8 GiB: drawn in MiB, the unit that fits them.
+        assert (memory.get_ylabel(), time.get_ylabel()) == ("peak allocated memory (MiB)", "time (s)")
         # The contended case: hollow on the time panel, at its time; its memory point is exact: filled.
         ((x, y),) = _hollow_points(time)
         assert x == pytest.approx(1024, rel=0.05) and y == pytest.approx(0.030)
@@ -199,7 +200,7 @@ def test_on_a_linear_axis_far_below_the_budget_an_over_budget_peak_is_a_named_cr
         (cross,) = [line for line in ax.get_lines() if line.get_marker() == "X"]
         assert cross.get_transform() == ax.get_xaxis_transform() and ax.get_ylim()[1] < 15
         assert "over budget (36.5 GiB)" in [t.get_text() for t in ax.texts]
-        assert "over the memory budget (30 GiB): above the frame (its peak written)" in _legend(fig)
+        assert "over the memory budget (30 GiB): beyond the frame, on its top edge (its peak written)" in _legend(fig)
     finally:
         plt.close(fig)
 
@@ -354,7 +355,7 @@ def test_the_pareto_figure_draws_the_csvs_points(selection, tmp_path):
 
 
 def test_budget_labels_that_would_overlap_are_left_out_the_ends_first():
-    from topk_bench.report.plots.style import series_style
+    from topk_bench.report.plots.palette import series_style
 
     fig, ax = plt.subplots()
     try:
@@ -433,9 +434,9 @@ def test_plot_reads_sub_folders_into_sub_folders_of_out(tmp_path):
 
 
 def test_style_has_no_fill_rule_and_spare_markers_are_not_taken():
-    from topk_bench.report.plots import style
+    from topk_bench.report.plots import palette, style
 
-    assert not hasattr(style, "HOLLOW")
-    known = {marker for _, marker in style._KNOWN.values()}
-    assert not known & set(style._SPARE_MARKERS) and style.FAILURE_MARKER not in style._SPARE_MARKERS
+    assert not hasattr(style, "HOLLOW") and not hasattr(palette, "HOLLOW")
+    known = {marker for _, marker in palette.KNOWN.values()}
+    assert not known & set(palette.SPARE_MARKERS) and style.FAILURE_MARKER not in palette.SPARE_MARKERS
     assert impl_style("my_plugin")[1] not in known

@@ -13,8 +13,8 @@ from locations import ROOT
 from topk_bench.case import Case, Measurement
 from topk_bench.errors import BadInput
 from topk_bench.report.plots.figure import RENDERERS, parse_formats, plot_results, register_renderer
+from topk_bench.report.plots.palette import impl_style
 from topk_bench.report.plots.spec import infer_spec
-from topk_bench.report.plots.style import impl_style
 from topk_bench.results.columns import header as results_header
 from topk_bench.results.columns import order_parameters
 from topk_bench.results.row import make_row, parameters
@@ -266,7 +266,7 @@ def test_failures_sit_on_the_top_edge_each_labelled_and_times_carry_their_iqr(tm
         assert "over budget (36.5 GiB)" in [t.get_text() for t in memory.texts]
         assert time.collections, "no IQR error bars on measured times"
         labels = [t.get_text().replace("\n", " ") for t in fig.legends[0].get_texts()]
-        assert "stopped: above the frame (reason written)" in labels
+        assert "stopped: beyond the frame, on its top edge (reason written)" in labels
     finally:
         plt.close(fig)
 
@@ -421,13 +421,14 @@ def test_one_figure_per_model_with_time_per_token_and_the_memory_above_inputs(tm
     try:
         assert "model llama-3-8b" in fig._suptitle.get_text()
         time, memory = fig.axes
-        assert time.get_ylabel() == "time per token (ms)" and memory.get_ylabel() == "peak above inputs (GiB)"
+        # MiB: the unit that fits 1 to 8 MiB above the inputs
+        assert time.get_ylabel() == "time per token (ms)" and memory.get_ylabel() == "peak above inputs (MiB)"
         # one curve per batch size (the model is the figure's), at 20 ms / 2 new tokens, and 1 or 8 MiB
         lines = {line.get_label(): line for line in time.get_lines() if line.get_label().startswith("SDPA")}
         assert sorted(lines) == ["SDPA (batch=1)", "SDPA (batch=8)"]
         assert list(lines["SDPA (batch=1)"].get_ydata()) == pytest.approx([10.0, 10.0])
         above = {line.get_label(): list(line.get_ydata()) for line in memory.get_lines()}
-        assert above["SDPA (batch=8)"] == pytest.approx([8 / 1024, 8 / 1024])
+        assert above["SDPA (batch=8)"] == pytest.approx([8, 8])
     finally:
         plt.close(fig)
 

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
+from topk_bench.report.plots import scales
 from topk_bench.report.plots.spec import PlotSpec
 from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
@@ -72,5 +73,5 @@ def render(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figu
         ax.grid(True, alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 3) or 1, fontsize=8, frameon=False)
-    fig.suptitle(f"{spec.title} — {device}", fontsize=10)
+    fig.suptitle(f"{scales.filled(spec.title, rows)} — {device}", fontsize=10)
     return fig

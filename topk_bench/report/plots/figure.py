@@ -45,12 +45,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+from matplotlib.transforms import offset_copy
 
 from topk_bench import fileio
 from topk_bench.errors import BadInput
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
 from topk_bench.protocol import drawn_metric
-from topk_bench.report.plots import marks, pareto
+from topk_bench.report.plots import marks, pareto, scales
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs
 from topk_bench.report.plots.series import series, short, styled
 from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric
@@ -65,7 +66,7 @@ from topk_bench.results import trust
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
 from topk_bench.types import Method
-from topk_bench.units import GIB
+from topk_bench.units import GIB, short_bytes
 
 Renderer = Callable[[pd.DataFrame, PlotSpec, str, str], Figure]
 # Suite name or workload -> renderer; the suite name wins.
@@ -141,59 +142,86 @@ def _dodge(xs: np.ndarray, index: int, count: int, spec: PlotSpec, span: tuple[f
 
 
 def _failure_text(status: str, value: float, unit: str) -> str:
+    """``over budget (36.5 GiB)``: the status and the value in the unit that fits it (not the panel's)."""
     text = FAILURE_TEXT.get(status, str(status))
-    return f"{text} ({value:.3g} {unit})".replace(" )", ")") if np.isfinite(value) else text
+    if not np.isfinite(value):
+        return text
+    amount = scales.in_bytes(value, unit)
+    written = short_bytes(amount) if amount is not None else f"{value:.3g} {unit}".strip()
+    return f"{text} ({written})"
 
 
-def _draw_failures(ax, failed: pd.DataFrame, last_ok, style, unit: str) -> list[tuple]:
-    """A cross on the panel's top edge at each failed size: the case went past what could be measured
-    (memory, time), so its point lies above the frame, not on it. A dotted line leaves the last measured
-    point towards it. Returns (x, text, colour, size) of each cross for :func:`_annotate`."""
-    top = ax.get_xaxis_transform()  # x in data, y in axes fractions: 1.0 is the top edge
+# Where a point beyond the frame is drawn, in axes fractions: on the top edge, above a break in the y axis.
+ABOVE = 1.0
+# A linear frame is stretched to show an exact value over the budget up to this factor of its top.
+STRETCH = 1.3
+
+
+def _draw_failures(ax, failed: pd.DataFrame, style, unit: str) -> list[tuple]:
+    """A cross on the panel's top edge at each failed size, above the break in the y axis: the case went past
+    what could be measured (memory, time), so its point lies beyond the frame. No line joins it to the curve
+    (one would draw a levelling off that did not happen). Returns (x, text, colour, size) of each cross for
+    :func:`_annotate`."""
     notes = []
     for fx, fy, status, size in zip(failed["_dodged"], failed["_y"], failed[col.STATUS], failed["_x"]):
-        ax.plot(
-            [fx],
-            [0.97],
-            marker=FAILURE_MARKER,
-            color=style.colour,
-            markersize=8,
-            markeredgecolor="black",
-            markeredgewidth=0.6,
-            linestyle="none",
-            zorder=5,
-            transform=top,
-            clip_on=False,
-        )
+        _cross(ax, fx, ABOVE, style, ax.get_xaxis_transform())
         notes.append((fx, _failure_text(status, fy, unit), style.colour, size))
-    if last_ok is not None and len(failed):
-        ax.annotate(
-            "",
-            xy=(failed["_dodged"].iloc[0], 0.97),
-            xycoords=top,
-            xytext=last_ok,
-            textcoords="data",
-            arrowprops=dict(arrowstyle="-", linestyle=":", color=style.colour, linewidth=1, shrinkA=0, shrinkB=4),
-            zorder=4,
-        )
     return notes
+
+
+def _cross(ax, x: float, y: float, style, transform) -> None:
+    ax.plot(
+        [x],
+        [y],
+        marker=FAILURE_MARKER,
+        color=style.colour,
+        markersize=8,
+        markeredgecolor="black",
+        markeredgewidth=0.6,
+        linestyle="none",
+        zorder=5,
+        transform=transform,
+        clip_on=False,
+    )
+
+
+def _towards(ax, last_ok, over: pd.DataFrame, style) -> None:
+    """A dotted line from the last point within the budget towards the first one over it, at its value: clipped
+    by the frame when that value lies above it, so that it leaves the frame as steeply as the curve rises."""
+    if last_ok is None or not len(over):
+        return
+    ax.plot(
+        [last_ok[0], over["_dodged"].iloc[0]],
+        [last_ok[1], over["_y"].iloc[0]],
+        linestyle=":",
+        color=style.colour,
+        linewidth=1,
+        zorder=4,
+        scalex=False,
+        scaley=False,  # the frame is the curves': a value far above it must not squash them
+    )
+
+
+def _break_marks(ax) -> None:
+    """Two short slanted strokes across the left spine below the top edge: the y axis is broken there, and what
+    sits on the edge lies beyond it, at the value written beside it."""
+    for dy in (0.0, 0.022):
+        ax.plot(
+            [-0.012, 0.012],
+            [0.925 + dy, 0.945 + dy],
+            transform=ax.transAxes,
+            color="black",
+            linewidth=0.9,
+            clip_on=False,
+            zorder=6,
+        )
 
 
 def _draw_predicted_over(ax, over: pd.DataFrame, last_ok, style, unit: str, middle: float) -> None:
     """A predicted peak over the budget is exact: its cross is drawn at its value (above the budget line),
     labelled, the curve leaving its last point within the budget towards it with a dotted line."""
     for fx, fy in zip(over["_dodged"], over["_y"]):
-        ax.plot(
-            [fx],
-            [fy],
-            marker=FAILURE_MARKER,
-            color=style.colour,
-            markersize=8,
-            markeredgecolor="black",
-            markeredgewidth=0.6,
-            linestyle="none",
-            zorder=5,
-        )
+        _cross(ax, fx, fy, style, ax.transData)
         left = fx < middle
         ax.annotate(
             _failure_text(Status.OVER_BUDGET, fy, unit),
@@ -207,15 +235,7 @@ def _draw_predicted_over(ax, over: pd.DataFrame, last_ok, style, unit: str, midd
             zorder=6,
             bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85),
         )
-    if last_ok is not None and len(over):
-        ax.plot(
-            [last_ok[0], over["_dodged"].iloc[0]],
-            [last_ok[1], over["_y"].iloc[0]],
-            linestyle=":",
-            color=style.colour,
-            linewidth=1,
-            zorder=4,
-        )
+    _towards(ax, last_ok, over, style)
 
 
 def _annotate(ax, notes: list[tuple], middle: float) -> None:
@@ -230,10 +250,10 @@ def _annotate(ax, notes: list[tuple], middle: float) -> None:
             left = fx < middle  # text grows towards the inside of the panel, never past its frame
             ax.annotate(
                 text,
-                (fx, 0.97),
+                (fx, ABOVE),
                 xycoords=top,
                 textcoords="offset points",
-                xytext=(6 if left else -6, -4 - 10 * row),
+                xytext=(6 if left else -6, -6 - 10 * row),
                 ha="left" if left else "right",
                 va="top",
                 fontsize=7,
@@ -253,10 +273,11 @@ def _quartiles(times: str) -> tuple[float, float]:
     return float(q1), float(q3)
 
 
-def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> set[str]:
+def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel, fit: tuple | None = None) -> set[str]:
     """Draw one metric in one panel: a line per curve, IQR bars on measured times, crosses where curves stop,
-    the memory budget where it matters. Returns the encodings it used (the legend explains them)."""
-    m = metric(metric_name)
+    the memory budget where it matters; ``fit``: the metric in the unit its row is drawn in, and the factor to
+    it (:func:`topk_bench.report.plots.scales.fitted`). Returns the encodings it used (the legend explains them)."""
+    m, factor = fit or (metric(metric_name), 1.0)
     all_x, notes, used = [], [], set()
     budget = _budget_gib(pd.concat([r for _, _, r in curves]) if curves else None, m, panel, spec)
     in_panel = [pd.to_numeric(r[spec.x], errors="coerce") for _, _, r in curves]
@@ -267,15 +288,20 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> set[str
         if not len(xs)
         else (np.sqrt(xs.min() * xs.max()) if spec.log_x and xs.min() > 0 else (xs.min() + xs.max()) / 2)
     )
+    drawn: list[tuple[str, np.ndarray, set]] = []  # (legend, its points, its artists): which curves would hide others
+    beyond: list[tuple] = []  # (rows over the budget, last ok point, style): exact values, placed once limits are set
     for index, (legend, style, rows) in enumerate(curves):
         # Columns are added before filtering: assigning to an empty frame would add rows.
         x = pd.to_numeric(rows[spec.x], errors="coerce")
         rows = rows.assign(
-            _x=x, _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span), _y=marks.values(rows, metric_name)
+            _x=x,
+            _dodged=_dodge(x.to_numpy(float), index, len(curves), spec, span),
+            _y=marks.values(rows, metric_name) * factor,
         )
         rows = rows[_in_panel(rows["_x"], panel)].sort_values("_x")
         ok = rows[(rows[col.STATUS] == Status.OK) & rows["_y"].notna()]
         if len(ok):
+            before = set(ax.get_children())
             # Hollow only where the value comes from the clock: a peak is exact whatever the load.
             hollow = marks.contended(ok) & m.timed
             marks.curve(ax, ok["_dodged"], ok["_y"], style, legend, hollow)
@@ -283,36 +309,90 @@ def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel) -> set[str
                 used.add(marks.HOLLOW_LEGEND)
             if m.column == col.TIME_MEDIAN_S and col.TIMES_S in ok and _iqr_bars(ax, ok, m, style):
                 used.add(marks.IQR_LEGEND)
+            drawn.append((legend, ok[["_dodged", "_y"]].to_numpy(float), set(ax.get_children()) - before))
         failed = rows[rows[col.STATUS].isin(marks.STOPPED)]
         if len(failed):
             before = ok[ok["_x"] < failed["_x"].iloc[0]]
             last_ok = (before["_dodged"].iloc[-1], before["_y"].iloc[-1]) if len(before) else None
-            exact = _predicted_over(failed, m) & (budget is not None)  # at its value where the budget is drawn
+            exact = _predicted_over(failed, m)
             if exact.any():
-                _draw_predicted_over(ax, failed[exact], last_ok, style, m.unit, middle)
-                used.add(PREDICTED_OVER_LEGEND)
+                beyond.append((failed[exact], last_ok, style))
             if not exact.all():
-                notes += _draw_failures(ax, failed[~exact], last_ok, style, m.unit)
+                notes += _draw_failures(ax, failed[~exact], style, m.unit)
                 used.add(_cross_legend(failed[~exact]))
         all_x.extend(rows["_x"].tolist())
     if budget is not None:
-        ax.axhline(budget, **_BUDGET_LINE)
+        ax.axhline(budget * factor, **_BUDGET_LINE)
         used.add(_budget_legend(budget))
-    _annotate(ax, notes, middle)
     if spec.log_x:
         ax.set_xscale("log", base=spec.log_x)
     if spec.log_y:
         ax.set_yscale("log")
     ax.margins(x=0.06, y=0.08)
-    if notes:  # the crosses sit on the top edge: keep the curves below them
+    top = ax.get_ylim()[1]
+    far: list[tuple] = []
+    for over, last_ok, style in beyond:
+        # At its value where the frame can show it: on a log axis (which stretches to it without squashing the
+        # curves), or a little above the frame's top (stretched by STRETCH at most); else beyond the frame, on its
+        # top edge, its value written, the curve leaving the frame towards it.
+        if spec.log_y or (over["_y"] <= STRETCH * top).all():
+            _draw_predicted_over(ax, over, last_ok, style, m.unit, middle)
+            used.add(PREDICTED_OVER_LEGEND)
+        else:
+            notes += _draw_failures(ax, over, style, m.unit)
+            used.add(_cross_legend(over))
+            far.append((over, last_ok, style))
+    if notes:  # the crosses sit on the top edge, beyond a break in the axis: keep the curves below the break
         low, high = ax.get_ylim()
         ax.set_ylim(low, high + 0.12 * (high - low)) if not spec.log_y else ax.set_ylim(low, high * 2)
+        _break_marks(ax)
+    for over, last_ok, style in far:
+        _towards(ax, last_ok, over, style)
+    _annotate(ax, notes, middle)
     _set_x_ticks(ax, np.asarray(all_x, float), spec)
+    if spec.log_y:
+        scales.plain_log_ticks(ax.yaxis)
     ax.grid(True, which="major", alpha=0.3)
+    used |= _set_apart(ax, drawn, m.label.split(" (")[0])
     return used
 
 
-STOPPED_LEGEND = "stopped: above the frame (reason written)"
+# A curve whose markers would sit on an earlier curve's (closer than this share of a marker, the panel's limits
+# final) at more than half of their common sizes, two at least, is drawn SAME_OFFSET_PT points to the right; where
+# it would sit on it at every common size, the two coincide and the legend says so.
+SAME_CLOSER = 0.6
+SAME_OFFSET_PT = 5.0
+SAME_LEGEND = "the same"
+
+
+def _set_apart(ax, drawn: list[tuple[str, np.ndarray, set]], what: str) -> set[str]:
+    """Each curve that would hide an earlier one shifted beside it; the legend entry naming, per set of curves
+    that coincide, which do (``what``: the panel's quantity)."""
+    size_px = marks.MARKER_SIZE * ax.figure.dpi / 72
+    groups: list[list[str]] = []
+    placed: list[tuple[str, np.ndarray]] = []
+    for legend, points, artists in drawn:
+        shown = ax.transData.transform(points)
+        shown = shown[np.all(np.isfinite(shown), axis=1)]
+        for other, theirs in placed:
+            common = [p for p in shown if np.min(np.abs(theirs[:, 0] - p[0])) < size_px]  # the same size
+            near = sum(np.min(np.hypot(*(theirs - p).T)) < SAME_CLOSER * size_px for p in common)
+            if len(common) >= 2 and near > len(common) / 2:
+                shift = offset_copy(ax.transData, ax.figure, x=SAME_OFFSET_PT, units="points")
+                for artist in artists:
+                    artist.set_transform(shift)
+                if near == len(common):
+                    group = next((g for g in groups if other in g), None)
+                    if group is None:
+                        groups.append([other, legend])
+                    else:
+                        group.append(legend)
+                break
+        placed.append((legend, shown))
+    return {"\t".join((SAME_LEGEND, what, *g)) for g in groups}  # worded by _same_entries, once per set
+
+
+STOPPED_LEGEND = "stopped: beyond the frame, on its top edge (reason written)"
 PREDICTED_OVER_LEGEND = "predicted over the memory budget: drawn at its exact peak"
 _CROSSES = ("stopped:", "over the memory budget", PREDICTED_OVER_LEGEND)
 
@@ -324,7 +404,7 @@ def _cross_legend(failed: pd.DataFrame) -> str:
         return STOPPED_LEGEND
     budgets = pd.to_numeric(failed.get(col.MAX_MEMORY_BYTES, pd.Series(dtype=float)), errors="coerce").dropna().unique()
     named = f" ({budgets[0] / GIB:.3g} GiB)" if len(budgets) == 1 else ""
-    return f"over the memory budget{named}: above the frame (its peak written)"
+    return f"over the memory budget{named}: beyond the frame, on its top edge (its peak written)"
 
 
 def _predicted_over(failed: pd.DataFrame, m) -> pd.Series:
@@ -390,11 +470,11 @@ def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
 def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
     """Suite title wrapped to the figure's width, then how the numbers were obtained."""
     if method == Method.PREDICTED:
-        how = "predicted: allocated bytes at full scale, no time"
+        how = "predicted: allocated bytes, nothing computed"
     else:
         names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
         how = f"measured on {names[0] if len(names) == 1 else device}"
-    title = spec.title
+    title = scales.filled(spec.title, rows)
     if spec.split:  # one figure per value: say which
         title += " — " + ", ".join(f"{c} {short(rows[c].iloc[0])}" for c in spec.split if c in rows and len(rows))
     if spec.protocol != DEFAULT_PROTOCOL:
@@ -434,13 +514,16 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     width = max(4.3 * ncols + 0.6, 6.4)  # a single panel still needs room for title and legend
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, 2.9 * nrows + 1.3), squeeze=False, layout="constrained")
     used: set[str] = set()
+    ok = rows[rows[col.STATUS] == Status.OK]
+    # One unit per metric: the panels of a row share its label.
+    fits = {name: scales.fitted(metric(name), marks.values(ok, name).to_numpy(float)) for name in metrics}
     for metric_name, panel, r, c in cells:
         ax = axes[r][c]
-        used |= _draw_metric(ax, curves, spec, metric_name, panel)
+        used |= _draw_metric(ax, curves, spec, metric_name, panel, fits[metric_name])
         if c == 0 or ncols > len(panels):  # a grid of metrics: each panel is a metric of its own
-            ax.set_ylabel(metric(metric_name).label)
+            ax.set_ylabel(fits[metric_name][0].label)
         if not any(rr == r + 1 and cc == c for _, _, rr, cc in cells):
-            ax.set_xlabel(spec.x_label)
+            ax.set_xlabel(scales.filled(spec.x_label, rows))
     for r, c in {(r, c) for r in range(nrows) for c in range(ncols)} - {(r, c) for _, _, r, c in cells}:
         fig.delaxes(axes[r][c])
     legend_in = marks.fitted_legend(fig, *_legend_entries(axes, rows, used), width)
@@ -448,6 +531,18 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     # Room for the legend's lines below the panels, so that they keep their height (and their labels apart).
     fig.set_size_inches(width, 2.9 * nrows + 1.0 + legend_in)
     return fig
+
+
+def _same_entries(notes) -> list[str]:
+    """One legend entry per set of curves that coincide, naming the quantities in which they do."""
+    quantities: dict[tuple[str, ...], list[str]] = {}
+    for note in sorted(notes):
+        _, what, *names = note.split("\t")
+        quantities.setdefault(tuple(names), []).append(what)
+    return [
+        f"{', '.join(names)}: the same {' and '.join(dict.fromkeys(whats))} (drawn side by side)"
+        for names, whats in quantities.items()
+    ]
 
 
 def _legend_entries(axes, rows: pd.DataFrame, used: set[str]) -> tuple[list[object], list[str]]:
@@ -465,6 +560,8 @@ def _legend_entries(axes, rows: pd.DataFrame, used: set[str]) -> tuple[list[obje
         seen[entry] = Line2D([], [], **_BUDGET_LINE)
     for entry in sorted(u for u in used if u.startswith(_CROSSES)):
         seen[entry] = marks.cross_handle()
+    for entry in _same_entries(u for u in used if u.startswith(SAME_LEGEND)):
+        seen[entry] = marks.text_handle()
     for note in marks.not_shown(rows):  # entries of their own (no marker), not a heading over the legend
         seen[f"not shown: {note}"] = marks.text_handle()
     return list(seen.values()), list(seen.keys())

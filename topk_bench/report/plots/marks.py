@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from topk_bench.report.plots.style import FAILURE_MARKER, FAILURE_TEXT, SeriesStyle
+from topk_bench.report.plots.palette import HANDLE_LENGTH, SeriesStyle
+from topk_bench.report.plots.style import FAILURE_MARKER, FAILURE_TEXT
 from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
@@ -116,7 +117,7 @@ def not_shown(rows: pd.DataFrame) -> list[str]:
 
 
 # A legend entry at 8 pt: about 0.075 in per character, plus the marker and its gap.
-_CHAR_IN, _MARK_IN, _WIDEST_COUNTED = 0.075, 0.7, 32
+_CHAR_IN, _MARK_IN, _WIDEST_COUNTED = 0.075, 0.85, 32
 
 
 def fitted_legend(fig, handles: list, labels: list[str], width_in: float) -> float:
@@ -127,6 +128,14 @@ def fitted_legend(fig, handles: list, labels: list[str], width_in: float) -> flo
     ncol = max(1, min(len(labels), int(width_in // (widest * _CHAR_IN + _MARK_IN))))
     chars = int((width_in / ncol - _MARK_IN) / _CHAR_IN)
     wrapped = ["\n".join(textwrap.wrap(label, chars)) or label for label in labels]
-    fig.legend(handles, wrapped, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.legend(
+        handles,
+        wrapped,
+        loc="outside lower center",
+        ncol=ncol,
+        fontsize=8,
+        frameon=False,
+        handlelength=HANDLE_LENGTH,  # long enough to draw a variant's dashes
+    )
     rows = math.ceil(len(wrapped) / ncol) + sum(label.count("\n") for label in wrapped)
     return 0.19 * rows

@@ -32,10 +32,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from topk_bench.report.plots import marks
+from topk_bench.report.plots import marks, scales
+from topk_bench.report.plots.palette import SeriesStyle
 from topk_bench.report.plots.series import series, short, styled
 from topk_bench.report.plots.spec import PlotSpec
-from topk_bench.report.plots.style import SeriesStyle
 from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
@@ -217,9 +217,10 @@ def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure
     legend_in = marks.fitted_legend(fig, *_legend(axes, rows, used, spec), width)
     names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
     inputs = "the pretrained MiniLM's activations" if y_metrics[0].startswith("minilm_") else "random inputs"
+    # Its own title: the suite's says what the suite's figure shows (quality against the budget), not this one.
     fig.suptitle(
-        f"{spec.title}\nquality ({inputs}) against {metric(x_metric).label.split(' (')[0]}, "
-        f"measured on {names[0] if len(names) == 1 else device}",
+        f"{spec.suite}: quality ({inputs}) against {metric(x_metric).label.split(' (')[0]}, a curve per method "
+        f"through its {spec.x}\nmeasured on {names[0] if len(names) == 1 else device}",
         fontsize=10,
     )
     fig.set_size_inches(width, 4.4 + legend_in)
@@ -232,7 +233,7 @@ def _legend(axes, rows: pd.DataFrame, used: set[str], spec: PlotSpec) -> tuple[l
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    seen[f"small numbers: {spec.x_label}"] = marks.text_handle()
+    seen[f"small numbers: {scales.filled(spec.x_label, rows)}"] = marks.text_handle()
     if REFERENCE_LEGEND in used:
         seen[REFERENCE_LEGEND] = Line2D(
             [], [], marker="o", color="0.4", markeredgecolor="black", linestyle="none", markersize=REFERENCE_SIZE * 0.8

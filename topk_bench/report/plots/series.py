@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from topk_bench.report.plots.palette import impl_rank, series_style
 from topk_bench.report.plots.spec import PlotSpec
-from topk_bench.report.plots.style import format_size, impl_rank, series_style
+from topk_bench.report.plots.style import format_size
 from topk_bench.results import columns as col
 from topk_bench.results.columns import parameter_columns
 
