@@ -72,6 +72,9 @@ def test_one_warning_line_counts_the_flagged_cases():
     # Not a dead end: it names the command that measures exactly those rows again (issue 30).
     assert line.endswith("measure them again on a quiet machine: topk-bench run SUITE --remeasure busy,contended,noisy")
     assert trust.warning(["noisy", ""]).endswith("topk-bench run SUITE --remeasure noisy")
+    # With the runs that wrote them (their suite file and folder, results.frame.runs_of): those, named.
+    named = trust.warning(["noisy"], ["suites/demo_time.toml --out results/demo"])
+    assert named.endswith("topk-bench run suites/demo_time.toml --out results/demo --remeasure noisy")
 
 
 def test_steal_share_between_two_readings(tmp_path):

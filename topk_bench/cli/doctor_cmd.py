@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from topk_bench.cli import Command, app
+from topk_bench.cli import Command, app, output_width
 
 
 @app.command("doctor", cls=Command)
@@ -50,15 +50,20 @@ def doctor(
             progress=lambda c: status.update(f"topk-bench doctor: {c.name}: {c.result}"),
         )
     table = Table(title=f"topk-bench doctor ({device})")
-    for column in ("check", "result", "detail"):
-        table.add_column(column, overflow="fold")
+    table.add_column("check", overflow="fold", ratio=2)
+    table.add_column("result", no_wrap=True)
+    table.add_column("detail", overflow="fold", ratio=5)
     styles = {Result.PASS: "green", Result.FAIL: "bold red", Result.SKIPPED: "yellow"}
     for c in checks:
         table.add_row(escape(c.name), f"[{styles[c.result]}]{c.result}[/]", escape(c.detail))
-    console = Console(width=200)
+    console = Console(width=output_width())  # the terminal's, else 100 columns: the table wraps its details
     console.print(table)
     bad = failed(checks)
     if bad:
-        console.print(f"{len(bad)} of {len(checks)} checks failed: {', '.join(c.name for c in bad)}")
+        console.print(
+            f"{len(bad)} of {len(checks)} checks failed: {', '.join(c.name for c in bad)}",
+            highlight=False,
+            markup=False,
+        )
         raise typer.Exit(1)
     console.print(f"all {len(checks)} checks passed ({sum(c.result == Result.SKIPPED for c in checks)} skipped)")

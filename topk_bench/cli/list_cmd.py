@@ -17,7 +17,9 @@ WIDE = 160  # columns from which each implementation's legend and description ar
 
 @app.command("list", cls=Command)
 def list_registry(
-    suite: Path | None = typer.Argument(None, metavar="SUITE", help="Also list what this suite's plug-ins register."),
+    suite: Path | None = typer.Argument(
+        None, metavar="SUITE", help="List this suite's implementations and workload (as it sets them) first."
+    ),
     plugin_names: list[str] | None = typer.Option(
         None,
         "--plugins",
@@ -26,11 +28,12 @@ def list_registry(
     ),
 ) -> None:
     """List implementations (options, legend, activations, causal support, grouped K/V heads, exactness),
-    workloads (parameters) and presets (model shapes)."""
+    workloads (parameters) and presets (model shapes); with SUITE, the suite's own first."""
     # The registries import torch: only when the command runs, so --help stays fast.
     import implementations
     from topk_bench import plugins, workloads
 
+    spec = None
     if suite is not None:
         from topk_bench.suite.load import read_suite
 
@@ -41,42 +44,16 @@ def list_registry(
     width = output_width()
     console = Console(width=width)
     wide = width >= WIDE  # the legend (it repeats the options) and the description in the table: only with room
+    if spec is not None:
+        _suite_tables(console, spec, wide)
     specs = implementations.all_specs()
-    table = Table(title="attention implementations", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    for column in (
-        "name",
-        "options (defaults)",
-        *(["legend"] if wide else []),
-        "activations",
-        "causal",
-        "grouped K/V",
-        "exact",
-    ):
-        table.add_column(column, no_wrap=True)
-    if wide:
-        table.add_column("description", overflow="fold", ratio=1)
-    for impl in specs:
-        options = "\n".join(f"{k}={v}" for k, v in impl.options.items()) or "-"
-        # How Hkv < Hq is handled: without copies, by repeating K/V per group (memory), or not at all.
-        gqa = {"native": "native", "repeats": "repeats K/V"}.get(impl.gqa or "", "unsupported")
-        table.add_row(
-            impl.name,
-            options,
-            *([impl.legend()] if wide else []),
-            "\n".join(impl.activations),
-            "yes" if impl.causal else "no",
-            gqa,
-            "exact" if impl.exact else "approx.",
-            *([impl.description] if wide else []),
+    if spec is not None:
+        console.print(
+            f"every registered implementation and workload ({len(specs)} and {len(workloads.names())}):",
+            highlight=False,
+            markup=False,
         )
-    console.print(table)
-    if not wide:
-        table = Table(title="what each implementation does", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-        table.add_column("name", no_wrap=True)
-        table.add_column("description", ratio=1)
-        for impl in specs:
-            table.add_row(impl.name, impl.description)
-        console.print(table)
+    _implementations_table(console, specs, wide)
     table = Table(title="workloads", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     for column in ("name", "parameters (defaults)", "feed-forward"):
         table.add_column(column, no_wrap=column == "name", overflow="fold")
@@ -101,3 +78,83 @@ def list_registry(
                 param, value, ", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)", ", ".join(names)
             )
         console.print(table)
+
+
+def _implementations_table(console: Console, specs: list, wide: bool) -> None:
+    table = Table(title="attention implementations", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    for column in (
+        "name",
+        "options (defaults)",
+        *(["legend"] if wide else []),
+        "activations",
+        "causal",
+        "grouped K/V",
+        "exact",
+    ):
+        table.add_column(column, no_wrap=True)
+    if wide:
+        table.add_column("description", overflow="fold", ratio=1)
+    for impl in specs:
+        options = "\n".join(f"{k}={v}" for k, v in impl.options.items()) or "-"
+        table.add_row(
+            impl.name,
+            options,
+            *([impl.legend()] if wide else []),
+            *_capabilities(impl),
+            *([impl.description] if wide else []),
+        )
+    console.print(table)
+    if not wide:
+        table = Table(title="what each implementation does", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+        table.add_column("name", no_wrap=True)
+        table.add_column("description", ratio=1)
+        for impl in specs:
+            table.add_row(impl.name, impl.description)
+        console.print(table)
+
+
+def _capabilities(impl) -> list[str]:
+    # How Hkv < Hq is handled: without copies, by repeating K/V per group (memory), or not at all.
+    gqa = {"native": "native", "repeats": "repeats K/V"}.get(impl.gqa or "", "unsupported")
+    return ["\n".join(impl.activations), "yes" if impl.causal else "no", gqa, "exact" if impl.exact else "approx."]
+
+
+def _suite_tables(console: Console, suite, wide: bool) -> None:
+    """The suite's ``[[impl]]`` entries (their options as the suite sets them, ``*``, else the defaults) and its
+    workloads' parameters (as its ``[shape]`` and ``[sweep]`` set them)."""
+    import implementations
+    from topk_bench import workloads
+
+    table = Table(
+        title=f"{suite.name}: its implementations (* set by the suite)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        title_justify="left",
+    )
+    for column in ("entry", "name", "options", "activations", "causal", "grouped K/V", "exact"):
+        table.add_column(column, no_wrap=column != "options", overflow="fold")
+    for i, entry in enumerate(suite.impl):
+        try:
+            impl = implementations.spec(entry.name)
+        except implementations.UnknownImplementation:
+            table.add_row(f"impl[{i}]", entry.name, "(not registered)", "", "", "", "")
+            continue
+        given = {**entry.options, **{k: f"{v} (swept)" for k, v in suite.sweep.items() if k in impl.options}}
+        options = [f"{k}={given[k]}*" if k in given else f"{k}={v}" for k, v in impl.options.items()]
+        label = f" ({entry.label})" if entry.label else ""
+        table.add_row(f"impl[{i}]", f"{entry.name}{label}", "\n".join(options) or "-", *_capabilities(impl))
+    console.print(table)
+    names = list(dict.fromkeys(entry.workload or suite.workload for entry in suite.impl))
+    table = Table(title=f"{suite.name}: its workload", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    for column in ("name", "parameters (* set by the suite)", "description"):
+        table.add_column(column, overflow="fold", no_wrap=column == "name")
+    for name in names:
+        if name not in workloads.names():
+            table.add_row(name, "(not registered)", "")
+            continue
+        workload = workloads.lookup(name)
+        given = {**suite.shape, **{k: ", ".join(map(str, v)) + " (swept)" for k, v in suite.sweep.items()}}
+        params = [f"{k}={given[k]}*" if k in given else f"{k}={v}" for k, v in workload.params.items()]
+        params += [f"{k}={v}*" for k, v in given.items() if k not in workload.params and workload.open_params]
+        table.add_row(name, ", ".join(params) or "-", workload.description)
+    console.print(table)

@@ -35,7 +35,7 @@ from topk_bench.report.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from topk_bench.results import columns as col
 from topk_bench.results import trust
 from topk_bench.results.columns import parameter_columns
-from topk_bench.results.frame import left_out, load_results
+from topk_bench.results.frame import left_out, load_results, runs_of
 from topk_bench.status import Status
 from topk_bench.types import Method
 from topk_bench.units import missing
@@ -243,7 +243,8 @@ def _contended(rows: pd.DataFrame) -> str | None:
     """One warning line when times of these rows were measured under contention (None: none were)."""
     if col.TRUST not in rows.columns:
         return None
-    return trust.warning(rows.loc[rows[col.METHOD] == Method.MEASURED, col.TRUST])
+    measured = rows[col.METHOD] == Method.MEASURED
+    return trust.warning(rows.loc[measured, col.TRUST], runs_of(rows, measured & (rows[col.TRUST] != "")))
 
 
 # What makes two runs' numbers differ besides the code: the machine (judged on measured rows: a prediction

@@ -25,7 +25,7 @@ from topk_bench import units
 from topk_bench.results import columns as col
 from topk_bench.results import trust
 from topk_bench.results.columns import optional_columns, parameter_columns
-from topk_bench.results.frame import left_out, load_results, results_folders
+from topk_bench.results.frame import left_out, load_results, results_folders, runs_of
 from topk_bench.status import Status
 from topk_bench.types import Method
 from topk_bench.units import GIB, missing
@@ -226,7 +226,8 @@ def _tables(frame, errors: bool) -> list[Table]:
 
 def warning_lines(frame: pd.DataFrame, marked: bool = False) -> list[str]:
     """What ``show`` says below its tables: the lines left out, and how many times may mislead."""
-    flagged = trust.warning(frame.loc[frame[col.METHOD] == Method.MEASURED, col.TRUST])
+    measured = frame[col.METHOD] == Method.MEASURED
+    flagged = trust.warning(frame.loc[measured, col.TRUST], runs_of(frame, measured & (frame[col.TRUST] != "")))
     return [*left_out(frame), *([flagged + (f" (marked {_MARK})" if marked else "")] if flagged else [])]
 
 
@@ -256,6 +257,6 @@ def show(
         for table in _tables(frame, errors) if wide else pivot_tables(frame, width or DEFAULT_WIDTH):
             console.print(table)
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    frame.attrs = {"dropped": [d for f in frames for d in f.attrs.get("dropped", [])]}
+    frame.attrs = {key: [d for f in frames for d in f.attrs.get(key, [])] for key in ("dropped", "files")}
     for line in warning_lines(frame, marked=not wide):
         warnings.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)

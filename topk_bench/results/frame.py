@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -117,6 +118,30 @@ def load_results(path: str | Path) -> pd.DataFrame:
     frame = frame[[*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS]]]
     frame.attrs = attrs
     return _last_of_each_case(frame)
+
+
+def runs_of(frame: pd.DataFrame, rows: pd.Series | None = None) -> list[str]:
+    """The ``run`` arguments that wrote ``frame``'s rows (those where ``rows`` is true): for each results file of
+    theirs, the suite file its meta.json names (``SUITE`` when it names none) and ``--out`` its folder."""
+    chosen = frame if rows is None else frame[rows]
+    suites = set(chosen[col.SUITE].astype(str)) if len(chosen) else set()
+    runs = []
+    for file in map(Path, frame.attrs.get("files", [])):
+        if file.stem not in suites:
+            continue
+        try:
+            meta = json.loads(file.with_name(f"{file.stem}.meta.json").read_text())
+        except (OSError, ValueError):
+            meta = {}
+        named = meta.get("suite_file") if isinstance(meta, dict) else None
+        overrides = meta.get("overrides") if isinstance(meta, dict) else None
+        sets = "".join(  # the same cases: --set as the run had it
+            f" --set {key}={','.join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)}"
+            for key, values in (overrides.items() if isinstance(overrides, dict) else ())
+            if isinstance(values, list)
+        )
+        runs.append(f"{named if isinstance(named, str) and named else 'SUITE'} --out {file.parent}{sets}")
+    return list(dict.fromkeys(runs))
 
 
 def left_out(frame: pd.DataFrame, listed: int = LISTED) -> list[str]:

@@ -100,8 +100,10 @@ def named(cell: object) -> set[str]:
 WORST_OF_ROUNDS = {col.STEAL: max, col.RUNNABLE: max, col.CPU_WAIT: max, col.CPU_SHARE: min, col.PREEMPT_PER_S: max}
 
 
-def warning(cells: Iterable[object]) -> str | None:
-    """The one line a report prints about flagged cases (None: none flagged); ``cells``: the ``trust`` column."""
+def warning(cells: Iterable[object], runs: Sequence[str] = ()) -> str | None:
+    """The one line a report prints about flagged cases (None: none flagged); ``cells``: the ``trust`` column;
+    ``runs``: the ``run`` arguments that measure them again (``suites/demo_time.toml --out results/demo``, one per
+    results file that holds them: :func:`topk_bench.results.frame.runs_of`)."""
     counts = {flag: 0 for flag in FLAGS}
     flagged = total = 0
     for cell in cells:
@@ -121,12 +123,16 @@ def warning(cells: Iterable[object]) -> str | None:
         why.append(f"{counts[NOISY]} with noisy samples (CV above {NOISY_CV:.0%})")
     return (
         f"{flagged} of {total} case(s) measured under contention: {', '.join(why)}; "
-        f"their times may mislead (column trust); {remeasure_hint(counts)}"
+        f"their times may mislead (column trust); {remeasure_hint(counts, runs)}"
     )
 
 
-def remeasure_hint(counts: dict[str, int]) -> str:
-    """The command that measures the flagged rows again (``run --remeasure``), naming the flags
-    that occur (``counts``: flag -> rows), in the order flags are written."""
+def remeasure_hint(counts: dict[str, int], runs: Sequence[str] = ()) -> str:
+    """The command that measures the flagged rows again (``run --remeasure``), naming the flags that occur
+    (``counts``: flag -> rows), in the order flags are written, and the suite and results folder of each run
+    (``runs``; ``SUITE`` where none is known)."""
     named = ",".join(flag for flag, count in counts.items() if count)
-    return f"measure them again on a quiet machine: topk-bench run SUITE --remeasure {named}"
+    commands = [f"topk-bench run {run} --remeasure {named}" for run in runs] or [
+        f"topk-bench run SUITE --remeasure {named}"
+    ]
+    return "measure them again on a quiet machine: " + "; ".join(commands)

@@ -638,7 +638,8 @@ def plot_results(
     out.mkdir(parents=True, exist_ok=True)
     written = [path for item in inputs for path in render(item, out, formats)]
     measured = [item.rows.loc[item.rows[col.METHOD] == Method.MEASURED, col.TRUST] for item in inputs]
-    flagged = trust.warning(pd.concat(measured)) if measured else None
+    runs = [run for item in inputs for run in item.runs]
+    flagged = trust.warning(pd.concat(measured), list(dict.fromkeys(runs))) if measured else None
     if flagged and warn:
         warn(flagged + " (hollow markers)")
     return written

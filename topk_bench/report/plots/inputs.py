@@ -17,7 +17,8 @@ import pandas as pd
 from topk_bench.errors import BadInput
 from topk_bench.report.plots.spec import PlotSpec, infer_spec, spec_from_meta
 from topk_bench.results import columns as col
-from topk_bench.results.frame import csv_files, left_out, load_results, results_folders
+from topk_bench.results.frame import csv_files, left_out, load_results, results_folders, runs_of
+from topk_bench.types import Method
 
 
 @dataclass
@@ -30,6 +31,7 @@ class FigureInput:
     rows: pd.DataFrame
     split: tuple = ()  # the values of spec.split, in its order
     folder: Path = Path()  # where its files go under the output directory: the CSV's sub-folder of RESULTS
+    runs: tuple[str, ...] = ()  # the `run` arguments that measure its flagged rows again (results.frame.runs_of)
 
     @property
     def stem(self) -> str:
@@ -69,7 +71,9 @@ def _inputs(path: Path, warn: Callable[[str], None] | None) -> list[FigureInput]
         meta = csv.with_name(f"{csv.stem}.meta.json")
         spec = spec_from_meta(meta, frame, csv) if meta.exists() else infer_spec(frame, csv)
         keys = [col.DEVICE, col.METHOD, *spec.split]
+        runs = tuple(runs_of(frame, (frame[col.METHOD] == Method.MEASURED) & (frame[col.TRUST] != "")))
         for values, rows in frame.groupby(keys, sort=True, dropna=False):
             device, method, *split = values
-            inputs.append(FigureInput(spec, str(device), str(method), rows.reset_index(drop=True), tuple(split)))
+            rows = rows.reset_index(drop=True)
+            inputs.append(FigureInput(spec, str(device), str(method), rows, tuple(split), runs=runs))
     return inputs
