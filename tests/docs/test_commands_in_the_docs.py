@@ -82,6 +82,10 @@ PARSED_ONLY = {
     "topk-bench plot results-pred": "draws what the predictions above wrote (`make figures` draws the committed CSVs)",
     "timeout 280 topk-bench run suites/paper/": "needs a GPU of 80 GB",
     "topk-bench plot results-cuda": "draws what the GPU run above wrote",
+    "topk-bench run suites/demo_time.toml --device cpu --set": "10 cases measured on the CPU: a minute on 2 cores",
+    "topk-bench run suites/demo_time.toml --device cpu --out /tmp/ab/": "15 cases of 7 timed runs each: minutes",
+    "topk-bench compare /tmp/ab/base /tmp/ab/new": "compares what the two measured runs above wrote",
+    "topk-bench profile suites/mha.toml --case impl=topk --set": "a predicted profile at 131,072 tokens: 10 s more",
 }
 NOT_RUN = {
     "make demo": "the quick start itself: run first",

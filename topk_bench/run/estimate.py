@@ -12,10 +12,10 @@ cores others keep busy when the run starts) take longer alike (:func:`slowdown`)
 
 The constants were fitted to runs of suites/demo_memory.toml, mha.toml, decode.toml, decoder.toml (``--predict``),
 demo_time.toml, and mha.toml, decode.toml and kv_selection.toml at CPU sizes (``--set``), on 2 cores of an
-AVX-512-BF16 EPYC shared with other work (1-minute load 1.1 to 1.3 per core), each row's seconds divided by that
-load (``scripts/calibrate_estimates.py`` fits them again from any results CSV with ``wall_s``); an AVX2-only CPU
-may take up to twice as long. While the run goes, the progress bar's time left scales the cost model by what the
-cases done took (:class:`topk_bench.run.progress.Eta`).
+AVX-512-BF16 EPYC shared with other work (1-minute load 1.1 to 2.7 per core, 1.3 at the median), each row's
+seconds divided by that load (``scripts/calibrate_estimates.py`` fits them again from any results CSV with
+``wall_s``); an AVX2-only CPU may take up to twice as long. While the run goes, the progress bar's time left
+scales the cost model by what the cases done took (:class:`topk_bench.run.progress.Eta`).
 """
 
 from __future__ import annotations
