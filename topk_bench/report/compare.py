@@ -156,7 +156,7 @@ def compare_frames(
             f"no case_id in common between {base_label} and {new_label} (different suite, device or method?)"
         )
     cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label) for cid in common]
-    warnings = [_machines_differ(base.loc[common], new.loc[common])]
+    warnings = [_machines_differ(base.loc[common], new.loc[common]), _code_differs(base, new, common, params)]
     warnings += [
         f"{side}: {line}"
         for side, frame in (("BASE", base), ("NEW", new))
@@ -242,6 +242,25 @@ def _machines_differ(base: pd.DataFrame, new: pd.DataFrame) -> str:
         + "; ".join(differences)
         + "): times (and CUDA memory) may not be comparable"
     )
+
+
+def _code_differs(base: pd.DataFrame, new: pd.DataFrame, common: list, params: list[str]) -> str:
+    """One warning line naming the cases whose code path differs between the two runs (one case_id, two programs:
+    compiled kernels on one side, torch's on the other, say); "" when none does, or a side does not say."""
+    if col.CODE_PATH not in base.columns or col.CODE_PATH not in new.columns:
+        return ""
+
+    def path(frame: pd.DataFrame, cid) -> str:
+        value = frame.at[cid, col.CODE_PATH]
+        return "" if pd.isna(value) else str(value)
+
+    changed = [cid for cid in common if path(base, cid) != path(new, cid)]
+    if not changed:
+        return ""
+    named = ", ".join(case_name(new.loc[cid], params) for cid in changed[:3])
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    example = f"{path(base, changed[0]) or 'none'} vs {path(new, changed[0]) or 'none'}"
+    return f"code_path differs in {len(changed)} case(s) ({named}{more}): {example}: the two runs ran different code"
 
 
 def _difference(base: pd.DataFrame, new: pd.DataFrame, column: str) -> str:

@@ -165,6 +165,14 @@ MACHINE_COLUMNS: tuple[Column, ...] = (
     GPU_SM_CLOCK_MHZ,
     GPU_SM_CLOCK_MAX_MHZ,
 )
+# Which code ran, where the machine decides it (implementations.provenance): compare warns when it differs.
+CODE_PATH = Column(
+    "code_path",
+    "the machine-dependent code the case's implementation ran: native_kernels (built:<build key>, or torch:<why "
+    "not>), half_products (native or float32_copies), decode_tiles (bytes of a decode step's key tiles), as "
+    "';'-joined key=value (a feed-forward implementation's prefixed ff.); empty: none applies",
+    T,
+)
 CONTEXT_COLUMNS: tuple[Column, ...] = (
     TRUST,
     TIME_CV,
@@ -178,6 +186,7 @@ CONTEXT_COLUMNS: tuple[Column, ...] = (
     FLUSH_L2,
     OPS_PER_ITER,
     SDPA_BACKEND,
+    CODE_PATH,
     *MACHINE_COLUMNS,
 )
 

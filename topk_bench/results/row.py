@@ -52,6 +52,7 @@ def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
         col.MAX_MEMORY_BYTES: budget.max_memory_bytes,
         col.MAX_CASE_SECONDS: budget.max_seconds,
         **seen,
+        col.CODE_PATH: meta.get(col.CODE_PATH),
         **{column: meta.get(column) for column in col.MACHINE_COLUMNS},
     }
 
