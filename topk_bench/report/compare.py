@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
+from topk_bench.report import relative
 from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
 from topk_bench.report.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from topk_bench.results import columns as col
@@ -83,6 +84,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # why the gate fails beyond the cases' verdicts
     first_run: bool = False  # no BASE yet (the first run of main): NEW is exported, nothing is judged
+    relative_to: str = ""  # --relative-to: times judged as multiples of this implementation's (report.relative)
 
     def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict is verdict]
@@ -144,9 +146,17 @@ def compare_frames(
     base_label: str = "BASE",
     new_label: str = "NEW",
     allow_missing: bool = False,
+    relative_to: str | None = None,
 ) -> Comparison:
-    """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail."""
+    """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail;
+    ``relative_to``: times judged as multiples of this implementation's at the same parameters in the same file
+    (:mod:`.relative`)."""
     thresholds = thresholds.validate()
+    divided = (
+        (relative.relative_times(base, relative_to, base_label), relative.relative_times(new, relative_to, new_label))
+        if relative_to
+        else None
+    )
     params = varying_parameters(base, new)
     common = [cid for cid in new.index if cid in base.index]
     only_new = [(cid, case_name(new.loc[cid], params)) for cid in new.index if cid not in base.index]
@@ -155,7 +165,10 @@ def compare_frames(
         raise BadInput(
             f"no case_id in common between {base_label} and {new_label} (different suite, device or method?)"
         )
-    cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label) for cid in common]
+    cases = [
+        _compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label, divided, relative_to)
+        for cid in common
+    ]
     warnings = [_machines_differ(base.loc[common], new.loc[common]), _code_differs(base, new, common, params)]
     warnings += [
         f"{side}: {line}"
@@ -172,21 +185,43 @@ def compare_frames(
             f"nothing compared: none of the {len(cases)} case(s) in common has a peak or a time on "
             "both sides (statuses " + _statuses(cases) + ")"
         )
+    if relative_to and divided is not None:
+        warnings.append(_not_divided(divided[0], common, relative_to))
+        metric = relative.metric_name(relative_to)
+        if cases and not any(case.metric(metric) for case in cases):
+            failures.append(
+                f"nothing compared relative to {relative_to}: no case in common has a time and a {relative_to} "
+                "row at its parameters on both sides"
+            )
     if only_base and not allow_missing:
         failures.append(
             f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"
         )
     return Comparison(
-        base_label, new_label, thresholds, cases, only_new, only_base, [w for w in warnings if w], failures
+        base_label,
+        new_label,
+        thresholds,
+        cases,
+        only_new,
+        only_base,
+        [w for w in warnings if w],
+        failures,
+        relative_to=relative_to or "",
     )
 
 
 def first_run(
-    new: pd.DataFrame, thresholds: Thresholds = DEFAULT_THRESHOLDS, base_label: str = "BASE", new_label: str = "NEW"
+    new: pd.DataFrame,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    base_label: str = "BASE",
+    new_label: str = "NEW",
+    relative_to: str | None = None,
 ) -> Comparison:
     """No BASE exists yet (the first run of main, ``--allow-no-base``): every case of NEW is new, nothing is
     judged; the gate still fails when NEW has no valid row or a line of it was left out."""
     thresholds = thresholds.validate()
+    if relative_to:
+        relative.references(new, relative_to, new_label)  # an IMPL NEW lacks is bad input, as with a BASE
     params = varying_parameters(new)
     failures = [f"NEW {line}" for line in left_out(new)]
     if not len(new):
@@ -201,6 +236,7 @@ def first_run(
         [],
         failures,
         first_run=True,
+        relative_to=relative_to or "",
     )
 
 
@@ -276,8 +312,26 @@ def _plain_text(value: object) -> str:
     return str(_plain(value))
 
 
+def _not_divided(base: dict, common: list, impl: str) -> str:
+    """One warning line for the cases whose time could not be divided in BASE (no reference row): not judged."""
+    reasons = collections.Counter(why for cid, why in base.items() if isinstance(why, str) and cid in set(common))
+    if not reasons:
+        return ""
+    count = sum(reasons.values())
+    return f"{count} case(s) of BASE without a time of {impl} to divide by, their time not judged: " + "; ".join(
+        f"{why} ({n})" for why, n in reasons.most_common()
+    )
+
+
 def _compare_case(
-    b: pd.Series, n: pd.Series, params: list[str], t: Thresholds, base_label: str, new_label: str
+    b: pd.Series,
+    n: pd.Series,
+    params: list[str],
+    t: Thresholds,
+    base_label: str,
+    new_label: str,
+    divided: tuple[dict, dict] | None = None,
+    relative_to: str | None = None,
 ) -> CaseComparison:
     case = CaseComparison(
         str(n[col.CASE_ID]),
@@ -298,13 +352,31 @@ def _compare_case(
             )
     base_times = parse_times(b[col.TIMES_S], file=base_label, case_id=case.case_id)
     new_times = parse_times(n[col.TIMES_S], file=new_label, case_id=case.case_id)
-    if base_times:
+    if divided is not None and relative_to:
+        result = _relative_time(divided[0].get(b.name), divided[1].get(n.name), relative.metric_name(relative_to), t)
+        if result is not None:
+            case.metrics.append(result)
+    elif base_times:
         case.metrics.append(
             classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha)
             if new_times
             else _lost("time_s", statistics.median(base_times))
         )
     return case
+
+
+def _relative_time(
+    base: relative.Relative | str | None, new: relative.Relative | str | None, metric: str, t: Thresholds
+) -> MetricResult | None:
+    """The verdict on a case's time over its reference's; None where BASE has none to judge by (a reference row
+    itself, an untimed case, or no reference: said once in a warning)."""
+    if not isinstance(base, relative.Relative):
+        return None
+    if new is None:
+        return _lost(metric, statistics.median(base.samples))
+    if isinstance(new, str):
+        return MetricResult(metric, statistics.median(base.samples), None, None, Verdict.INVALID, note=f"NEW: {new}")
+    return classify_samples(metric, base.samples, new.samples, t.time_factor, t.alpha)
 
 
 def _lost(metric: str, base: float) -> MetricResult:
