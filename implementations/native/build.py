@@ -42,7 +42,7 @@ PREFIX = "row_topk"
 SUFFIXES = ("f32", "f64", "i16")  # the row top-k's element types, one function each
 
 # The exported functions: return type and argument types, as ctypes gets them. The C prototypes (row_topk_body.h's
-# F(row_topk), key_sort.c's key_sort) say the same; tests/implementations/test_native_row_topk.py reads them and
+# F(row_topk), key_sort.c's key_sort) say the same; tests/attention/test_native_row_topk.py reads them and
 # checks. A pointer of any type is "ptr", int64_t "i64", int "int".
 _ROW_TOPK = ("ptr", "i64", "i64", "i64", "i64", "i64", "ptr", "ptr", "i64", "i64", "i64", "i64", "i64", "i64",
              "i64", "i64", "i64", "i64")  # fmt: skip
