@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
-from topk_bench.report import pairing
+from topk_bench.report import pairing, relative
 from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
 from topk_bench.report.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from topk_bench.results import columns as col
@@ -85,6 +85,7 @@ class Comparison:
     failures: list[str] = field(default_factory=list)  # why the gate fails beyond the cases' verdicts
     first_run: bool = False  # no BASE yet (the first run of main): NEW is exported, nothing is judged
     pairing: list[str] = field(default_factory=list)  # --pair-by: how the cases were paired, what differs
+    relative_to: str = ""  # --relative-to: times judged as multiples of this implementation's (report.relative)
 
     def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict is verdict]
@@ -147,9 +148,12 @@ def compare_frames(
     new_label: str = "NEW",
     allow_missing: bool = False,
     pair_by: list[str] | None = None,
+    relative_to: str | None = None,
 ) -> Comparison:
     """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail;
-    ``pair_by``: cases found by the values of these columns instead of their case_id (:mod:`.pairing`)."""
+    ``pair_by``: cases found by the values of these columns instead of their case_id (:mod:`.pairing`);
+    ``relative_to``: times judged as multiples of this implementation's at the same parameters in the same file
+    (:mod:`.relative`)."""
     thresholds = thresholds.validate()
     paired = pairing.pair(base, new, pair_by) if pair_by else None
     if paired is not None:
@@ -157,6 +161,12 @@ def compare_frames(
         params = [c for c in pair_by or [] if c in parameter_columns(new.columns)]
     else:
         params = varying_parameters(base, new)
+    # After the pairing: each side's references are found within that side, keyed as its cases are.
+    divided = (
+        (relative.relative_times(base, relative_to, base_label), relative.relative_times(new, relative_to, new_label))
+        if relative_to
+        else None
+    )
     common = [cid for cid in new.index if cid in base.index]
     only_new = [
         (new.loc[cid, col.CASE_ID], case_name(new.loc[cid], params)) for cid in new.index if cid not in base.index
@@ -171,11 +181,14 @@ def compare_frames(
             else f"no case_id in common between {base_label} and {new_label} (different suite, device or method?); "
             "to compare runs that differ in an option, pair their cases with --pair-by (e.g. impl,seq_len)"
         )
-    cases = [_compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label) for cid in common]
+    cases = [
+        _compare_case(base.loc[cid], new.loc[cid], params, thresholds, base_label, new_label, divided, relative_to)
+        for cid in common
+    ]
     if paired is not None and not paired.common:  # each case says what differs in its pair
         for cid, case in zip(common, cases):
             case.name += f" ({paired.differences[cid]})"
-    warnings = [_machines_differ(base.loc[common], new.loc[common])]
+    warnings = [_machines_differ(base.loc[common], new.loc[common]), _code_differs(base, new, common, params)]
     warnings += [
         f"{side}: {line}"
         for side, frame in (("BASE", base), ("NEW", new))
@@ -191,6 +204,14 @@ def compare_frames(
             f"nothing compared: none of the {len(cases)} case(s) in common has a peak or a time on "
             "both sides (statuses " + _statuses(cases) + ")"
         )
+    if relative_to and divided is not None:
+        warnings.append(_not_divided(divided[0], common, relative_to))
+        metric = relative.metric_name(relative_to)
+        if cases and not any(case.metric(metric) for case in cases):
+            failures.append(
+                f"nothing compared relative to {relative_to}: no case in common has a time and a {relative_to} "
+                "row at its parameters on both sides"
+            )
     if only_base and not allow_missing:
         failures.append(
             f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"
@@ -205,15 +226,22 @@ def compare_frames(
         [w for w in warnings if w],
         failures,
         pairing=pairing.lines(paired) if paired is not None else [],
+        relative_to=relative_to or "",
     )
 
 
 def first_run(
-    new: pd.DataFrame, thresholds: Thresholds = DEFAULT_THRESHOLDS, base_label: str = "BASE", new_label: str = "NEW"
+    new: pd.DataFrame,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    base_label: str = "BASE",
+    new_label: str = "NEW",
+    relative_to: str | None = None,
 ) -> Comparison:
     """No BASE exists yet (the first run of main, ``--allow-no-base``): every case of NEW is new, nothing is
     judged; the gate still fails when NEW has no valid row or a line of it was left out."""
     thresholds = thresholds.validate()
+    if relative_to:
+        relative.references(new, relative_to, new_label)  # an IMPL NEW lacks is bad input, as with a BASE
     params = varying_parameters(new)
     failures = [f"NEW {line}" for line in left_out(new)]
     if not len(new):
@@ -228,6 +256,7 @@ def first_run(
         [],
         failures,
         first_run=True,
+        relative_to=relative_to or "",
     )
 
 
@@ -272,6 +301,25 @@ def _machines_differ(base: pd.DataFrame, new: pd.DataFrame) -> str:
     )
 
 
+def _code_differs(base: pd.DataFrame, new: pd.DataFrame, common: list, params: list[str]) -> str:
+    """One warning line naming the cases whose code path differs between the two runs (one case_id, two programs:
+    compiled kernels on one side, torch's on the other, say); "" when none does, or a side does not say."""
+    if col.CODE_PATH not in base.columns or col.CODE_PATH not in new.columns:
+        return ""
+
+    def path(frame: pd.DataFrame, cid) -> str:
+        value = frame.at[cid, col.CODE_PATH]
+        return "" if pd.isna(value) else str(value)
+
+    changed = [cid for cid in common if path(base, cid) != path(new, cid)]
+    if not changed:
+        return ""
+    named = ", ".join(case_name(new.loc[cid], params) for cid in changed[:3])
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    example = f"{path(base, changed[0]) or 'none'} vs {path(new, changed[0]) or 'none'}"
+    return f"code_path differs in {len(changed)} case(s) ({named}{more}): {example}: the two runs ran different code"
+
+
 def _difference(base: pd.DataFrame, new: pd.DataFrame, column: str) -> str:
     if column not in base.columns or column not in new.columns:
         return ""
@@ -285,8 +333,26 @@ def _plain_text(value: object) -> str:
     return str(_plain(value))
 
 
+def _not_divided(base: dict, common: list, impl: str) -> str:
+    """One warning line for the cases whose time could not be divided in BASE (no reference row): not judged."""
+    reasons = collections.Counter(why for cid, why in base.items() if isinstance(why, str) and cid in set(common))
+    if not reasons:
+        return ""
+    count = sum(reasons.values())
+    return f"{count} case(s) of BASE without a time of {impl} to divide by, their time not judged: " + "; ".join(
+        f"{why} ({n})" for why, n in reasons.most_common()
+    )
+
+
 def _compare_case(
-    b: pd.Series, n: pd.Series, params: list[str], t: Thresholds, base_label: str, new_label: str
+    b: pd.Series,
+    n: pd.Series,
+    params: list[str],
+    t: Thresholds,
+    base_label: str,
+    new_label: str,
+    divided: tuple[dict, dict] | None = None,
+    relative_to: str | None = None,
 ) -> CaseComparison:
     case = CaseComparison(
         str(n[col.CASE_ID]),
@@ -307,13 +373,31 @@ def _compare_case(
             )
     base_times = parse_times(b[col.TIMES_S], file=base_label, case_id=case.case_id)
     new_times = parse_times(n[col.TIMES_S], file=new_label, case_id=case.case_id)
-    if base_times:
+    if divided is not None and relative_to:
+        result = _relative_time(divided[0].get(b.name), divided[1].get(n.name), relative.metric_name(relative_to), t)
+        if result is not None:
+            case.metrics.append(result)
+    elif base_times:
         case.metrics.append(
             classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha)
             if new_times
             else _lost("time_s", statistics.median(base_times))
         )
     return case
+
+
+def _relative_time(
+    base: relative.Relative | str | None, new: relative.Relative | str | None, metric: str, t: Thresholds
+) -> MetricResult | None:
+    """The verdict on a case's time over its reference's; None where BASE has none to judge by (a reference row
+    itself, an untimed case, or no reference: said once in a warning)."""
+    if not isinstance(base, relative.Relative):
+        return None
+    if new is None:
+        return _lost(metric, statistics.median(base.samples))
+    if isinstance(new, str):
+        return MetricResult(metric, statistics.median(base.samples), None, None, Verdict.INVALID, note=f"NEW: {new}")
+    return classify_samples(metric, base.samples, new.samples, t.time_factor, t.alpha)
 
 
 def _lost(metric: str, base: float) -> MetricResult:

@@ -31,7 +31,7 @@ from topk_bench.types import Method
 from topk_bench.units import GIB, missing
 
 DEFAULT_WIDTH = 100
-_LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST)
+_LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST, col.CODE_PATH)
 # The row header of a pivot never takes more than this share of the width: the values are the point.
 _ROW_HEADER_SHARE = 0.3
 _MARK = "*"
@@ -187,6 +187,8 @@ def _tables(frame, errors: bool) -> list[Table]:
         if rows[col.WORKLOAD].nunique() > 1:  # a suite mixing workloads (smoke)
             params.insert(0, col.WORKLOAD)
         optional = [c for c in optional_columns() if c in rows.columns and rows[c].notna().any()]
+        # Which code ran, where the machine decides it: shown where a row says.
+        code = [col.CODE_PATH] if col.CODE_PATH in rows.columns and rows[col.CODE_PATH].notna().any() else []
         table = Table(title=f"{suite} ({len(rows)} rows)")
         for column in [
             col.LABEL,
@@ -199,6 +201,7 @@ def _tables(frame, errors: bool) -> list[Table]:
             "IQR s",
             *optional,
             col.TRUST,
+            *code,
         ]:
             table.add_column(column, justify="left" if column in _LEFT else "right")
         if errors:
@@ -216,6 +219,7 @@ def _tables(frame, errors: bool) -> list[Table]:
                 r[col.TIME_IQR_S],
                 *[r[c] for c in optional],
                 r[col.TRUST] or "",
+                *[r[c] if not missing(r[c]) else "" for c in code],
             ]
             if errors:
                 cells.append(str(r[col.ERROR])[:80])

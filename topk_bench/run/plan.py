@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from implementations import provenance
 from topk_bench import machine, workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
@@ -51,6 +52,8 @@ class Plan:
     header: list[str]
     notes: list[str]
     overrides: dict[str, list[Any]] = field(default_factory=dict)  # --set: key -> the values that replaced the suite's
+    # What the machine decides of each implementation's code in this run (implementations.provenance), by name.
+    code_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def method(self) -> Method:
@@ -147,7 +150,8 @@ def plan(
     cases = sweep.expand(suite, run)
     if run.profile:  # each case writes its profile where `topk-bench profile` would put it
         cases = [replace(c, profile=str(run.out_dir / PROFILE_DIR / c.case_id)) for c in cases]
-    notes = replaced + ([capped] if capped else []) + list(run.notes)
+    code_paths = code_paths_of(cases)
+    notes = replaced + ([capped] if capped else []) + list(run.notes) + fallback_notes(code_paths)
     if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)
         if above:
@@ -165,7 +169,32 @@ def plan(
         header=results_header(parameters_of(cases), optional_columns(suite, cases)),
         notes=notes,
         overrides=overrides.as_meta(flags.overrides),
+        code_paths=code_paths,
     )
+
+
+def code_paths_of(cases: list[Case]) -> dict[str, str]:
+    """Each implementation's code path for this run (one per name: the run's cases share device and dtype)."""
+    paths: dict[str, str] = {}
+    for case in cases:
+        if case.impl not in paths:
+            paths[case.impl] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
+    return paths
+
+
+def fallback_notes(code_paths: dict[str, str]) -> list[str]:
+    """One warning per implementation that runs without its compiled kernels here, with the reason: never
+    silently."""
+    notes = []
+    for name, path in code_paths.items():
+        for key, value in provenance.parse(path).items():
+            if key.endswith(provenance.NATIVE_KERNELS) and value.startswith(provenance.FALLBACK):
+                why = value.removeprefix(provenance.FALLBACK)
+                notes.append(
+                    f"warning: {name} runs torch's path, not its compiled kernels ({why}): its times and peaks "
+                    "are the torch path's"
+                )  # fmt: skip
+    return notes
 
 
 def _check_cost_models(cases: list[Case], suite: Suite) -> None:
@@ -278,4 +307,6 @@ def meta(the_plan: Plan) -> dict[str, Any]:
         "parameters": parameters_of(the_plan.cases),
         # --set: the values that replaced the suite's for this run (its rows have them).
         "overrides": the_plan.overrides,
+        # The machine-dependent code of each implementation, as this run's parent saw it (each row has its own).
+        "code_path": the_plan.code_paths,
     }

@@ -133,7 +133,7 @@ class Reporter:
             self._progress.stop()
 
     def note(self, message: str) -> None:
-        if self.enabled:
+        if self.enabled or message.startswith("warning:"):  # a warning is said however quiet the run
             say(self.console, message)
 
     def running(self, what: str) -> None:
