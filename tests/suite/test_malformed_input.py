@@ -36,7 +36,7 @@ CASES = [
         "unknown top-level key",
         lambda s: s.replace('name = "bad"', 'name = "bad"\nrepeat = 3'),
         "repeat",
-        "unknown key (expected one of:",
+        "unknown key; did you mean 'repeats'? (expected one of:",
     ),
     ("unknown key in [plot]", lambda s: s + 'colour = "red"\n', "plot.colour", "unknown key"),
     ("wrong type of a size", lambda s: s.replace("[16, 32]", '["16", 32]'), "sweep.seq_len[0]", "valid integer"),
@@ -82,7 +82,8 @@ CASES = [
         "unknown workload",
         lambda s: s.replace('workload = "mha"', 'workload = "attention"'),
         "workload",
-        "unknown workload 'attention' (known: decode, decoder, ff, mha, prefill, pretrained)",
+        "unknown workload 'attention'; add it with `plugins = [\"your.module\"]` (known: decode, decoder, ff, mha, "
+        "prefill, pretrained)",
     ),
     (
         "unknown shape parameter",
