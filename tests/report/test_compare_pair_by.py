@@ -112,3 +112,15 @@ def test_through_the_real_command_line(runs):
         timeout=120,
     )
     assert done.returncode == 1 and "REGRESSION" in done.stdout, done.stdout + done.stderr
+
+
+def test_paired_cases_judged_relative_to_an_implementation_of_their_own_side(runs):
+    """--pair-by with --relative-to: each side's reference rows are found within that side after the pairing;
+    qchunk twice as slow against vanilla is a regression of its relative time, vanilla itself has none."""
+    base, new = (load(p) for p in runs)
+    result = compare_frames(base, new, pair_by=["impl", "seq_len"], relative_to="vanilla")
+    judged = {c.name: c.metric("time_vs_vanilla") for c in result.cases}
+    chunked = {name: m for name, m in judged.items() if "(chunk_size 8 -> 16)" in name}
+    assert len(chunked) == 2 and all(m is not None and m.ratio == pytest.approx(2.0) for m in chunked.values())
+    assert all(m is None for name, m in judged.items() if name not in chunked)
+    assert result.exit_code == 1 and result.relative_to == "vanilla" and result.pairing
