@@ -17,8 +17,8 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh $(VENV) dev,pretrained
 	touch $@
 
-# After set-up: 38 s on 2 cores at a load average of 0.9 to 1.3 (CPU kind not recorded), 2 min 28 s on a busy
-# machine (1.4 to 1.7 per core) (README, "Quick start").
+# After set-up: 61 s on 2 cores of an AVX-512-BF16 EPYC at a load of 0.6 to 0.8 per core, its two runs 2 min 17 s
+# there at 1.6 to 2.4 per core; set-up not timed (README, "Quick start").
 demo: setup
 	$(BIN)/topk-bench run suites/demo_memory.toml --predict --out results/demo
 	$(BIN)/topk-bench run suites/demo_time.toml --device cpu --out results/demo
