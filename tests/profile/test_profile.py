@@ -406,7 +406,8 @@ def test_the_selector_picks_cases_by_their_parameters(tmp_path):
         ),
         (
             "sq_len=1024",
-            r"--case: unknown key 'sq_len'; the cases have impl = vanilla\|performer\|qchunk\|topk\|sdpa; "
+            r"--case: unknown key 'sq_len'; did you mean 'seq_len'\?; "
+            r"the cases have impl = vanilla\|performer\|qchunk\|topk\|sdpa; "
             r".*; seq_len = 512\|1024\|2048\|4096\|8192\|16384\|32768\|65536; ",
         ),
         ("impl", r"--case: expected KEY=VALUE\[,KEY=VALUE...\], got 'impl'$"),
