@@ -23,12 +23,18 @@ average before and after.
 
     python benchmarks/bench_kv_selection.py --kv-len 131072 --rounds 9
     python benchmarks/bench_kv_selection.py --threads 1 --clock cpu --impls sdpa page_topk topk_fast  # busy machine
+    python benchmarks/bench_kv_selection.py --impls sdpa page_topk topk_fast --before b86d6d0 --rounds 7
+
+``--before REV`` adds the selection methods asked for (``page_topk``, ``sink_window``, ``topk_fast``) as of a
+git revision (its ``implementations`` package extracted and imported under another name, its own page
+summaries), interleaved in the same rounds: a before/after table in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import math
 import statistics
 import subprocess
@@ -41,6 +47,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import implementations
+from bench_topk_fast import load_revision  # noqa: E402 -- beside this file
 from implementations.page_topk import page_summaries
 
 DENSE = ("einsum", "sdpa", "vanilla")
@@ -103,7 +110,24 @@ def build(args):
         f"{picked / 2**20:.0f} MiB of K/V rows (pages shared by the {groups} query heads of a kv head): "
         f"{(summary_bytes + picked) / cache:.2f} of the cache"
     ] + notes
-    return {n: steps[n] for n in args.impls}, notes
+    order = list(args.impls)
+    if args.before:  # the selection methods as of another revision, each right after today's
+        old = load_revision(args.before)
+        old_summaries = importlib.import_module(f"{old.__name__}.page_topk").page_summaries(k, args.page_size)
+        native_gqa = getattr(old.spec("topk_fast"), "gqa", "") == "native" or groups == 1
+        kf, vf = (k, v) if native_gqa else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
+        before = {
+            "page_topk": lambda: old.get("page_topk")(
+                q, k, v, causal=True, page_size=args.page_size, token_budget=budget, summaries=old_summaries
+            ),
+            "sink_window": lambda: old.get("sink_window")(q, k, v, causal=True, sinks=4, window=budget - 4),
+            "topk_fast": functools.partial(old.get("topk_fast"), q, kf, vf, causal=False, topk=budget),
+        }
+        for name, step in before.items():
+            if name in args.impls:
+                steps[f"{name}@{args.before}"] = step
+                order.insert(order.index(name) + 1, f"{name}@{args.before}")
+    return {n: steps[n] for n in order}, notes
 
 
 def uptime() -> str:
@@ -132,6 +156,7 @@ def main(argv=None):
     parser.add_argument(
         "--impls", nargs="+", default=list(DENSE) + ["page_topk", "sink_window", "topk_fast", "topk_fast_f32"]
     )
+    parser.add_argument("--before", metavar="REV", help="also run the selection methods as of this git revision")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     steps, notes = build(args)

@@ -236,8 +236,8 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
         if convert:  # keys on the left: with a few query rows the tall product measured 2x faster
             keys = part_float[: keys.numel()].view(keys.shape).copy_(keys)
             scores = torch.matmul(keys, qt[r0:r1].transpose(1, 2)).transpose(1, 2).to(q.dtype)
-        else:
-            scores = torch.matmul(qt[r0:r1], keys.transpose(1, 2))
+        else:  # bmm, not matmul: matmul folds a batch of one into mm, which copies bf16 keys first (8x slower)
+            scores = torch.bmm(qt[r0:r1], keys.transpose(1, 2))
         del keys
         # Every row keeps its own block's first key (causal: the query sees it), so no row is all -inf.
         scores = scores.to(stat_dtype(q.dtype)).masked_fill_(hidden[r0:r1], float("-inf"))
@@ -248,7 +248,7 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
             values = part_float[: values.numel()].view(values.shape).copy_(values)
             out[r0:r1] = torch.matmul(weights.float(), values)
         else:
-            torch.matmul(weights, values, out=out[r0:r1])
+            torch.bmm(weights, values, out=out[r0:r1])
     return out.view(b, ht, lq, per, dv).transpose(2, 3).reshape(b, hq, lq, dv)
 
 

@@ -61,7 +61,7 @@ def test_kernels_and_torch_path_rows_differ_in_code_path_and_compare_says_so(tmp
         assert set(rows.loc[rows.impl == "sdpa", "code_path"]) == {""}  # SDPA's code is torch's, wherever it runs
         (paths[side],) = set(rows.loc[rows.impl == "topk_fast", "code_path"])
         meta = json.loads((tmp_path / side / "fast.meta.json").read_text())
-        assert meta["code_path"] == {"topk_fast": paths[side], "sdpa": ""}
+        assert meta["code_path"] == {"topk_fast": {"float32": paths[side]}, "sdpa": {"float32": ""}}
     assert f"native_kernels=built:{key}" in paths["built"].split(";")
     assert "native_kernels=torch:disabled by TOPK_BENCH_NATIVE=0" in paths["torch"].split(";")
 

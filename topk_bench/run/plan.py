@@ -52,8 +52,9 @@ class Plan:
     header: list[str]
     notes: list[str]
     overrides: dict[str, list[Any]] = field(default_factory=dict)  # --set: key -> the values that replaced the suite's
-    # What the machine decides of each implementation's code in this run (implementations.provenance), by name.
-    code_paths: dict[str, str] = field(default_factory=dict)
+    # What the machine decides of each implementation's code in this run (implementations.provenance), by name
+    # and dtype.
+    code_paths: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def method(self) -> Method:
@@ -173,27 +174,32 @@ def plan(
     )
 
 
-def code_paths_of(cases: list[Case]) -> dict[str, str]:
-    """Each implementation's code path for this run (one per name: the run's cases share device and dtype)."""
-    paths: dict[str, str] = {}
+def code_paths_of(cases: list[Case]) -> dict[str, dict[str, str]]:
+    """Each implementation's code path in this run, by name and dtype (the run's cases share a device)."""
+    paths: dict[str, dict[str, str]] = {}
     for case in cases:
-        if case.impl not in paths:
-            paths[case.impl] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
+        by_dtype = paths.setdefault(case.impl, {})
+        if str(case.dtype) not in by_dtype:
+            by_dtype[str(case.dtype)] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
     return paths
 
 
-def fallback_notes(code_paths: dict[str, str]) -> list[str]:
+def fallback_notes(code_paths: dict[str, dict[str, str]]) -> list[str]:
     """One warning per implementation that runs without its compiled kernels here, with the reason: never
     silently."""
     notes = []
-    for name, path in code_paths.items():
-        for key, value in provenance.parse(path).items():
-            if key.endswith(provenance.NATIVE_KERNELS) and value.startswith(provenance.FALLBACK):
-                why = value.removeprefix(provenance.FALLBACK)
-                notes.append(
-                    f"warning: {name} runs torch's path, not its compiled kernels ({why}): its times and peaks "
-                    "are the torch path's"
-                )  # fmt: skip
+    for name, by_dtype in code_paths.items():
+        reasons = {
+            value.removeprefix(provenance.FALLBACK)
+            for path in by_dtype.values()
+            for key, value in provenance.parse(path).items()
+            if key.endswith(provenance.NATIVE_KERNELS) and value.startswith(provenance.FALLBACK)
+        }
+        notes += [
+            f"warning: {name} runs torch's path, not its compiled kernels ({why}): its times and peaks are the "
+            "torch path's"
+            for why in sorted(reasons)
+        ]
     return notes
 
 
@@ -307,6 +313,7 @@ def meta(the_plan: Plan) -> dict[str, Any]:
         "parameters": parameters_of(the_plan.cases),
         # --set: the values that replaced the suite's for this run (its rows have them).
         "overrides": the_plan.overrides,
-        # The machine-dependent code of each implementation, as this run's parent saw it (each row has its own).
+        # The machine-dependent code of each implementation by dtype, as this run's parent saw it (each row has its
+        # own).
         "code_path": the_plan.code_paths,
     }

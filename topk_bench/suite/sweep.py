@@ -18,6 +18,7 @@ from topk_bench import workloads
 from topk_bench.case import Case, Measuring
 from topk_bench.errors import BadInput
 from topk_bench.suite.schema import ImplEntry, Suite
+from topk_bench.types import DType
 from topk_bench.workloads.attention import BUDGET, with_budget
 
 
@@ -155,6 +156,8 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
     options = _resolved(implementations.spec(entry.name), with_budget(entry.name, given, params.get(BUDGET, 0)), suite)
     ff_impl = feedforward(suite, entry)
     ff_options = _resolved(implementations.spec(ff_impl), ff_given, suite) if ff_impl else None
+    if entry.dtype is not None:  # the entry's own dtype, over the suite's and bench.toml's
+        fields = {**fields, "dtype": DType(entry.dtype)}
     return Case.make(
         suite=suite.name,
         workload=workload,
