@@ -46,8 +46,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_topk_fast import load_revision  # beside this file: the script's folder is on sys.path
+
 import implementations
-from bench_topk_fast import load_revision  # noqa: E402 -- beside this file
 from implementations.page_topk import page_summaries
 
 DENSE = ("einsum", "sdpa", "vanilla")

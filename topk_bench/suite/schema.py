@@ -74,7 +74,8 @@ class ImplEntry(BaseModel):
     activation: Literal["softmax", "relu"] | None = None
     # Default: the suite's mode.
     mode: Literal[Mode.values()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
-    # Default: the suite's dtype (else bench.toml's): one suite can time a bf16 decode step beside an fp32 training step.
+    # Default: the suite's dtype (else bench.toml's): one suite can time a bf16 decode step beside an fp32 training
+    # step.
     dtype: Literal[DType.values()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
     feedforward: str | None = None  # workloads with a feed-forward sublayer: its implementation
     feedforward_options: dict[str, Any] = Field(default_factory=dict)
