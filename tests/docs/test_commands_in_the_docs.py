@@ -93,6 +93,7 @@ NOT_RUN = {
     "pip install": "installs packages",
     "git add": "a step of committing a baseline",
     "python benchmarks/": "a benchmark of the implementations: minutes of interleaved rounds (figures beside it)",
+    "python scripts/time_gate.py --write-baseline": "writes a committed baseline (tests/report/test_time_gate.py)",
 }
 # The command line's parser errors (typer carries its own click): bad options, values, commands.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")

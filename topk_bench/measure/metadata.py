@@ -57,6 +57,13 @@ def cpu_flags(path: Path = CPUINFO) -> str:
     return ";".join(f for f in BF16_FLAGS if f in present) or "none"
 
 
+def cpu_kind(capability: str, flags: str) -> str:
+    """A CPU kind as a file name: the instruction set ATen uses and the bf16/AMX flags (``avx512-avx512_bf16``,
+    ``avx2``). Machines of one kind run the same kernels: a time measured on one holds for the others."""
+    parts = [capability.lower() or "unknown", *(f for f in flags.split(";") if f and f != "none")]
+    return "-".join(parts)
+
+
 def cpu_capability() -> str:
     """The instruction set ATen's CPU kernels dispatch to (``DEFAULT``, ``AVX2``, ``AVX512``...)."""
     import torch

@@ -266,8 +266,8 @@ def _cells(case: CaseComparison, relative_to: str = "") -> tuple[str, ...]:
     )
 
 
-def _times_over(value: float) -> str:
-    return f"{value:.3f}×"
+def _times_over(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}×"  # None: a side without its reference
 
 
 def _change(m: MetricResult | None, fmt) -> str:
