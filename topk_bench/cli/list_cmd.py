@@ -9,10 +9,17 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from topk_bench.cli import Command, app, output_width
+from topk_bench.untrusted import shown, text
 
 WIDE = 160  # columns from which each implementation's legend and description are in its row
+
+
+def lines(values) -> Text:
+    """A cell of one value per line, each shown as text (:mod:`topk_bench.untrusted`)."""
+    return Text("\n".join(shown(v) for v in values))
 
 
 @app.command("list", cls=Command)
@@ -56,18 +63,19 @@ def list_registry(
     if wide:
         table.add_column("description", overflow="fold", ratio=1)
     for impl in specs:
-        options = "\n".join(f"{k}={v}" for k, v in impl.options.items()) or "-"
+        # A plug-in writes these: text, never markup (untrusted.text), one per line where several.
+        options = lines(f"{k}={v}" for k, v in impl.options.items()) if impl.options else text("-")
         # How Hkv < Hq is handled: without copies, by repeating K/V per group (memory), or not at all.
         gqa = {"native": "native", "repeats": "repeats K/V"}.get(impl.gqa or "", "unsupported")
         table.add_row(
-            impl.name,
+            text(impl.name),
             options,
-            *([impl.legend()] if wide else []),
-            "\n".join(impl.activations),
+            *([text(impl.legend())] if wide else []),
+            lines(impl.activations),
             "yes" if impl.causal else "no",
             gqa,
             "exact" if impl.exact else "approx.",
-            *([impl.description] if wide else []),
+            *([text(impl.description)] if wide else []),
         )
     console.print(table)
     if not wide:
@@ -75,7 +83,7 @@ def list_registry(
         table.add_column("name", no_wrap=True)
         table.add_column("description", ratio=1)
         for impl in specs:
-            table.add_row(impl.name, impl.description)
+            table.add_row(text(impl.name), text(impl.description))
         console.print(table)
     table = Table(title="workloads", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     for column in ("name", "parameters (defaults)", "feed-forward"):
@@ -84,7 +92,7 @@ def list_registry(
     for name in workloads.names():
         workload = workloads.lookup(name)
         params = ", ".join(f"{k}={v}" for k, v in workload.params.items()) or ("any" if workload.open_params else "-")
-        table.add_row(name, params, "yes" if workload.feedforward else "no", workload.description)
+        table.add_row(text(name), text(params), "yes" if workload.feedforward else "no", text(workload.description))
     console.print(table)
     # Named values of a parameter (model = "llama-3-8b") and what each sets, once for the workloads sharing it.
     presets: dict[tuple, list[str]] = {}
@@ -98,6 +106,9 @@ def list_registry(
             table.add_column(column)
         for (param, value, sets), names in presets.items():
             table.add_row(
-                param, value, ", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)", ", ".join(names)
+                text(param),
+                text(value),
+                text(", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)"),
+                text(", ".join(names)),
             )
         console.print(table)
