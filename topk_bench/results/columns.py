@@ -165,7 +165,12 @@ MACHINE_COLUMNS: tuple[Column, ...] = (
     GPU_SM_CLOCK_MHZ,
     GPU_SM_CLOCK_MAX_MHZ,
 )
+# Which suite wrote the row besides its name: two suites of one name are two suites (topk_bench.suite.schema).
+SUITE_FINGERPRINT = Column(
+    "suite_fingerprint", "a hash of what makes the suite's cases (Suite.fingerprint): which suite of that name", T
+)
 CONTEXT_COLUMNS: tuple[Column, ...] = (
+    SUITE_FINGERPRINT,
     TRUST,
     TIME_CV,
     LOAD_START,

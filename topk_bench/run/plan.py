@@ -299,6 +299,9 @@ def meta(the_plan: Plan) -> dict[str, Any]:
     plot["panels"] = [list(p) for p in plot["panels"]]
     return {
         "suite": suite.name,
+        # Which suite of that name (its rows carry it too: suite_fingerprint), and the file it was read from.
+        "fingerprint": suite.fingerprint,
+        "suite_file": str(suite.path) if suite.path else None,
         "title": suite.title,
         "workload": suite.workload,
         "mode": suite.mode,

@@ -93,6 +93,7 @@ class _Writer:
             if problem:
                 self.reporter.note(f"warning: {problem}")
         row = make_row(case, measurement, self.defaults, traffic(case), self.plan.budget)
+        row[col.SUITE_FINGERPRINT] = self.plan.suite.fingerprint
         self.header = store.append_row(self.plan.csv_path, row, self.header)
         self.written[str(measurement.status)] += 1
         self.reporter.finished(self.what(case), row)
@@ -250,13 +251,37 @@ def _schedule(
             time.sleep(POLL_S)
 
 
-def _existing(csv_path: Path) -> store.Table:
-    """The file's valid rows, once it is clear that rows appended under its header will line up with them."""
+def _existing(the_plan: Plan, append: bool) -> store.Table:
+    """The file's valid rows, once it is clear that rows appended under its header will line up with them, and
+    that they are this suite's: rows of another suite of the same name (another fingerprint, none of this one's)
+    are bad input, unless ``append``."""
+    csv_path = the_plan.csv_path
     table = store.read(csv_path)
     problem = table.header_problem() if table.header else None
     if problem:
         raise BadInput(problem, file=csv_path)
+    theirs = {row.get(col.SUITE_FINGERPRINT) or "" for row in table.rows} - {""}
+    ours = the_plan.suite.fingerprint
+    if theirs and ours not in theirs and not append:
+        written_by = _suite_file(the_plan.meta_path)
+        raise BadInput(
+            f"holds the rows of another suite named {the_plan.suite.name!r} (fingerprint {', '.join(sorted(theirs))}"
+            + (f", from {written_by}" if written_by else "")
+            + f") than {the_plan.suite.path} (fingerprint {ours}): rename one of them, or use another --out; "
+            "--append adds this suite's rows to that file",
+            file=csv_path,
+        )
     return table
+
+
+def _suite_file(meta_path: Path) -> str | None:
+    """The suite file an earlier run's meta.json names (None: none, or not said)."""
+    try:
+        meta_json = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    named = meta_json.get("suite_file") if isinstance(meta_json, dict) else None
+    return named if isinstance(named, str) else None
 
 
 def busy_note(the_plan: Plan) -> str | None:
@@ -329,10 +354,12 @@ def run(
     progress: bool = True,
     executor_obj: Executor | None = None,
     yes: bool = False,
+    append: bool = False,
 ) -> RunResult:
     """Run (or resume) a suite with the settings ``flags`` gives over the suite's and ``config``'s (bench.toml).
 
-    A suite of more cases than ``max_cases`` is bad input unless ``yes``.
+    A suite of more cases than ``max_cases`` is bad input unless ``yes``; a results file holding the rows of
+    another suite of the same name (another fingerprint) is bad input unless ``append``.
     Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
     """
     started = time.monotonic()
@@ -340,18 +367,19 @@ def run(
     if the_plan.settings.remeasure and not resume:
         raise BadInput("re-runs the flagged rows, --no-resume every row: choose one", key="--remeasure")
     csv_path = the_plan.csv_path
-    _existing(csv_path)  # a damaged file is refused before any file is touched
+    _existing(the_plan, append)  # a damaged file, or another suite's, is refused before any file is touched
     if executor_obj is None:
         check_requests(the_plan.executor, the_plan.cases)  # Slurm: a request no node can satisfy, before any job
     ids = {c.case_id for c in the_plan.cases}
     with _locked(csv_path):
+        _existing(the_plan, append)  # under the lock, before this run's meta.json replaces the other suite's
         try:
             fileio.write_atomic(the_plan.meta_path, (json.dumps(meta(the_plan), indent=2) + "\n").encode())
             if csv_path.exists():  # an earlier run measuring cases again was killed before it tidied up
                 store.drop_superseded(csv_path, ids)
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
-        table = _existing(csv_path)  # again, under the lock
+        table = _existing(the_plan, append)  # again, under the lock
         plan_resume = _what_runs(the_plan, table, resume)
         try:
             written = _measure(the_plan, plan_resume, table, executor_obj, progress, adopt=resume)
