@@ -43,6 +43,8 @@ PROFILE_DIR = "profile"
 INTERPRETER_S = 3.0
 # A child forked from the warm template, before it measures (scripts/bench_child_overhead.py: tens of ms).
 FORK_S = 0.25
+# More rounds than this run only with --yes: each case is measured that many times, its row written after the last.
+MAX_ROUNDS = 1000
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,14 @@ def plan(
             "bench.toml",
             file=suite.path,
             key="max_cases",
+        )
+    if run.rounds > MAX_ROUNDS and not yes:
+        given = flags is not None and flags.rounds is not None
+        raise BadInput(
+            f"{run.rounds} rounds: more than {MAX_ROUNDS} (each case measured {run.rounds} times, its row written "
+            "after its last round); pass --yes to run them",
+            file=None if given else suite.path,
+            key="--rounds" if given else "rounds",
         )
     check_suite(suite, suite.path)
     cases = sweep.expand(suite, run)

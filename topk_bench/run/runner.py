@@ -42,6 +42,7 @@ from topk_bench.run.resolve import Flags
 from topk_bench.run.resume import Resume, remeasured, what_runs
 from topk_bench.run.resume import notes as resume_notes
 from topk_bench.status import STOPPING, Status
+from topk_bench.units import format_duration
 from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
 
@@ -180,15 +181,30 @@ def _run_rounds(
         _schedule(plan, todo, stoppers, executor, writer)
         return
     rounds = _Rounds(writer, plan.rounds)
+    started = time.monotonic()
     _schedule(plan, todo, stoppers, executor, rounds)
     for number in range(2, plan.rounds + 1):
+        _round_done(writer.reporter, number - 1, plan.rounds, len(rounds.pending(todo)), started)
         rounds.round = number
         cases = rounds.pending(todo)
         if not cases:
             break
         writer.reporter.note(f"round {number} of {plan.rounds}: {len(cases)} case(s)")
         _schedule(plan, cases[::-1] if number % 2 == 0 else cases, [], executor, rounds, skip_rule=False)
+    else:
+        _round_done(writer.reporter, plan.rounds, plan.rounds, len(rounds.pending(todo)), started)
     rounds.flush(todo)
+
+
+def _round_done(reporter: Reporter, number: int, rounds: int, ok: int, started: float) -> None:
+    """The line a round ends with: how many cases are still ok, how long the rounds took and may still take (the
+    rows of the cases ok in every round are written after the last)."""
+    elapsed = time.monotonic() - started
+    left = "" if number == rounds else f", about {format_duration(elapsed / number * (rounds - number))} left"
+    reporter.note(
+        f"round {number} of {rounds} done in {format_duration(elapsed)}{left}: {ok} case(s) ok in every round so "
+        "far" + ("" if number == rounds else f" (their rows are written after round {rounds})")
+    )
 
 
 def _schedule(
@@ -293,6 +309,21 @@ def busy_note(the_plan: Plan) -> str | None:
             f"{trust.BUSY_LOAD_PER_CORE:g}): times measured now are flagged 'busy' in the trust column"
         )
     return None
+
+
+def _profile_note(the_plan: Plan, todo: list[Case]) -> str | None:
+    """``run --profile``: one warning before the cases run when their profiles cannot be written (a file where the
+    profiles' directory belongs, a read-only place): each case is measured all the same, and its row says so."""
+    if not the_plan.settings.profile or not todo:
+        return None
+    place = Path(todo[0].profile).parent
+    problem = fileio.directory_problem(place)
+    if problem is None:
+        return None
+    return (
+        f"warning: {place}: profiles cannot be written there ({problem.strerror or problem}): each case is "
+        "measured all the same, its row's error says its profile is missing"
+    )
 
 
 def _left_out_note(table: store.Table) -> str:
@@ -421,7 +452,7 @@ def _measure(
             *the_plan.notes,
             *_remeasure_note(the_plan, plan_resume),
             *([_left_out_note(table)] if table.dropped else []),
-            *filter(None, [busy_note(the_plan)]),
+            *filter(None, [busy_note(the_plan), _profile_note(the_plan, todo)]),
         ]:
             reporter.note(note)
         writer = _Writer(the_plan, reporter)
