@@ -6,7 +6,7 @@
 """
 
 # Importing a module registers its implementations.
-from implementations import (  # noqa: F401 -- to register  # noqa: F401 -- to register
+from implementations import (  # noqa: F401 -- to register
     block_topk,
     flex,
     page_topk,

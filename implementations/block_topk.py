@@ -113,6 +113,7 @@ def block_topk_selection(q, k, *, causal=False, block_size=512, topk_blocks=3, m
 BLOCK_TOPK = register(
     Implementation(
         name="block_topk",
+        machine_choices=("half_products",),
         fn=block_topk_attention,
         description="MoBA block top-k: own block plus the top-k blocks by q·mean key; exact attention on them",
         options=OPTIONS,

@@ -56,12 +56,16 @@ def _cpu_multiplies_natively(dtype: torch.dtype) -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probe)
 
 
+def multiplies_natively(dtype: torch.dtype, device_type: str) -> bool:
+    """Whether a ``device_type`` target multiplies matrices of ``dtype`` natively (True for non-half dtypes)."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return True
+    return device_type != "cpu" or _cpu_multiplies_natively(dtype)
+
+
 def native_half_matmul(x: torch.Tensor) -> bool:
     """Whether the target multiplies matrices of ``x``'s (half) dtype natively; True for other dtypes."""
-    if x.dtype not in (torch.float16, torch.bfloat16):
-        return True
-    kind = device_kind(x)
-    return kind != "cpu" or _cpu_multiplies_natively(x.dtype)
+    return multiplies_natively(x.dtype, device_kind(x))
 
 
 def half_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -150,6 +150,7 @@ def page_topk_selection(
 PAGE_TOPK = register(
     Implementation(
         name="page_topk",
+        machine_choices=("half_products",),
         fn=page_topk_attention,
         description="Quest page top-k: min/max key summaries per page bound q·k; exact attention on the best pages",
         options=OPTIONS,

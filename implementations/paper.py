@@ -44,7 +44,7 @@ Common to the three (the authors' protocol):
 
 Checked against their code, run on the CPU under the same live-bytes tracker: the same
 peaks, byte for byte, for a causal BERT-base attention layer (forward + backward, chunk
-1024, top-128, dropout 0 and 0.1, L = 1K, 2K, 4K; pinned in tests/implementations/test_paper_variants.py),
+1024, top-128, dropout 0 and 0.1, L = 1K, 2K, 4K; pinned in tests/attention/test_paper_variants.py),
 and to the 0.1 MiB compared for a 3072-wide feed-forward layer.
 
 One defect of theirs is deliberately *not* reproduced: their dropout recorded one RNG

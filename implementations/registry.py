@@ -89,6 +89,9 @@ class Implementation:
     # Compiles on its first call for each shape (torch.compile: flex): the harness keeps that call out of
     # the timed region and reports its seconds (``compile_s``).
     compiles: bool = False
+    # What the machine decides of the code it runs (implementations.provenance: "native_kernels", "half_products",
+    # "decode_tiles"): what a row records beside its case, so that two rows of one case from different code differ.
+    machine_choices: tuple[str, ...] = ()
     # Builds the per-layer attention module (for implementations with per-layer
     # state such as Performer's random features). ``None``: a stateless wrapper.
     module_factory: Callable[..., torch.nn.Module] | None = None

@@ -227,6 +227,7 @@ topk_attention.__doc__ = "Top-k attention: each query keeps its ``topk`` largest
 TOPK = register(
     Implementation(
         name="topk",
+        machine_choices=("half_products", "decode_tiles"),
         fn=topk_attention,
         description="top-k attention (paper §2.2): chunked dense dots, row-wise top-k, caches top values + indices",
         options=TOPK_OPTIONS,

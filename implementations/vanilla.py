@@ -8,7 +8,7 @@
 - Half precision: everything runs in the input dtype, as eager attention in half
   precision: the GEMMs accumulate in float32 and round each score once, and
   PyTorch's softmax kernels (CPU and CUDA) take a half row's max and normaliser in
-  float32 and round only the weights (``tests/implementations/test_half_precision.py`` checks a
+  float32 and round only the weights (``tests/attention/test_half_precision.py`` checks a
   4096-key row, where a half-precision normaliser would be visibly wrong). An
   explicit float32 softmax (``dtype=torch.float32``) gives the same weights at
   twice the memory and 1.7x the time (decode step, 131072 keys).

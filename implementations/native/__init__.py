@@ -11,11 +11,9 @@ histogram split and a select over the few candidates left: 3.2-3.4x faster than 
 that carries each entry's query row and weights along (``torch.sort``, ``searchsorted`` and two
 ``index_select`` before).
 
-- Built on first use with the system C compiler (``$CC``, else ``cc``) for this
-  CPU (``-O3 -march=native``), cached under ``$TOPK_BENCH_NATIVE_CACHE`` (default
-  ``~/.cache/topk-bench/native``) by a hash of the source, the compiler and the
-  CPU's flags; a build takes about a second.
-- Without a compiler, or with ``TOPK_BENCH_NATIVE=0``, :func:`available` and
+- Built on first use with the system C compiler for this CPU and cached (:mod:`.build`: a cache only this user
+  can write, a compiler under a time limit, the functions' types declared once). Without the kernels (no
+  compiler, ``TOPK_BENCH_NATIVE=0``, a failed build: :func:`status` says which), :func:`available` and
   :func:`built` are False and callers keep their torch path (the same results).
 - The ops write into tensors the caller allocated (``row_topk_``: slices of its
   results), their scratch is the kernel's own (as a BLAS's); their fake kernels
@@ -30,24 +28,15 @@ Importable alone: it needs only torch and the standard library.
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import hashlib
 import math
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import warnings
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
-_HERE = Path(__file__).parent
-SOURCES = (_HERE / "row_topk.c", _HERE / "key_sort.c")  # compiled into one library
-HEADERS = (_HERE / "row_topk_body.h",)
-FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=gnu99")
+from implementations.native import build
+
 # Rows per kernel call below which splitting between threads costs more than it saves.
 MIN_ROWS_PER_THREAD = 16
 # Blocks of rows per thread, handed out as threads ask for them.
@@ -67,93 +56,37 @@ _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int16: "i16"}
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("TOPK_BENCH_NATIVE_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "topk-bench" / "native"
+@dataclass(frozen=True)
+class Status:
+    """Whether the compiled kernels are used on this machine: ``key`` is the build's (sources, flags, compiler, CPU),
+    else ``reason`` says why not."""
 
+    built: bool
+    key: str = ""
+    reason: str = ""
 
-def _cpu_flags() -> str:
-    # -march=native: a build is for this CPU kind (the project's machines mix AVX2 and AVX-512).
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _gnu_openmp() -> bool:
-    """Whether torch runs on GNU OpenMP (libgomp): then the kernels are built with -fopenmp and load
-    the libgomp already in the process (same soname), sharing torch's threads and their count."""
-    try:
-        return any("libgomp" in line for line in Path("/proc/self/maps").read_text().splitlines())
-    except OSError:
-        return False
-
-
-def _flags() -> tuple[str, ...]:
-    return FLAGS + (("-fopenmp",) if _gnu_openmp() else ())
-
-
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
-
-
-def _build(cc: str) -> Path:
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    flags = _flags()
-    key = hashlib.sha256(
-        b"\0".join(
-            [
-                *(p.read_bytes() for p in SOURCES + HEADERS),
-                " ".join(flags).encode(),
-                version.encode(),
-                _cpu_flags().encode(),
-                platform.machine().encode(),
-            ]
-        )
-    ).hexdigest()[:16]
-    target = _cache_dir() / f"row_topk-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Built beside the target and renamed into place: concurrent first uses never load a partial file.
-    fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        result = subprocess.run(
-            [cc, *flags, "-o", partial, *map(str, SOURCES)], capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{cc} failed on {', '.join(p.name for p in SOURCES)}: {result.stderr.strip()[-500:]}")
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
-    return target
+    def describe(self) -> str:
+        return f"built {self.key}" if self.built else f"not used: {self.reason}"
 
 
 @functools.lru_cache(maxsize=1)
-def _library() -> ctypes.CDLL | None:
-    if os.environ.get("TOPK_BENCH_NATIVE", "1") == "0" or platform.system() == "Windows":
-        return None
-    cc = _compiler()
-    if cc is None:
-        return None
+def _loaded():
     try:
-        lib = ctypes.CDLL(str(_build(cc)))
-    except (OSError, RuntimeError) as err:
-        warnings.warn(f"implementations.native: no compiled row top-k ({err}); using torch.topk", stacklevel=3)
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    for value in _SUFFIX.values():
-        fn = getattr(lib, f"{value}_row_topk")
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64]
-    lib.key_sort.restype = ctypes.c_int
-    lib.key_sort.argtypes = [ptr, i64, i64, i64, i64, i64, ptr, ptr, ptr, ptr, i64, ptr, ptr, i64, i64]
-    return lib
+        lib, key = build.load()
+    except build.Unavailable as why:
+        if "TOPK_BENCH_NATIVE=0" not in str(why) and "no C compiler" not in str(why):
+            warnings.warn(f"implementations.native: no compiled kernels ({why}); using torch's", stacklevel=3)
+        return None, Status(False, reason=str(why))
+    return lib, Status(True, key=key)
+
+
+def _library():
+    return _loaded()[0]
+
+
+def status() -> Status:
+    """Whether the kernels are used here, and why not (builds them on first call)."""
+    return _loaded()[1]
 
 
 def built(device_type: str = "cpu") -> bool:

@@ -235,3 +235,39 @@ def test_the_cuda_peak_check_takes_reserved_bytes_within_5_percent(monkeypatch):
     assert judged(exact).result == Result.PASS
     assert judged(int(exact * 1.049)).result == Result.PASS
     assert judged(int(exact * 1.06)).result == Result.FAIL and "tolerance 5%" in judged(int(exact * 1.06)).detail
+
+
+def test_the_compiled_kernels_agree_with_torch_and_a_wrong_kernel_fails_the_check(monkeypatch):
+    from implementations import native
+    from topk_bench.doctor import native as native_check
+
+    if not native.status().built:
+        (kernels, path) = native_check.checks("cpu")
+        assert kernels.result == Result.SKIPPED and native.status().reason in kernels.detail
+        pytest.skip(f"no compiled kernels here: {native.status().reason}")
+    kernels, path = native_check.checks("cpu")
+    assert kernels.result == Result.PASS and f"built {native.status().key}" in kernels.detail
+    assert path.name == "code path (topk_fast)" and f"native_kernels=built:{native.status().key}" in path.detail
+    assert "torch.float32" not in path.detail and path.detail.startswith("float32: ")
+
+    real = native.row_topk_
+
+    def off_by_one(scores, k, values, indices):  # the k-th value of each row replaced by the (k+1)-th
+        real(scores, k, values, indices)
+        values[..., 0] = torch.topk(scores, k + 1, dim=-1).values[..., -1] if k < scores.shape[-1] else values[..., 0]
+
+    monkeypatch.setattr(native, "row_topk_", off_by_one)
+    (kernels, _) = native_check.checks("cpu")
+    assert kernels.result == Result.FAIL and "row_topk_ torch.float32 k=1: values differ from torch.topk's" in (
+        kernels.detail
+    )
+
+
+def test_a_run_without_the_kernels_is_a_skipped_check_that_says_why():
+    done = subprocess.run(
+        [sys.executable, "-c", "from topk_bench.doctor import native; print(*native.checks('cpu'), sep='\\n')"],
+        capture_output=True, text=True, env={**os.environ, "TOPK_BENCH_NATIVE": "0"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "not used here: disabled by TOPK_BENCH_NATIVE=0; topk_fast runs torch's" in done.stdout
+    assert "native_kernels=torch:disabled by TOPK_BENCH_NATIVE=0" in done.stdout

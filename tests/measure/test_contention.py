@@ -1,7 +1,10 @@
-"""Contention caught where it happens (issue 29): what a case's threads got of the machine while timed.
+"""Contention caught where it happens: what a case's threads got of the machine while timed.
 
 With a real competing load (a CPU-spinning process on every core while the case runs with as many threads
-as cores) every row must be flagged ``contended``; the same case on a quiet machine must not be. This
+as cores) every row the load slowed must be flagged ``contended``; the same case on a quiet machine must not
+be. How much a spinner slows a case is the scheduler's choice, not the harness's (with Linux's autogroups the
+case's process group gets its share whatever the spinners do), so the loaded test judges the rows the load
+did slow, and skips, saying what it saw, when it slowed none. This
 machine is shared: the quiet test watches the other processes' CPU time while the case runs (this test's
 own process tree left out) and skips, saying how busy they kept the machine, when it cannot tell.
 """
@@ -72,6 +75,15 @@ def _spinners(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
+def _autogroup() -> str:
+    """Linux's ``sched_autogroup_enabled``: on, a process group shares the CPU with the spinners' group
+    as a whole, however many threads either runs."""
+    try:
+        return "on" if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1" else "off"
+    except OSError:
+        return "unknown"
+
+
 def _stop(processes: list[subprocess.Popen]) -> None:
     for p in processes:
         p.kill()
@@ -84,7 +96,9 @@ def test_every_row_of_a_case_run_against_a_spinning_process_per_core_is_flagged_
     """threads = cores and one spinning process per core: every row the spinners slowed by 2x or more must say
     so, whatever the load average said when the case started. A row they did not slow need not (a sub-ms step
     the scheduler runs on one thread as soon as it wakes: SDPA here, 0.85 ms, cpu_wait 0.00); the same cases
-    run right after, the spinners stopped, tell which were slowed. The multi-threaded steps always are."""
+    run right after, the spinners stopped, tell which were slowed. When none was, there is nothing to judge:
+    the test skips with the rows and the scheduler's autogroup setting (seen: 1.1x and 1.2x, cpu_wait 0.00,
+    on a 2-core VM with autogroups on)."""
     spinners = _spinners(machine.cores())
     try:
         time.sleep(0.5)  # every spinner running before the first case starts
@@ -99,11 +113,14 @@ def test_every_row_of_a_case_run_against_a_spinning_process_per_core_is_flagged_
     ]
     slowed = [r.time_median_s >= 2 * after[r.impl] for r in rows.itertuples()]
     flagged = [trust.CONTENDED in trust.named(cell) for cell in rows["trust"]]
-    assert all(f for f, s in zip(flagged, slowed) if s), described
-    assert sum(flagged) >= 2, described  # topk_fast and vanilla spread over both threads: both always wait
     assert (rows["threads"] == machine.cores()).all()
-    # The machine's runnable threads, sampled while the case ran, saw the spinners too.
+    # The machine's runnable threads, sampled while the case ran, saw the spinners whatever they slowed.
     assert (rows["runnable"] > trust.BUSY_LOAD_PER_CORE).all(), list(rows["runnable"])
+    if not any(slowed):
+        pytest.skip(
+            f"the spinners slowed no case by 2x or more (autogroup {_autogroup()}), nothing to judge: {described}"
+        )
+    assert all(f for f, s in zip(flagged, slowed) if s), described
 
 
 @pytest.mark.slow

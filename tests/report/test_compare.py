@@ -386,3 +386,17 @@ def test_contended_times_are_one_warning_per_side():
     warnings = compare_frames(base, new).warnings
     assert len(warnings) == 1 and warnings[0].startswith("BASE: 2 of 3 case(s) measured under contention")
     assert not compare_frames(new, new).warnings
+
+
+def test_rows_of_one_case_from_different_code_get_one_warning_line_naming_the_cases():
+    """One case_id, two programs: compiled kernels in BASE, torch's path in NEW (TOPK_BENCH_NATIVE=0)."""
+    built, torch_path = "native_kernels=built:abc123", "native_kernels=torch:disabled by TOPK_BENCH_NATIVE=0"
+    base = frame(*(make_row(c, code_path=built) for c in "abcde"), make_row("f", code_path=""))
+    new = frame(*(make_row(c, code_path=torch_path) for c in "abcde"), make_row("f", code_path=""))
+    (warning,) = compare_frames(base, new).warnings
+    assert "\n" not in warning and warning.startswith("code_path differs in 5 case(s) (")
+    assert "and 2 more" in warning and f"{built} vs {torch_path}" in warning
+    assert not compare_frames(base, base).warnings
+    # A side that does not say (a CSV from before the column) is not a difference.
+    older = frame(*(make_row(c) for c in "abcdef")).drop(columns="code_path", errors="ignore")
+    assert not compare_frames(older, new).warnings

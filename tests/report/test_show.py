@@ -139,3 +139,17 @@ def test_list_fits_the_width_and_shows_a_plug_ins_implementations():
     plugins.load([str(plugin)])
     added = set(implementations.names()) - before
     assert added and all(name in result.stdout for name in added)
+
+
+def test_wide_shows_which_code_ran_where_a_row_says(tmp_path):
+    import pandas as pd
+
+    csv = _mha_results(tmp_path / "out", predict=False)
+    text, _ = _shown(csv, wide=True, width=400)
+    assert "code_path" not in text  # no row says: no column
+    frame = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    frame.loc[frame["impl"] == "topk", "code_path"] = "decode_tiles=2MiB;half_products=native"
+    frame.to_csv(csv, index=False)
+    text, _ = _shown(csv, wide=True, width=400)
+    assert "code_path" in text
+    assert text.count("decode_tiles=2MiB;half_products=native") == (frame["impl"] == "topk").sum()

@@ -561,7 +561,7 @@ def test_pooled_rounds_take_the_largest_peak_and_the_load_from_first_to_last():
     merged = runner.pooled(rounds)
     assert merged.times_s == [1.0, 2.0, 3.0] and merged.fwd_times_s == [0.4, 0.5]
     assert merged.peak_bytes == 12 and merged.reserved_bytes is None
-    assert merged.metadata == {"load_start": 0.1, "load_end": 0.9, "steal": 0.3, "git_sha": "a"}
+    assert merged.metadata == {"load_start": 0.1, "load_end": 0.9, "steal": 0.3, "git_sha": "a", "rounds": 2}
 
 
 @pytest.mark.slow

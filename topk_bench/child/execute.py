@@ -20,6 +20,7 @@ from topk_bench.measure import memory, metadata
 from topk_bench.measure.backends import MEASURING
 from topk_bench.measure.memory import OverBudget
 from topk_bench.predict.backends import predict
+from topk_bench.results import columns as col
 from topk_bench.status import Status
 from topk_bench.types import DeviceKind
 
@@ -149,4 +150,6 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
     problem = over_budget(result, budget) if result.status == Status.OK else ""
     if problem:
         result.status, result.error = Status.OVER_BUDGET, problem
+    # Which code ran where the machine decides it: after the case, so that a first build is not in its time.
+    result.metadata[col.CODE_PATH] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
     return result

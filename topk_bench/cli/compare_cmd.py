@@ -39,6 +39,13 @@ def compare(
         "--allow-missing",
         help="Pass even when cases of BASE are missing from NEW (a suite that lost cases on purpose).",
     ),
+    relative_to: str | None = typer.Option(
+        None,
+        "--relative-to",
+        metavar="IMPL",
+        help="Judge each case's time as a multiple of IMPL's (an implementation or a label) at the same parameters "
+        "in the same file, round by round with rounds: for shared CI runners and machines whose speed drifts.",
+    ),
     allow_no_base: bool = typer.Option(
         False,
         "--allow-no-base",
@@ -58,10 +65,12 @@ def compare(
     thresholds = Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
     if allow_no_base and not base.exists() and not base.is_symlink():
         new_frame = cmp.load(new)
-        result = cmp.first_run(new_frame, thresholds, str(base), str(new))
+        result = cmp.first_run(new_frame, thresholds, str(base), str(new), relative_to)
     else:
         base_frame, new_frame = cmp.load(base), cmp.load(new)
-        result = cmp.compare_frames(base_frame, new_frame, thresholds, str(base), str(new), allow_missing)
+        result = cmp.compare_frames(
+            base_frame, new_frame, thresholds, str(base), str(new), allow_missing, relative_to=relative_to
+        )
     report.print_rich(result, Console(width=160))
     if markdown is not None:
         report.write_markdown(markdown, result)

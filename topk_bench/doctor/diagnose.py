@@ -38,7 +38,7 @@ def diagnose(
     import torch
 
     # probes is imported for its side effect: it registers the doctor's own implementations here.
-    from topk_bench.doctor import agreement, cuda, oom, peaks, probes, timer  # noqa: F401 -- probes
+    from topk_bench.doctor import agreement, cuda, native, oom, peaks, probes, timer  # noqa: F401 -- probes
     from topk_bench.doctor import isolated as apart
 
     found: list[Check] = []
@@ -63,4 +63,5 @@ def diagnose(
         else:
             note([Check("TF32 off while measuring", Result.SKIPPED, "CUDA only (no TF32 on the CPU)")])
         note([timer.check(device)])
+        note(native.checks(device))
     return found

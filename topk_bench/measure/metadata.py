@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from implementations import provenance
 from topk_bench.results import columns as col
 from topk_bench.types import DeviceKind
 
@@ -205,3 +206,19 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         meta[col.CUDNN_VERSION] = cudnn_version()
         meta.update(gpu_state(device))
     return meta
+
+
+def code_path(impl: str, ff_impl: str | None, device: str, dtype: Any) -> str:
+    """What the machine decides of the code a case's implementations run (:mod:`implementations.provenance`): the
+    attention's choices, then the feed-forward implementation's, prefixed ``ff.``; "" for an implementation this
+    process does not know."""
+    parts = []
+    for prefix, name in (("", impl), ("ff.", ff_impl)):
+        if not name:
+            continue
+        try:
+            path = provenance.code_path(name, device=device, dtype=dtype)
+        except KeyError:  # not registered here (a plug-in that failed to import): the row's error says why
+            continue
+        parts += [prefix + pair for pair in path.split(";") if pair]
+    return ";".join(parts)

@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from topk_bench.errors import BadInput
+from topk_bench.report import relative
 from topk_bench.report.stats import MetricResult, Verdict, classify_ratio, classify_samples
 from topk_bench.report.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from topk_bench.results import columns as col
@@ -86,6 +87,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # why the gate fails beyond the cases' verdicts
     first_run: bool = False  # no BASE yet (the first run of main): NEW is exported, nothing is judged
+    relative_to: str = ""  # --relative-to: times judged as multiples of this implementation's (report.relative)
 
     def with_verdict(self, verdict: Verdict) -> list[CaseComparison]:
         return [c for c in self.cases if c.verdict is verdict]
@@ -174,9 +176,17 @@ def compare_frames(
     base_label: str = "BASE",
     new_label: str = "NEW",
     allow_missing: bool = False,
+    relative_to: str | None = None,
 ) -> Comparison:
-    """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail."""
+    """Judge every case of NEW found in BASE; ``allow_missing``: cases of BASE absent from NEW do not fail;
+    ``relative_to``: times judged as multiples of this implementation's at the same parameters in the same file
+    (:mod:`.relative`)."""
     thresholds = thresholds.validate()
+    divided = (
+        (relative.relative_times(base, relative_to, base_label), relative.relative_times(new, relative_to, new_label))
+        if relative_to
+        else None
+    )
     params = varying_parameters(base, new)
     base_rows, new_rows = records(base, params), records(new, params)
     common = [cid for cid in new_rows if cid in base_rows]
@@ -186,8 +196,11 @@ def compare_frames(
         raise BadInput(
             f"no case_id in common between {base_label} and {new_label} (different suite, device or method?)"
         )
-    cases = [_compare_case(base_rows[cid], new_rows[cid], params, thresholds, base_label, new_label) for cid in common]
-    warnings = [_machines_differ(base.loc[common], new.loc[common])]
+    cases = [
+        _compare_case(base_rows[cid], new_rows[cid], params, thresholds, base_label, new_label, divided, relative_to)
+        for cid in common
+    ]
+    warnings = [_machines_differ(base.loc[common], new.loc[common]), _code_differs(base, new, common, params)]
     warnings += [
         f"{side}: {line}"
         for side, frame in (("BASE", base), ("NEW", new))
@@ -203,21 +216,43 @@ def compare_frames(
             f"nothing compared: none of the {len(cases)} case(s) in common has a peak or a time on "
             "both sides (statuses " + _statuses(cases) + ")"
         )
+    if relative_to and divided is not None:
+        warnings.append(_not_divided(divided[0], common, relative_to))
+        metric = relative.metric_name(relative_to)
+        if cases and not any(case.metric(metric) for case in cases):
+            failures.append(
+                f"nothing compared relative to {relative_to}: no case in common has a time and a {relative_to} "
+                "row at its parameters on both sides"
+            )
     if only_base and not allow_missing:
         failures.append(
             f"{len(only_base)} case(s) of BASE missing from NEW (--allow-missing if the suite lost them on purpose)"
         )
     return Comparison(
-        base_label, new_label, thresholds, cases, only_new, only_base, [w for w in warnings if w], failures
+        base_label,
+        new_label,
+        thresholds,
+        cases,
+        only_new,
+        only_base,
+        [w for w in warnings if w],
+        failures,
+        relative_to=relative_to or "",
     )
 
 
 def first_run(
-    new: pd.DataFrame, thresholds: Thresholds = DEFAULT_THRESHOLDS, base_label: str = "BASE", new_label: str = "NEW"
+    new: pd.DataFrame,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    base_label: str = "BASE",
+    new_label: str = "NEW",
+    relative_to: str | None = None,
 ) -> Comparison:
     """No BASE exists yet (the first run of main, ``--allow-no-base``): every case of NEW is new, nothing is
     judged; the gate still fails when NEW has no valid row or a line of it was left out."""
     thresholds = thresholds.validate()
+    if relative_to:
+        relative.references(new, relative_to, new_label)  # an IMPL NEW lacks is bad input, as with a BASE
     params = varying_parameters(new)
     failures = [f"NEW {line}" for line in left_out(new)]
     rows = records(new, params)
@@ -233,6 +268,7 @@ def first_run(
         [],
         failures,
         first_run=True,
+        relative_to=relative_to or "",
     )
 
 
@@ -276,6 +312,24 @@ def _machines_differ(base: pd.DataFrame, new: pd.DataFrame) -> str:
     )
 
 
+def _code_differs(base: pd.DataFrame, new: pd.DataFrame, common: list, params: list[str]) -> str:
+    """One warning line naming the cases whose code path differs between the two runs (one case_id, two programs:
+    compiled kernels on one side, torch's on the other, say); "" when none does, or a side does not say."""
+    if col.CODE_PATH not in base.columns or col.CODE_PATH not in new.columns:
+        return ""
+
+    # Column against column (a lookup per case makes a Series each time: minutes at 100,000 cases).
+    paths = [frame[col.CODE_PATH].reindex(common).astype(object).fillna("").astype(str) for frame in (base, new)]
+    differs = paths[0] != paths[1]
+    changed = list(differs.index[differs])
+    if not changed:
+        return ""
+    named = ", ".join(case_name(new.loc[cid], params) for cid in changed[:3])
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    example = f"{paths[0][changed[0]] or 'none'} vs {paths[1][changed[0]] or 'none'}"
+    return f"code_path differs in {len(changed)} case(s) ({named}{more}): {example}: the two runs ran different code"
+
+
 def _difference(base: pd.DataFrame, new: pd.DataFrame, column: str) -> str:
     if column not in base.columns or column not in new.columns:
         return ""
@@ -289,8 +343,27 @@ def _plain_text(value: object) -> str:
     return str(_plain(value))
 
 
+def _not_divided(base: dict, common: list, impl: str) -> str:
+    """One warning line for the cases whose time could not be divided in BASE (no reference row): not judged."""
+    judged = set(common)
+    reasons = collections.Counter(why for cid, why in base.items() if isinstance(why, str) and cid in judged)
+    if not reasons:
+        return ""
+    count = sum(reasons.values())
+    return f"{count} case(s) of BASE without a time of {impl} to divide by, their time not judged: " + "; ".join(
+        f"{why} ({n})" for why, n in reasons.most_common()
+    )
+
+
 def _compare_case(
-    b: Mapping, n: Mapping, params: list[str], t: Thresholds, base_label: str, new_label: str
+    b: Mapping,
+    n: Mapping,
+    params: list[str],
+    t: Thresholds,
+    base_label: str,
+    new_label: str,
+    divided: tuple[dict, dict] | None = None,
+    relative_to: str | None = None,
 ) -> CaseComparison:
     case = CaseComparison(
         str(n[col.CASE_ID]),
@@ -311,13 +384,33 @@ def _compare_case(
             )
     base_times = parse_times(b[col.TIMES_S], file=base_label, case_id=case.case_id)
     new_times = parse_times(n[col.TIMES_S], file=new_label, case_id=case.case_id)
-    if base_times:
+    if divided is not None and relative_to:
+        result = _relative_time(
+            divided[0].get(b[col.CASE_ID]), divided[1].get(n[col.CASE_ID]), relative.metric_name(relative_to), t
+        )
+        if result is not None:
+            case.metrics.append(result)
+    elif base_times:
         case.metrics.append(
             classify_samples("time_s", base_times, new_times, t.time_factor, t.alpha)
             if new_times
             else _lost("time_s", statistics.median(base_times))
         )
     return case
+
+
+def _relative_time(
+    base: relative.Relative | str | None, new: relative.Relative | str | None, metric: str, t: Thresholds
+) -> MetricResult | None:
+    """The verdict on a case's time over its reference's; None where BASE has none to judge by (a reference row
+    itself, an untimed case, or no reference: said once in a warning)."""
+    if not isinstance(base, relative.Relative):
+        return None
+    if new is None:
+        return _lost(metric, statistics.median(base.samples))
+    if isinstance(new, str):
+        return MetricResult(metric, statistics.median(base.samples), None, None, Verdict.INVALID, note=f"NEW: {new}")
+    return classify_samples(metric, base.samples, new.samples, t.time_factor, t.alpha)
 
 
 def _lost(metric: str, base: float) -> MetricResult:

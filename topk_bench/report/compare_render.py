@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 from rich.console import Console
 
 from topk_bench import fileio
+from topk_bench.report import relative
 from topk_bench.report.compare import SEVERITY, CaseComparison, Comparison, case_name, parse_times, records
 from topk_bench.report.stats import MetricResult, Verdict
 from topk_bench.report.texttable import TextTable
@@ -31,6 +33,13 @@ STYLE = {
     Verdict.UNCHANGED: "dim",
 }
 COLUMNS = ("case", "device", "status", "peak memory", "time (median)", "p", "verdict")
+
+
+def columns(c: Comparison) -> tuple[str, ...]:
+    """The table's header: the time column says what the times were divided by."""
+    if not c.relative_to:
+        return COLUMNS
+    return tuple(f"time / {c.relative_to} (median)" if name == "time (median)" else name for name in COLUMNS)
 
 
 def summary(c: Comparison) -> str:
@@ -52,7 +61,7 @@ def outcome(c: Comparison) -> str:
 def rows(c: Comparison) -> list[tuple[CaseComparison, tuple[str, ...]]]:
     """One row of text per case, worst first (stable within a verdict: suite order)."""
     ordered = sorted(c.cases, key=lambda case: SEVERITY.index(case.verdict))
-    return [(case, _cells(case)) for case in ordered]
+    return [(case, _cells(case, c.relative_to)) for case in ordered]
 
 
 def notes(c: Comparison) -> list[str]:
@@ -78,10 +87,11 @@ def print_rich(c: Comparison, console: Console | None = None) -> None:
     (:mod:`topk_bench.untrusted`)."""
     console = console or Console(width=160)
     ordered = rows(c)
+    headers = columns(c)
     table = TextTable(
         shown(f"compare {c.base} → {c.new}"),
-        COLUMNS,
-        [False] * len(COLUMNS),
+        headers,
+        [False] * len(headers),
         [[shown(cell) for cell in cells] for _, cells in ordered],
         [STYLE[case.verdict] for case, _ in ordered],
     )
@@ -113,7 +123,8 @@ def markdown(c: Comparison) -> str:
         f"{head}: {summary(c)}.",
         "",
         f"Rules: peak memory > ×{t.memory_factor:g}, reserved (CUDA) > ×{t.reserved_factor:g}, "
-        f"time median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.",
+        + (f"time over {c.relative_to}'s at the same parameters (per round) " if c.relative_to else "time ")
+        + f"median > ×{t.time_factor:g} with Mann-Whitney p < {t.alpha:g}; status `ok` → other.",
         "",
     ]
     lines += [f"> ⚠️ {_md_escape(w)}" for w in c.warnings] + ([""] if c.warnings else [])
@@ -121,7 +132,7 @@ def markdown(c: Comparison) -> str:
     ordered = rows(c)
     moved = [(case, cells) for case, cells in ordered if case.verdict is not Verdict.UNCHANGED]
     if moved:
-        lines += _md_table(cells for _, cells in moved) + [""]
+        lines += _md_table(columns(c), (cells for _, cells in moved)) + [""]
     if notes(c):
         lines += ["Notes:", *(f"- {_md_escape(n)}" for n in notes(c)), ""]
     for title, listed in (("New cases", c.only_new), ("Missing cases", c.only_base)):
@@ -130,7 +141,7 @@ def markdown(c: Comparison) -> str:
     lines += [
         "<details><summary>All cases</summary>",
         "",
-        *_md_table(cells for _, cells in ordered),
+        *_md_table(columns(c), (cells for _, cells in ordered)),
         "",
         "</details>",
         "",
@@ -173,6 +184,7 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
         key: {metric for metric, column, _ in EXPORTED if column in group and group[column].notna().any()}
         for key, group in ok.groupby([col.DEVICE, col.METHOD], sort=False)
     }
+    divided = relative.relative_times(new, c.relative_to, c.new) if c.relative_to else {}
     entries = []
     for row in rows.values():
         name = names[row[col.CASE_ID]]
@@ -202,10 +214,36 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
             result = case.metric(metric) if case else None
             ratio = "" if result is None or result.ratio is None else f", ×{result.ratio:.3f} vs base"
             entry["extra"] = f"status=ok; case_id={row['case_id']}; " + (
-                f"{result.verdict.value}{ratio}" if result else "not in base"
+                f"{result.verdict.value}{ratio}" if result else "not judged" if case else "not in base"
             )
             entries.append(entry)
+        if c.relative_to:
+            entries += _relative_entries(name, row, case, divided.get(row[col.CASE_ID]), c.relative_to)
     return entries
+
+
+def _relative_entries(
+    name: str, row: Mapping, case: CaseComparison | None, divided: relative.Relative | str | None, impl: str
+) -> list[dict]:
+    """``--relative-to``: the case's time over the reference's (``ratio``), where NEW has both; a failed case a
+    failure's value, as its other entries."""
+    metric = relative.metric_name(impl)
+    entry: dict[str, Any] = {"name": f"{name} {metric}", "unit": "ratio"}
+    if row[col.STATUS] != Status.OK:
+        return [{**entry, "value": FAILED_VALUE, "extra": f"status={row['status']}; case_id={row['case_id']}"}]
+    if not isinstance(divided, relative.Relative):
+        return []
+    samples = divided.samples
+    entry["value"] = float(pd.Series(samples).median())
+    if len(samples) > 1:
+        entry["range"] = f"± {(max(samples) - min(samples)) / 2:.3g}"
+    result = case.metric(metric) if case else None
+    ratio = "" if result is None or result.ratio is None else f", ×{result.ratio:.3f} vs base"
+    per = "per round" if divided.by_round else "per sample"
+    entry["extra"] = f"status=ok; case_id={row['case_id']}; over {divided.reference} {per}; " + (
+        f"{result.verdict.value}{ratio}" if result else "not judged" if case else "not in base"
+    )
+    return [entry]
 
 
 def write_json(path: str | Path, new: pd.DataFrame, c: Comparison) -> None:
@@ -220,11 +258,12 @@ def write_markdown(path: str | Path, c: Comparison) -> None:
     fileio.write_atomic(Path(path), markdown(c).encode())
 
 
-def _cells(case: CaseComparison) -> tuple[str, ...]:
+def _cells(case: CaseComparison, relative_to: str = "") -> tuple[str, ...]:
     status = case.new_status if case.base_status == case.new_status else f"{case.base_status} → {case.new_status}"
     memory = case.metric(col.PEAK_BYTES)
     reserved = case.metric(col.RESERVED_BYTES)
-    time = case.metric("time_s")
+    time = case.metric(relative.metric_name(relative_to)) if relative_to else case.metric("time_s")
+    time_format = _times_over if relative_to else format_seconds
     memory_text = _change(memory, format_bytes)
     if reserved:
         memory_text += f" (reserved {_change(reserved, format_bytes)})"
@@ -234,10 +273,14 @@ def _cells(case: CaseComparison) -> tuple[str, ...]:
         f"{case.device}/{case.method}",
         status,
         memory_text,
-        _change(time, format_seconds),
+        _change(time, time_format),
         p,
         case.verdict.value,
     )
+
+
+def _times_over(value: float) -> str:
+    return f"{value:.3f}×"
 
 
 def _change(m: MetricResult | None, fmt) -> str:
@@ -259,7 +302,7 @@ def _md_code(text: str) -> str:
     return _md_escape(text) if "`" in text else f"`{shown(text)}`"
 
 
-def _md_table(cell_rows) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def _md_table(header: tuple[str, ...], cell_rows) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_md_escape(cell) for cell in cells) + " |" for cells in cell_rows]
     return lines

@@ -37,7 +37,7 @@ from topk_bench.units import GIB, missing
 from topk_bench.untrusted import shown
 
 DEFAULT_WIDTH = 100
-_LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST)
+_LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST, col.CODE_PATH)
 # The row header of a pivot never takes more than this share of the width: the values are the point.
 _ROW_HEADER_SHARE = 0.3
 _MARK = "*"
@@ -197,6 +197,8 @@ def _tables(frame, errors: bool) -> list[TextTable]:
         if rows[col.WORKLOAD].nunique() > 1:  # a suite mixing workloads (smoke)
             params.insert(0, col.WORKLOAD)
         optional = [c for c in optional_columns() if c in rows.columns and rows[c].notna().any()]
+        # Which code ran, where the machine decides it: shown where a row says.
+        code = [col.CODE_PATH] if col.CODE_PATH in rows.columns and rows[col.CODE_PATH].notna().any() else []
         peak = pd.to_numeric(rows[col.PEAK_BYTES], errors="coerce") / GIB
         columns: dict[str, list[str]] = {
             col.LABEL: [shown(label) for label in col.legends(rows)],
@@ -207,6 +209,7 @@ def _tables(frame, errors: bool) -> list[TextTable]:
             "IQR s": _texts(rows[col.TIME_IQR_S]),
             **{c: _texts(rows[c]) for c in optional},
             col.TRUST: _texts(rows[col.TRUST]),
+            **{c: _texts(rows[c].fillna("")) for c in code},
         }
         if errors:
             columns[col.ERROR] = _texts(rows[col.ERROR].astype(str).str[:80])

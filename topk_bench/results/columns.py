@@ -110,6 +110,8 @@ REQUIRED_COLUMNS: tuple[Column, ...] = (
 # -- context: written with every row, not required of a file ---------------------------------------
 TRUST = Column("trust", "busy, contended, noisy, ';'-joined, or empty (topk_bench.results.trust)", T)
 TIME_CV = Column("time_cv", "coefficient of variation of times_s (standard deviation / mean)", M)
+# How many interleaved rounds times_s pools, round after round (compare --relative-to divides round by round).
+ROUNDS = Column("rounds", "interleaved rounds whose samples times_s holds, round after round, the same number each", M)
 LOAD_START = Column("load_start", "1-minute load average per core when the measurement started", M)
 LOAD_END = Column("load_end", "1-minute load average per core when it ended", M)
 STEAL = Column("steal", "share of the CPU time stolen by a hypervisor while it ran (Linux /proc/stat)", M)
@@ -169,10 +171,19 @@ MACHINE_COLUMNS: tuple[Column, ...] = (
 SUITE_FINGERPRINT = Column(
     "suite_fingerprint", "a hash of what makes the suite's cases (Suite.fingerprint): which suite of that name", T
 )
+# Which code ran, where the machine decides it (implementations.provenance): compare warns when it differs.
+CODE_PATH = Column(
+    "code_path",
+    "the machine-dependent code the case's implementation ran: native_kernels (built:<build key>, or torch:<why "
+    "not>), half_products (native or float32_copies), decode_tiles (bytes of a decode step's key tiles), as "
+    "';'-joined key=value (a feed-forward implementation's prefixed ff.); empty: none applies",
+    T,
+)
 CONTEXT_COLUMNS: tuple[Column, ...] = (
     SUITE_FINGERPRINT,
     TRUST,
     TIME_CV,
+    ROUNDS,
     LOAD_START,
     LOAD_END,
     STEAL,
@@ -183,6 +194,7 @@ CONTEXT_COLUMNS: tuple[Column, ...] = (
     FLUSH_L2,
     OPS_PER_ITER,
     SDPA_BACKEND,
+    CODE_PATH,
     *MACHINE_COLUMNS,
 )
 

@@ -48,10 +48,12 @@ def context(measurement: Measurement, budget: Budget | None) -> dict[str, Any]:
     return {
         col.TRUST: trust.flags(**machine, **evidence, time_cv=spread) if m.times_s else "",
         col.TIME_CV: spread,
+        col.ROUNDS: meta.get(col.ROUNDS, 1) if m.times_s else None,
         **machine,
         col.MAX_MEMORY_BYTES: budget.max_memory_bytes,
         col.MAX_CASE_SECONDS: budget.max_seconds,
         **seen,
+        col.CODE_PATH: meta.get(col.CODE_PATH),
         **{column: meta.get(column) for column in col.MACHINE_COLUMNS},
     }
 

@@ -12,15 +12,17 @@ import datetime
 import math
 import os
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from implementations import provenance
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
+from topk_bench.measure import metadata
 from topk_bench.measure.iterations import compiles
 from topk_bench.results import columns as col
 from topk_bench.results import rates, store
@@ -57,6 +59,8 @@ class Plan:
     meta_path: Path
     header: list[str]
     notes: list[str]
+    # What the machine decides of each implementation's code in this run (implementations.provenance), by name.
+    code_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def method(self) -> Method:
@@ -157,7 +161,8 @@ def plan(
     cases = sweep.expand(suite, run)
     if run.profile:  # each case writes its profile where `topk-bench profile` would put it
         cases = [replace(c, profile=str(run.out_dir / PROFILE_DIR / c.case_id)) for c in cases]
-    notes = ([capped] if capped else []) + list(run.notes)
+    code_paths = code_paths_of(cases)
+    notes = ([capped] if capped else []) + list(run.notes) + fallback_notes(code_paths)
     if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)
         if above:
@@ -174,7 +179,32 @@ def plan(
         meta_path=run.out_dir / f"{suite.name}.meta.json",
         header=results_header(parameters_of(cases), optional_columns(suite, cases)),
         notes=notes,
+        code_paths=code_paths,
     )
+
+
+def code_paths_of(cases: list[Case]) -> dict[str, str]:
+    """Each implementation's code path for this run (one per name: the run's cases share device and dtype)."""
+    paths: dict[str, str] = {}
+    for case in cases:
+        if case.impl not in paths:
+            paths[case.impl] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
+    return paths
+
+
+def fallback_notes(code_paths: dict[str, str]) -> list[str]:
+    """One warning per implementation that runs without its compiled kernels here, with the reason: never
+    silently."""
+    notes = []
+    for name, path in code_paths.items():
+        for key, value in provenance.parse(path).items():
+            if key.endswith(provenance.NATIVE_KERNELS) and value.startswith(provenance.FALLBACK):
+                why = value.removeprefix(provenance.FALLBACK)
+                notes.append(
+                    f"warning: {name} runs torch's path, not its compiled kernels ({why}): its times and peaks "
+                    "are the torch path's"
+                )  # fmt: skip
+    return notes
 
 
 def _check_cost_models(cases: list[Case], suite: Suite) -> None:
@@ -322,4 +352,6 @@ def meta(the_plan: Plan) -> dict[str, Any]:
         "plot": plot,
         # Which columns of the CSV are parameters (a plug-in workload's result columns are not known to readers).
         "parameters": parameters_of(the_plan.cases),
+        # The machine-dependent code of each implementation, as this run's parent saw it (each row has its own).
+        "code_path": the_plan.code_paths,
     }

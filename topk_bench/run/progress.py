@@ -103,7 +103,7 @@ class Reporter:
             self._progress.stop()
 
     def note(self, message: str) -> None:
-        if self.enabled:
+        if self.enabled or message.startswith("warning:"):  # a warning is said however quiet the run
             self.console.print(message, highlight=False, markup=False)
 
     def running(self, what: str) -> None:

@@ -135,7 +135,7 @@ def pooled(rounds: list[Measurement]) -> Measurement:
         values = [getattr(m, name) for m in rounds if getattr(m, name) is not None]
         return max(values) if values else None
 
-    metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END)}
+    metadata = {**first.metadata, col.LOAD_END: last.metadata.get(col.LOAD_END), col.ROUNDS: len(rounds)}
     for key, worst in trust.WORST_OF_ROUNDS.items():  # the machine as the worst round saw it
         values = [v for m in rounds if (v := m.metadata.get(key)) is not None]
         if values:

@@ -179,7 +179,7 @@ def test_key_padding_mask_equals_topk(activation, causal, lq, lk, topk, chunk):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("hq,hkv,lq,lk,topk,chunk", [(6, 2, 61, 150, 4, 16), (4, 1, 150, 150, 5, 32)])
 def test_gqa_with_pruned_selection_equals_topk(hq, hkv, lq, lk, topk, chunk, causal, padding):
-    # tests/implementations/test_grouped_query_attention.py's shapes are too short for the pruned top-k (Lk >> k, groups
+    # tests/attention/test_grouped_query_attention.py's shapes are too short for the pruned top-k (Lk >> k, groups
     # of
     # several keys, a remainder of columns): here each K/V head serves several query
     # heads through it, k a power of two (shifts) and not.
@@ -215,7 +215,7 @@ def test_dropout_draws_the_same_masks_as_topk():
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
 def test_dropout_matches_dense_reference_with_the_same_masks(activation, padding):
     # topk orders its k slots differently, so masks cannot match it key by key: as for topk
-    # (tests/implementations/test_topk.py), v = I reveals the dropped weights, and a dense reference
+    # (tests/attention/test_topk.py), v = I reveals the dropped weights, and a dense reference
     # with those masks must give the same outputs and gradients (p = 0.1: 1/(1-p) inexact).
     lq, lk = 13, 40
     q, k, v = qkv(lq, lk, seed=9)

@@ -1,0 +1,132 @@
+"""``compare --relative-to IMPL``: each case's time as a multiple of IMPL's at the same parameters in the same
+file, so that what the machine does to both (a shared CI runner, a clock that drifts, another CPU of the pool)
+divides out, and what is left is the method's own change.
+
+The reference of a case is the row of IMPL (its ``impl`` or its ``label``) with the case's device, method,
+workload and mode whose parameters, where it has them, are the case's: SDPA has no ``topk``, so one SDPA row
+at a ``seq_len`` is the reference of every top-k variant at that ``seq_len``. The samples compared are:
+
+- with ``rounds`` > 1 on both rows (interleaved rounds: the two measured minutes apart, not hours), one ratio
+  per round, the medians of the case's and the reference's samples of that round;
+- otherwise one per sample of the case, over the median of the reference's.
+
+``compare`` judges them as it judges times (median ratio beyond the factor and the Mann-Whitney test), under
+the metric name :func:`metric_name`. Pure: frames in, numbers out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import pandas as pd
+
+from topk_bench.errors import BadInput
+from topk_bench.report.stats import ratio
+from topk_bench.results import columns as col
+from topk_bench.results.columns import parameter_columns
+from topk_bench.status import Status
+from topk_bench.units import missing
+
+FLAG = "--relative-to"
+# A reference is found among rows of the same of these, besides its parameters.
+SAME = (col.DEVICE, col.METHOD, col.WORKLOAD, col.MODE)
+
+
+def metric_name(impl: str) -> str:
+    return f"time_vs_{impl}"
+
+
+@dataclass(frozen=True)
+class Relative:
+    """A case's time over its reference's: ``samples`` one per round (``by_round``) or one per sample."""
+
+    samples: list[float]
+    reference: str  # the reference row's case_id
+    by_round: bool
+
+
+def _rounds(row: pd.Series) -> int:
+    value = row.get(col.ROUNDS)
+    return 1 if missing(value) else int(value)
+
+
+def _times(row: pd.Series) -> list[float]:
+    value = row.get(col.TIMES_S)
+    if not isinstance(value, str) or not value.strip():
+        return []
+    try:
+        return [float(x) for x in value.split(";") if x.strip()]
+    except ValueError:
+        return []
+
+
+def per_round(times: list[float], rounds: int) -> list[list[float]]:
+    """The samples of each round (``times_s`` holds them round after round, the same number each)."""
+    if rounds < 2 or len(times) % rounds:
+        return []
+    size = len(times) // rounds
+    return [times[i * size : (i + 1) * size] for i in range(rounds)]
+
+
+def references(frame: pd.DataFrame, impl: str, side: str) -> pd.DataFrame:
+    """The rows of ``impl`` (by implementation name, else by label); BadInput naming what the file has."""
+    rows = frame[frame[col.IMPL].astype(str) == impl]
+    if not len(rows) and col.LABEL in frame.columns:
+        rows = frame[frame[col.LABEL].astype(str) == impl]
+    if not len(rows) and len(frame):
+        present = ", ".join(sorted(frame[col.IMPL].astype(str).unique()))
+        raise BadInput(f"{side} has no row of {impl!r} to divide by (implementations there: {present})", key=FLAG)
+    return rows
+
+
+def _matches(case: pd.Series, reference: pd.Series, params: list[str]) -> bool:
+    if any(str(case.get(c)) != str(reference.get(c)) for c in SAME):
+        return False
+    for p in params:
+        theirs = reference.get(p)
+        if missing(theirs):
+            continue  # the reference has no such option (SDPA's topk): any value of the case's matches
+        if missing(case.get(p)) or str(case.get(p)) != str(theirs):
+            return False
+    return True
+
+
+def relative_times(frame: pd.DataFrame, impl: str, side: str) -> dict[object, Relative | str]:
+    """Per row of ``frame`` (by its index) that is not a reference: its :class:`Relative`, or why it has none.
+    Rows that are not ``ok`` or not timed get nothing (their status, or the lack of a time, says it all)."""
+    refs = references(frame, impl, side)
+    params = parameter_columns(frame.columns)
+    out: dict[object, Relative | str] = {}
+    for index, row in frame.iterrows():
+        if index in refs.index or str(row.get(col.STATUS)) != Status.OK or not _times(row):
+            continue
+        found = [r for _, r in refs.iterrows() if _matches(row, r, params)]
+        if len(found) > 1:
+            labels = ", ".join(str(r.get(col.LABEL) or r[col.IMPL]) for r in found)
+            raise BadInput(
+                f"{side}: {len(found)} rows of {impl!r} match case {row[col.CASE_ID]} ({labels}): name one by its "
+                "label",
+                key=FLAG,
+            )
+        if not found:
+            out[index] = f"no {impl} at its parameters"
+            continue
+        reference = found[0]
+        ref_times = _times(reference)
+        if str(reference.get(col.STATUS)) != Status.OK or not ref_times:
+            out[index] = f"{impl} at its parameters is {reference.get(col.STATUS)}, untimed"
+            continue
+        out[index] = divide(_times(row), _rounds(row), ref_times, _rounds(reference), str(reference[col.CASE_ID]))
+    return out
+
+
+def divide(times: list[float], rounds: int, ref_times: list[float], ref_rounds: int, reference: str) -> Relative:
+    """The case's samples over the reference's: round by round where both have the same rounds, else each
+    sample over the reference's median."""
+    mine, theirs = per_round(times, rounds), per_round(ref_times, ref_rounds)
+    if mine and len(mine) == len(theirs):
+        ratios = [ratio(statistics.median(b), statistics.median(a)) for a, b in zip(mine, theirs)]
+        return Relative(ratios, reference, by_round=True)
+    middle = statistics.median(ref_times)
+    return Relative([ratio(middle, t) for t in times], reference, by_round=False)
