@@ -85,10 +85,13 @@ def unwritable(directory: str | Path, nbytes: int = 1 << 16) -> OSError | None:
 def directory_problem(directory: str | Path) -> OSError | None:
     """Why ``directory`` cannot hold files (a file where it or a parent should be, a read-only place, a place
     such as /proc where nothing can be made); None: it can, and exists now (made with its parents)."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():  # mkdir would say "File exists": the file is the problem
+        return OSError(errno.ENOTDIR, "a file, not a directory", str(path))
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return _named(exc, Path(directory))
+        return _named(exc, path)
     return unwritable(directory, nbytes=1)
 
 
