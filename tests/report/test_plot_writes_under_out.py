@@ -8,8 +8,6 @@ import json
 
 import pytest
 
-from topk_bench.untrusted import NAME_MAX, file_name
-
 
 def _files(root):
     return {p for p in root.rglob("*") if p.is_file()}
@@ -36,6 +34,8 @@ def test_plot_writes_under_out_whatever_meta_json_names(measured, cli, tmp_path,
 
 
 def test_a_file_name_keeps_a_name_and_makes_anything_else_safe():
+    from topk_bench.untrusted import NAME_MAX, file_name
+
     assert file_name("mha", "cpu", "measured") == "mha-cpu-measured"
     assert file_name("/tmp/elsewhere", "cpu") == "tmp_elsewhere-cpu"
     assert file_name("../x", "cpu") == "x-cpu"
