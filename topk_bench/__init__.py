@@ -20,7 +20,8 @@ def run_suite(path: str | Path, **overrides: Any):
     ``overrides``: ``out``, ``device``, ``predict``, ``repeats``, ``warmup``, ``warmup_s``, ``timer``,
     ``flush_l2``, ``rounds``, ``threads``, ``remeasure``, ``gpu``, ``max_memory_gib``, ``max_case_seconds``,
     ``executor``, ``jobs``, ``config``, ``resume`` (default True), ``progress``
-    (default False), ``yes`` (a suite of more cases than ``max_cases``). Invalid input, and a results
+    (default False), ``yes`` (a suite of more cases than ``max_cases``, more rounds than 1000), ``append``
+    (rows added to a file holding another suite's of that name). Invalid input, and a results
     file that cannot be written, raise ``topk_bench.errors.BadInput``.
     """
     from topk_bench.results.columns import CASE_ID
@@ -28,7 +29,7 @@ def run_suite(path: str | Path, **overrides: Any):
     from topk_bench.run.resolve import Flags
 
     # The keywords mapped once: how the run goes, and the settings it gives over the suite's.
-    how = {name: overrides.pop(name) for name in ("config", "resume", "yes") if name in overrides}
+    how = {name: overrides.pop(name) for name in ("config", "resume", "yes", "append") if name in overrides}
     progress = overrides.pop("progress", False)
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(Flags)})
     if unknown:

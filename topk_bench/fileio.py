@@ -3,7 +3,8 @@
 - :func:`write_atomic`: the bytes go to a copy beside the file (a name of its own), are
   fsynced, and the copy is renamed over the file (over the file a link points to): a
   reader sees the old file or the new one, never half, and a failure leaves no copy behind.
-- :func:`unwritable`: whether a directory takes some bytes now (a scratch directory that filled).
+- :func:`unwritable`: whether a directory takes some bytes now (a scratch directory that filled);
+  :func:`directory_problem`: whether a directory can be made there and take a file (a profile's place).
 - :func:`append`: the bytes are appended whole (``os.write`` may write fewer bytes
   than asked when the disk fills) and fsynced; on any failure the file is cut back
   to its size before, so no part of them stays.
@@ -79,6 +80,19 @@ def unwritable(directory: str | Path, nbytes: int = 1 << 16) -> OSError | None:
     except OSError as exc:
         return _named(exc, Path(directory))
     return None
+
+
+def directory_problem(directory: str | Path) -> OSError | None:
+    """Why ``directory`` cannot hold files (a file where it or a parent should be, a read-only place, a place
+    such as /proc where nothing can be made); None: it can, and exists now (made with its parents)."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():  # mkdir would say "File exists": the file is the problem
+        return OSError(errno.ENOTDIR, "a file, not a directory", str(path))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _named(exc, path)
+    return unwritable(directory, nbytes=1)
 
 
 def append(path: str | Path, data: bytes) -> None:

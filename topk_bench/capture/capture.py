@@ -138,12 +138,16 @@ def _measured_cuda(case: Case, budget: Budget, sources: src.Sources) -> tuple[Me
 
 def measure(case: Case, budget: Budget) -> Measurement:
     """Measure (or predict) ``case`` as :func:`topk_bench.child.execute.measure` does, and write its profile to
-    ``case.profile``."""
+    ``case.profile``; a profile that cannot be written is said in the row's ``error``, its status unchanged."""
     sources = src.Sources(src.user_files((case.impl, case.ff_impl or ""), case.plugins))
     if case.predicted:
         how = _predicted_cuda if case.device_kind is DeviceKind.CUDA else _predicted_cpu
     else:
         how = _measured_cuda if case.device_kind is DeviceKind.CUDA else _measured_cpu
     result, captured = how(case, budget, sources)
-    files.write(Path(case.profile), case, result, captured)
+    try:
+        files.write(Path(case.profile), case, result, captured)
+    except OSError as exc:  # the measurement stands: a profile never changes a row, its error says what is missing
+        note = f"profile not written to {case.profile}: {exc.strerror or exc}"
+        result.error = f"{result.error}; {note}" if result.error else note
     return result

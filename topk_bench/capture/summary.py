@@ -23,6 +23,7 @@ from rich.table import Table
 from topk_bench.capture.rows import Category, Row
 from topk_bench.capture.sources import PROJECT_ROOT, code_line
 from topk_bench.units import format_bytes
+from topk_bench.untrusted import text
 
 _ASSIGNED = re.compile(r"\s*([A-Za-z_][\w.]*(?:\[[^\]]*\])?(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*(?::[^=]+)?[+\-*/@]?=(?!=)")
 
@@ -154,8 +155,8 @@ def table(rows: list[Row], meta: Mapping[str, Any], limit: int = 12, width: int 
     out.add_column("what", min_width=18, overflow="fold")
     for group in everything[:limit]:
         out.add_row(
-            group.source,
-            group.code,
+            text(group.source),  # a path and a line of code (`scores[mask]`): text, never markup
+            text(group.code),
             format_bytes(group.bytes),
             _share(group.bytes, above),
             str(group.storages),

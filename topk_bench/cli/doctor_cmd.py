@@ -22,11 +22,12 @@ def doctor(
     """Check each implementation against an exact reference (float64, float32), measured against predicted
     peak memory, OOM statuses, TF32 off on CUDA and the timer. Exit 0 when all pass, 1 when any fails."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from topk_bench.errors import BadInput
     from topk_bench.types import DeviceKind
+    from topk_bench.untrusted import markup, shown, text
 
     try:
         DeviceKind.of(device)
@@ -47,7 +48,7 @@ def doctor(
             device,
             plugins=resolved,
             isolated=theirs,
-            progress=lambda c: status.update(f"topk-bench doctor: {c.name}: {c.result}"),
+            progress=lambda c: status.update(f"topk-bench doctor: {markup(c.name)}: {c.result}"),
         )
     table = Table(title=f"topk-bench doctor ({device})")
     table.add_column("check", overflow="fold", ratio=2)
@@ -55,15 +56,17 @@ def doctor(
     table.add_column("detail", overflow="fold", ratio=5)
     styles = {Result.PASS: "green", Result.FAIL: "bold red", Result.SKIPPED: "yellow"}
     for c in checks:
-        table.add_row(escape(c.name), f"[{styles[c.result]}]{c.result}[/]", escape(c.detail))
+        # A plug-in names its implementations and writes its errors: text, never markup.
+        table.add_row(text(c.name), Text(str(c.result), style=styles[c.result]), text(c.detail))
     console = Console(width=output_width())  # the terminal's, else 100 columns: the table wraps its details
     console.print(table)
     bad = failed(checks)
     if bad:
         console.print(
-            f"{len(bad)} of {len(checks)} checks failed: {', '.join(c.name for c in bad)}",
+            shown(f"{len(bad)} of {len(checks)} checks failed: {', '.join(c.name for c in bad)}"),
             highlight=False,
             markup=False,
+            emoji=False,
         )
         raise typer.Exit(1)
     console.print(f"all {len(checks)} checks passed ({sum(c.result == Result.SKIPPED for c in checks)} skipped)")

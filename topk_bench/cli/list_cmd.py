@@ -9,10 +9,17 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from topk_bench.cli import Command, app, output_width
+from topk_bench.untrusted import shown, text
 
 WIDE = 160  # columns from which each implementation's legend and description are in its row
+
+
+def lines(values) -> Text:
+    """A cell of one value per line, each shown as text (:mod:`topk_bench.untrusted`)."""
+    return Text("\n".join(shown(v) for v in values))
 
 
 @app.command("list", cls=Command)
@@ -61,7 +68,7 @@ def list_registry(
     for name in workloads.names():
         workload = workloads.lookup(name)
         params = ", ".join(f"{k}={v}" for k, v in workload.params.items()) or ("any" if workload.open_params else "-")
-        table.add_row(name, params, "yes" if workload.feedforward else "no", workload.description)
+        table.add_row(text(name), text(params), "yes" if workload.feedforward else "no", text(workload.description))
     console.print(table)
     # Named values of a parameter (model = "llama-3-8b") and what each sets, once for the workloads sharing it.
     presets: dict[tuple, list[str]] = {}
@@ -75,7 +82,10 @@ def list_registry(
             table.add_column(column)
         for (param, value, sets), names in presets.items():
             table.add_row(
-                param, value, ", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)", ", ".join(names)
+                text(param),
+                text(value),
+                text(", ".join(f"{k}={v}" for k, v in sets) or "nothing (give them)"),
+                text(", ".join(names)),
             )
         console.print(table)
 
@@ -95,13 +105,14 @@ def _implementations_table(console: Console, specs: list, wide: bool) -> None:
     if wide:
         table.add_column("description", overflow="fold", ratio=1)
     for impl in specs:
-        options = "\n".join(f"{k}={v}" for k, v in impl.options.items()) or "-"
+        # A plug-in writes these: text, never markup (untrusted.text), one per line where several.
+        options = lines(f"{k}={v}" for k, v in impl.options.items()) if impl.options else text("-")
         table.add_row(
-            impl.name,
+            text(impl.name),
             options,
-            *([impl.legend()] if wide else []),
+            *([text(impl.legend())] if wide else []),
             *_capabilities(impl),
-            *([impl.description] if wide else []),
+            *([text(impl.description)] if wide else []),
         )
     console.print(table)
     if not wide:
@@ -109,14 +120,14 @@ def _implementations_table(console: Console, specs: list, wide: bool) -> None:
         table.add_column("name", no_wrap=True)
         table.add_column("description", ratio=1)
         for impl in specs:
-            table.add_row(impl.name, impl.description)
+            table.add_row(text(impl.name), text(impl.description))
         console.print(table)
 
 
-def _capabilities(impl) -> list[str]:
+def _capabilities(impl) -> list:
     # How Hkv < Hq is handled: without copies, by repeating K/V per group (memory), or not at all.
     gqa = {"native": "native", "repeats": "repeats K/V"}.get(impl.gqa or "", "unsupported")
-    return ["\n".join(impl.activations), "yes" if impl.causal else "no", gqa, "exact" if impl.exact else "approx."]
+    return [lines(impl.activations), "yes" if impl.causal else "no", gqa, "exact" if impl.exact else "approx."]
 
 
 def _suite_tables(console: Console, suite, wide: bool) -> None:
@@ -137,12 +148,14 @@ def _suite_tables(console: Console, suite, wide: bool) -> None:
         try:
             impl = implementations.spec(entry.name)
         except implementations.UnknownImplementation:
-            table.add_row(f"impl[{i}]", entry.name, "(not registered)", "", "", "", "")
+            table.add_row(f"impl[{i}]", text(entry.name), "(not registered)", "", "", "", "")
             continue
         given = {**entry.options, **{k: f"{v} (swept)" for k, v in suite.sweep.items() if k in impl.options}}
         options = [f"{k}={given[k]}*" if k in given else f"{k}={v}" for k, v in impl.options.items()]
         label = f" ({entry.label})" if entry.label else ""
-        table.add_row(f"impl[{i}]", f"{entry.name}{label}", "\n".join(options) or "-", *_capabilities(impl))
+        table.add_row(
+            f"impl[{i}]", text(f"{entry.name}{label}"), lines(options) if options else text("-"), *_capabilities(impl)
+        )
     console.print(table)
     names = list(dict.fromkeys(entry.workload or suite.workload for entry in suite.impl))
     table = Table(title=f"{suite.name}: its workload", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
@@ -150,11 +163,11 @@ def _suite_tables(console: Console, suite, wide: bool) -> None:
         table.add_column(column, overflow="fold", no_wrap=column == "name")
     for name in names:
         if name not in workloads.names():
-            table.add_row(name, "(not registered)", "")
+            table.add_row(text(name), "(not registered)", "")
             continue
         workload = workloads.lookup(name)
         given = {**suite.shape, **{k: ", ".join(map(str, v)) + " (swept)" for k, v in suite.sweep.items()}}
         params = [f"{k}={given[k]}*" if k in given else f"{k}={v}" for k, v in workload.params.items()]
         params += [f"{k}={v}*" for k, v in given.items() if k not in workload.params and workload.open_params]
-        table.add_row(name, ", ".join(params) or "-", workload.description)
+        table.add_row(text(name), text(", ".join(params) or "-"), text(workload.description))
     console.print(table)

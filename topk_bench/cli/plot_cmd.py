@@ -32,14 +32,22 @@ def plot(
     """One figure per suite CSV and (device, method), named <suite>-<device>-<method>.<fmt>; with [plot] pareto,
     also quality against time: <suite>-pareto-<device>-<method>.<fmt>."""
     # Imported here so that `topk-bench --help` and other commands do not pay for matplotlib.
-    from topk_bench.report.plots.figure import parse_formats, plot_results
+    from topk_bench.report.plots.figure import NotDrawn, parse_formats, plot_results
+    from topk_bench.untrusted import shown
 
-    written = plot_results(
-        results_dir,
-        out,
-        parse_formats(format),
-        warn=lambda line: typer.echo(f"warning: {line}", err=True),
-        memory=memory,
-    )
+    try:
+        written = plot_results(
+            results_dir,
+            out,
+            parse_formats(format),
+            warn=lambda line: typer.echo(shown(f"warning: {line}"), err=True),
+            memory=memory,
+        )
+    except NotDrawn as exc:  # the other figures are drawn: listed, then each that is not, and exit 1
+        for path in exc.written:
+            typer.echo(shown(path))
+        for line in exc.failures:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(1) from None
     for path in written:
-        typer.echo(str(path))
+        typer.echo(shown(path))

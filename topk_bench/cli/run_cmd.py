@@ -11,7 +11,7 @@ import typer
 from topk_bench.cli import Command, app
 
 
-def _terminate_as_interrupt(signum, frame):
+def terminate_as_interrupt(signum, frame):
     """SIGTERM (e.g. from a scheduler) and SIGHUP (the terminal went away) end the run like Ctrl-C: the
     executor cancels what it started (Slurm jobs included) and every finished case is in the CSV."""
     raise KeyboardInterrupt
@@ -156,7 +156,17 @@ def run(
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
     yes: bool = typer.Option(
-        False, "--yes", "-y", help="Run even more cases than max_cases (bench.toml or the suite; default 1000)."
+        False,
+        "--yes",
+        "-y",
+        help="Run even more cases than max_cases (bench.toml or the suite; default 1000), or more rounds than 1000.",
+    ),
+    append: bool = typer.Option(
+        False,
+        "--append",
+        help="Add this suite's rows to OUT/<suite>.csv even when it holds the rows of another suite of the same "
+        "name (another suite_fingerprint: its cases differ); without it, that is an error. meta.json then "
+        "describes this suite.",
     ),
 ) -> None:
     """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
@@ -184,9 +194,9 @@ def run(
         profile=profile,
         sets=tuple(sets or ()),
     )
-    previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in ENDING_SIGNALS}
+    previous = {sig: signal.signal(sig, terminate_as_interrupt) for sig in ENDING_SIGNALS}
     try:
-        result = runner.run(suite, flags, config=config, resume=resume, progress=not quiet, yes=yes)
+        result = runner.run(suite, flags, config=config, resume=resume, progress=not quiet, yes=yes, append=append)
     except KeyboardInterrupt:
         print("topk-bench: interrupted; every finished case is in the CSV, run again to resume", file=sys.stderr)
         raise typer.Exit(130) from None

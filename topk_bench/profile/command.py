@@ -4,19 +4,26 @@
 A profile lives in ``DIR/<case_id>/`` (:mod:`topk_bench.capture.files`), written by the child; the parent
 draws its ``timeline.png`` (:mod:`topk_bench.report.plots.timeline`). Before a case runs, the files of an earlier
 profile there are removed, so that none is left from another method or device.
+
+Before any case runs: more cases than ``max_cases`` is bad input unless told yes, and so is a ``DIR`` that
+cannot hold the profiles; then how many cases and how long they may take is said, and each case is told as it
+ends.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
+from topk_bench import fileio
 from topk_bench.capture import files, summary
 from topk_bench.case import Case, Measurement
+from topk_bench.errors import BadInput
 from topk_bench.profile import select
 from topk_bench.report.plots import timeline
 from topk_bench.status import Status
@@ -53,32 +60,72 @@ def clear(directory: Path) -> None:
             path.unlink()
 
 
+def _check_place(directory: Path, cases: list[Case]) -> None:
+    """``directory`` holds the profiles (made now) and each case's ``directory/<case_id>`` can be one: else bad
+    input, before any case runs."""
+    problem = fileio.directory_problem(directory)
+    if problem is not None:
+        raise BadInput(f"cannot hold the profiles: {problem.strerror or problem}", file=directory, key="--out")
+    for case in cases:
+        place = directory / case.case_id
+        if place.exists() and not place.is_dir():
+            raise BadInput("expected a directory for this case's profile, got a file", file=place, key="--out")
+
+
+def _say(line: str) -> None:
+    print(f"topk-bench: {line}", file=sys.stderr)
+
+
 def profile(
     suite: Path,
-    selector: str,
+    selector: str | Sequence[str],
     *,
     predict: bool,
     device: str | None,
     out: Path | None,
     config: Path | None,
     sets: tuple[str, ...] = (),
+    yes: bool = False,
+    say: Callable[[str], None] = _say,
+    told: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Plan ``suite``, pick the cases ``selector`` names, and profile each in a child. Raises BadInput."""
-    from topk_bench.run import launcher
+    """Plan ``suite``, pick the cases ``selector`` names (one ``--case`` or several), and profile each in a
+    child, one at a time. Raises BadInput before any case runs: more cases than ``max_cases`` unless ``yes``, a
+    ``DIR`` that cannot hold the profiles. ``say`` hears how many cases and how long first; ``told`` each case
+    as it ends."""
+    from topk_bench import machine
+    from topk_bench.run import estimate, launcher
     from topk_bench.run.plan import PROFILE_DIR, plan
     from topk_bench.run.resolve import Flags
 
-    wanted = select.parse(selector)
+    # Every case of the suite may be picked: only the picked ones count against max_cases, below.
     the_plan = plan(suite, Flags(predict=predict, device=device, out=out, sets=sets), config=config, yes=True)
-    directory = out if out is not None else the_plan.settings.out_dir / PROFILE_DIR
+    wanted = select.parse(selector, select.known_values(the_plan.cases))
+    directory = Path(out if out is not None else the_plan.settings.out_dir / PROFILE_DIR)
     chosen = select.select(the_plan.cases, wanted, suite=str(suite))
+    one_at_a_time = the_plan.executor.model_copy(update={"kind": "local", "jobs": 1})
+    if len(chosen) > the_plan.settings.max_cases and not yes:
+        how_long = estimate.at_most(len(chosen), the_plan.budget.max_seconds, one_at_a_time)
+        raise BadInput(
+            f"{len(chosen)} cases to profile, {how_long}: more than max_cases = {the_plan.settings.max_cases}; "
+            "pass --yes to profile them, or pick fewer with --case",
+            file=suite,
+            key="max_cases",
+        )
+    _check_place(directory, chosen)
+    slower = estimate.slowdown(one_at_a_time, the_plan.settings.threads, machine.busy_now(), machine.cores())
+    how_long = estimate.estimate(chosen, one_at_a_time, the_plan.budget.max_seconds, slower=slower).text()
+    say(f"{len(chosen)} case{'' if len(chosen) == 1 else 's'} to profile into {directory}/, one at a time, {how_long}")
     outcomes = []
-    for case in with_profile(chosen, Path(directory)):
+    for case in with_profile(chosen, directory):
         clear(Path(case.profile))
-        outcomes.append(Outcome(case, launcher.run_isolated(case, the_plan.budget)))
+        outcome = Outcome(case, launcher.run_isolated(case, the_plan.budget))
         problem = timeline.draw(Path(case.profile))
         if problem:
-            print(f"topk-bench: warning: {problem}", file=sys.stderr)
+            say(f"warning: {problem}")
+        outcomes.append(outcome)
+        if told is not None:
+            told(outcome)
     return outcomes
 
 

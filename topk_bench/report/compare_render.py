@@ -3,24 +3,27 @@ and github-action-benchmark's ``customSmallerIsBetter`` JSON for existing dashbo
 
 from __future__ import annotations
 
+import collections
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from topk_bench import fileio
 from topk_bench.report import relative
-from topk_bench.report.compare import SEVERITY, CaseComparison, Comparison, case_name, parse_times
+from topk_bench.report.compare import SEVERITY, CaseComparison, Comparison, case_name, parse_times, records
 from topk_bench.report.stats import MetricResult, Verdict
+from topk_bench.report.texttable import TextTable
 from topk_bench.results import columns as col
 from topk_bench.results.columns import parameter_columns
 from topk_bench.status import Status
 from topk_bench.units import format_bytes, format_seconds
+from topk_bench.untrusted import markdown as markdown_text
+from topk_bench.untrusted import markup, shown
 
 STYLE = {
     Verdict.REGRESSION: "bold red",
@@ -79,24 +82,31 @@ def notes(c: Comparison) -> list[str]:
 
 
 def print_rich(c: Comparison, console: Console | None = None) -> None:
+    """The cases, one line each in its verdict's colour (:class:`topk_bench.report.texttable.TextTable`: linear in the
+    cases), then the notes, warnings, new and missing cases and failures; what the files say is shown as text
+    (:mod:`topk_bench.untrusted`)."""
     console = console or Console(width=160)
-    for line in c.pairing:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    table = Table(title=f"compare {c.base} → {c.new}")
-    for column in columns(c):
-        table.add_column(column, overflow="fold")
-    for case, cells in rows(c):
-        table.add_row(*(escape(cell) for cell in cells), style=STYLE[case.verdict])
-    console.print(table)
+    for line in c.pairing:  # names columns and values from the files: text
+        console.print(shown(line), highlight=False, markup=False, emoji=False, soft_wrap=True)
+    ordered = rows(c)
+    headers = columns(c)
+    table = TextTable(
+        shown(f"compare {c.base} → {c.new}"),
+        headers,
+        [False] * len(headers),
+        [[shown(cell) for cell in cells] for _, cells in ordered],
+        [STYLE[case.verdict] for case, _ in ordered],
+    )
+    table.print(console)
     for line in notes(c):
-        console.print(f"[yellow]note[/]: {escape(line)}", highlight=False)
+        console.print(f"[yellow]note[/]: {markup(line)}", highlight=False, emoji=False)
     for line in c.warnings:
-        console.print(f"[bold yellow]warning[/]: {escape(line)}", highlight=False)
+        console.print(f"[bold yellow]warning[/]: {markup(line)}", highlight=False, emoji=False)
     for title, listed in (("new", c.only_new), ("missing", c.only_base)):
         for case_id, name in listed:
-            console.print(f"{title}: {name} [{case_id}]", highlight=False, markup=False)
+            console.print(shown(f"{title}: {name} [{case_id}]"), highlight=False, markup=False, emoji=False)
     for line in c.failures:
-        console.print(f"[bold red]fail[/]: {escape(line)}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]fail[/]: {markup(line)}", highlight=False, emoji=False, soft_wrap=True)
     style = "green" if c.passed else "bold red"
     console.print(f"[{style}]{outcome(c)}[/]: {summary(c)}", highlight=False)
 
@@ -122,18 +132,19 @@ def markdown(c: Comparison) -> str:
     lines += [f"{_md_escape(p)}" for p in c.pairing] + ([""] if c.pairing else [])
     lines += [f"> ⚠️ {_md_escape(w)}" for w in c.warnings] + ([""] if c.warnings else [])
     lines += [f"- ❌ {_md_escape(f)}" for f in c.failures] + ([""] if c.failures else [])
-    moved = [(case, cells) for case, cells in rows(c) if case.verdict is not Verdict.UNCHANGED]
+    ordered = rows(c)
+    moved = [(case, cells) for case, cells in ordered if case.verdict is not Verdict.UNCHANGED]
     if moved:
         lines += _md_table(columns(c), (cells for _, cells in moved)) + [""]
     if notes(c):
         lines += ["Notes:", *(f"- {_md_escape(n)}" for n in notes(c)), ""]
     for title, listed in (("New cases", c.only_new), ("Missing cases", c.only_base)):
         if listed:
-            lines += [f"{title}:", *(f"- {_md_escape(name)} `{cid}`" for cid, name in listed), ""]
+            lines += [f"{title}:", *(f"- {_md_escape(name)} {_md_code(cid)}" for cid, name in listed), ""]
     lines += [
         "<details><summary>All cases</summary>",
         "",
-        *_md_table(columns(c), (cells for _, cells in rows(c))),
+        *_md_table(columns(c), (cells for _, cells in ordered)),
         "",
         "</details>",
         "",
@@ -164,12 +175,13 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
     """
     params = parameter_columns(new.columns)
     judged = {case.case_id: case for case in c.cases}
+    rows = records(new, params)
     names = {
         cid: f"{row.get('suite', '')}/{case_name(row, params)} [{row['device']}, {row['method']}]"
-        for cid, row in new.iterrows()
+        for cid, row in rows.items()
     }
     # Names are a dashboard's series keys: make them unique, and stable for a given suite.
-    clashes = pd.Series(list(names.values())).value_counts()
+    clashes = collections.Counter(names.values())
     ok = new[new[col.STATUS] == Status.OK]
     has = {
         key: {metric for metric, column, _ in EXPORTED if column in group and group[column].notna().any()}
@@ -177,7 +189,7 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
     }
     divided = relative.relative_times(new, c.relative_to, c.new) if c.relative_to else {}
     entries = []
-    for _, row in new.iterrows():
+    for row in rows.values():
         name = names[row[col.CASE_ID]]
         name += f" {row['case_id']}" if clashes[name] > 1 else ""
         exported = has.get((row[col.DEVICE], row[col.METHOD])) or {col.PEAK_BYTES}
@@ -209,12 +221,12 @@ def benchmark_json(new: pd.DataFrame, c: Comparison) -> list[dict]:
             )
             entries.append(entry)
         if c.relative_to:
-            entries += _relative_entries(name, row, case, divided.get(row.name), c.relative_to)
+            entries += _relative_entries(name, row, case, divided.get(row[col.CASE_ID]), c.relative_to)
     return entries
 
 
 def _relative_entries(
-    name: str, row: pd.Series, case: CaseComparison | None, divided: relative.Relative | str | None, impl: str
+    name: str, row: Mapping, case: CaseComparison | None, divided: relative.Relative | str | None, impl: str
 ) -> list[dict]:
     """``--relative-to``: the case's time over the reference's (``ratio``), where NEW has both; a failed case a
     failure's value, as its other entries."""
@@ -238,7 +250,11 @@ def _relative_entries(
 
 
 def write_json(path: str | Path, new: pd.DataFrame, c: Comparison) -> None:
-    fileio.write_atomic(Path(path), (json.dumps(benchmark_json(new, c), indent=2, ensure_ascii=False) + "\n").encode())
+    """The entries as a JSON list, one entry a line (json's C encoder: ``indent`` takes its pure-Python one, seconds
+    for 100,000 cases)."""
+    entries = [json.dumps(entry, ensure_ascii=False) for entry in benchmark_json(new, c)]
+    text = "[\n" + ",\n".join(f"  {entry}" for entry in entries) + "\n]\n" if entries else "[]\n"
+    fileio.write_atomic(Path(path), text.encode())
 
 
 def write_markdown(path: str | Path, c: Comparison) -> None:
@@ -281,7 +297,12 @@ def _change(m: MetricResult | None, fmt) -> str:
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    return markdown_text(text)
+
+
+def _md_code(text: str) -> str:
+    """A case_id as code (as it is); one holding a backtick, which would end the code span, escaped instead."""
+    return _md_escape(text) if "`" in text else f"`{shown(text)}`"
 
 
 def _md_table(header: tuple[str, ...], cell_rows) -> list[str]:

@@ -10,18 +10,23 @@ columns that have values, the trust flag and the error.
 
 A time measured under contention (:mod:`topk_bench.results.trust`) is marked
 ``*``, and one warning line says how many.
+
+What the files say (labels, suites, parameter values, errors) is shown as text
+(:mod:`topk_bench.untrusted`): no markup, no terminal command. Both layouts take
+time linear in the rows: cells are made column by column, and the tables are laid
+out by :mod:`topk_bench.report.texttable`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from topk_bench import units
+from topk_bench.report.texttable import TextTable
 from topk_bench.results import columns as col
 from topk_bench.results import trust
 from topk_bench.results.columns import optional_columns, parameter_columns
@@ -29,6 +34,7 @@ from topk_bench.results.frame import left_out, load_results, results_folders, ru
 from topk_bench.status import Status
 from topk_bench.types import Method
 from topk_bench.units import GIB, missing
+from topk_bench.untrusted import shown
 
 DEFAULT_WIDTH = 100
 _LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST, col.CODE_PATH)
@@ -70,7 +76,7 @@ def _sort_key(value):
         return (1, 0.0, str(value))
 
 
-def pivot_cell(row: pd.Series) -> str:
+def pivot_cell(row: Mapping) -> str:
     """Median time over peak memory (``*`` after a time measured under contention); the status when not ok."""
     if row[col.STATUS] != Status.OK:
         return str(row[col.STATUS])
@@ -102,13 +108,13 @@ def what_of(method: str) -> str:
     return "median time / peak memory" if method == Method.MEASURED else "peak memory"
 
 
-def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[Table]:
+def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[TextTable]:
     """The pivot tables of a results frame (one or more per suite, device, method and model), each within
     ``width``."""
     out = []
     for (suite, device, method), rows in frame.groupby([col.SUITE, col.DEVICE, col.METHOD], sort=False):
         for caption, part in _per_model(rows):
-            out += _pivot(part, f"{suite} · {device} · {method}", caption, width)
+            out += _pivot(part, shown(f"{suite} · {device} · {method}"), shown(caption), width)
     return out
 
 
@@ -126,7 +132,7 @@ def _per_model(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[Table]:
+def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[TextTable]:
     """Implementations x the swept parameter for one group of rows, in as many tables as ``width`` needs."""
     method = rows[col.METHOD].iloc[0]
     # A row per implementation (its legend names its options); the columns: the swept parameter, one that
@@ -139,18 +145,21 @@ def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[
     others = [c for c in within if c != x]
     if rows[col.WORKLOAD].nunique() > 1:
         others.insert(0, col.WORKLOAD)
-    names = []
-    for _, r in rows.iterrows():
-        name = col.legend(r[col.LABEL], r[col.IMPL])
-        name += "".join(f" {c}={_plain(r[c])}" for c in others if c != col.WORKLOAD and not missing(r[c]))
-        names.append(f"{r['workload']}: {name}" if col.WORKLOAD in others else name)
+    names = pd.Series(col.legends(rows), index=rows.index)
+    for c in others:
+        if c != col.WORKLOAD:
+            names += rows[c].map(lambda v, c=c: "" if missing(v) else f" {c}={_plain(v)}")
+    if col.WORKLOAD in others:
+        names = rows[col.WORKLOAD].astype(str) + ": " + names
+    names = names.map(shown)
+    cells = rows[[col.STATUS, col.TIME_MEDIAN_S, col.PEAK_BYTES, col.TRUST]].to_dict("records")
     rows = rows.assign(
         _name=names,
-        _x=[_plain(v) for v in rows[x]] if x else [what_of(method)] * len(rows),
-        _cell=[pivot_cell(r) for _, r in rows.iterrows()],
+        _x=[shown(_plain(v)) for v in rows[x]] if x else [what_of(method)] * len(rows),
+        _cell=[pivot_cell(r) for r in cells],
     )
     xs = sorted(rows["_x"].unique(), key=_sort_key)
-    order = list(dict.fromkeys(names))
+    order = list(dict.fromkeys(rows["_name"]))
     cells = {(n, v): c for n, v, c in zip(rows["_name"], rows["_x"], rows["_cell"])}
     head = min(max(len(n) for n in order), int(width * _ROW_HEADER_SHARE))
     widths = [max([len(str(v))] + [_width(cells.get((n, v), "")) for n in order]) for v in xs]
@@ -159,27 +168,28 @@ def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[
     for part, run in enumerate(runs, start=1):
         title = f"{what_ran} · {caption}\n" if caption else f"{what_ran} · "
         title += f"{what_of(method)} by {x or 'case'}" + (f" ({part}/{len(runs)})" if len(runs) > 1 else "")
-        table = Table(
-            title=title,
-            box=box.SIMPLE_HEAD,
-            min_width=min(max(map(len, title.split("\n"))), width),
-            pad_edge=False,
-            title_justify="left",
+        out.append(
+            TextTable(
+                title,  # its parts shown already; its line break is the layout's
+                [shown(x or "case"), *(xs[i] for i in run)],
+                [False, *(True for _ in run)],
+                [[n, *(cells.get((n, xs[i]), "") for i in run)] for n in order],  # cells: numbers, statuses
+                max_widths=[head, *(None for _ in run)],
+            )
         )
-        table.add_column(x or "case", justify="left", max_width=head, overflow="fold")
-        for i in run:
-            table.add_column(str(xs[i]), justify="right", no_wrap=True)
-        for n in order:
-            table.add_row(n, *[cells.get((n, xs[i]), "") for i in run])
-        out.append(table)
     return out
 
 
-def tables(path: str | Path, errors: bool = True) -> list[Table]:
+def tables(path: str | Path, errors: bool = True) -> list[TextTable]:
     return _tables(load_results(path), errors)
 
 
-def _tables(frame, errors: bool) -> list[Table]:
+def _texts(values: pd.Series) -> list[str]:
+    """A column's cells as text (:func:`_cell`), shown as text (:func:`topk_bench.untrusted.shown`)."""
+    return [shown(_cell(v)) for v in values]
+
+
+def _tables(frame, errors: bool) -> list[TextTable]:
     """The flat list (``--wide``): one row per case."""
     out = []
     for suite, rows in frame.groupby(col.SUITE, sort=False):
@@ -189,42 +199,25 @@ def _tables(frame, errors: bool) -> list[Table]:
         optional = [c for c in optional_columns() if c in rows.columns and rows[c].notna().any()]
         # Which code ran, where the machine decides it: shown where a row says.
         code = [col.CODE_PATH] if col.CODE_PATH in rows.columns and rows[col.CODE_PATH].notna().any() else []
-        table = Table(title=f"{suite} ({len(rows)} rows)")
-        for column in [
-            col.LABEL,
-            *params,
-            col.METHOD,
-            col.DEVICE,
-            col.STATUS,
-            "peak GiB",
-            "median s",
-            "IQR s",
-            *optional,
-            col.TRUST,
-            *code,
-        ]:
-            table.add_column(column, justify="left" if column in _LEFT else "right")
+        peak = pd.to_numeric(rows[col.PEAK_BYTES], errors="coerce") / GIB
+        columns: dict[str, list[str]] = {
+            col.LABEL: [shown(label) for label in col.legends(rows)],
+            **{c: _texts(rows[c]) for c in params},
+            **{c: _texts(rows[c]) for c in (col.METHOD, col.DEVICE, col.STATUS)},
+            "peak GiB": _texts(peak),
+            "median s": _texts(rows[col.TIME_MEDIAN_S]),
+            "IQR s": _texts(rows[col.TIME_IQR_S]),
+            **{c: _texts(rows[c]) for c in optional},
+            col.TRUST: _texts(rows[col.TRUST]),
+            **{c: _texts(rows[c].fillna("")) for c in code},
+        }
         if errors:
-            table.add_column(col.ERROR)
-        for _, r in rows.iterrows():
-            peak = None if missing(r[col.PEAK_BYTES]) else r[col.PEAK_BYTES] / GIB
-            cells = [
-                col.legend(r[col.LABEL], r[col.IMPL]),
-                *[r[c] for c in params],
-                r[col.METHOD],
-                r[col.DEVICE],
-                r[col.STATUS],
-                peak,
-                r[col.TIME_MEDIAN_S],
-                r[col.TIME_IQR_S],
-                *[r[c] for c in optional],
-                r[col.TRUST] or "",
-                *[r[c] if not missing(r[c]) else "" for c in code],
-            ]
-            if errors:
-                cells.append(str(r[col.ERROR])[:80])
-            table.add_row(*[_cell(c) for c in cells])
-        out.append(table)
+            columns[col.ERROR] = _texts(rows[col.ERROR].astype(str).str[:80])
+        names = [shown(name) for name in columns]
+        right = [name not in _LEFT and name != col.ERROR for name in columns]
+        out.append(
+            TextTable(shown(f"{suite} ({len(rows)} rows)"), names, right, [list(r) for r in zip(*columns.values())])
+        )
     return out
 
 
@@ -257,10 +250,11 @@ def show(
     warnings = warnings or Console(stderr=True)
     for folder, frame in zip(folders, frames):
         if folder != Path(path):
-            console.print(f"{folder}:", highlight=False, markup=False)
+            console.print(shown(f"{folder}:"), highlight=False, markup=False, emoji=False)
         for table in _tables(frame, errors) if wide else pivot_tables(frame, width or DEFAULT_WIDTH):
-            console.print(table)
+            table.print(console)
+            console.file.write("\n")
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     frame.attrs = {key: [d for f in frames for d in f.attrs.get(key, [])] for key in ("dropped", "files")}
     for line in warning_lines(frame, marked=not wide):
-        warnings.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
+        warnings.print(shown(f"warning: {line}"), highlight=False, markup=False, emoji=False, soft_wrap=True)

@@ -17,7 +17,7 @@ columns carry fidelity's names is read with them renamed (:func:`migrate`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -169,6 +169,10 @@ MACHINE_COLUMNS: tuple[Column, ...] = (
     GPU_SM_CLOCK_MHZ,
     GPU_SM_CLOCK_MAX_MHZ,
 )
+# Which suite wrote the row besides its name: two suites of one name are two suites (topk_bench.suite.schema).
+SUITE_FINGERPRINT = Column(
+    "suite_fingerprint", "a hash of what makes the suite's cases (Suite.fingerprint): which suite of that name", T
+)
 # Which code ran, where the machine decides it (implementations.provenance): compare warns when it differs.
 CODE_PATH = Column(
     "code_path",
@@ -178,6 +182,7 @@ CODE_PATH = Column(
     T,
 )
 CONTEXT_COLUMNS: tuple[Column, ...] = (
+    SUITE_FINGERPRINT,
     TRUST,
     TIME_CV,
     ROUNDS,
@@ -360,14 +365,32 @@ def holds_numbers(name: str) -> bool:
 
 def cell_problem(name: str, value: str) -> str | None:
     """Why ``value`` cannot be a cell of column ``name`` (None: it can). Parameter and text columns hold anything."""
+    check = cell_checker(name)
+    return check(value) if check is not None else None
+
+
+def cell_checker(name: str) -> Callable[[str], str | None] | None:
+    """:func:`cell_problem` of column ``name`` as a function of the cell (None: the column holds anything): the
+    reader calls it on every numeric cell of a file, so the column is looked up once and a number that is fine
+    costs one ``float``."""
     cells = column(name).cells
-    if value == "" or cells in (Cells.TEXT, Cells.ANY):
+    if cells in (Cells.TEXT, Cells.ANY):
         return None
-    if cells is Cells.SAMPLES:
-        problem = _numbers_problem(value.split(";"), non_negative=True)
-    else:
-        problem = _numbers_problem([value], non_negative=cells is Cells.MEASUREMENT)
-    return f"{name}: {problem}" if problem else None
+    low, samples = (0.0 if cells in (Cells.MEASUREMENT, Cells.SAMPLES) else -math.inf), cells is Cells.SAMPLES
+
+    def check(value: str) -> str | None:
+        if value == "":
+            return None
+        if not samples:
+            try:
+                if low <= float(value) < math.inf:  # NaN fails every comparison
+                    return None
+            except ValueError:
+                pass
+        problem = _numbers_problem(value.split(";") if samples else [value], non_negative=low == 0.0)
+        return f"{name}: {problem}" if problem else None
+
+    return check
 
 
 def optional_columns() -> tuple[Column, ...]:

@@ -3,6 +3,10 @@
 ``frame.attrs["dropped"]`` lists every line left out, so that each report can say
 so: the lines :func:`store.read` rejects, and the earlier rows of a ``case_id``
 that appears more than once (the last row wins, in file order).
+
+pandas deep-copies ``attrs`` into every frame it derives (a slice, a group, a row of
+``iterrows``): what they hold is :class:`Listed`, which such a copy shares, so that
+reading a file stays linear in its rows.
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ from topk_bench.results.columns import CONTEXT_COLUMNS, REQUIRED_COLUMNS, TEXT_C
 
 # How many left-out lines a report lists before it only counts the rest.
 LISTED = 10
+
+
+class Listed(list):
+    """A list in ``frame.attrs`` that pandas' deep copies share instead of copying (one per derived frame: a
+    slice of 100,000 rows would copy 100,000 strings). Readers only read it; a new list replaces it."""
+
+    def __deepcopy__(self, memo: dict) -> Listed:
+        return self
+
+    def __copy__(self) -> Listed:
+        return self
 
 
 def csv_files(path: Path) -> list[Path]:
@@ -59,11 +74,12 @@ def results_folders(path: Path) -> list[Path]:
     return sorted(folders, key=lambda f: (f != path, f)) or [path]
 
 
-def _frame(table: store.Table, file: Path) -> pd.DataFrame:
+def _frame(table: store.Table, file: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The table's rows as a frame, and where each row is in the file (``x.csv line 3``)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(table.header)
-    writer.writerows([row[c] for c in table.header] for row in table.rows)
+    writer.writerows(row.values() for row in table.rows)  # each row's keys: the header, in its order
     buffer.seek(0)
     # Only an empty cell is missing: a label "NA" or "null" stays text.
     frame = pd.read_csv(buffer, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False, na_values=[""])
@@ -72,15 +88,14 @@ def _frame(table: store.Table, file: Path) -> pd.DataFrame:
             frame[column] = pd.Series([None] * len(frame), dtype=object if column == col.TRUST else float)
     for column in (col.ERROR, col.LABEL, col.TIMES_S, col.DEVICE_NAME, col.GIT_SHA, col.TRUST):
         frame[column] = frame[column].fillna("")
-    frame.attrs["dropped"] = list(table.dropped)
-    frame.attrs["files"] = [str(file)]
-    frame.attrs["lines"] = [f"{file.name} line {n}" for n in table.line_numbers]
-    return frame
+    frame.attrs["dropped"] = Listed(table.dropped)
+    frame.attrs["files"] = Listed([str(file)])
+    return frame, [f"{file.name} line {n}" for n in table.line_numbers]
 
 
-def _last_of_each_case(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per ``case_id``, the last; each earlier one is listed in ``attrs["dropped"]``."""
-    where = frame.attrs["lines"]
+def _last_of_each_case(frame: pd.DataFrame, where: list[str]) -> pd.DataFrame:
+    """One row per ``case_id``, the last; each earlier one is listed in ``attrs["dropped"]`` (``where``: the
+    line of each row)."""
     last = {cid: i for i, cid in enumerate(frame[col.CASE_ID])}
     dropped = [
         f"{where[i]}: case_id {cid} again at {where[last[cid]]}, which is used"
@@ -89,10 +104,9 @@ def _last_of_each_case(frame: pd.DataFrame) -> pd.DataFrame:
     ]
     if not dropped:
         return frame
-    attrs = {**frame.attrs, "dropped": frame.attrs["dropped"] + dropped}
-    kept = sorted(last.values())
-    frame = frame.iloc[kept].reset_index(drop=True)
-    frame.attrs = {**attrs, "lines": [where[i] for i in kept]}
+    attrs = {**frame.attrs, "dropped": Listed([*frame.attrs["dropped"], *dropped])}
+    frame = frame.iloc[sorted(last.values())].reset_index(drop=True)
+    frame.attrs = attrs
     return frame
 
 
@@ -103,21 +117,23 @@ def load_results(path: str | Path) -> pd.DataFrame:
     ``frame.attrs["dropped"]`` lists the lines left out (cut, an unknown status, a
     number that is not one, an earlier row of a repeated ``case_id``).
     """
-    frames = []
+    frames, where = [], []
     for file in csv_files(Path(path)):
         table = store.read(file)
         if not table.header:
             raise BadInput("empty file, expected a header with the results columns", file=file)
-        frames.append(_frame(table, file))
+        frame, lines = _frame(table, file)
+        frames.append(frame)
+        where += lines
     if len(frames) == 1:
         frame = frames[0]
     else:
         frame = pd.concat(frames, ignore_index=True, sort=False)
-        frame.attrs = {key: [item for f in frames for item in f.attrs[key]] for key in ("dropped", "files", "lines")}
+        frame.attrs = {key: Listed(item for f in frames for item in f.attrs[key]) for key in ("dropped", "files")}
     attrs = frame.attrs
     frame = frame[[*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS]]]
     frame.attrs = attrs
-    return _last_of_each_case(frame)
+    return _last_of_each_case(frame, where)
 
 
 def runs_of(frame: pd.DataFrame, rows: pd.Series | None = None) -> list[str]:

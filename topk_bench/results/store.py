@@ -20,8 +20,9 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import stat
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from topk_bench import fileio
 from topk_bench.errors import BadInput, file_error
 from topk_bench.results import columns as col
-from topk_bench.results.columns import REQUIRED_COLUMNS, cell_problem, holds_numbers, migrate
+from topk_bench.results.columns import REQUIRED_COLUMNS, cell_checker, migrate
 from topk_bench.status import STATUSES
 
 
@@ -69,10 +70,39 @@ class Table:
         return None
 
 
+# A cell a spreadsheet would run as a formula (=, +, -, @, a tab or a carriage return first: OWASP's list) is
+# written with a "'" before it, which a spreadsheet shows as text; so is one that already starts with "'" before
+# one of those, so that the rule reads back exactly: one "'" is taken off a cell that reads '+X (quotes, then
+# one of those). A number (-1, +2.5e-3) is no formula: written as it is.
+_FORMULA_FIRST = "=+-@\t\r"
+_QUOTED_FORMULA = re.compile("^'+[" + re.escape(_FORMULA_FIRST) + "]")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` as written in a cell: ``'`` before a formula (:data:`_FORMULA_FIRST` first, not a number) and
+    before a cell that already reads like one escaped this way; anything else as it is."""
+    if text and (text[0] in _FORMULA_FIRST and not _is_number(text) or _QUOTED_FORMULA.match(text)):
+        return "'" + text
+    return text
+
+
+def from_spreadsheet_safe(text: str) -> str:
+    """The original text of a cell :func:`spreadsheet_safe` wrote: one ``'`` less before a formula."""
+    return text[1:] if text.startswith("'") and _QUOTED_FORMULA.match(text) else text
+
+
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
-    return " ".join(value.splitlines()) if isinstance(value, str) else value
+    return spreadsheet_safe(" ".join(value.splitlines())) if isinstance(value, str) else value
 
 
 def _line(values: Iterable[Any]) -> bytes:
@@ -111,11 +141,13 @@ def _fields(line: bytes) -> list[str]:
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     if '"' not in text and "\r" not in text:  # nothing quoted: the csv module would split at every comma too
-        return text.split(",")
-    try:
-        return next(csv.reader([text], strict=True))
-    except csv.Error as exc:
-        raise ValueError(f"not a CSV record ({exc})") from None
+        fields = text.split(",")
+    else:
+        try:
+            fields = next(csv.reader([text], strict=True))
+        except csv.Error as exc:
+            raise ValueError(f"not a CSV record ({exc})") from None
+    return [from_spreadsheet_safe(f) for f in fields] if "'" in text else fields
 
 
 def _header(first: bytes, path: Path) -> list[str]:
@@ -134,18 +166,21 @@ def _header(first: bytes, path: Path) -> list[str]:
     return migrate(header)  # quality columns under fidelity's names, renamed
 
 
-def _problem(record: list[str], header: list[str], numbers: list[int]) -> str | None:
-    """Why a record is not a row of this file (None: it is one); ``numbers``: the columns that hold numbers."""
+def _problem(
+    record: list[str], header: list[str], numbers: list[tuple[int, Callable[[str], str | None]]]
+) -> str | None:
+    """Why a record is not a row of this file (None: it is one); ``numbers``: the columns that hold numbers, each
+    with its check (:func:`topk_bench.results.columns.cell_checker`)."""
     if len(record) != len(header):
         why = "a line cut by a crash?" if len(record) < len(header) else "a damaged header?"
         return f"{len(record)} fields where the header has {len(header)} ({why})"
-    row = dict(zip(header, record))
-    if row[col.STATUS] not in STATUSES:
-        return f"unknown status {row[col.STATUS]!r}"
-    if not row[col.CASE_ID]:
+    status = record[header.index(col.STATUS)]
+    if status not in STATUSES:
+        return f"unknown status {status!r}"
+    if not record[header.index(col.CASE_ID)]:
         return "no case_id"
-    for i in numbers:
-        problem = cell_problem(header[i], record[i])
+    for i, check in numbers:
+        problem = check(record[i])
         if problem:
             return problem
     return None
@@ -166,7 +201,7 @@ def _records(data: bytes, path: Path) -> tuple[list[str], Iterator[tuple[int, by
     if first is None:
         return [], iter(())
     header = _header(first[1], path)
-    numbers = [i for i, column in enumerate(header) if holds_numbers(column)]
+    numbers = [(i, check) for i, column in enumerate(header) if (check := cell_checker(column)) is not None]
 
     def records():
         for number, line in lines:

@@ -39,6 +39,8 @@ from topk_bench.units import GIB
 
 # Where a run's profiles go, under its results directory (``run --profile``, ``topk-bench profile``).
 PROFILE_DIR = "profile"
+# More rounds than this run only with --yes: each case is measured that many times, its row written after the last.
+MAX_ROUNDS = 1000
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,14 @@ def plan(
             "bench.toml",
             file=suite.path,
             key="max_cases",
+        )
+    if run.rounds > MAX_ROUNDS and not yes:
+        given = flags is not None and flags.rounds is not None
+        raise BadInput(
+            f"{run.rounds} rounds: more than {MAX_ROUNDS} (each case measured {run.rounds} times, its row written "
+            "after its last round); pass --yes to run them",
+            file=None if given else suite.path,
+            key="--rounds" if given else "rounds",
         )
     try:
         check_suite(suite, suite.path)
@@ -299,7 +309,9 @@ def meta(the_plan: Plan) -> dict[str, Any]:
     plot["panels"] = [list(p) for p in plot["panels"]]
     return {
         "suite": suite.name,
-        # The file the run read, as it was named: the command that measures its rows again names it.
+        # Which suite of that name (its rows carry it too: suite_fingerprint), and the file it was read from, as it
+        # was named: the command that measures its rows again names it.
+        "fingerprint": suite.fingerprint,
         "suite_file": str(suite.path) if suite.path is not None else None,
         "title": suite.title,
         "workload": suite.workload,

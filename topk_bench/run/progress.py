@@ -17,6 +17,7 @@ from rich.text import Text
 from topk_bench.results import columns as col
 from topk_bench.status import Status
 from topk_bench.units import format_duration, missing, short_bytes, short_seconds, wrapped
+from topk_bench.untrusted import markup
 
 # Rows written without running anything: they say nothing of how long a case takes.
 _INSTANT = frozenset({Status.SKIPPED, Status.UNSUPPORTED})
@@ -139,13 +140,13 @@ class Reporter:
     def running(self, what: str) -> None:
         """What runs now (implementation and size)."""
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, description=what)
+            self._progress.update(self._task, description=markup(what))  # a label of the suite: text
 
     def waiting(self, line: str) -> None:
         """How the cases do on an executor where they wait (``slurm: 3 pending (Resources), 1 running``):
         the bar's description on a terminal, else a line of its own."""
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, description=line)
+            self._progress.update(self._task, description=markup(line))
         elif self.enabled:
             self.console.print(line, highlight=False, markup=False, soft_wrap=True)
 

@@ -42,6 +42,7 @@ from topk_bench.run.resolve import Flags
 from topk_bench.run.resume import Resume, remeasured, what_runs
 from topk_bench.run.resume import notes as resume_notes
 from topk_bench.status import STOPPING, Status
+from topk_bench.units import format_duration
 from topk_bench.workloads import traffic
 from topk_bench.workloads.support import unsupported
 
@@ -93,6 +94,7 @@ class _Writer:
             if problem:
                 self.reporter.note(f"warning: {problem}")
         row = make_row(case, measurement, self.defaults, traffic(case), self.plan.budget)
+        row[col.SUITE_FINGERPRINT] = self.plan.suite.fingerprint
         self.header = store.append_row(self.plan.csv_path, row, self.header)
         self.written[str(measurement.status)] += 1
         self.reporter.finished(self.what(case), row)
@@ -179,15 +181,30 @@ def _run_rounds(
         _schedule(plan, todo, stoppers, executor, writer)
         return
     rounds = _Rounds(writer, plan.rounds)
+    started = time.monotonic()
     _schedule(plan, todo, stoppers, executor, rounds)
     for number in range(2, plan.rounds + 1):
+        _round_done(writer.reporter, number - 1, plan.rounds, len(rounds.pending(todo)), started)
         rounds.round = number
         cases = rounds.pending(todo)
         if not cases:
             break
         writer.reporter.note(f"round {number} of {plan.rounds}: {len(cases)} case(s)")
         _schedule(plan, cases[::-1] if number % 2 == 0 else cases, [], executor, rounds, skip_rule=False)
+    else:
+        _round_done(writer.reporter, plan.rounds, plan.rounds, len(rounds.pending(todo)), started)
     rounds.flush(todo)
+
+
+def _round_done(reporter: Reporter, number: int, rounds: int, ok: int, started: float) -> None:
+    """The line a round ends with: how many cases are still ok, how long the rounds took and may still take (the
+    rows of the cases ok in every round are written after the last)."""
+    elapsed = time.monotonic() - started
+    left = "" if number == rounds else f", about {format_duration(elapsed / number * (rounds - number))} left"
+    reporter.note(
+        f"round {number} of {rounds} done in {format_duration(elapsed)}{left}: {ok} case(s) ok in every round so "
+        "far" + ("" if number == rounds else f" (their rows are written after round {rounds})")
+    )
 
 
 def _schedule(
@@ -250,13 +267,37 @@ def _schedule(
             time.sleep(POLL_S)
 
 
-def _existing(csv_path: Path) -> store.Table:
-    """The file's valid rows, once it is clear that rows appended under its header will line up with them."""
+def _existing(the_plan: Plan, append: bool) -> store.Table:
+    """The file's valid rows, once it is clear that rows appended under its header will line up with them, and
+    that they are this suite's: rows of another suite of the same name (another fingerprint, none of this one's)
+    are bad input, unless ``append``."""
+    csv_path = the_plan.csv_path
     table = store.read(csv_path)
     problem = table.header_problem() if table.header else None
     if problem:
         raise BadInput(problem, file=csv_path)
+    theirs = {row.get(col.SUITE_FINGERPRINT) or "" for row in table.rows} - {""}
+    ours = the_plan.suite.fingerprint
+    if theirs and ours not in theirs and not append:
+        written_by = _suite_file(the_plan.meta_path)
+        raise BadInput(
+            f"holds the rows of another suite named {the_plan.suite.name!r} (fingerprint {', '.join(sorted(theirs))}"
+            + (f", from {written_by}" if written_by else "")
+            + f") than {the_plan.suite.path} (fingerprint {ours}): rename one of them, or use another --out; "
+            "--append adds this suite's rows to that file",
+            file=csv_path,
+        )
     return table
+
+
+def _suite_file(meta_path: Path) -> str | None:
+    """The suite file an earlier run's meta.json names (None: none, or not said)."""
+    try:
+        meta_json = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    named = meta_json.get("suite_file") if isinstance(meta_json, dict) else None
+    return named if isinstance(named, str) else None
 
 
 def busy_note(the_plan: Plan) -> str | None:
@@ -268,6 +309,21 @@ def busy_note(the_plan: Plan) -> str | None:
             f"{trust.BUSY_LOAD_PER_CORE:g}): times measured now are flagged 'busy' in the trust column"
         )
     return None
+
+
+def _profile_note(the_plan: Plan, todo: list[Case]) -> str | None:
+    """``run --profile``: one warning before the cases run when their profiles cannot be written (a file where the
+    profiles' directory belongs, a read-only place): each case is measured all the same, and its row says so."""
+    if not the_plan.settings.profile or not todo:
+        return None
+    place = Path(todo[0].profile).parent
+    problem = fileio.directory_problem(place)
+    if problem is None:
+        return None
+    return (
+        f"warning: {place}: profiles cannot be written there ({problem.strerror or problem}): each case is "
+        "measured all the same, its row's error says its profile is missing"
+    )
 
 
 def _left_out_note(table: store.Table) -> str:
@@ -329,10 +385,12 @@ def run(
     progress: bool = True,
     executor_obj: Executor | None = None,
     yes: bool = False,
+    append: bool = False,
 ) -> RunResult:
     """Run (or resume) a suite with the settings ``flags`` gives over the suite's and ``config``'s (bench.toml).
 
-    A suite of more cases than ``max_cases`` is bad input unless ``yes``.
+    A suite of more cases than ``max_cases`` is bad input unless ``yes``; a results file holding the rows of
+    another suite of the same name (another fingerprint) is bad input unless ``append``.
     Ctrl-C propagates as ``KeyboardInterrupt`` once the executor is closed; every finished row is on disk.
     """
     started = time.monotonic()
@@ -340,18 +398,19 @@ def run(
     if the_plan.settings.remeasure and not resume:
         raise BadInput("re-runs the flagged rows, --no-resume every row: choose one", key="--remeasure")
     csv_path = the_plan.csv_path
-    _existing(csv_path)  # a damaged file is refused before any file is touched
+    _existing(the_plan, append)  # a damaged file, or another suite's, is refused before any file is touched
     if executor_obj is None:
         check_requests(the_plan.executor, the_plan.cases)  # Slurm: a request no node can satisfy, before any job
     ids = {c.case_id for c in the_plan.cases}
     with _locked(csv_path):
+        _existing(the_plan, append)  # under the lock, before this run's meta.json replaces the other suite's
         try:
             fileio.write_atomic(the_plan.meta_path, (json.dumps(meta(the_plan), indent=2) + "\n").encode())
             if csv_path.exists():  # an earlier run measuring cases again was killed before it tidied up
                 store.drop_superseded(csv_path, ids)
         except OSError as exc:
             raise file_error(exc, "cannot write") from None
-        table = _existing(csv_path)  # again, under the lock
+        table = _existing(the_plan, append)  # again, under the lock
         plan_resume = _what_runs(the_plan, table, resume)
         try:
             written = _measure(the_plan, plan_resume, table, executor_obj, progress, adopt=resume)
@@ -396,7 +455,7 @@ def _measure(
             *the_plan.notes,
             *_remeasure_note(the_plan, plan_resume),
             *([_left_out_note(table)] if table.dropped else []),
-            *filter(None, [busy_note(the_plan)]),
+            *filter(None, [busy_note(the_plan), _profile_note(the_plan, todo)]),
         ]:
             reporter.note(note)
         writer = _Writer(the_plan, reporter)

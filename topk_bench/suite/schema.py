@@ -7,6 +7,8 @@ implementation registry (names, options, sizes, masking) is checked next, by
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +20,7 @@ from topk_bench.protocol import lookup as lookup_protocol
 from topk_bench.suite.files import Strict
 from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds, Threads, WarmupSeconds
 from topk_bench.types import DType, Mode, Timer
+from topk_bench.untrusted import NAME_MAX, NAME_PATTERN
 
 # Literal[Mode.values()] and the like: pydantic checks a file's value against the enum's spellings; mypy
 # takes only literal values in a Literal, hence its valid-type error ignored on those fields.
@@ -89,10 +92,29 @@ class ImplEntry(BaseModel):
         return dict(self.model_extra or {})
 
 
+# The keys of a suite that make its cases (Suite.fingerprint).
+_MAKES_CASES = (
+    "workload",
+    "mode",
+    "causal",
+    "activation",
+    "dtype",
+    "seed",
+    "timer",
+    "flush_l2",
+    "plugins",
+    "fidelity",
+    "protocol",
+    "quality",
+    "shape",
+    "sweep",
+    "impl",
+)
+
+
 class Suite(Strict):
-    # It names the files OUT/.<name>.meta.json.<pid>.<8 hex>.tmp and OUT/.<name>.csv.lock: they must fit a file
-    # name (255 bytes).
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=200)
+    # It names files (OUT/<name>.csv, a figure's name): the one rule of a name that may be part of one.
+    name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
     title: str = ""
     workload: str  # a registered workload (topk_bench.workloads)
     # Default: the workload's mode (fwd_bwd; fwd for prefill, decode).
@@ -139,6 +161,16 @@ class Suite(Strict):
     @property
     def path(self) -> Path | None:
         return self._path
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of what makes the suite's cases (workload, implementations and their options and labels, sweep,
+        shape, masking, dtype, seed, protocol, timer, extra columns, plug-ins): two suites of one name with
+        different fingerprints are two suites, and do not share a results file unless told to (``run
+        --append``). How the cases are run and drawn (repeats, rounds, budgets, cpu_max, title, [plot]) is not
+        in it: changing those keeps the suite the same."""
+        data = self.model_dump(mode="json", include=set(_MAKES_CASES))
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
     def measured_by(self) -> Protocol:

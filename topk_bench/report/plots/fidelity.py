@@ -21,6 +21,7 @@ from topk_bench.report.plots.spec import PlotSpec
 from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
+from topk_bench.untrusted import figure
 
 FIDELITY_METRICS = (col.EMB_COS, col.NN_AGREE, col.NN_SPEARMAN, col.REL_ERR, col.GRAD_COS)
 
@@ -62,16 +63,16 @@ def render(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figu
             color = f"C{i}"
             column = k_column(group)
             if column is None:
-                ax.axhline(group[name].mean(), color=color, linestyle="--", label=str(label))
+                ax.axhline(group[name].mean(), color=color, linestyle="--", label=figure(label))
                 continue
             curve = group.sort_values(column)
-            ax.plot(curve[column], curve[name], marker="o", markersize=4, color=color, label=str(label))
+            ax.plot(curve[column], curve[name], marker="o", markersize=4, color=color, label=figure(label))
         if spec.log_x:
             ax.set_xscale("log", base=spec.log_x)
-        ax.set_xlabel(spec.x_label or "k")
+        ax.set_xlabel(figure(spec.x_label or "k"))
         ax.set_ylabel(metric(name).label)
         ax.grid(True, alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 3) or 1, fontsize=8, frameon=False)
-    fig.suptitle(f"{scales.filled(spec.title, rows)} — {device}", fontsize=10)
+    fig.suptitle(figure(f"{scales.filled(spec.title, rows)} — {device}"), fontsize=10)
     return fig

@@ -47,7 +47,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from matplotlib.transforms import offset_copy
 
-from topk_bench import fileio
+from topk_bench import fileio, untrusted
 from topk_bench.errors import BadInput
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
 from topk_bench.protocol import drawn_metric
@@ -264,13 +264,18 @@ def _annotate(ax, notes: list[tuple], middle: float) -> None:
             )
 
 
-def _quartiles(times: str) -> tuple[float, float]:
-    """(q1, q3) of a ``times_s`` cell; NaN when it holds fewer than two samples."""
-    samples = [float(t) for t in str(times).split(";") if t.strip()] if isinstance(times, str) else []
-    if len(samples) < 2:
-        return np.nan, np.nan
-    q1, q3 = np.percentile(samples, [25, 75])
-    return float(q1), float(q3)
+def _quartiles(cells: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(q1, q3) of each ``times_s`` cell; NaN where it holds fewer than two samples. The cells of one sample
+    count at once (one ``np.percentile`` over their rows, not one a cell: 100,000 cells took seconds)."""
+    samples = [[float(t) for t in str(c).split(";") if t.strip()] if isinstance(c, str) else [] for c in cells]
+    q1, q3 = np.full(len(samples), np.nan), np.full(len(samples), np.nan)
+    by_count: dict[int, list[int]] = {}
+    for i, s in enumerate(samples):
+        if len(s) >= 2:
+            by_count.setdefault(len(s), []).append(i)
+    for where in by_count.values():
+        q1[where], q3[where] = np.percentile(np.array([samples[i] for i in where]), [25, 75], axis=1)
+    return q1, q3
 
 
 def _draw_metric(ax, curves, spec: PlotSpec, metric_name: str, panel, fit: tuple | None = None) -> set[str]:
@@ -419,7 +424,7 @@ def _predicted_over(failed: pd.DataFrame, m) -> pd.Series:
 
 def _iqr_bars(ax, ok: pd.DataFrame, m, style) -> bool:
     """Interquartile range bars on measured times; whether any point has one (two samples or more)."""
-    q1, q3 = (np.asarray(q, float) for q in zip(*(_quartiles(t) for t in ok[col.TIMES_S])))
+    q1, q3 = _quartiles(ok[col.TIMES_S])
     low = (ok["_y"] - q1 * m.scale).clip(lower=0)
     high = (q3 * m.scale - ok["_y"]).clip(lower=0)
     ax.errorbar(
@@ -479,7 +484,8 @@ def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_i
         title += " — " + ", ".join(f"{c} {short(rows[c].iloc[0])}" for c in spec.split if c in rows and len(rows))
     if spec.protocol != DEFAULT_PROTOCOL:
         how += f"; {spec.protocol} protocol"
-    return "\n".join([*textwrap.wrap(title, int(width_in * 11)), how])
+    # The files' text drawn as it is (no mathtext), each line on its own: the line breaks are the layout's.
+    return "\n".join([*textwrap.wrap(untrusted.figure(title), int(width_in * 11)), untrusted.figure(how)])
 
 
 def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):
@@ -523,7 +529,7 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
         if c == 0 or ncols > len(panels):  # a grid of metrics: each panel is a metric of its own
             ax.set_ylabel(fits[metric_name][0].label)
         if not any(rr == r + 1 and cc == c for _, _, rr, cc in cells):
-            ax.set_xlabel(scales.filled(spec.x_label, rows))
+            ax.set_xlabel(untrusted.figure(scales.filled(spec.x_label, rows)))
     for r, c in {(r, c) for r in range(nrows) for c in range(ncols)} - {(r, c) for _, _, r, c in cells}:
         fig.delaxes(axes[r][c])
     legend_in = marks.fitted_legend(fig, *_legend_entries(axes, rows, used), width)
@@ -581,18 +587,40 @@ def parse_formats(text: str) -> tuple[str, ...]:
     return formats
 
 
-def render(item: FigureInput, out_dir: Path, formats: tuple[str, ...]) -> list[Path]:
+class NotDrawn(Exception):
+    """Figures that could not be drawn (``failures``: one line each, naming it); the others were (``written``)."""
+
+    def __init__(self, written: list[Path], failures: list[str]):
+        self.written, self.failures = written, failures
+        super().__init__("; ".join(failures))
+
+
+def render(item: FigureInput, out_dir: Path, formats: tuple[str, ...], failures: list[str] | None = None) -> list[Path]:
     """The item's figure, and its quality-against-time figure where the suite asks for one, in ``out_dir``'s
-    sub-folder of the item."""
+    sub-folder of the item. ``failures``: where a figure that cannot be drawn says so in one line (a renderer
+    that raises, text matplotlib cannot lay out), the other figures drawn; without it, it raises. Bad input and
+    a file that cannot be written (exit 2) always raise."""
     out_dir = out_dir / item.folder
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = _save(
-        _resolve_renderer(item.spec)(item.rows, item.spec, item.device, item.method), out_dir / item.stem, formats
-    )
+    figures = [
+        (out_dir / item.stem, lambda: _resolve_renderer(item.spec)(item.rows, item.spec, item.device, item.method))
+    ]
     if pareto.wanted(item.spec, item.rows, item.method):
-        paths += _save(
-            pareto.draw(item.rows, item.spec, item.device, item.method), out_dir / item.named("pareto"), formats
+        figures.append(
+            (out_dir / item.named("pareto"), lambda: pareto.draw(item.rows, item.spec, item.device, item.method))
         )
+    paths = []
+    for stem, draw in figures:
+        try:
+            paths += _save(draw(), stem, formats)
+        except (BadInput, OSError):
+            raise
+        except Exception as exc:  # any other failure to draw one figure is its one line
+            if failures is None:
+                raise
+            plt.close("all")
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            failures.append(untrusted.shown(f"{stem}: not drawn: {type(exc).__name__}: {why}"))
     return paths
 
 
@@ -620,7 +648,8 @@ def plot_results(
     """Render every suite CSV of ``results`` into ``out_dir``; returns the files written.
 
     ``warn`` hears of every line of the CSVs left out, and of each figure that cannot draw the ``memory``
-    asked for (``allocated`` or ``reserved``, instead of each suite's ``[plot] memory``).
+    asked for (``allocated`` or ``reserved``, instead of each suite's ``[plot] memory``). A figure that cannot be
+    drawn does not stop the others: :class:`NotDrawn`, raised at the end, names each and lists what was written.
     """
     if memory is not None and memory not in MEMORY_CHOICES:
         raise BadInput(f"expected one of {', '.join(MEMORY_CHOICES)}, got {memory!r}", key="--memory")
@@ -639,10 +668,13 @@ def plot_results(
     if out.exists() and not out.is_dir():
         raise BadInput("expected a directory, got a file", file=out, key="--out")
     out.mkdir(parents=True, exist_ok=True)
-    written = [path for item in inputs for path in render(item, out, formats)]
+    failures: list[str] = []
+    written = [path for item in inputs for path in render(item, out, formats, failures)]
     measured = [item.rows.loc[item.rows[col.METHOD] == Method.MEASURED, col.TRUST] for item in inputs]
     runs = [run for item in inputs for run in item.runs]
     flagged = trust.warning(pd.concat(measured), list(dict.fromkeys(runs))) if measured else None
     if flagged and warn:
         warn(flagged + " (hollow markers)")
+    if failures:
+        raise NotDrawn(written, failures)
     return written

@@ -22,6 +22,7 @@ from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
 from topk_bench.types import Method
+from topk_bench.untrusted import figure
 
 STOPPED = tuple(FAILURE_TEXT)  # statuses drawn as a cross
 MARKER_SIZE = 6
@@ -123,7 +124,9 @@ _CHAR_IN, _MARK_IN, _WIDEST_COUNTED = 0.075, 0.85, 32
 def fitted_legend(fig, handles: list, labels: list[str], width_in: float) -> float:
     """The figure's legend below its panels: as many columns as the entries fit (counting at most 32 characters
     of each, so that one long note does not leave the curves in one column), longer labels wrapped to the
-    column's width. Returns the legend's height in inches (about), for the figure's size."""
+    column's width. Returns the legend's height in inches (about), for the figure's size. Labels are data (a
+    results file's): drawn as they are, no mathtext (:func:`topk_bench.untrusted.figure`)."""
+    labels = [figure(label) for label in labels]
     widest = min(max((len(label) for label in labels), default=1), _WIDEST_COUNTED)
     ncol = max(1, min(len(labels), int(width_in // (widest * _CHAR_IN + _MARK_IN))))
     chars = int((width_in / ncol - _MARK_IN) / _CHAR_IN)

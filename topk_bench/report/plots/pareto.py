@@ -40,6 +40,7 @@ from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
 from topk_bench.types import Method
+from topk_bench.untrusted import figure
 
 # The qualities drawn, per input kind, in the order of preference of the kinds.
 QUALITIES = {"minilm": ("minilm_mass_recall", "minilm_attn_rel_err"), "random": ("mass_recall", "attn_rel_err")}
@@ -219,8 +220,11 @@ def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure
     inputs = "the pretrained MiniLM's activations" if y_metrics[0].startswith("minilm_") else "random inputs"
     # Its own title: the suite's says what the suite's figure shows (quality against the budget), not this one.
     fig.suptitle(
-        f"{spec.suite}: quality ({inputs}) against {metric(x_metric).label.split(' (')[0]}, a curve per method "
-        f"through its {spec.x}\nmeasured on {names[0] if len(names) == 1 else device}",
+        figure(
+            f"{spec.suite}: quality ({inputs}) against {metric(x_metric).label.split(' (')[0]}, a curve per method "
+            f"through its {spec.x}"
+        )
+        + f"\nmeasured on {figure(names[0] if len(names) == 1 else device)}",
         fontsize=10,
     )
     fig.set_size_inches(width, 4.4 + legend_in)

@@ -57,6 +57,8 @@ class PlotSpec:
     parameters: tuple[str, ...] | None = None
     # The protocol of the run (topk_bench.protocol): which columns "memory" and "time" draw.
     protocol: str = DEFAULT_PROTOCOL
+    # Which suite of that name meta.json describes (Suite.fingerprint; None: not said, or no meta.json).
+    fingerprint: str | None = None
     extra: dict = field(default_factory=dict, compare=False)  # the rest of meta["plot"], for plug-ins
 
 
@@ -176,6 +178,7 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
         memory=memory,
         parameters=tuple(meta["parameters"]) if isinstance(meta.get("parameters"), list) else None,
         protocol=protocol,
+        fingerprint=meta["fingerprint"] if isinstance(meta.get("fingerprint"), str) else None,
         extra=plot,
     )
 

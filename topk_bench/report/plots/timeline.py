@@ -18,6 +18,7 @@ from topk_bench.capture import timeline
 from topk_bench.capture.sources import code_line
 from topk_bench.capture.timeline import BASELINE_BAND, OTHER_BAND, Series
 from topk_bench.units import GIB, KIB, MIB
+from topk_bench.untrusted import figure
 
 DATA = "timeline.json"
 FIGURE = "timeline.png"
@@ -52,7 +53,12 @@ def render(data: Series, title: str) -> bytes:
     palette = iter(plt.get_cmap("tab10").colors)  # type: ignore[attr-defined]  # tab10 is a ListedColormap
     colors = [{BASELINE_BAND: "#bdbdbd", OTHER_BAND: "#e8d5a9"}.get(b) or next(palette) for b in data.bands]
     ax.stackplot(
-        data.ops, data.live / scale, labels=[_legend(b) for b in data.bands], colors=colors, step="post", linewidth=0
+        data.ops,
+        data.live / scale,
+        labels=[figure(_legend(b)) for b in data.bands],  # lines of code: a "$" in one is no mathtext
+        colors=colors,
+        step="post",
+        linewidth=0,
     )
     end = int(data.ops.max()) if len(data.ops) else 1
     if data.backward_from is not None:
@@ -72,7 +78,7 @@ def render(data: Series, title: str) -> bytes:
     ax.set_ylim(0, data.peak_bytes / scale * 1.08)
     ax.set_xlabel("aten ops of one iteration, in the order they ran (each span at its highest)", fontsize=9)
     ax.set_ylabel(f"live memory ({unit})", fontsize=9)
-    ax.set_title(title, fontsize=9, loc="left")
+    ax.set_title(figure(title), fontsize=9, loc="left")
     ax.tick_params(labelsize=8)
     # The peak's own composition: a storage that lives for a few ops among thousands is a sliver on the left.
     bar.bar(

@@ -1,0 +1,16 @@
+"""A test-only plug-in whose name and description hold rich markup (``[/]``, ``[link]``) and a control
+character: ``list`` and ``doctor`` show them as text."""
+
+from __future__ import annotations
+
+import implementations
+from implementations import Implementation
+
+
+def same(q, k, v, *, causal=False, activation="softmax"):
+    return q.clone()
+
+
+_IMPL = Implementation("test_markup[/]", same, "[/] closing tag, [link]here[/link] and \x1b[31m red")
+if _IMPL.name not in implementations.names():
+    implementations.register(_IMPL)
