@@ -39,6 +39,7 @@ from topk_bench.report import compare, compare_render, relative  # noqa: E402
 from topk_bench.report.stats import Verdict  # noqa: E402
 from topk_bench.report.thresholds import Thresholds  # noqa: E402
 from topk_bench.results import columns as col  # noqa: E402
+from topk_bench.results import trust  # noqa: E402
 
 SUITE = ROOT / "suites" / "ci_time.toml"
 BASELINES = ROOT / "baselines"
@@ -52,7 +53,6 @@ TIME_FACTOR = 1.2
 # (seen: a 0.93 round among 0.69-0.73 in a baseline's topk_fast decode), so 0.01 would hide it; the factor
 # above, not alpha, is what keeps the noise out.
 ALPHA = 0.05
-CONTENDED = "contended"
 
 
 def kind() -> str:
@@ -74,11 +74,13 @@ def measure(out: Path) -> Path:
     return out / f"{SUITE.stem}.csv"
 
 
-def contended(csv: Path) -> list[str]:
-    """The labels of the rows measured under contention."""
-    frame = compare.load(csv)
-    flagged = frame[frame[col.TRUST].fillna("").astype(str).str.split(";").map(lambda f: CONTENDED in f)]
-    return [f"{row[col.WORKLOAD]}/{row[col.LABEL] or row[col.IMPL]}" for _, row in flagged.iterrows()]
+def contended(frame) -> list:
+    """The case_ids of the rows measured under contention (``trust`` names ``contended``)."""
+    return [cid for cid, cell in frame[col.TRUST].items() if trust.CONTENDED in trust.named(cell)]
+
+
+def named(frame, case_ids: list) -> list[str]:
+    return [f"{frame.at[cid, col.WORKLOAD]}/{frame.at[cid, col.LABEL] or frame.at[cid, col.IMPL]}" for cid in case_ids]
 
 
 def judge(baseline: Path, csv: Path, thresholds: Thresholds) -> compare.Comparison:
@@ -95,9 +97,7 @@ def failing_contended(result: compare.Comparison, csv: Path) -> tuple[list[str],
     """The failing cases whose time was measured under contention (their own row's or their reference's), and
     the others, by name."""
     frame = compare.load(csv)
-    flagged = {
-        cid for cid in frame.index if CONTENDED in str(frame.at[cid, col.TRUST] or "").split(";")
-    }  # fmt: skip
+    flagged = set(contended(frame))
     divided = relative.relative_times(frame, REFERENCE, str(csv))
     noisy, real = [], []
     for case in result.cases:
@@ -125,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="topk-bench-time-gate-"))
     if args.write_baseline:
         csv = measure(out)
-        if contended(csv):
-            print(f"time gate: warning: rows measured under contention ({', '.join(contended(csv))}): a quieter "
-                  "moment makes a better baseline")  # fmt: skip
+        frame = compare.load(csv)
+        if flagged := contended(frame):
+            print(f"time gate: warning: rows measured under contention ({', '.join(named(frame, flagged))}): a "
+                  "quieter moment makes a better baseline")  # fmt: skip
         baseline.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(csv, baseline)
         print(f"time gate: {baseline} written for CPU kind {cpu_kind}: commit it")
@@ -140,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         thresholds.validate()
         csv = args.results or measure(out)
-        if args.results is None and contended(csv):
-            print(f"time gate: measured under contention ({', '.join(contended(csv))}): measuring again once")
+        frame = compare.load(csv)
+        if args.results is None and (flagged := contended(frame)):
+            print(f"time gate: measured under contention ({', '.join(named(frame, flagged))}): measuring again once")
             csv = measure(out / "again")
         result = judge(baseline, csv, thresholds)
     except BadInput as error:

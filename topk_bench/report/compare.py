@@ -212,7 +212,7 @@ def compare_frames(
         )
     cases = [
         _compare_case(
-            base_rows[cid], new_rows[cid], params, thresholds, base_label, new_label, divided, relative_to, key=cid
+            cid, base_rows[cid], new_rows[cid], params, thresholds, base_label, new_label, divided, relative_to
         )
         for cid in common
     ]
@@ -377,6 +377,7 @@ def _not_divided(base: dict, common: list, impl: str) -> str:
 
 
 def _compare_case(
+    key: object,
     b: Mapping,
     n: Mapping,
     params: list[str],
@@ -385,8 +386,9 @@ def _compare_case(
     new_label: str,
     divided: tuple[dict, dict] | None = None,
     relative_to: str | None = None,
-    key: object = None,
 ) -> CaseComparison:
+    """Case ``key`` (its case_id, or the pairing's key: how ``divided`` knows it) judged from its rows ``b`` and
+    ``n``."""
     case = CaseComparison(
         str(n[col.CASE_ID]),
         case_name(n, params),
