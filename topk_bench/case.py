@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from topk_bench.fields import coerce_fields
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
+from topk_bench.status import Status
 from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Mode, Timer
 
 
@@ -49,7 +51,7 @@ class Measuring:
             "timer": self.timer,
             "flush_l2": self.flush_l2,
             "threads": self.threads,
-            "gpu": self.gpu or "",
+            "gpu": self.gpu,
         }
 
 
@@ -102,25 +104,21 @@ class Case:
     protocol: str = DEFAULT_PROTOCOL
     # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
     quality: tuple[str, ...] = ()
-    # The GPU a CUDA prediction models (run --predict --device cuda --gpu); "" for any other case.
-    gpu: GpuModel | str = ""
+    # The GPU a CUDA prediction models (run --predict --device cuda --gpu); None for any other case.
+    gpu: GpuModel | None = None
     # Where the case's profile goes (topk_bench.profile: `topk-bench profile`, `run --profile`); empty: none.
     # Not in the case id: a profile changes what is written, not what is measured.
     profile: str = ""
 
     def __post_init__(self) -> None:
-        # Spelled as in a suite or a JSON file, held as members (``case.method is Method.MEASURED``).
-        for name, kind in (("mode", Mode), ("dtype", DType), ("method", Method)):
-            object.__setattr__(self, name, kind.parse(getattr(self, name), name))
-        if self.gpu:
-            object.__setattr__(self, "gpu", GpuModel.parse(self.gpu, "GPU"))
+        # Spelled as in a suite or a JSON file, held as its annotations say: members (``case.timer is
+        # Timer.CUDAGRAPH``), tuples. The one place for it, whichever field: topk_bench.fields.
+        coerce_fields(self)
 
     @property
     def gpu_model(self) -> GpuModel:
         """The GPU a CUDA prediction of this case models (the default when none was named)."""
-        return self.gpu if isinstance(self.gpu, GpuModel) else DEFAULT_GPU
-        if self.timer is not None:
-            object.__setattr__(self, "timer", Timer.parse(self.timer, "timer"))
+        return self.gpu or DEFAULT_GPU
 
     @classmethod
     def make(
@@ -203,12 +201,7 @@ class Case:
 
     @classmethod
     def from_json(cls, text: str) -> Case:
-        data = json.loads(text)
-        for name in ("params", "options", "ff_options"):
-            data[name] = tuple(tuple(item) for item in data[name])
-        data["plugins"] = tuple(data.get("plugins", ()))
-        data["quality"] = tuple(data.get("quality", ()))
-        return cls(**data)
+        return cls(**json.loads(text))
 
 
 @dataclass(frozen=True)
@@ -218,6 +211,9 @@ class Budget:
 
     max_memory_bytes: int | None = None
     max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -231,7 +227,7 @@ class Budget:
 class Measurement:
     """What one case produced. Times are seconds per iteration (forward + backward when mode is fwd_bwd)."""
 
-    status: str  # a topk_bench.status.Status value
+    status: Status
     error: str = ""
     peak_bytes: int | None = None
     reserved_bytes: int | None = None
@@ -243,6 +239,9 @@ class Measurement:
     device_name: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)  # torch/cuda version, threads, host, git sha
     extra: dict[str, Any] = field(default_factory=dict)  # optional columns (rel_err, grad_cos, ...)
+
+    def __post_init__(self) -> None:
+        coerce_fields(self)
 
     @property
     def time_median_s(self) -> float | None:
