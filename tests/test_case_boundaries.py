@@ -65,6 +65,7 @@ CASE_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "protocol": st.sampled_from(["ours", "paper"]),
     "quality": words,
     "gpu": st.none() | st.sampled_from(GpuModel),
+    "code_path": names,
     "profile": names,
 }
 BUDGET_FIELDS: dict[str, st.SearchStrategy[Any]] = {

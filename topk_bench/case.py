@@ -106,6 +106,9 @@ class Case:
     quality: tuple[str, ...] = ()
     # The GPU a CUDA prediction models (run --predict --device cuda --gpu); None for any other case.
     gpu: GpuModel | None = None
+    # The code path the parent found for the case's implementations here (run/plan.py, ``code_path`` of the
+    # results); the child's own must be it, or the row is not_as_asked. Empty: none expected. Not in the case id.
+    code_path: str = ""
     # Where the case's profile goes (topk_bench.profile: `topk-bench profile`, `run --profile`); empty: none.
     # Not in the case id: a profile changes what is written, not what is measured.
     profile: str = ""

@@ -19,6 +19,9 @@ class Status(str, Enum):
     NONFINITE = "nonfinite"  # it ran, but its output (or a gradient, or an error metric) holds NaN or inf
     SKIPPED = "skipped"  # not run: a smaller size of the same implementation failed
     UNSUPPORTED = "unsupported"  # the implementation cannot run this case (activation, masking, prediction...)
+    # It ran, but not as the case asked (another timer, dtype, thread count or code path; compile asked, ran eagerly):
+    # the row keeps its numbers, and its columns say what ran.
+    NOT_AS_ASKED = "not_as_asked"
     # What happened to the case's Slurm job, not to the case: it never ended on its own (resume runs it again).
     CANCELLED = "cancelled"  # the job was cancelled (scancel) by someone else than this run
     PREEMPTED = "preempted"  # the scheduler preempted the job

@@ -389,3 +389,20 @@ def test_timer_and_flush_enter_a_case_id_only_when_set():
     assert len(ids) == 5
     # Warm-up settings are no part of what a case is (re-running with another warm-up resumes).
     assert case.case_id == replace(case, warmup=7, warmup_s=1.0).case_id
+
+
+def test_a_cudagraph_case_read_from_json_is_replayed_and_its_row_counts_the_replays(runtime, monkeypatch):
+    """The child reads its case from the JSON the parent wrote: the timer it reads is the one it times with."""
+    real_build = backends.build
+    monkeypatch.setattr(backends, "build", lambda case, device: real_build(case, "cpu"))
+    runtime.is_available = lambda: True
+    runtime.current_device = lambda: 0
+    runtime.device = lambda device: contextlib.nullcontext()
+    sent = make_case(timer=Timer.CUDAGRAPH)
+    child = Case.from_json(sent.to_json())
+    assert child.case_id == sent.case_id
+    graph = backends.measure_cuda(child, None, cuda=runtime)
+    assert runtime.calls.count(("replay",)) == 3
+    assert graph.extra["timer"] is Timer.CUDAGRAPH and graph.extra["graph_replays"] == 3
+    events = backends.measure_cuda(Case.from_json(make_case().to_json()), None, cuda=runtime)
+    assert events.extra["timer"] is Timer.EVENTS and events.extra["graph_replays"] == 0

@@ -14,6 +14,7 @@ import torch
 
 from topk_bench import machine, plugins
 from topk_bench.case import Budget, Case, Measurement
+from topk_bench.child import as_asked
 from topk_bench.errors import NonFinite, Unsupported
 from topk_bench.extras.columns import extra_columns
 from topk_bench.measure import memory, metadata
@@ -152,4 +153,4 @@ def execute(case: Case, budget: Budget | None = None) -> Measurement:
         result.status, result.error = Status.OVER_BUDGET, problem
     # Which code ran where the machine decides it: after the case, so that a first build is not in its time.
     result.metadata[col.CODE_PATH] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
-    return result
+    return as_asked.judged(case, result)

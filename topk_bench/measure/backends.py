@@ -51,9 +51,17 @@ def _timings(samples: list[tuple[float, float]], case: Case, *, split: bool = Tr
     return {"fwd_times_s": fwd, "bwd_times_s": bwd, "times_s": [f + b for f, b in samples]}
 
 
-def _measured_columns(case: Case, steps: CpuSteps | CudaSteps, timer: Timer) -> dict:
-    """A measured row's columns of how it was timed, what it dispatched and what its compilation took."""
-    columns = {col.TIMER: timer, col.FLUSH_L2: case.flush_l2, **ops_columns(steps.counted)}
+def _measured_columns(case: Case, steps: CpuSteps | CudaSteps) -> dict:
+    """A measured row's columns of how it was timed, what it dispatched and what its compilation took: what the
+    steps did (:class:`~topk_bench.measure.iterations.Steps`), whatever the case asked."""
+    columns = {
+        col.TIMER: Timer.CUDAGRAPH if steps.graph_replays else steps.timer,
+        col.GRAPH_REPLAYS: steps.graph_replays,
+        col.FLUSH_L2: case.flush_l2,
+        col.RAN_DTYPE: steps.ran_dtype,
+        col.COMPILED: None if steps.compiled_graphs is None else steps.compiled_graphs > 0,
+        **ops_columns(steps.counted),
+    }
     if steps.compile_s is not None:
         columns[col.COMPILE_S] = steps.compile_s
     return columns
@@ -132,7 +140,7 @@ def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget],
         **_timings(samples, case),
     )
     result.metadata.update(steps.contention.summary())
-    result.extra.update(_measured_columns(case, steps, Timer.PERF_COUNTER))
+    result.extra.update(_measured_columns(case, steps))
     return checked(result, steps.problem)
 
 
@@ -140,6 +148,9 @@ class CudaSteps(iterations.Steps[Workload]):
     """The caching allocator's peaks over the measured iterations, CUDA events around forward and backward, or
     around each replay of a captured iteration. ``cuda``: what is called of ``torch.cuda`` (a stand-in on the
     CPU in tests); ``clock``: the host's clock the warm-up is timed by."""
+
+    timer = Timer.EVENTS
+    captures = True
 
     def __init__(
         self, case: Case, device: torch.device, cuda=torch.cuda, clock: Callable[[], float] = time.perf_counter
@@ -280,19 +291,18 @@ def measure_cuda(
     with cuda.device(device):
         steps = make_steps(case, device, cuda)
         samples = iterations.run(case, steps)
-        timer = case.timer or Timer.EVENTS
         result = ok_result(
             case,
             peak_bytes=steps.peak,
             reserved_bytes=steps.reserved,
             baseline_bytes=steps.baseline,
             flops=steps.flops,
-            **_timings(samples, case, split=timer is not Timer.CUDAGRAPH),
+            **_timings(samples, case, split=not steps.graph_replays),
         )
         result.metadata.update(steps.contention.summary())
         if steps.workspace is not None:
             result.extra[col.WORKSPACE_BYTES] = steps.workspace
-        result.extra.update(_measured_columns(case, steps, timer))
+        result.extra.update(_measured_columns(case, steps))
         return checked(result, steps.problem)
 
 

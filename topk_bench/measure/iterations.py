@@ -17,7 +17,9 @@ run, and in what order:
   those eager iterations are the memory pass (the peaks are theirs, as without it), and the timing pass
   follows: the iteration captured in a CUDA graph (graphs allocate from a private pool: their memory is
   not the eager peak), then ``repeats`` samples, each a graph replay or an eager iteration, each after the
-  device's cache is flushed (outside its timing).
+  device's cache is flushed (outside its timing). A device that captures no graph (the CPU) times eager
+  iterations instead, and the row says so: what ran (timer, graph replays, dtype, whether the attention was
+  compiled) is kept on the steps for the row, whatever the case asked (:mod:`topk_bench.child.as_asked`).
 - ``paper``, the authors' loop: ``repeats`` (3) timed iterations, each on a model and inputs built just
   before it, outside the timed region, and released before the next is built. No warm-up: the first
   timed iteration is cold. Peaks are never reset, and are read after the last timed iteration. The
@@ -40,7 +42,7 @@ import implementations
 from topk_bench.case import Case
 from topk_bench.measure.contention import Sampler
 from topk_bench.protocol import OURS, PAPER
-from topk_bench.types import Timer
+from topk_bench.types import DeviceKind, Timer
 
 Sample = tuple[float, float]  # (forward, backward) seconds of one timed iteration
 Pending = Callable[[], Sample]  # a timed iteration's sample, to read once the device is synchronised
@@ -58,10 +60,23 @@ W = TypeVar("W", bound=Built)
 
 class Steps(Generic[W]):
     """How a backend does each step on its device (``start``, ``finish`` and ``flush`` do nothing unless
-    overridden), on what its ``build`` returns."""
+    overridden), on what its ``build`` returns.
 
+    What the iterations did, as :func:`run` found it, is kept here for the row (the child reports what it
+    measured with, not what the case asked): ``graph_replays``, ``compiled_graphs``, ``ran_dtype``.
+    """
+
+    # What times an eager timed iteration on this device; whether it captures an iteration in a CUDA graph.
+    timer: Timer = Timer.PERF_COUNTER
+    captures: bool = False
     # Seconds of the first call of an implementation that compiles (ours), compilation included; else None.
     compile_s: float | None = None
+    # How many timed samples were replays of a captured graph (0: every one an eager iteration).
+    graph_replays: int = 0
+    # ``compile = true``: the graphs torch.compile made in the first call (0: the attention ran eagerly); else None.
+    compiled_graphs: int | None = None
+    # The dtype of the built workload's floating-point inputs (or, without any, its parameters).
+    ran_dtype: str | None = None
     # What the case's threads got of the machine around each timed iteration (set by :func:`run`).
     contention: Sampler
 
@@ -119,25 +134,55 @@ def compiles(case: Case) -> bool:
     return case.compile or (case.impl in implementations.names() and implementations.spec(case.impl).compiles)
 
 
-def own_timing_pass(case: Case) -> bool:
+def replays(case: Case, steps: Steps[Any] | None = None) -> bool:
+    """Whether the samples are graph replays: asked (``timer = "cudagraph"``), and the device captures graphs
+    (``steps``'s; without them, a CUDA device's). Where it does not (the CPU), the samples are eager, and the
+    row says so (its ``timer``, ``graph_replays``; its status ``not_as_asked``)."""
+    captures = steps.captures if steps is not None else case.device_kind is DeviceKind.CUDA
+    return case.timer is Timer.CUDAGRAPH and captures
+
+
+def own_timing_pass(case: Case, steps: Steps[Any] | None = None) -> bool:
     """Whether the timing needs a pass of its own after the memory pass (a CUDA graph, cache flushes)."""
-    return case.timer is Timer.CUDAGRAPH or case.flush_l2
+    return replays(case, steps) or case.flush_l2
+
+
+def dtype_of(wl: Any) -> str | None:
+    """The dtype a built workload runs in: its first floating-point input's (or parameter's), as a DType spells it."""
+    model = getattr(wl, "model", None)
+    tensors = [*getattr(wl, "inputs", ()), *(model.parameters() if model is not None else ())]
+    return next((str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()), None)
+
+
+def _graphs() -> int:
+    """Graphs torch.compile has made in this process (dynamo's count)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 def _ours(case: Case, steps: Steps[W]) -> list[Sample]:
+    if case.compile:
+        # A cache hit makes no graph: start from none, so that the first call's count says whether the attention
+        # was compiled at all (a child is a fresh process; in-process, the cost is a compilation).
+        torch._dynamo.reset()
     wl = steps.build()
+    steps.ran_dtype = dtype_of(wl)
     if compiles(case):  # its first call compiles: a warm-up of its own, whose seconds are compile_s
+        graphs = _graphs()
         start = time.perf_counter()
         steps.warm_up(wl)
         steps.sync()
         steps.compile_s = time.perf_counter() - start
+        if case.compile:
+            steps.compiled_graphs = _graphs() - graphs
     _warm_up(case, steps, wl)
     wl.clear_grads()
     steps.start(wl, reset_peak=True)
     steps.warm_up(wl)  # untimed: the first iteration after the reset allocates what the timed ones reuse
     samples = _back_to_back(case, steps, lambda: _timed(steps, wl))
     steps.finish(wl)
-    if own_timing_pass(case):
+    if own_timing_pass(case, steps):
         samples = _timing_pass(case, steps, wl)
     return samples
 
@@ -165,9 +210,11 @@ def _back_to_back(case: Case, steps: Steps[Any], run: Callable[[], Pending], flu
 
 def _timing_pass(case: Case, steps: Steps[W], wl: W) -> list[Sample]:
     """The samples of a timing pass after the memory pass: graph replays or eager iterations, flushed if asked."""
-    if case.timer is Timer.CUDAGRAPH:
+    if replays(case, steps):
         steps.capture(wl)
-        return _back_to_back(case, steps, steps.replay, flush=case.flush_l2)
+        samples = _back_to_back(case, steps, steps.replay, flush=case.flush_l2)
+        steps.graph_replays = len(samples)
+        return samples
     return _back_to_back(case, steps, lambda: _timed(steps, wl), flush=case.flush_l2)
 
 
@@ -177,6 +224,7 @@ def _paper(case: Case, steps: Steps[W]) -> list[Sample]:
     for i in range(case.repeats):
         wl = None  # the last one freed before the next is built, as their `del Q, model, out, loss`
         wl = steps.build()  # outside the timed region, as their get_inputs()
+        steps.ran_dtype = dtype_of(wl)
         if i == 0:
             steps.start(wl, reset_peak=False)
         read = _timed(steps, wl)

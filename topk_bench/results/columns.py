@@ -139,6 +139,15 @@ CONTENTION_COLUMNS: tuple[Column, ...] = (THREADS, CPU_WAIT, CPU_SHARE, PREEMPT_
 # How the time was taken: measured rows only.
 TIMER = Column("timer", "perf_counter (CPU), events or cudagraph (CUDA): what timed each sample", T)
 FLUSH_L2 = Column("flush_l2", "True when the device's cache was flushed before each timed iteration", T)
+# What the child measured with, as it found it (not what the case asked: a difference makes the row not_as_asked).
+GRAPH_REPLAYS = Column("graph_replays", "how many of the timed samples were replays of a captured CUDA graph", M)
+RAN_DTYPE = Column("ran_dtype", "the dtype the built workload ran in (its floating-point inputs')", T)
+COMPILED = Column(
+    "compiled",
+    "compile = true: True when torch.compile made a graph of the attention in its first call, False when it ran "
+    "eagerly; empty for an eager case",
+    T,
+)
 # What an iteration dispatched (every backend: cpu, cuda, predict).
 OPS_PER_ITER = Column(
     "ops_per_iter",
@@ -194,7 +203,10 @@ CONTEXT_COLUMNS: tuple[Column, ...] = (
     WALL_S,
     *CONTENTION_COLUMNS,
     TIMER,
+    GRAPH_REPLAYS,
     FLUSH_L2,
+    RAN_DTYPE,
+    COMPILED,
     OPS_PER_ITER,
     SDPA_BACKEND,
     CODE_PATH,

@@ -162,6 +162,7 @@ def plan(
     if run.profile:  # each case writes its profile where `topk-bench profile` would put it
         cases = [replace(c, profile=str(run.out_dir / PROFILE_DIR / c.case_id)) for c in cases]
     code_paths = code_paths_of(cases)
+    cases = expecting_code_paths(cases)
     notes = replaced + ([capped] if capped else []) + list(run.notes) + fallback_notes(code_paths)
     if cpu_measured and suite.cpu_max:
         cases, above = within(cases, suite.cpu_max)
@@ -192,6 +193,19 @@ def code_paths_of(cases: list[Case]) -> dict[str, dict[str, str]]:
         if str(case.dtype) not in by_dtype:
             by_dtype[str(case.dtype)] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
     return paths
+
+
+def expecting_code_paths(cases: list[Case]) -> list[Case]:
+    """``cases``, each with the code path found here for its implementations: its child's must be the same
+    (topk_bench.child.as_asked), or its row is ``not_as_asked``."""
+    found: dict[tuple, str] = {}
+    expecting = []
+    for case in cases:
+        key = (case.impl, case.ff_impl, case.device, case.dtype)
+        if key not in found:
+            found[key] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
+        expecting.append(replace(case, code_path=found[key]))
+    return expecting
 
 
 def fallback_notes(code_paths: dict[str, dict[str, str]]) -> list[str]:

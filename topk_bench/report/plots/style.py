@@ -18,6 +18,7 @@ FAILURE_TEXT: dict[str, str] = {  # looked up by a CSV cell's status
     Status.CRASHED: "crashed",
     Status.ERROR: "error",
     Status.NONFINITE: "NaN/inf",
+    Status.NOT_AS_ASKED: "not as asked",
 }
 
 
