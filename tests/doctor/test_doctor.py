@@ -59,6 +59,40 @@ def test_agreement_makes_selection_methods_exact_and_compares_them_with_vanilla(
     assert agreement.reference_of(implementations.spec("performer")) == "performer"
 
 
+@pytest.mark.parametrize("name", ["topk", "topk_fast", "topk_sparse", "topk_paper"])
+def test_a_top_k_method_is_also_judged_where_it_drops_keys(name):
+    check = agreement.check(name, "cpu")
+    assert check.result == Result.PASS, check.detail
+    assert check.detail.startswith("every key kept, vs vanilla float64 on cpu; ")
+    dropping = check.detail.split("; keys dropped (topk 3 of 10), attention alone vs a float64 top-k oracle on cpu: ")
+    assert len(dropping) == 2 and "float64: max rel err" in dropping[1] and "float32: max rel err" in dropping[1]
+
+
+def test_a_method_that_keeps_the_smallest_scores_fails_where_it_drops_keys():
+    """Covering every key, it is exact: only the check where keys are dropped can fail it."""
+    load([str(PLUGINS / "smallest_topk.py")])
+    check = agreement.check("test_smallest_topk", "cpu")
+    assert check.result == Result.FAIL
+    covering, dropping = check.detail.split("; keys dropped (topk 3 of 10)")
+    assert "float64: max rel err" in covering and ">" not in covering  # where it keeps every key, it agrees
+    assert "float64: max rel err" in dropping and "> 1e-10" in dropping and "> 1e-05" in dropping
+
+
+def test_the_top_k_oracle_is_top_k_attention(f64):
+    """Against its definition spelled out query by query: the topk largest allowed scores, a softmax over them."""
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 1, 6, 4, generator=generator) for _ in range(3))
+    out = agreement.topk_oracle(q, k, v, topk=2, causal=True)
+    for i in range(6):
+        scores = q[0, 0, i] @ k[0, 0, : i + 1].T
+        kept = scores.argsort(descending=True)[:2]
+        expected = scores[kept].softmax(0) @ v[0, 0, kept]
+        assert torch.allclose(out[0, 0, i], expected, rtol=1e-12, atol=0)
+    # Keeping every key, it is softmax attention.
+    full = agreement.topk_oracle(q, k, v, topk=6, causal=False)
+    assert torch.allclose(full, (q @ k.transpose(-2, -1)).softmax(-1) @ v, rtol=1e-12, atol=0)
+
+
 def test_a_skipped_reason_is_whole_and_a_long_detail_is_cut_after_a_word():
     """flex has no backward on the CPU: its reason is given whole (it was cut to "(forward only: ru)")."""
     flex = agreement.check("flex", "cpu")

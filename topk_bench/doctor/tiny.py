@@ -5,7 +5,8 @@ so that the chunked code paths really run (10
 tokens in chunks of 3: the last one partial). The options that bound which keys a
 selection method attends (``topk``, ``token_budget``, ``topk_blocks``, ``window``) are set
 to cover every key and ``dropout`` is off, so that top-k, page, block and window
-selection are exact and must agree with vanilla. An approximate implementation without
+selection are exact and must agree with vanilla (a top-k method is also judged where it drops keys:
+:func:`topk_bench.doctor.agreement.dropping`). An approximate implementation without
 such an option (Performer: random features) is compared with itself on the CPU instead.
 Causal masking wherever an implementation supports it (the paper's setting, and the one
 with the most code).
