@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any
 
+_HINTS: dict[type, dict[str, Any]] = {}
 
-@functools.cache
+
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The resolved annotations of ``cls`` (``from __future__ import annotations`` keeps them as text), once each."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def coerce_fields(instance: Any) -> None:

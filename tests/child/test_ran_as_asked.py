@@ -104,3 +104,15 @@ def test_a_prediction_is_never_judged_on_what_it_did_not_run():
 def test_a_case_that_failed_keeps_its_own_status(single_thread):
     result = execute(replace(tiny(timer=Timer.CUDAGRAPH), impl="no_such_impl"), Budget())
     assert result.status not in (Status.OK, Status.NOT_AS_ASKED)
+
+
+def test_resume_keeps_a_not_as_asked_row_and_compare_calls_it_a_regression():
+    """As a nonfinite row: it ran and keeps its numbers, so a resume does not run it again; it is not ok."""
+    from topk_bench.report.compare import CaseComparison, Verdict
+    from topk_bench.run.resume import what_runs
+
+    case = tiny()
+    resumed = what_runs([case], [{col.CASE_ID: case.case_id, col.STATUS: "not_as_asked"}], Budget(), ["seq_len"])
+    assert resumed.todo == [] and resumed.stoppers == []
+    assert CaseComparison(case.case_id, "v", "cpu", "measured", "ok", "not_as_asked").verdict is Verdict.REGRESSION
+    assert CaseComparison(case.case_id, "v", "cpu", "measured", "not_as_asked", "ok").verdict is Verdict.IMPROVEMENT

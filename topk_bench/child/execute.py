@@ -62,7 +62,7 @@ def budget_limits_allocations(case: Case | None, budget: Budget) -> bool:
     return case is not None and budget.max_memory_bytes is not None and case.measured_on(DeviceKind.CPU)
 
 
-def classify(exc: BaseException, budget: Budget, case: Case | None = None) -> tuple[str, str]:
+def classify(exc: BaseException, budget: Budget, case: Case | None = None) -> tuple[Status, str]:
     """(status, one-line message) of a failed ``case``.
 
     A failed allocation is ``over_budget`` only where the budget itself made it fail

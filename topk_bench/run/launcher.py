@@ -360,7 +360,7 @@ def _watch(template: Template, wait: Callable[[float], bool], limit_s: float | N
             return False
 
 
-def _failure(case: Case, status: str, error: str) -> Measurement:
+def _failure(case: Case, status: Status, error: str) -> Measurement:
     meta = metadata.collect(case.device)
     return Measurement(status=status, error=error, device_name=meta["device_name"], metadata=meta)
 
