@@ -116,3 +116,33 @@ def test_resume_keeps_a_not_as_asked_row_and_compare_calls_it_a_regression():
     assert resumed.todo == [] and resumed.stoppers == []
     assert CaseComparison(case.case_id, "v", "cpu", "measured", "ok", "not_as_asked").verdict is Verdict.REGRESSION
     assert CaseComparison(case.case_id, "v", "cpu", "measured", "not_as_asked", "ok").verdict is Verdict.IMPROVEMENT
+
+
+@pytest.mark.slow
+def test_a_real_child_writes_what_it_ran_and_not_as_asked_into_the_csv(tmp_path):
+    """Through the launcher: the case crosses to the child as JSON, the row comes back with the child's columns."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    shutil.copy(PLUGIN, tmp_path / "not_as_asked_impls.py")
+    suite = tmp_path / "rows.toml"
+    suite.write_text(
+        'name = "rows"\nworkload = "mha"\nrepeats = 2\nwarmup = 1\nplugins = ["not_as_asked_impls.py"]\n'
+        "[shape]\nd_model = 16\nheads = 2\n[sweep]\nseq_len = [16]\n"
+        '[[impl]]\nname = "vanilla"\n[[impl]]\nname = "test_eager_only"\ncompile = true\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "topk_bench", "run", str(suite), "--out", str(tmp_path / "out"), "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    rows = pd.read_csv(tmp_path / "out" / "rows.csv").set_index(col.IMPL)
+    assert list(rows[col.STATUS]) == ["ok", "not_as_asked"], done.stderr[-2000:]
+    assert set(rows[col.TIMER]) == {"perf_counter"} and set(rows[col.GRAPH_REPLAYS]) == {0}
+    assert set(rows[col.RAN_DTYPE]) == {"float32"} and set(rows[col.THREADS]) == {1}
+    assert rows.loc["test_eager_only", col.COMPILED] == False  # noqa: E712 -- a CSV cell read back as a bool
+    assert "compile asked, the attention ran eagerly" in rows.loc["test_eager_only", col.ERROR]
