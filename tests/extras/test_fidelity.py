@@ -92,7 +92,8 @@ def test_smaller_size_when_vanilla_does_not_fit_the_budget():
 
 def test_measure_adds_the_columns_only_when_asked():
     case = mha_case("topk", topk=8, chunk_size=16)
-    every_measured_row = {"timer", "flush_l2", "ops_per_iter", "sdpa_backend"}  # how it was timed, what it ran
+    # How it was timed, what it ran.
+    every_measured_row = {"timer", "graph_replays", "flush_l2", "ran_dtype", "compiled", "ops_per_iter", "sdpa_backend"}
     assert set(execute(case, Budget()).extra) == {"rel_err", "grad_cos", "fidelity_seq_len", *every_measured_row}
     assert set(execute(dataclasses.replace(case, fidelity=False), Budget()).extra) == every_measured_row
 
