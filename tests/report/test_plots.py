@@ -74,6 +74,7 @@ def _mha_rows(method):
         _row("mha", "performer", method, "nonfinite", 1024, 0.3, t(0.02)),
         _row("mha", "topk", method, "crashed", 8192),
         _row("mha", "topk", method, "error", 16384),
+        _row("mha", "topk", method, "not_as_asked", 32768, 0.5, t(0.03)),
         # What happened to a Slurm job, not to the case: nothing to draw (a resume runs them again).
         _row("mha", "qchunk", method, "cancelled", 4096),
         _row("mha", "performer", method, "preempted", 2048),
