@@ -53,7 +53,11 @@ def _timings(samples: list[tuple[float, float]], case: Case, *, split: bool = Tr
 
 def _measured_columns(case: Case, steps: CpuSteps | CudaSteps, timer: Timer) -> dict:
     """A measured row's columns of how it was timed, what it dispatched and what its compilation took."""
-    columns = {col.TIMER: timer, col.FLUSH_L2: case.flush_l2, **ops_columns(steps.counted)}
+    columns = {
+        col.TIMER: timer,
+        col.FLUSH_L2: case.flush_l2,
+        **ops_columns(steps.counted, cuda=isinstance(steps, CudaSteps)),
+    }
     if steps.compile_s is not None:
         columns[col.COMPILE_S] = steps.compile_s
     return columns
