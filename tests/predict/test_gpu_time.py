@@ -181,3 +181,12 @@ def test_a_cuda_prediction_is_judged_against_the_parts_memory(tmp_path, gpu, ask
 
 def test_a_cpu_run_keeps_bench_tomls_budget(tmp_path):
     assert _resolved(tmp_path, predict=True, device="cpu").max_memory_gib == 30.0
+
+
+def test_runs_estimate_of_a_cuda_iteration_is_the_slower_of_the_time_models_device_and_host():
+    from topk_bench.case import Case
+    from topk_bench.run import estimate
+
+    case = Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": 16}, device="cuda")
+    constants = timing.Constants.fitted()
+    assert estimate.iteration_seconds(case, None, 1000) == pytest.approx(1000 * constants.launch_s)
