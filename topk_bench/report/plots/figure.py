@@ -476,9 +476,10 @@ def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
 def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
     """Suite title wrapped to the figure's width, then how the numbers were obtained."""
     if method == Method.PREDICTED and _has_values(rows, PREDICTED_TIME):
-        names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
-        gpu = names[0] if len(names) == 1 else device
-        how = f"predicted for {gpu}: allocated bytes, time by the kernel time model; nothing computed"
+        timed = rows[marks.values(rows, PREDICTED_TIME).notna()]  # a failed case's row may name no part
+        names = sorted(set(timed[col.DEVICE_NAME].dropna().astype(str)) - {""})
+        gpu = names[0].split(" (")[0] if len(names) == 1 else device  # the product, not "(h100-sxm, predicted)"
+        how = f"predicted for {gpu}: allocated bytes, time by the kernel time model"
     elif method == Method.PREDICTED:
         how = "predicted: allocated bytes, nothing computed"
     else:
