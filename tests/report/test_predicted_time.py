@@ -100,3 +100,48 @@ def test_compare_cli_of_a_prediction_against_a_measurement_exits_0(tmp_path, cli
     result = cli("compare", predicted, measured)
     assert result.code == 0, result
     assert f"median |predicted / measured - 1| = 50.0% over {len(frame)} case(s)" in result.out
+
+
+TINY = """
+name = "tiny"
+workload = "mha"
+causal = true
+[shape]
+d_model = 8
+heads = 2
+[sweep]
+seq_len = [16, 32]
+[[impl]]
+name = "vanilla"
+[[impl]]
+name = "sdpa"
+"""
+
+
+@pytest.mark.slow  # the real run: a child process per case
+def test_a_cuda_predictions_figure_draws_its_predicted_time(tmp_path, capsys):
+    """The real run (--predict --device cuda, a few seconds), then its figure: memory above, predicted time below,
+    the part named in the title."""
+    import matplotlib.pyplot as plt
+
+    from topk_bench.cli import main
+    from topk_bench.report.plots.figure import draw_figure
+    from topk_bench.report.plots.inputs import figure_inputs
+
+    (tmp_path / "tiny.toml").write_text(TINY)
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            ["run", str(tmp_path / "tiny.toml"), "--out", str(tmp_path / "out"), "--predict", "--device", "cuda", "-q"]
+        )
+    assert exit_.value.code == 0, capsys.readouterr().err
+    (item,) = figure_inputs(tmp_path / "out")
+    fig = draw_figure(item.rows, item.spec, item.device, item.method)
+    try:
+        labels = [ax.get_ylabel() for ax in fig.axes]
+        assert "predicted time (s)" in labels
+        times = [ax for ax in fig.axes if ax.get_ylabel() == "predicted time (s)"][0]
+        drawn = sorted(y for line in times.get_lines() for y in line.get_ydata())
+        assert drawn == sorted(pd.to_numeric(item.rows[col.TIME_PREDICTED_S]))
+        assert "predicted for NVIDIA H100 80GB HBM3" in fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
