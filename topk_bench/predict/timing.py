@@ -28,6 +28,7 @@ The efficiencies, the floor and the launch cost (:class:`Constants`) are global,
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -194,6 +195,8 @@ def _argument(func, args, kwargs, name: str):
 
 
 def _flops(func, args, kwargs, out, kind: str) -> float:
+    if kind not in (GEMM, ATTENTION_FWD, ATTENTION_BWD):  # the formulas flop_counter has are of these
+        return 0.0
     count = flop_registry.get(func._overloadpacket)
     if count is None:
         return 0.0
@@ -204,12 +207,18 @@ def _flops(func, args, kwargs, out, kind: str) -> float:
     return flops
 
 
+@functools.cache
+def _launch_of(func) -> tuple[str, str] | None:
+    """(name, class) of the kernel ``func`` launches, None for none: once per op overload."""
+    return (func._opname, kernel_class(func._opname)) if launches_kernel(func) else None
+
+
 def kernel(func, args, kwargs, out) -> Kernel | None:
     """The kernel one call of ``func`` launches (None: none, a view or an allocation)."""
-    if not launches_kernel(func):
+    launched = _launch_of(func)
+    if launched is None:
         return None
-    name = func._opname
-    kind = kernel_class(name)
+    name, kind = launched
     inputs, outputs = _tensors((args, kwargs)), _tensors(out)
     moved = sum(_nbytes(t) for t in inputs + outputs)  # an in-place op's output is its input: read, written
     return Kernel(
