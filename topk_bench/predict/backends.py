@@ -152,21 +152,20 @@ def _traced_iteration(
 ):
     """((events, loss serial), FLOPs or None, ops or None) of one fake iteration on CUDA's path, from the live set
     of the build (the previous iteration's gradients are dropped outside the trace); ``counted``: under
-    ``FlopCounterMode`` and the op counter, as the profiling iteration runs; ``costs``: also records the
-    iteration's kernels (the time model)."""
+    ``FlopCounterMode`` and the op counter, as the profiling iteration runs; ``costs``: the op counter that also
+    records the iteration's kernels (the time model)."""
     with fake:
         wl.clear_grads()
     trace.take()
     trace.begin_iteration(counted=counted)
     gpu = trace.gpu
     losses: list[torch.Tensor] = []
-    flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
+    flops, ops = (FlopCounterMode(display=False), costs or OpCounter()) if counted else (None, None)
     with (
         fake,
         kernels.CudaComposites(gpu, trace.adds),
         flops or contextlib.nullcontext(),
         ops or contextlib.nullcontext(),
-        costs or contextlib.nullcontext(),
         trace,
         hardware.target("cuda"),
     ):

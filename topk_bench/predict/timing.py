@@ -36,11 +36,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from topk_bench.measure.ops import launches_kernel
+from topk_bench.measure.ops import OpCounter, launches_kernel
 from topk_bench.predict.kernels.gpus import Gpu
 
 FITTED = Path(__file__).with_name("gpu_time.json")
@@ -231,17 +230,20 @@ def kernel(func, args, kwargs, out) -> Kernel | None:
     )
 
 
-class KernelCosts(TorchDispatchMode):
-    """Records the kernels the ops dispatched while active launch (:attr:`kernels`, in order)."""
+class KernelCosts(OpCounter):
+    """The op counter (``counted``: ops, launches, SDPA's backend) that also records the kernels the ops launch
+    (:attr:`kernels`, in order): one dispatch mode for both, so that the time model costs little."""
 
     def __init__(self) -> None:
         super().__init__()
         self.kernels: list[Kernel] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.namespace != "prim":
-            launched = kernel(func, args, kwargs or {}, out)
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.namespace != "prim":  # as OpCounter: C++ asking a tensor its device is no op of the iteration
+            launched = kernel(func, args, kwargs, out)
+            self.counted.note(func._opname, launched is not None)
             if launched is not None:
                 self.kernels.append(launched)
         return out
