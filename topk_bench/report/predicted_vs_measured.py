@@ -55,6 +55,10 @@ def _number(value) -> float | None:
     return None if value is None or missing(value) else float(value)
 
 
+def _plain(value) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def _keys(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
     cells = frame.reindex(columns=columns).astype(str).where(frame.reindex(columns=columns).notna(), "")
     return cells.apply(lambda r: "\x1f".join(r), axis=1) if len(frame) else pd.Series(dtype=str)
@@ -68,6 +72,8 @@ def pairs(base: pd.DataFrame, new: pd.DataFrame) -> list[Pair]:
     params = sorted(set(parameter_columns(predicted.columns)) | set(parameter_columns(measured.columns)))
     key_columns = [*_DESCRIBING, *params]
     by_key = dict(zip(_keys(predicted, key_columns), predicted.to_dict("records")))
+    # A case is named by what varies within one implementation (seq_len), not across them (chunk_size).
+    varying = [c for c in params if c in measured and (measured.groupby(col.IMPL)[c].nunique() > 1).any()]
     out = []
     for key, m in zip(_keys(measured, key_columns), measured.to_dict("records")):
         p = by_key.get(key)
@@ -75,8 +81,9 @@ def pairs(base: pd.DataFrame, new: pd.DataFrame) -> list[Pair]:
             continue
         graph = str(m.get(col.TIMER)) == Timer.CUDAGRAPH
         time = p.get(col.DEVICE_TIME_PREDICTED_S if graph else col.TIME_PREDICTED_S)
-        varying = [c for c in params if not missing(m.get(c)) and measured[c].nunique() > 1]
-        name = f"{m[col.WORKLOAD]}/{m.get(col.LABEL) or m[col.IMPL]}" + "".join(f" {c}={m[c]}" for c in varying)
+        name = f"{m[col.WORKLOAD]}/{m.get(col.LABEL) or m[col.IMPL]}" + "".join(
+            f" {c}={_plain(m[c])}" for c in varying if not missing(m.get(c))
+        )
         out.append(
             Pair(
                 name,
@@ -93,13 +100,13 @@ def lines(found: list[Pair]) -> list[str]:
     """The table and its summary, as text."""
     if not found:
         return ["predicted against measured: no case of one side is on the other (same workload, method, parameters)"]
-    out = [f"{'case':48} {'measured':>10} {'predicted':>10} {'ratio':>6}  {'peak ratio':>10}"]
+    out = [f"{'case':56} {'measured':>10} {'predicted':>10} {'ratio':>6}  {'peak ratio':>10}"]
     for p in found:
         ms = f"{p.measured_s * 1e3:.3f}ms" if p.measured_s is not None else "-"
         ps = f"{p.predicted_s * 1e3:.3f}ms" if p.predicted_s is not None else "-"
         tr = f"{p.time_ratio:.2f}" if p.time_ratio is not None else "-"
         pr = f"{p.peak_ratio:.4f}" if p.peak_ratio is not None else "-"
-        out.append(f"{p.name[:48]:48} {ms:>10} {ps:>10} {tr:>6}  {pr:>10}")
+        out.append(f"{p.name[:56]:56} {ms:>10} {ps:>10} {tr:>6}  {pr:>10}")
     ratios = [p.time_ratio for p in found if p.time_ratio is not None]
     if ratios:
         median = statistics.median(abs(r - 1) for r in ratios)
