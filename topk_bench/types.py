@@ -89,14 +89,26 @@ class DeviceKind(Word):
 
 
 class GpuModel(Word):
-    """The GPU a CUDA prediction models (``run --predict --device cuda --gpu``), by compute capability: the SXM
-    parts of topk_bench.predict.kernels.gpus (sm80: A100, sm90: H100)."""
+    """The GPU a CUDA prediction models (``run --predict --device cuda --gpu``): a part with its memory, as NVIDIA
+    sells it (topk_bench.predict.kernels.gpus holds each part's specification). ``sm80`` and ``sm90``, the
+    compute capabilities earlier versions named, still parse: as the A100 80 GB and the H100 SXM."""
 
-    SM80 = "sm80"
-    SM90 = "sm90"
+    H100_SXM = "h100-sxm"
+    H100_PCIE = "h100-pcie"
+    H200 = "h200"
+    A100_40GB = "a100-40gb"
+    A100_80GB = "a100-80gb"
+    L4 = "l4"
+    B200 = "b200"
+
+    @classmethod
+    def _missing_(cls, value: object) -> GpuModel | None:
+        text = str(value).strip().lower()
+        return _GPU_ALIASES.get(text) or next((m for m in cls if m.value == text), None)
 
 
-DEFAULT_GPU = GpuModel.SM90  # what a CUDA prediction models unless told: the GPU of the committed H100 data
+_GPU_ALIASES = {"sm80": GpuModel.A100_80GB, "sm90": GpuModel.H100_SXM}
+DEFAULT_GPU = GpuModel.H100_SXM  # what a CUDA prediction models unless told: the GPU of the committed H100 data
 
 
 class Timer(Word):

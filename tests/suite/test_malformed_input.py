@@ -481,7 +481,10 @@ def test_the_good_inference_suite_is_valid(tmp_path):
 @pytest.mark.parametrize(
     "argv,words",
     [
-        (("--predict", "--device", "cuda", "--gpu", "sm75"), "--gpu: expected sm80 or sm90, got 'sm75'"),
+        (
+            ("--predict", "--device", "cuda", "--gpu", "sm75"),
+            "--gpu: unknown GPU 'sm75' (known: h100-sxm, h100-pcie, h200, a100-40gb, a100-80gb, l4, b200)",
+        ),
         (
             ("--predict", "--gpu", "sm80"),
             "--gpu: names the GPU a CUDA prediction models: give it with --predict --device cuda",
@@ -499,14 +502,15 @@ def test_a_bad_gpu_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv,
 
 
 def test_the_gpu_of_a_cuda_prediction_is_in_its_rows(tmp_path, capsys):
-    """sm80 models an A100: its rows say so and get their own case ids; sm90 (the default) keeps the ids of a
-    prediction that names none."""
+    """sm80 (the A100 80 GB's old name) models an A100: its rows say so and get their own case ids; sm90 and
+    h100-sxm (the default) keep the ids of a prediction that names none. Every row has its kernel launches (fewer
+    than its ops: views launch none) and its predicted time."""
     import csv
 
     suite = tmp_path / "good.toml"
     suite.write_text(GOOD)
     rows = {}
-    for gpu in ("sm80", "sm90", None):
+    for gpu in ("sm80", "sm90", "h100-sxm", None):
         out = tmp_path / f"out-{gpu}"
         code, err = cli(
             capsys,
@@ -523,8 +527,15 @@ def test_the_gpu_of_a_cuda_prediction_is_in_its_rows(tmp_path, capsys):
         assert code == 0, err
         rows[gpu] = list(csv.DictReader(open(out / "bad.csv", newline="")))
     assert [r["case_id"] for r in rows["sm90"]] == [r["case_id"] for r in rows[None]]
+    assert [r["case_id"] for r in rows["h100-sxm"]] == [r["case_id"] for r in rows[None]]
     assert not {r["case_id"] for r in rows["sm80"]} & {r["case_id"] for r in rows["sm90"]}
-    assert {r["device_name"] for r in rows["sm80"]} == {"NVIDIA A100-SXM4-80GB (sm80, predicted)"}
-    assert {r["device_name"] for r in rows["sm90"]} == {"NVIDIA H100 80GB HBM3 (sm90, predicted)"}
+    assert {r["device_name"] for r in rows["sm80"]} == {"NVIDIA A100-SXM4-80GB (a100-80gb, sm80, predicted)"}
+    assert {r["device_name"] for r in rows["sm90"]} == {"NVIDIA H100 80GB HBM3 (h100-sxm, sm90, predicted)"}
+    for a100, h100 in zip(rows["sm80"], rows["sm90"]):  # the same kernels, a slower part
+        assert 0 < int(h100["kernel_launches"]) < int(h100["ops_per_iter"])
+        assert a100["kernel_launches"] == h100["kernel_launches"]
+        assert float(a100["device_time_predicted_s"]) > float(h100["device_time_predicted_s"]) > 0
+        assert float(h100["time_predicted_s"]) >= float(h100["device_time_predicted_s"])
+        assert h100["host_bound"] in ("True", "False")
     for row in rows["sm90"]:  # the columns of a CUDA prediction: its workspaces, and every op modelled here
         assert int(row["workspace_bytes"]) == 65 * 2**20 and row["cuda_unmodeled_ops"] == ""

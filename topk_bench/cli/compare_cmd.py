@@ -63,12 +63,14 @@ def compare(
     """Compare two runs case by case: memory, time (median ratio + Mann-Whitney U) and status.
 
     Exit 1 on a regression, and when the gate cannot vouch for NEW: nothing compared, a case of BASE
-    missing from NEW, a line of either side left out as invalid, a value that is not a finite number >= 0."""
+    missing from NEW, a line of either side left out as invalid, a value that is not a finite number >= 0.
+    A predicted run against a measured one is no gate: each case's predicted and measured time and peak, and
+    how far apart they are (exit 0)."""
     from rich.console import Console
 
     from topk_bench.report import compare as cmp  # pandas and scipy: only when the command runs
     from topk_bench.report import compare_render as report
-    from topk_bench.report import pairing
+    from topk_bench.report import pairing, predicted_vs_measured
 
     thresholds = Thresholds(time_factor, memory_factor, reserved_factor, alpha).validate()
     if allow_no_base and not base.exists() and not base.is_symlink():
@@ -76,6 +78,10 @@ def compare(
         result = cmp.first_run(new_frame, thresholds, str(base), str(new), relative_to)
     else:
         base_frame, new_frame = cmp.load(base), cmp.load(new)
+        if predicted_vs_measured.applies(base_frame, new_frame):  # how far a prediction is: no gate to judge
+            for line in predicted_vs_measured.lines(predicted_vs_measured.pairs(base_frame, new_frame)):
+                typer.echo(line)
+            raise typer.Exit(0)
         by = pairing.parse(pair_by) if pair_by is not None else None
         result = cmp.compare_frames(
             base_frame, new_frame, thresholds, str(base), str(new), allow_missing, by, relative_to=relative_to

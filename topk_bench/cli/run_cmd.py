@@ -56,9 +56,9 @@ def run(
     gpu: str | None = typer.Option(
         None,
         "--gpu",
-        metavar="sm80|sm90",
-        help="With --predict --device cuda: the GPU modelled (which SDPA backend runs, the kernels' block counts): "
-        "sm80 (A100) or sm90 (H100, the default).",
+        metavar="PART",
+        help="With --predict --device cuda: the GPU modelled, its memory the budget, its peaks the predicted time: "
+        "h100-sxm (the default), h100-pcie, h200, a100-40gb, a100-80gb, l4, b200 (sm90, sm80: H100 SXM, A100 80GB).",
     ),
     repeats: int | None = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
     warmup: int | None = typer.Option(

@@ -60,7 +60,7 @@ def _measured_columns(case: Case, steps: CpuSteps | CudaSteps) -> dict:
         col.FLUSH_L2: case.flush_l2,
         col.RAN_DTYPE: steps.ran_dtype,
         col.COMPILED: None if steps.compiled_graphs is None else steps.compiled_graphs > 0,
-        **ops_columns(steps.counted),
+        **ops_columns(steps.counted, cuda=isinstance(steps, CudaSteps)),
     }
     if steps.compile_s is not None:
         columns[col.COMPILE_S] = steps.compile_s

@@ -40,20 +40,61 @@ SDPA_OPS = {
     "_scaled_dot_product_fused_attention_overrideable": "overrideable",
     "_safe_softmax": "math",
 }
+# Ops that launch no kernel besides views (an op whose schema returns an alias of an input): allocations, which
+# the caching allocator serves without the device, and reads of a tensor's metadata.
+NO_KERNEL_OPS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "empty_permuted",
+        "_unsafe_view",  # a view whose schema says it is not one (autograd's, of a fresh result)
+        "resize_",
+        "set_",
+        "lift_fresh",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+    }
+)
+
+
+def launches_kernel(func) -> bool:
+    """Whether one call of the aten op ``func`` launches a kernel on CUDA: not a view, not an allocation."""
+    return func.namespace != "prim" and not func.is_view and func._opname not in NO_KERNEL_OPS
+
+
+def _launches_by_name(name: str) -> bool:
+    """:func:`launches_kernel` of an op known by its name only (a profiler's event): its default overload's."""
+    import torch
+
+    packet = getattr(torch.ops.aten, name, None)
+    overload = getattr(packet, "default", None) if packet is not None else None
+    return name not in NO_KERNEL_OPS and not (overload is not None and overload.is_view)
+
+
 # torch.profiler's name of a call into a compiled graph (inductor's output code).
 COMPILED_GRAPH_EVENT = "## Call CompiledFxGraph"
 
 
 @dataclass
 class OpCount:
-    """Ops of one iteration, and the SDPA backends their names show (empty: no SDPA call)."""
+    """Ops of one iteration, those of them that launch a kernel on CUDA, and the SDPA backends their names show
+    (empty: no SDPA call)."""
 
     ops: int = 0
     sdpa: set[str] = field(default_factory=set)
+    launches: int = 0
 
-    def note(self, name: str) -> None:
-        """One dispatched op, by its name without namespace or overload (``mm``)."""
+    def note(self, name: str, launches: bool = True) -> None:
+        """One dispatched op, by its name without namespace or overload (``mm``); ``launches``: a kernel."""
         self.ops += 1
+        self.launches += launches
         backend = SDPA_OPS.get(name)
         if backend:
             self.sdpa.add(backend)
@@ -73,7 +114,7 @@ class OpCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace != "prim":  # C++ asking a tensor its device: no op of the iteration
-            self.counted.note(func._opname)
+            self.counted.note(func._opname, launches_kernel(func))
         return func(*args, **(kwargs or {}))
 
 
@@ -85,8 +126,10 @@ def profiled(events: Iterable) -> OpCount:
         name = event.name
         if name.startswith(COMPILED_GRAPH_EVENT):
             counted.ops += 1
+            counted.launches += 1  # at least one kernel (inductor's fused kernels are not seen here)
         elif name.startswith("aten::") and not _inside_aten_op(event):
-            counted.note(name[len("aten::") :])
+            op = name[len("aten::") :]
+            counted.note(op, _launches_by_name(op))
     return counted
 
 

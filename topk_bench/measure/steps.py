@@ -106,5 +106,7 @@ def ok_result(case: Case, **fields) -> Measurement:
     return Measurement(status=Status.OK, device_name=meta["device_name"], metadata=meta, **fields)
 
 
-def ops_columns(counted: OpCount) -> dict:
-    return {col.OPS_PER_ITER: counted.ops, col.SDPA_BACKEND: counted.sdpa_backend}
+def ops_columns(counted: OpCount, cuda: bool = False) -> dict:
+    """``ops_per_iter`` and ``sdpa_backend``; on CUDA (``cuda``) also ``kernel_launches``."""
+    launches = {col.KERNEL_LAUNCHES: counted.launches} if cuda else {}
+    return {col.OPS_PER_ITER: counted.ops, col.SDPA_BACKEND: counted.sdpa_backend, **launches}

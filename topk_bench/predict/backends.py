@@ -22,7 +22,7 @@ from topk_bench.errors import Unsupported
 from topk_bench.measure.memory import LiveBytes
 from topk_bench.measure.ops import OpCounter
 from topk_bench.measure.steps import build, check_supported, iteration, ok_result, ops_columns
-from topk_bench.predict import kernels
+from topk_bench.predict import kernels, timing
 from topk_bench.predict.simulated import SimulatedCudaSteps, simulate
 from topk_bench.protocol import OURS
 from topk_bench.results import columns as col
@@ -84,6 +84,7 @@ def predict_cuda(
     empty_cache: bool = True,
     make_trace: Callable[..., kernels.KernelTrace] = kernels.KernelTrace,
     make_steps: Callable[..., SimulatedCudaSteps] = SimulatedCudaSteps,
+    make_costs: Callable[[], timing.KernelCosts] | None = timing.KernelCosts,
 ) -> Measurement:
     """``measure_cuda``'s numbers from the fake run's allocations replayed on the simulated allocator.
 
@@ -97,7 +98,9 @@ def predict_cuda(
     build, ``workspace_bytes`` what the warm-up left besides, ``peak_bytes`` and ``reserved_bytes`` of the timed
     iterations, workspaces included. The ops whose CUDA allocations are not modelled are named in the
     ``cuda_unmodeled_ops`` column. ``make_trace(gpu, adds)`` and ``make_steps``: the trace and the simulation's
-    steps (a profile's name every block of the peak: :mod:`topk_bench.capture.capture`).
+    steps (a profile's name every block of the peak: :mod:`topk_bench.capture.capture`). ``make_costs``: what
+    records the iteration's kernels for its time on the GPU (:mod:`topk_bench.predict.timing`:
+    ``time_predicted_s`` and its parts); None: no time.
     """
     if case.protocol != OURS.name:  # the simulation replays our sequence (one build, warm-up, reset)
         raise Unsupported(
@@ -111,7 +114,8 @@ def predict_cuda(
     with fake, kernels.CudaComposites(gpu, adds), trace, hardware.target("cuda"):
         wl = build(case, "cpu")
     setup = trace.take()
-    profiled, flops, ops = _traced_iteration(wl, case, fake, trace, counted=True)  # as CudaSteps.profile runs it
+    costs = make_costs() if make_costs is not None else None
+    profiled, flops, ops = _traced_iteration(wl, case, fake, trace, counted=True, costs=costs)  # as CudaSteps.profile
     plain, _, _ = _traced_iteration(wl, case, fake, trace, counted=False)  # as a warm-up and a timed one
     (body, loss) = plain
     sim = simulate(
@@ -136,21 +140,27 @@ def predict_cuda(
     result.extra[col.CUDA_UNMODELED_OPS] = ";".join(sorted(trace.unmodelled))
     # The fake run's ops are what the host dispatches on CUDA too; SDPA's backend there is chosen by CUDA's
     # rules (kernels), not the fake CPU run's: left empty.
-    result.extra[col.OPS_PER_ITER] = ops
+    result.extra[col.OPS_PER_ITER] = ops.ops
+    result.extra[col.KERNEL_LAUNCHES] = ops.launches
+    if costs is not None:
+        result.extra.update(timing.columns(timing.estimate(costs.kernels, gpu)))
     return result
 
 
-def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, counted: bool):
+def _traced_iteration(
+    wl: Workload, case: Case, fake: FakeTensorMode, trace, *, counted: bool, costs: timing.KernelCosts | None = None
+):
     """((events, loss serial), FLOPs or None, ops or None) of one fake iteration on CUDA's path, from the live set
     of the build (the previous iteration's gradients are dropped outside the trace); ``counted``: under
-    ``FlopCounterMode`` and the op counter, as the profiling iteration runs."""
+    ``FlopCounterMode`` and the op counter, as the profiling iteration runs; ``costs``: the op counter that also
+    records the iteration's kernels (the time model)."""
     with fake:
         wl.clear_grads()
     trace.take()
     trace.begin_iteration(counted=counted)
     gpu = trace.gpu
     losses: list[torch.Tensor] = []
-    flops, ops = (FlopCounterMode(display=False), OpCounter()) if counted else (None, None)
+    flops, ops = (FlopCounterMode(display=False), costs or OpCounter()) if counted else (None, None)
     with (
         fake,
         kernels.CudaComposites(gpu, trace.adds),
@@ -164,5 +174,5 @@ def _traced_iteration(wl: Workload, case: Case, fake: FakeTensorMode, trace, *, 
     return (
         (events, trace.serial(losses[0])),
         flops.get_total_flops() if flops is not None else None,
-        ops.counted.ops if ops is not None else None,
+        ops.counted if ops is not None else None,
     )

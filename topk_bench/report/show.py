@@ -41,6 +41,7 @@ _LEFT = (col.LABEL, col.STATUS, col.METHOD, col.DEVICE, col.TRUST, col.CODE_PATH
 # The row header of a pivot never takes more than this share of the width: the values are the point.
 _ROW_HEADER_SHARE = 0.3
 _MARK = "*"
+_PREDICTED = "~"  # before a predicted time (topk_bench.predict.timing): the modelled GPU's, not a measurement
 
 
 def _cell(value) -> str:
@@ -76,14 +77,29 @@ def _sort_key(value):
         return (1, 0.0, str(value))
 
 
+def exceeded_peak(row: Mapping) -> float | None:
+    """The peak of an ``over_budget`` row that exceeded its budget: the larger of its peaks, allocated and
+    reserved, above ``max_memory_bytes`` (as the child judged it); the peak when the budget is not in the row."""
+    limit = row.get(col.MAX_MEMORY_BYTES)
+    peaks = [
+        float(p) for p in (row.get(col.PEAK_BYTES), row.get(col.RESERVED_BYTES)) if p is not None and not missing(p)
+    ]
+    over = [p for p in peaks if limit is None or missing(limit) or p > float(limit)]
+    return max(over) if over else None
+
+
 def pivot_cell(row: Mapping) -> str:
-    """Median time over peak memory (``*`` after a time measured under contention); the status when not ok."""
+    """Median time over peak memory (``*`` after a time measured under contention, ``~`` before a predicted
+    one); the status when not ok, and beside ``over_budget`` the peak that exceeded the budget."""
     if row[col.STATUS] != Status.OK:
-        return str(row[col.STATUS])
+        peak = exceeded_peak(row) if row[col.STATUS] == Status.OVER_BUDGET else None
+        return str(row[col.STATUS]) + (f"\n{short_bytes(peak)}" if peak is not None else "")
     lines = []
     if not missing(row[col.TIME_MEDIAN_S]):
         flagged = isinstance(row.get(col.TRUST), str) and row.get(col.TRUST)
         lines.append(short_seconds(row[col.TIME_MEDIAN_S]) + (_MARK if flagged else ""))
+    elif not missing(row.get(col.TIME_PREDICTED_S)):
+        lines.append(_PREDICTED + short_seconds(row[col.TIME_PREDICTED_S]))
     if not missing(row[col.PEAK_BYTES]):
         lines.append(short_bytes(row[col.PEAK_BYTES]))
     return "\n".join(lines) or "ok"
@@ -104,8 +120,11 @@ def _chunks(widths: list[int], room: int) -> list[list[int]]:
     return [[i] for i in range(count)]
 
 
-def what_of(method: str) -> str:
-    return "median time / peak memory" if method == Method.MEASURED else "peak memory"
+def what_of(method: str, timed: bool = False) -> str:
+    """What a pivot's cells hold; ``timed``: a prediction with predicted times."""
+    if method == Method.MEASURED:
+        return "median time / peak memory"
+    return f"{_PREDICTED}predicted time / peak memory" if timed else "peak memory"
 
 
 def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[TextTable]:
@@ -152,10 +171,13 @@ def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[
     if col.WORKLOAD in others:
         names = rows[col.WORKLOAD].astype(str) + ": " + names
     names = names.map(shown)
-    cells = rows[[col.STATUS, col.TIME_MEDIAN_S, col.PEAK_BYTES, col.TRUST]].to_dict("records")
+    shown_columns = [col.STATUS, col.TIME_MEDIAN_S, col.PEAK_BYTES, col.TRUST]
+    shown_columns += [c for c in (col.RESERVED_BYTES, col.MAX_MEMORY_BYTES, col.TIME_PREDICTED_S) if c in rows.columns]
+    cells = rows[shown_columns].to_dict("records")
+    timed = col.TIME_PREDICTED_S in rows.columns and rows[col.TIME_PREDICTED_S].notna().any()
     rows = rows.assign(
         _name=names,
-        _x=[shown(_plain(v)) for v in rows[x]] if x else [what_of(method)] * len(rows),
+        _x=[shown(_plain(v)) for v in rows[x]] if x else [what_of(method, timed)] * len(rows),
         _cell=[pivot_cell(r) for r in cells],
     )
     xs = sorted(rows["_x"].unique(), key=_sort_key)
@@ -167,7 +189,7 @@ def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[
     out = []
     for part, run in enumerate(runs, start=1):
         title = f"{what_ran} · {caption}\n" if caption else f"{what_ran} · "
-        title += f"{what_of(method)} by {x or 'case'}" + (f" ({part}/{len(runs)})" if len(runs) > 1 else "")
+        title += f"{what_of(method, timed)} by {x or 'case'}" + (f" ({part}/{len(runs)})" if len(runs) > 1 else "")
         out.append(
             TextTable(
                 title,  # its parts shown already; its line break is the layout's

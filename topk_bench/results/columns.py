@@ -155,6 +155,12 @@ OPS_PER_ITER = Column(
     "time each, what makes a method dispatch-bound",
     M,
 )
+KERNEL_LAUNCHES = Column(
+    "kernel_launches",
+    "CUDA (measured or predicted): the ops of ops_per_iter that launch a kernel (not views, not allocations): "
+    "an eager iteration's host cost is launches x the cost of one",
+    M,
+)
 SDPA_BACKEND = Column(
     "sdpa_backend",
     "the backend SDPA ran (flash_attention, efficient_attention, cudnn_attention, "
@@ -226,6 +232,25 @@ WORKSPACE_BYTES = Column(
     "--predict --device cuda predicts it (the workspaces at their first use)",
     M,
 )
+TIME_PREDICTED_S = Column(
+    "time_predicted_s",
+    "--predict --device cuda: predicted seconds of one eager iteration on the modelled GPU, the larger of "
+    "device_time_predicted_s and the host's launches x launch cost (topk_bench.predict.timing)",
+    M,
+)
+DEVICE_TIME_PREDICTED_S = Column(
+    "device_time_predicted_s",
+    "--predict --device cuda: predicted seconds of the iteration's kernels one after another (a CUDA graph's "
+    "replay, timer cudagraph)",
+    M,
+)
+HOST_BOUND = Column(
+    "host_bound",
+    "--predict --device cuda: True when the host's launches take longer than the kernels (the eager time is "
+    "the host's)",
+    T,
+)
+PREDICTED_TIME_COLUMNS: tuple[Column, ...] = (TIME_PREDICTED_S, DEVICE_TIME_PREDICTED_S, HOST_BOUND)
 CUDA_UNMODELED_OPS = Column(
     "cuda_unmodeled_ops",
     "--predict --device cuda: the aten ops of the case whose CUDA "
@@ -284,6 +309,8 @@ _OPTIONAL: dict[str, Column] = {
         COMPILE_S,
         WORKSPACE_BYTES,
         CUDA_UNMODELED_OPS,
+        KERNEL_LAUNCHES,
+        *PREDICTED_TIME_COLUMNS,
         *FIDELITY_COLUMNS,
         *(c for kind in QUALITY.values() for c in kind.values()),
         EMB_COS,
@@ -513,6 +540,8 @@ METRICS: dict[str, Metric] = {
         Metric("memory", PEAK_BYTES, 1 / GIB, "peak allocated memory (GiB)", "GiB"),
         Metric("reserved", RESERVED_BYTES, 1 / GIB, "peak reserved memory (GiB)", "GiB"),
         Metric("time", TIME_MEDIAN_S, 1.0, "time (s)", "s"),
+        # What a CUDA prediction's figure draws for "time": the time model's eager iteration (predict/timing.py).
+        Metric("time_predicted", TIME_PREDICTED_S, 1.0, "predicted time (s)", "s"),
         # The peak above what was live before the measured region: the step's own memory, cache excluded.
         Metric("working_memory", PEAK_BYTES, 1 / GIB, "peak above inputs (GiB)", "GiB", minus=BASELINE_BYTES),
         Metric("kv_cache", KV_CACHE_BYTES, 1 / GIB, "KV cache (GiB)", "GiB"),

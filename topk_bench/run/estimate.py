@@ -33,7 +33,7 @@ from topk_bench.measure.iterations import compiles, own_timing_pass
 from topk_bench.protocol import PAPER
 from topk_bench.results import columns as col
 from topk_bench.suite.settings import ExecutorSettings
-from topk_bench.types import DeviceKind
+from topk_bench.types import DEFAULT_GPU, DeviceKind
 from topk_bench.units import format_duration, missing
 
 # A new interpreter importing torch (the local template, once; each Slurm task): 2 to 5 s on 2 loaded cores.
@@ -62,8 +62,6 @@ PROFILE_OP_S = 2.4e-4
 # no weight beside the FLOPs on these runs: a socket's 50 GB/s, so that a bandwidth-bound case still counts).
 CPU_FLOPS_PER_THREAD = 4.0e10
 CPU_BYTES_PER_S = 5.0e10
-CUDA_FLOPS_PER_S = 2.0e13  # not fitted here (no GPU): an H100's float32 without TF32, at a half of its peak
-CUDA_BYTES_PER_S = 1.5e12
 # The first call of a case that compiles (flex, compile = true): torch.compile's time (the median compile_s).
 COMPILE_S = 6.7
 # Each kind of selection quality a case computes after its timed iterations (quality = [...]).
@@ -132,12 +130,30 @@ def ops(case: Case, traffic: workloads.Traffic | None) -> float:
     return calls * (OPS_PER_CALL + OPS_PER_CHUNK_OF.get(case.impl, OPS_PER_CHUNK) * (chunks(case, query) - 1))
 
 
+def cuda_iteration_seconds(case: Case, traffic: workloads.Traffic | None, op_count: float) -> float:
+    """One eager iteration on a GPU, by the GPU time model's fitted constants (topk_bench.predict.timing) on the
+    part a CUDA prediction models by default (the H100 the constants were fitted on): the cost model's FLOPs at
+    the GEMMs' achieved rate for the dtype, its bytes at the elementwise kernels' bandwidth, and the host's
+    launches (every op counted as one: an upper bound); the slower of device and host."""
+    from topk_bench.predict import timing  # the kernel rules and the catalogue: only for a CUDA run
+    from topk_bench.predict.kernels.gpus import gpu
+
+    part, constants = gpu(DEFAULT_GPU), timing.Constants.fitted()
+    peak = timing.peak_flops(part, "half" if case.dtype.half else "float32", timing.GEMM)
+    device = (
+        traffic.flops / (peak * constants.efficiency[timing.GEMM])
+        + traffic.bytes / (part.hbm_bytes_per_s * constants.efficiency[timing.ELEMENTWISE])
+        if traffic is not None
+        else 0.0
+    )
+    return max(device, op_count * constants.launch_s)
+
+
 def iteration_seconds(case: Case, traffic: workloads.Traffic | None, op_count: float) -> float:
     """One eager iteration of a measured case: its FLOPs and bytes at the device's rates, and its ops' host time."""
     if DeviceKind(case.device) is DeviceKind.CUDA:
-        rates = (CUDA_FLOPS_PER_S, CUDA_BYTES_PER_S)
-    else:
-        rates = (CPU_FLOPS_PER_THREAD * max(1, case.threads or 1), CPU_BYTES_PER_S)
+        return cuda_iteration_seconds(case, traffic, op_count)
+    rates = (CPU_FLOPS_PER_THREAD * max(1, case.threads or 1), CPU_BYTES_PER_S)
     work = (traffic.flops / rates[0] + traffic.bytes / rates[1]) if traffic is not None else 0.0
     return work + op_count * OP_S
 

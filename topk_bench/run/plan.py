@@ -307,6 +307,8 @@ def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
     return (
         ((col.WORKSPACE_BYTES,) if cuda or cuda_predicted else ())
         + ((col.CUDA_UNMODELED_OPS,) if cuda_predicted else ())
+        + ((col.KERNEL_LAUNCHES,) if cuda or cuda_predicted else ())
+        + (col.PREDICTED_TIME_COLUMNS if cuda_predicted else ())
         + ((col.COMPILE_S,) if compiled else ())
         + (col.FIDELITY_COLUMNS if suite.fidelity else ())
         + quality

@@ -157,9 +157,15 @@ class Reporter:
         if self._progress is not None and self._task is not None:
             self._progress.advance(self._task)
         detail = row.get(col.ERROR) or ""
+        predicted = row.get(col.TIME_PREDICTED_S)  # a CUDA prediction's time: the time model's, said so
+        time = (
+            f"~{short_seconds(predicted)} predicted"
+            if predicted is not None
+            else short_seconds(row.get(col.TIME_MEDIAN_S))
+        )
         line = (
             f"[{self.done}/{self.total}] {what}: {status}  peak {short_bytes(row.get(col.PEAK_BYTES))}"
-            f"  time {short_seconds(row.get(col.TIME_MEDIAN_S))}"
+            f"  time {time}"
             + (f" [{row['trust']}]" if row.get(col.TRUST) else "")
             + (f"  ({detail[:120]})" if detail else "")
         )

@@ -29,6 +29,7 @@ from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
 from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, WarmupSeconds, check_flag
 from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Timer
+from topk_bench.units import GIB
 
 DEVICE_CHOICES = ("auto", *DeviceKind.values())
 EXECUTOR_CHOICES = ("local", "slurm")
@@ -79,8 +80,11 @@ class Flags:
             raise BadInput(f"expected local or slurm, got {self.executor!r}", key="--executor")
         if self.device is not None and self.device not in DEVICE_CHOICES:
             raise BadInput(f"expected auto, cpu or cuda, got {self.device!r}", key="--device")
-        if self.gpu is not None and self.gpu not in GpuModel.values():
-            raise BadInput(f"expected {' or '.join(GpuModel.values())}, got {self.gpu!r}", key="--gpu")
+        if self.gpu is not None:
+            try:
+                GpuModel.parse(self.gpu, "GPU")
+            except ValueError as exc:
+                raise BadInput(str(exc), key="--gpu") from None
         jobs(self.jobs)
         threads_value(self.threads, "--threads")
         remeasure_flags(self.remeasure)
@@ -277,7 +281,27 @@ def predicted_gpu(flags: Flags, device_: str) -> GpuModel | None:
         if flags.gpu is not None:
             raise BadInput("names the GPU a CUDA prediction models: give it with --predict --device cuda", key="--gpu")
         return None
-    return GpuModel(flags.gpu) if flags.gpu is not None else DEFAULT_GPU
+    return GpuModel.parse(flags.gpu, "GPU") if flags.gpu is not None else DEFAULT_GPU
+
+
+def memory_budget_gib(flags: Flags, suite: Suite, settings: Settings, gpu: GpuModel | None) -> tuple[float, list[str]]:
+    """(the memory budget asked, in GiB; notes). A CUDA prediction is judged against the modelled part's memory:
+    bench.toml's default is the CPU's (the paper's 30 GiB), so only ``--max-memory`` or the suite's own value
+    replaces the part's, and never above it (as a measured case cannot use more than its device has)."""
+    if gpu is None:
+        return layered("max_memory_gib", flags, suite, settings), []
+    from topk_bench.predict.kernels.gpus import gpu as gpu_of  # the catalogue loads torch's kernel rules: lazily
+
+    part = gpu_of(gpu)
+    memory = part.memory_bytes / GIB
+    asked = layered("max_memory_gib", flags, suite, None)
+    if asked is None:
+        return memory, []
+    if asked > memory:
+        return memory, [
+            f"memory budget capped to the memory of the modelled {gpu.value}, {memory:.1f} GiB (asked {asked:g} GiB)"
+        ]
+    return asked, []
 
 
 def _threads(settings: Settings, suite: Suite, flags: Flags, executor: ExecutorSettings) -> tuple[int, list[str]]:
@@ -311,6 +335,7 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     warmup_s, timer, flush_l2, timing_notes = _timing(suite, flags, settings, device_)
     executor, gpus, executor_notes = _executor(settings, flags, device_)
     threads, thread_notes = _threads(settings, suite, flags, executor)
+    max_memory_gib, memory_notes = memory_budget_gib(flags, suite, settings, gpu)
     out = Path(flags.out) if flags.out is not None else settings.path(settings.results_dir)
     return RunSettings(
         method=flags.method,
@@ -324,13 +349,13 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
         rounds=rounds,
         threads=threads,
         remeasure=remeasure_flags(flags.remeasure),
-        max_memory_gib=layered("max_memory_gib", flags, suite, settings),
+        max_memory_gib=max_memory_gib,
         max_case_seconds=layered("max_case_seconds", flags, suite, settings),
         max_cases=layered("max_cases", None, suite, settings),
         executor=executor,
         gpus=gpus,
         out_dir=out,
-        notes=(*notes, *timing_notes, *executor_notes, *thread_notes),
+        notes=(*notes, *timing_notes, *executor_notes, *thread_notes, *memory_notes),
         gpu=gpu,
         profile=flags.profile,
     )

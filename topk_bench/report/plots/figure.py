@@ -398,6 +398,7 @@ def _set_apart(ax, drawn: list[tuple[str, np.ndarray, set]], what: str) -> set[s
 
 
 STOPPED_LEGEND = "stopped: beyond the frame, on its top edge (reason written)"
+PREDICTED_TIME = "time_predicted"  # the metric of a predicted time (columns.METRICS)
 PREDICTED_OVER_LEGEND = "predicted over the memory budget: drawn at its exact peak"
 _CROSSES = ("stopped:", "over the memory budget", PREDICTED_OVER_LEGEND)
 
@@ -474,7 +475,12 @@ def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
 
 def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
     """Suite title wrapped to the figure's width, then how the numbers were obtained."""
-    if method == Method.PREDICTED:
+    if method == Method.PREDICTED and _has_values(rows, PREDICTED_TIME):
+        timed = rows[marks.values(rows, PREDICTED_TIME).notna()]  # a failed case's row may name no part
+        names = sorted(set(timed[col.DEVICE_NAME].dropna().astype(str)) - {""})
+        gpu = names[0].split(" (")[0] if len(names) == 1 else device  # the product, not "(h100-sxm, predicted)"
+        how = f"predicted for {gpu}: allocated bytes, time by the kernel time model"
+    elif method == Method.PREDICTED:
         how = "predicted: allocated bytes, nothing computed"
     else:
         names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
@@ -512,6 +518,8 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     # otherwise "memory" is the allocated or reserved peak, as the spec asks.
     memory = memory_metric(spec, rows)
     metrics = [drawn_metric(m, spec.protocol, device, method) for m in spec.metrics]
+    if method == Method.PREDICTED:  # a CUDA prediction's time is the time model's (topk_bench.predict.timing)
+        metrics = [PREDICTED_TIME if m in ("time", "time_mean") else m for m in metrics]
     metrics = [memory if m == "memory" else m for m in metrics]
     metrics = [m for m in metrics if _has_values(rows, m)] or [metrics[0]]
     curves = styled(series(rows, spec))
