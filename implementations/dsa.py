@@ -31,9 +31,10 @@ step's weights). :class:`DsaAttention` holds them as parameters of a layer.
 Memory. The indexer's logits are computed ``chunk_size`` query positions at a time (``B x Hkv x C x H_I x
 Lk`` ReLU terms alive, then ``B x Hkv x C x Lk`` scores), as the paper computes its top-k; ``chunk_size`` =
 the whole length materialises them all (what attention-gym's indexer does). Only the selection (``Lq x k``
-indices per K/V head) is kept for backward besides q, k, v; the attention over the selected keys gathers
-their K/V rows per chunk, forward and again in backward (as FlashAttention recomputes its scores), so nothing
-of size ``Lq x k x d`` outlives a chunk.
+indices per K/V head) is kept for backward besides q, k, v. The attention over the selected keys is
+:func:`implementations.block_attention.block_sparse_attention` with blocks of one key (the sampled products
+page top-k and block top-k use: per chunk ``B x Hq x C x k`` scores, no K/V row gathered, recomputed in
+backward; a decode step copies its selected rows for dense products).
 
 Indexer loss (``indexer_loss`` = its weight λ > 0, with gradients): DSA's sparse-stage KL loss,
 ``mean_t KL(p[t, S_t] || softmax(I[t, S_t]))`` with ``p`` the main attention's probabilities summed over the
@@ -60,6 +61,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
+from implementations.block_attention import block_sparse_attention
 from implementations.masking import allowed_keys, check_activation, check_qkv, stat_dtype, upcast
 from implementations.registry import Implementation, register
 from implementations.stages import ATTENTION, INDEXER, INDEXER_LOSS, SELECTION, stage
@@ -166,60 +168,6 @@ def _probabilities(qc, k_sel, ok):
     return p.div_(p.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny))
 
 
-class SparseAttention(torch.autograd.Function):
-    """Exact attention of each query over its selected keys; keeps the selection, recomputes per chunk in backward."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, idx, ok, groups, chunk_size):
-        ctx.save_for_backward(q, k, v, idx, ok)
-        ctx.options = (groups, chunk_size)
-        return attend(q, k, v, idx, ok, groups, chunk_size)
-
-    @staticmethod
-    def backward(ctx, d_out):
-        q, k, v, idx, ok = ctx.saved_tensors
-        groups, chunk_size = ctx.options
-        lq = q.shape[-2]
-        dq = torch.empty_like(q)
-        dk_acc = torch.zeros_like(k, dtype=stat_dtype(k.dtype))
-        dv_acc = torch.zeros_like(v, dtype=stat_dtype(v.dtype))
-        with stage(ATTENTION):
-            for s in range(0, lq, chunk_size):
-                e = min(s + chunk_size, lq)
-                ci, cok = idx[:, :, s:e], ok[:, :, s:e]
-                qc, doc = _chunk_queries(q, groups, s, e), _chunk_queries(d_out, groups, s, e)
-                k_sel, v_sel = _gather_rows(k, ci), _gather_rows(v, ci)
-                p = _probabilities(qc, k_sel, cok)  # [B, Hkv, C, G, kk]
-                dp = upcast(doc @ v_sel.transpose(-2, -1))
-                del v_sel
-                ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
-                del dp
-                flat = ci.reshape(*ci.shape[:2], -1, 1)
-                dv_sel = upcast(p.to(v.dtype).transpose(-2, -1) @ doc)  # [B, Hkv, C, kk, d]
-                dv_acc.scatter_add_(2, flat.expand(-1, -1, -1, v.shape[-1]), dv_sel.flatten(2, 3))
-                del dv_sel, p
-                ds = ds.to(q.dtype)
-                _put_chunk(dq, groups, s, e, ds @ k_sel)
-                del k_sel
-                dk_sel = upcast(ds.transpose(-2, -1) @ qc)
-                dk_acc.scatter_add_(2, flat.expand(-1, -1, -1, k.shape[-1]), dk_sel.flatten(2, 3))
-                del dk_sel, ds
-        return dq, dk_acc.to(k.dtype), dv_acc.to(v.dtype), None, None, None, None
-
-
-def attend(q, k, v, idx, ok, groups, chunk_size):
-    """Forward of :class:`SparseAttention` (also the no-gradient path): ``[B, Hq, Lq, dv]``."""
-    lq = q.shape[-2]
-    out = q.new_empty(*q.shape[:-1], v.shape[-1])
-    with stage(ATTENTION):
-        for s in range(0, lq, chunk_size):
-            e = min(s + chunk_size, lq)
-            ci, cok = idx[:, :, s:e], ok[:, :, s:e]
-            p = _probabilities(_chunk_queries(q, groups, s, e), _gather_rows(k, ci), cok)
-            _put_chunk(out, groups, s, e, p.to(v.dtype) @ _gather_rows(v, ci))
-    return out
-
-
 class _WithIndexerGrads(torch.autograd.Function):
     """Returns ``out``; its backward also hands the indexer's weights their loss gradients, computed beforehand."""
 
@@ -322,10 +270,12 @@ def dsa_attention(
     for s in range(0, lq, chunk_size):
         e = min(s + chunk_size, lq)
         idx[:, :, s:e], ok[:, :, s:e] = _select(xq[:, :, s:e], ki, wq, ww, index_heads, kk, s, e, lq, lk, causal)
+    # Each selected key is a block of one: the sampled products of block_attention (no K/V row gathered in
+    # training; a decode step copies its selected rows for dense products).
+    out = block_sparse_attention(q, k, v, idx, ok, 1, causal, chunk_size)
     training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if not training:
-        return attend(q, k, v, idx, ok, groups, chunk_size)
-    out = SparseAttention.apply(q, k, v, idx, ok, groups, chunk_size)
+        return out
     trains_indexer = indexer_loss > 0 and any(isinstance(w, torch.Tensor) and w.requires_grad for w in weights)
     if not (indexer_loss > 0):
         return out
