@@ -377,6 +377,7 @@ DSA = register(
         selection=dsa_selection,
         budget=lambda tokens, options: {"topk": int(tokens)},
         cache_state=_cache_state,
+        machine_choices=("half_products",),
         module_factory=DsaAttention,
         stages=(INDEXER, SELECTION, ATTENTION, INDEXER_LOSS),
     )
