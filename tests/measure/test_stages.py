@@ -10,8 +10,10 @@ from implementations import stages as marks
 from topk_bench.case import Case
 from topk_bench.child.execute import execute
 from topk_bench.measure.memory import LiveBytes
-from topk_bench.measure.stages import StageMeter, TrackerPeaks, columns, read, timed_stages
+from topk_bench.measure.stages import StageMeter, TrackerPeaks, timed_stages
 from topk_bench.results import columns as col
+from topk_bench.results.stage_cells import cells as columns
+from topk_bench.results.stage_cells import read
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

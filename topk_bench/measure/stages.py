@@ -14,7 +14,6 @@ cost would inflate them), so that no timed sample pays for a listener.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
@@ -25,7 +24,9 @@ import implementations
 from implementations import stages as marks
 from topk_bench.case import Case
 from topk_bench.measure.memory import LiveBytes
-from topk_bench.results import columns as col
+from topk_bench.results.stage_cells import cells as columns
+
+__all__ = ["StageMeter", "TrackerPeaks", "CudaPeaks", "columns", "marks_stages", "peaks_of", "timed_stages"]
 
 
 class Peaks(Protocol):
@@ -123,20 +124,3 @@ def timed_stages(run: Callable[[], object], clock: Callable[[], float] = time.pe
     with meter.listening():
         run()
     return meter.times
-
-
-def columns(times: dict[str, float] | None, peaks: dict[str, int] | None) -> dict[str, str]:
-    """The row's per-stage columns (JSON objects, keys sorted); a missing part is left out."""
-    out = {}
-    if times:
-        out[col.STAGE_TIMES_S] = json.dumps({k: round(v, 9) for k, v in sorted(times.items())})
-    if peaks:
-        out[col.STAGE_PEAK_BYTES] = json.dumps(dict(sorted(peaks.items())))
-    return out
-
-
-def read(cell: object) -> dict[str, float]:
-    """A per-stage cell back as ``{"forward.indexer": value, ...}`` (empty for an empty or missing cell)."""
-    if not isinstance(cell, str) or not cell.strip():
-        return {}
-    return {str(k): float(v) for k, v in json.loads(cell).items()}
