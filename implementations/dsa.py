@@ -41,7 +41,9 @@ Indexer loss (``indexer_loss`` = its weight λ > 0, with gradients): DSA's spars
 group's heads and L1-normalised, over the selected set ``S_t``. Computed chunk by chunk in the forward, its
 gradients with respect to the indexer's weights taken there at once (no chunk's activations are kept), and
 handed to autograd with the output (the auxiliary-loss device: ``d(λ·L)/dW`` whatever ``d_out``), so that
-``out.backward(...)`` trains the indexer too. :class:`DsaAttention` keeps the last loss (``indexer_loss_value``).
+``out.backward(...)`` trains the indexer too. Its memory per chunk: the selected keys' indexer keys, their gradient and a
+temporary of the product's backward, ``3 x B x Hkv x C x k x D_I`` floats (the attention's own chunk holds
+``B x Hq x C x k`` scores): lower ``chunk_size`` when the loss sets the peak (stage ``indexer_loss``). :class:`DsaAttention` keeps the last loss (``indexer_loss_value``).
 
 Decoding: the same code without gradients; the indexer keys of the cache are computed once with it
 (registry ``cache_state``: option ``index_keys``, ``[B, Hkv, Lk, D_I]``, float32 for half inputs) and kept beside
@@ -61,6 +63,7 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
+from implementations.block_attention import _dots as sampled_dots
 from implementations.block_attention import block_sparse_attention
 from implementations.masking import allowed_keys, check_activation, check_qkv, stat_dtype, upcast
 from implementations.registry import Implementation, register
@@ -139,32 +142,22 @@ def _select(xq, ki, wq, ww, index_heads, kk, s, e, lq, lk, causal):
     return idx, ok
 
 
-def _gather_rows(x, idx):
-    """Rows ``x[b, h, idx[b, h, c, i]]`` as ``[B, Hkv, C, kk, d]`` (one gather, the index expanded as a view)."""
-    b, h, c, kk = idx.shape
-    d = x.shape[-1]
-    flat = idx.reshape(b, h, c * kk, 1).expand(b, h, c * kk, d)
-    return x.gather(2, flat).view(b, h, c, kk, d)
+def _target(q, k, idx, ok, groups, s, e):
+    """DSA's target for the indexer: the main attention's probabilities over the selected keys ``[B, Hkv, C, kk]``,
+    summed over the group's query heads and L1-normalised (float32 for half inputs; zeros for a row without keys).
 
-
-def _chunk_queries(x, groups, s, e):
-    """``x [B, Hq, L, d]`` rows ``[s, e)`` as ``[B, Hkv, C, G, d]``: each position's G heads side by side."""
-    b, hq, _, d = x.shape
-    return x[:, :, s:e].reshape(b, hq // groups, groups, e - s, d).transpose(2, 3)
-
-
-def _put_chunk(out, groups, s, e, chunk):
-    """``out [B, Hq, L, d]`` rows ``[s, e)`` = ``chunk [B, Hkv, C, G, d]``."""
-    b, hq, _, d = out.shape
-    out[:, :, s:e] = chunk.transpose(2, 3).reshape(b, hq, e - s, d)
-
-
-def _probabilities(qc, k_sel, ok):
-    """Softmax ``[B, Hkv, C, G, kk]`` (float32 for half inputs) of the group's queries over the selected keys."""
-    scores = upcast(qc @ k_sel.transpose(-2, -1))  # [B, Hkv, C, G, kk], scored in the input dtype
-    scores = scores.masked_fill(ok.logical_not().unsqueeze(-2), float("-inf"))
+    The selected keys' scores come from the sampled product (block_attention's: no key row gathered).
+    """
+    b, hq, _, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    c, kk = e - s, idx.shape[-1]
+    base = (torch.arange(b * hkv, device=idx.device) * lk).view(b, hkv, 1, 1, 1)
+    rows = (idx.unsqueeze(2) + base).expand(b, hkv, groups, c, kk).reshape(b * hq * c, kk)
+    scores = upcast(sampled_dots(q[:, :, s:e].reshape(-1, d), k.reshape(-1, d), rows)).view(b, hkv, groups, c, kk)
+    scores = scores.masked_fill_(ok.logical_not().unsqueeze(2), float("-inf"))
     top = scores.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).min)  # no allowed key: no NaN
     p = torch.exp_(scores.sub_(top))
+    p = p.div_(p.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny)).sum(dim=2)
     return p.div_(p.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny))
 
 
@@ -182,21 +175,27 @@ class _WithIndexerGrads(torch.autograd.Function):
         return d_out, gq, gk, gw, None, None, None
 
 
-def _loss_grads(xq, k, weights, idx, ok, p, index_heads, grads):
-    """The chunk's indexer KL loss (sum over its rows); adds its gradients w.r.t. ``weights`` to ``grads``."""
-    wq, wk, ww = (w.detach().requires_grad_() for w in weights)
+def _loss_grads(xq, ki, weights, idx, ok, target, index_heads, grads):
+    """The chunk's indexer KL loss (summed over its rows); adds its gradients w.r.t. ``(wq, ww, ki)`` to ``grads``.
+
+    Only the selected keys' indexer keys are gathered (``D_I`` wide, not ``d``); ``wk``'s gradient follows from
+    ``ki``'s once every chunk is done (``ki = k wk``).
+    """
+    wq, ww = (w.detach().requires_grad_() for w in weights)
+    ki = ki.detach().requires_grad_()
     with torch.enable_grad():
-        ki = upcast(_gather_rows(k, idx)) @ wk  # [B, Hkv, C, kk, D_I]: only the selected keys' indexer keys
-        b, h, c, kk, _ = ki.shape
+        # index_select, not gather: its backward adds rows into d ki without an index as wide as the rows.
+        b, h, c, kk = idx.shape
+        lk, di = ki.shape[-2], ki.shape[-1]
+        base = (torch.arange(b * h, device=idx.device) * lk).view(b, h, 1, 1)
+        ki_sel = ki.reshape(-1, di).index_select(0, (idx + base).view(-1)).view(b, h, c, kk, di)
         qi = (xq @ wq).view(b, h, c, index_heads, -1)  # [B, Hkv, C, H_I, D_I]
-        terms = torch.relu(qi @ ki.transpose(-2, -1))  # [B, Hkv, C, H_I, kk]
+        terms = torch.relu(qi @ ki_sel.transpose(-2, -1))  # [B, Hkv, C, H_I, kk]
         logits = ((xq @ ww).unsqueeze(-2) @ terms).squeeze(-2)  # [B, Hkv, C, kk]
         logits = logits.masked_fill(ok.logical_not(), torch.finfo(logits.dtype).min)
-        target = p.sum(dim=-2)  # the group's heads summed, [B, Hkv, C, kk]
-        target = target / target.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
         kl = torch.xlogy(target, target) - target * torch.log_softmax(logits, dim=-1)
         loss = kl.masked_fill(ok.logical_not(), 0.0).sum()
-    for acc, g in zip(grads, torch.autograd.grad(loss, (wq, wk, ww))):
+    for acc, g in zip(grads, torch.autograd.grad(loss, (wq, ww, ki))):
         acc.add_(g)
     return loss.detach()
 
@@ -280,14 +279,16 @@ def dsa_attention(
     if not (indexer_loss > 0):
         return out
     # The indexer's loss: DSA's KL towards the main attention's distribution over the selected keys.
-    grads = [torch.zeros_like(w, dtype=sdt) for w in (wq, wk, ww)]
+    grads = [torch.zeros_like(wq), torch.zeros_like(ww), torch.zeros_like(ki)]  # d wq, d ww, d ki
     total = q.new_zeros((), dtype=sdt)
     with torch.no_grad(), stage(INDEXER_LOSS):
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
             ci, cok = idx[:, :, s:e], ok[:, :, s:e]
-            p = _probabilities(_chunk_queries(q.detach(), groups, s, e), _gather_rows(k.detach(), ci), cok)
-            total += _loss_grads(xq[:, :, s:e], k.detach(), (wq, wk, ww), ci, cok, p, index_heads, grads)
+            target = _target(q.detach(), k.detach(), ci, cok, groups, s, e)
+            total += _loss_grads(xq[:, :, s:e], ki, (wq, ww), ci, cok, target, index_heads, grads)
+        d_ki = grads.pop()
+        grads.insert(1, upcast(k.detach()).reshape(-1, k.shape[-1]).transpose(0, 1) @ d_ki.reshape(-1, d_ki.shape[-1]))
     rows = b * hkv * lq
     if loss_out is not None:
         loss_out.append(total / rows)

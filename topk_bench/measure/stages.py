@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -30,48 +31,55 @@ __all__ = ["StageMeter", "TrackerPeaks", "CudaPeaks", "columns", "marks_stages",
 
 
 class Peaks(Protocol):
-    """Where a stage's peak is read: the highest live bytes since the last ``reset``."""
+    """Where a stage's peak is read: ``start`` as a stage is entered, ``read`` the highest live bytes since the
+    innermost open ``start``, ``stop`` as it is left."""
 
-    def peak(self) -> int: ...
+    def start(self) -> None: ...
 
-    def reset(self) -> None:
-        """The peak restarts from what is live now."""
+    def read(self) -> int: ...
 
-    def restore(self, peak: int) -> None:
-        """The peak is at least ``peak`` again (the enclosing region's, which a stage's reset hid)."""
+    def stop(self) -> None: ...
 
 
 class TrackerPeaks:
-    """The peaks of a :class:`~topk_bench.measure.memory.LiveBytes` (its own peak left as if never reset)."""
+    """A high-water mark of a :class:`~topk_bench.measure.memory.LiveBytes` per open stage (its ``peak_bytes``, and
+    a profile's attribution of the peak, untouched)."""
 
     def __init__(self, tracker: LiveBytes):
         self.tracker = tracker
 
-    def peak(self) -> int:
-        return self.tracker.peak_bytes
+    def start(self) -> None:
+        self.tracker.watermarks.append(self.tracker.current_bytes)
 
-    def reset(self) -> None:
-        self.tracker.reset_peak()
+    def read(self) -> int:
+        return self.tracker.watermarks[-1]
 
-    def restore(self, peak: int) -> None:
-        self.tracker.peak_bytes = max(self.tracker.peak_bytes, peak)
+    def stop(self) -> None:
+        self.tracker.watermarks.pop()
 
 
 class CudaPeaks:
-    """``max_memory_allocated`` of a device, reset at each stage's entry (in an iteration before the measured
-    region's own reset: its peak is not the row's)."""
+    """``max_memory_allocated`` of a device, reset as each stage is entered (in the profiling warm-up iteration,
+    before the measured region's own reset: the row's peak is not this iteration's)."""
 
     def __init__(self, device: torch.device, cuda=torch.cuda):
         self.device, self.cuda = device, cuda
 
-    def peak(self) -> int:
-        return int(self.cuda.max_memory_allocated(self.device))
-
-    def reset(self) -> None:
+    def start(self) -> None:
         self.cuda.reset_peak_memory_stats(self.device)
 
-    def restore(self, peak: int) -> None:
-        """The allocator's peak cannot be raised again; nothing reads it before the measured region's reset."""
+    def read(self) -> int:
+        return int(self.cuda.max_memory_allocated(self.device))
+
+    def stop(self) -> None:
+        """Nothing: the enclosing stage already holds what it saw before this one's reset."""
+
+
+@dataclass
+class _Open:
+    key: str
+    start: float
+    seen: int = 0  # the highest live bytes seen inside, as far as read (a nested stage's included)
 
 
 class StageMeter:
@@ -81,24 +89,26 @@ class StageMeter:
         self.clock, self.peaks = clock, peaks
         self.times: dict[str, float] = {}
         self.peak_bytes: dict[str, int] = {}
-        self._open: list[tuple[str, float, int]] = []  # (key, start time, enclosing peak)
+        self._open: list[_Open] = []
 
     def __call__(self, name: str, entering: bool) -> None:
         if entering:
             key = f"{'backward' if marks.in_backward() else 'forward'}.{name}"
-            enclosing = 0
             if self.peaks is not None:
-                enclosing = self.peaks.peak()
-                self.peaks.reset()
-            self._open.append((key, self.clock() if self.clock else 0.0, enclosing))
+                if self._open:  # what the enclosing stage saw so far, before a reset could hide it
+                    self._open[-1].seen = max(self._open[-1].seen, self.peaks.read())
+                self.peaks.start()
+            self._open.append(_Open(key, self.clock() if self.clock else 0.0))
             return
-        key, start, enclosing = self._open.pop()
+        done = self._open.pop()
         if self.clock is not None:
-            self.times[key] = self.times.get(key, 0.0) + (self.clock() - start)
+            self.times[done.key] = self.times.get(done.key, 0.0) + (self.clock() - done.start)
         if self.peaks is not None:
-            inside = self.peaks.peak()
-            self.peak_bytes[key] = max(self.peak_bytes.get(key, 0), inside)
-            self.peaks.restore(max(enclosing, inside))
+            inside = max(done.seen, self.peaks.read())
+            self.peaks.stop()
+            self.peak_bytes[done.key] = max(self.peak_bytes.get(done.key, 0), inside)
+            if self._open:
+                self._open[-1].seen = max(self._open[-1].seen, inside)
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[StageMeter]:
