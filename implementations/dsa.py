@@ -41,9 +41,10 @@ Indexer loss (``indexer_loss`` = its weight λ > 0, with gradients): DSA's spars
 group's heads and L1-normalised, over the selected set ``S_t``. Computed chunk by chunk in the forward, its
 gradients with respect to the indexer's weights taken there at once (no chunk's activations are kept), and
 handed to autograd with the output (the auxiliary-loss device: ``d(λ·L)/dW`` whatever ``d_out``), so that
-``out.backward(...)`` trains the indexer too. Its memory per chunk: the selected keys' indexer keys, their gradient and a
-temporary of the product's backward, ``3 x B x Hkv x C x k x D_I`` floats (the attention's own chunk holds
-``B x Hq x C x k`` scores): lower ``chunk_size`` when the loss sets the peak (stage ``indexer_loss``). :class:`DsaAttention` keeps the last loss (``indexer_loss_value``).
+``out.backward(...)`` trains the indexer too; :class:`DsaAttention` keeps the last loss (``indexer_loss_value``).
+Its memory per chunk: the selected keys' indexer keys, their gradient and a temporary of the product's backward,
+``3 x B x Hkv x C x k x D_I`` floats (the attention's own chunk holds ``B x Hq x C x k`` scores): lower
+``chunk_size`` when the loss sets the peak (stage ``indexer_loss``).
 
 Decoding: the same code without gradients; the indexer keys of the cache are computed once with it
 (registry ``cache_state``: option ``index_keys``, ``[B, Hkv, Lk, D_I]``, float32 for half inputs) and kept beside
@@ -300,13 +301,23 @@ def dsa_attention(
 
 
 class DsaAttention(nn.Module):
-    """DSA of one layer: the lightning indexer's weights are parameters (trained by ``indexer_loss``)."""
+    """DSA of one layer: the lightning indexer's weights, parameters trained by ``indexer_loss`` (else buffers)."""
+
+    wq: torch.Tensor
+    wk: torch.Tensor
+    ww: torch.Tensor
 
     def __init__(self, head_dim: int, **options):
         super().__init__()
         self.options = {k: v for k, v in options.items() if k != "indexer"}
-        wq, wk, ww = indexer_weights(head_dim, options["index_heads"], options["index_head_dim"], options["seed"])
-        self.wq, self.wk, self.ww = nn.Parameter(wq), nn.Parameter(wk), nn.Parameter(ww)
+        weights = indexer_weights(head_dim, options["index_heads"], options["index_head_dim"], options["seed"])
+        # Only the indexer loss trains the indexer (its input is detached, its top-k has no gradient): without
+        # it the weights are buffers, so that no parameter of the layer is left without a gradient.
+        for name, w in zip(("wq", "wk", "ww"), weights):
+            if options.get("indexer_loss", 0.0) > 0:
+                self.register_parameter(name, nn.Parameter(w))
+            else:
+                self.register_buffer(name, w)
         self.indexer_loss_value: torch.Tensor | None = None
 
     def forward(self, q, k, v, *, causal=False, activation="softmax"):
