@@ -11,7 +11,7 @@ from topk_bench.results import columns as col
 
 def cells(times: dict[str, float] | None, peaks: dict[str, int] | None) -> dict[str, str]:
     """The row's per-stage columns; a missing or empty part is left out."""
-    out = {}
+    out: dict[str, str] = {}
     if times:
         out[col.STAGE_TIMES_S] = json.dumps({k: round(v, 9) for k, v in sorted(times.items())})
     if peaks:

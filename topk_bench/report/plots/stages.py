@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -125,7 +126,7 @@ def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure
     if timed:
         axes[0][0].set_ylabel("time per iteration (s)")
     axes[-1][0].set_ylabel("peak above inputs (MiB)")
-    handles = [
+    handles: list[Artist] = [
         Patch(
             facecolor=_colour(key.partition(".")[2], extra),
             hatch="//" if key.startswith("backward") else None,
