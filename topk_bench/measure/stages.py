@@ -24,6 +24,7 @@ import torch
 import implementations
 from implementations import stages as marks
 from topk_bench.case import Case
+from topk_bench.measure.iterations import compiles
 from topk_bench.measure.memory import LiveBytes
 from topk_bench.results.stage_cells import cells as columns
 
@@ -117,8 +118,11 @@ class StageMeter:
 
 
 def marks_stages(case: Case) -> bool:
-    """Whether the case's implementation declares stages (registry ``stages``)."""
-    return case.impl in implementations.names() and bool(implementations.spec(case.impl).stages)
+    """Whether the case's stages are measured: its implementation declares stages (registry ``stages``) and runs
+    eagerly (a compiled call fuses across the marks: its stages are not what ran)."""
+    if case.impl not in implementations.names() or not implementations.spec(case.impl).stages:
+        return False
+    return not compiles(case)
 
 
 def peaks_of(case: Case, tracker: LiveBytes):
