@@ -55,6 +55,9 @@ _listeners: list[Listener] = []
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
     """Mark the enclosed work as stage ``name`` (a profiler range ``stage:<name>``; listeners told)."""
+    if torch.compiler.is_compiling():  # a compiled graph fuses across stages (and dynamo would warn of the range)
+        yield
+        return
     if not _listeners:
         with torch.profiler.record_function(PREFIX + name):
             yield
