@@ -134,3 +134,22 @@ def test_cuda_stage_peaks_survive_the_resets_of_nested_stages():
                 cuda.alloc(2)
                 cuda.alloc(-2)
     assert meter.peak_bytes == {"forward.outer": 5, "forward.inner": 2}
+
+
+def test_a_measured_profile_names_the_stages(tmp_path):
+    """profile.json's stages are the row's; ops.csv and trace.json hold the stage:<name> ranges."""
+    import csv
+    import dataclasses
+
+    from topk_bench.capture import capture, files
+    from topk_bench.case import Budget
+
+    case = dataclasses.replace(_case("dsa"), profile=str(tmp_path / "profile"))
+    result = capture.measure(case, Budget())
+    assert result.status == "ok", result.error
+    info, _ = files.read(tmp_path / "profile")
+    peaks = read(result.extra[col.STAGE_PEAK_BYTES])
+    assert {k: v["peak_bytes"] for k, v in info["stages"].items()} == peaks
+    assert all(v["time_s"] > 0 for v in info["stages"].values())
+    ops = {r["op"] for r in csv.DictReader(open(tmp_path / "profile" / "ops.csv"))}
+    assert {"stage:indexer", "stage:selection", "stage:attention"} <= ops
