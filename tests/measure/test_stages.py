@@ -136,6 +136,7 @@ def test_cuda_stage_peaks_survive_the_resets_of_nested_stages():
     assert meter.peak_bytes == {"forward.outer": 5, "forward.inner": 2}
 
 
+@pytest.mark.slow  # a measured profile: its iteration under torch.profiler besides the attributed one
 def test_a_measured_profile_names_the_stages(tmp_path):
     """profile.json's stages are the row's; ops.csv and trace.json hold the stage:<name> ranges."""
     import csv
