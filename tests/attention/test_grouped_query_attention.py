@@ -118,6 +118,8 @@ MEM_OPTIONS = {
     # Selection methods at budgets below the cache, so that they really select.
     "page_topk": {"page_size": 16, "token_budget": 64, "chunk_size": 4},
     "block_topk": {"block_size": 32, "topk_blocks": 2, "chunk_size": 4},
+    # A small indexer: the published one's weights (64 x 128 heads, drawn per call) would be the largest tensor.
+    "dsa": {"index_heads": 4, "index_head_dim": 16, "topk": 8, "chunk_size": 4},
     "sink_window": {"sinks": 4, "window": 60},
 }
 

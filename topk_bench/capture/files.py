@@ -20,6 +20,8 @@ from topk_bench import fileio
 from topk_bench.capture import rows as peak_rows
 from topk_bench.capture import sources, summary, timeline
 from topk_bench.case import Case, Measurement
+from topk_bench.results import columns as col
+from topk_bench.results import stage_cells
 from topk_bench.results.row import parameters
 
 META = "profile.json"  # topk_bench.results.frame.PROFILE_FILE: show and plot pass over its directory
@@ -45,6 +47,17 @@ def _peak_in(captured) -> tuple[str, int | None]:
     op = tracker.steps[tracker.peak_at - 1][0]
     backward = tracker.backward_from is not None and op >= tracker.backward_from
     return ("backward" if backward else "forward"), op
+
+
+def stages(result: Measurement) -> dict[str, dict[str, float | None]]:
+    """Each marked stage's seconds and peak (``{"forward.indexer": {"time_s": ..., "peak_bytes": ...}}``), from the
+    row's per-stage columns; empty for an implementation that marks none."""
+    times = stage_cells.read(result.extra.get(col.STAGE_TIMES_S))
+    peaks = stage_cells.read(result.extra.get(col.STAGE_PEAK_BYTES))
+    return {
+        key: {"time_s": times.get(key), "peak_bytes": int(peaks[key]) if key in peaks else None}
+        for key in sorted({*times, *peaks})
+    }
 
 
 def meta(case: Case, result: Measurement, captured) -> dict[str, Any]:
@@ -75,6 +88,7 @@ def meta(case: Case, result: Measurement, captured) -> dict[str, Any]:
         "ops_per_iteration": captured.attribution.ops if captured.attribution else None,
         "profiled_aten_ops": captured.timing.aten_ops if captured.timing else None,
         "kernel_launches": captured.timing.kernel_launches if captured.timing else None,
+        "stages": stages(result),
         "story": summary.story(what(case), rows, result.peak_bytes or 0, result.baseline_bytes or 0),
         "notes": list(captured.notes),
     }

@@ -185,6 +185,17 @@ def table(rows: list[Row], meta: Mapping[str, Any], limit: int = 12, width: int 
     return out
 
 
+def stages_line(stages: Mapping[str, Mapping[str, Any]]) -> str:
+    """``stages: forward.indexer 1.27 s, peak 101 MiB; ...``: each marked stage's cost (profile.json's ``stages``)."""
+    parts = []
+    for key, cost in stages.items():
+        said = [f"{cost['time_s']:.3g} s" if cost.get("time_s") is not None else ""]
+        if cost.get("peak_bytes") is not None:
+            said.append(f"peak {format_bytes(cost['peak_bytes'])}")
+        parts.append(f"{key} {', '.join(x for x in said if x)}")
+    return "stages: " + "; ".join(parts)
+
+
 def headline(meta: Mapping[str, Any]) -> str:
     """``vanilla at seq_len=64: peak 357 KiB = inputs and parameters 81 KiB + 276 KiB above them (backward)``."""
     above = meta["peak_bytes"] - meta["baseline_bytes"]

@@ -61,6 +61,9 @@ class LiveBytes(TorchDispatchMode):
         self.baseline_bytes = 0
         self._live: dict[int, int] = {}  # StorageImpl address -> counted bytes
         self._op = None  # the op whose outputs are being counted (None: registered tensors)
+        # Open high-water marks (topk_bench.measure.stages: one per stage entered), each the highest live bytes
+        # since it was opened; kept apart from peak_bytes, which a subclass's attribution of the peak follows.
+        self.watermarks: list[int] = []
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -95,6 +98,10 @@ class LiveBytes(TorchDispatchMode):
             self._allocated(key, storage.nbytes(), self._op)
         if self.current_bytes > self.peak_bytes:
             self.peak_bytes = self.current_bytes
+        marks = self.watermarks
+        for i, mark in enumerate(marks):
+            if self.current_bytes > mark:
+                marks[i] = self.current_bytes
         if self.limit is not None and self.current_bytes > self.limit:
             raise OverBudget(self.current_bytes, self.limit)
 

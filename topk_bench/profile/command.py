@@ -168,6 +168,8 @@ def tell(outcome: Outcome, console: Console) -> None:
         console.print(f"status {m.status}: {m.error}", markup=False, highlight=False)
     console.print(summary.table(rows, info, width=console.width))
     console.print(info["story"], markup=False, highlight=False)
+    if info.get("stages"):
+        console.print(summary.stages_line(info["stages"]), markup=False, highlight=False)
     counts = [f"{info['ops_per_iteration']} aten ops per iteration"] if info.get("ops_per_iteration") else []
     if info.get("kernel_launches") is not None:
         counts.append(f"{info['kernel_launches']} kernel launches")
