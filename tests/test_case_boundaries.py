@@ -196,7 +196,7 @@ def test_a_spelled_case_holds_members_and_tuples():
         gpu="sm80",  # type: ignore[arg-type]
         plugins=["a.b"],  # type: ignore[arg-type]
     )
-    assert spelled.timer is Timer.CUDAGRAPH and spelled.gpu is GpuModel.SM80
+    assert spelled.timer is Timer.CUDAGRAPH and spelled.gpu is GpuModel.A100_80GB
     assert spelled.params == (("seq_len", 8),) and type(spelled.params[0]) is tuple
     assert spelled.plugins == ("a.b",) and type(spelled.plugins) is tuple
     with pytest.raises(ValueError, match=r"unknown timer 'graphs' \(known: perf_counter, events, cudagraph\)"):
