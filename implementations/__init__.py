@@ -9,6 +9,7 @@
 from implementations import (  # noqa: F401 -- to register
     block_topk,
     flex,
+    nsa,
     page_topk,
     paper,
     performer,
