@@ -29,8 +29,10 @@ Gates: ``g = sigmoid(q @ gate_weight + gate_bias)`` per query head and position,
 [d, 3]`` (compression, selection, window). The paper computes them with an MLP from the layer's
 input ``x``; the attention call sees only ``q, k, v``, so the gate reads the query, the per-token
 feature this interface has. :class:`NSAAttention` (the registry's ``module_factory``) holds the gate
-as learnable parameters, one per layer; the bare function without them uses ``g = 1/2`` for each
-branch.
+as learnable parameters, one per layer, initialised so that each gate starts at 1/3; the bare function
+without them uses ``g = 1/3`` for each branch: the mean of three approximations of the same attention,
+so that an untrained NSA approximates attention as the other selection methods do (``sigmoid(0) = 1/2``
+each would weigh the branches 3/2 in all).
 
 Defaults are the paper's (§4.1, "Pretraining setup"): ``l = 32, d = 16, l' = 64, n = 16`` (including
 1 initial and 2 local blocks), ``w = 512``. ``d`` must divide ``l`` and ``l'`` (it does in the paper),
@@ -53,6 +55,8 @@ selection's importance scores are float32 (a rounded score could change which bl
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -216,7 +220,7 @@ def selection_table(q, kc, lk, causal, block, stride, select_block, select_block
 
 
 def _gates(q, gate_weight, gate_bias):
-    """``[B, Hq, Lq, 3]`` sigmoid gates in ``q``'s dtype (float32 products for half), or None: 1/2 each."""
+    """``[B, Hq, Lq, 3]`` sigmoid gates in ``q``'s dtype (float32 products for half), or None: 1/3 each."""
     if gate_weight is None and gate_bias is None:
         return None
     sdt = stat_dtype(q.dtype)
@@ -296,7 +300,7 @@ def nsa_attention(
 ):
     """NSA: gated sum of compressed-block, selected-block and sliding-window attention.
 
-    ``gate_weight [d, 3]``, ``gate_bias [3]``: the gate (None: 1/2 per branch). ``compressed_k``,
+    ``gate_weight [d, 3]``, ``gate_bias [3]``: the gate (None: 1/3 per branch). ``compressed_k``,
     ``compressed_v``: ``compress(k / v, compress_block, compress_stride)`` kept with a decode cache
     (not differentiated); built here when None.
     """
@@ -317,7 +321,7 @@ def nsa_attention(
     )
     g = _gates(q, gate_weight, gate_bias)
     if g is None:
-        return (o_cmp + o_slc + o_win) * 0.5
+        return (o_cmp + o_slc + o_win) / 3
     return g[..., 0:1] * o_cmp + g[..., 1:2] * o_slc + g[..., 2:3] * o_win
 
 
@@ -360,11 +364,14 @@ class NSAAttention(nn.Module):
     def __init__(self, head_dim: int, gate_weight=None, gate_bias=None, **options):
         super().__init__()
         self.options = options
-        # Small initial weights (GPT-2's 0.02), zero bias: every gate starts near 1/2.
+        # Small initial weights (GPT-2's 0.02) and sigmoid(-log 2) = 1/3: every gate starts near the bare
+        # function's 1/3.
         self.gate_weight = nn.Parameter(
             torch.randn(head_dim, 3) * 0.02 if gate_weight is None else torch.as_tensor(gate_weight).clone()
         )
-        self.gate_bias = nn.Parameter(torch.zeros(3) if gate_bias is None else torch.as_tensor(gate_bias).clone())
+        self.gate_bias = nn.Parameter(
+            torch.full((3,), -math.log(2.0)) if gate_bias is None else torch.as_tensor(gate_bias).clone()
+        )
 
     def forward(self, q, k, v, *, causal=False, activation="softmax"):
         return nsa_attention(

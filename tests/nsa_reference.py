@@ -7,7 +7,7 @@
   K/V group, of the compression probabilities of every compression block whose keys overlap it; the query
   attends the initial block, its own block and the one before, then the best-scoring others up to ``n`` blocks;
 - window: keys ``p - w < j <= p``;
-- out = sigmoid gates (q @ W + b, or 1/2) times the three branch outputs, summed.
+- out = sigmoid gates (q @ W + b, or 1/3) times the three branch outputs, summed.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def nsa_reference(
                 window = [j for j in range(lk) if p - w < j <= p]
                 o_win = _attend(qi, k[b, kv, window], v[b, kv, window])
                 if gate_weight is None:
-                    gates = [0.5, 0.5, 0.5]
+                    gates = [1 / 3, 1 / 3, 1 / 3]
                 else:
                     gates = torch.sigmoid(qi @ gate_weight + (0 if gate_bias is None else gate_bias))
                 outs.append(gates[0] * o_cmp + gates[1] * o_slc + gates[2] * o_win)

@@ -64,7 +64,7 @@ def test_output_and_gradients_match_the_float64_oracle(lq, lk, hq, hkv, causal, 
         torch.testing.assert_close(a, b, **TOL, msg=lambda m, name=name: f"{name}: {m}")
 
 
-def test_without_gates_each_branch_weighs_one_half():
+def test_without_gates_each_branch_weighs_one_third():
     q, k, v = qkv_gqa(19, 19, 2, 2, d=5, dv=4, b=1)
     torch.testing.assert_close(nsa_attention(q, k, v, causal=True, **SMALL), _oracle(q, k, v, True, SMALL), **TOL)
 
