@@ -8,6 +8,7 @@
 # Importing a module registers its implementations.
 from implementations import (  # noqa: F401 -- to register
     block_topk,
+    dsa,
     flex,
     nsa,
     page_topk,

@@ -19,6 +19,7 @@ from implementations.decode import use_decode_path
 from implementations.hardware import native_half_matmul
 from implementations.masking import query_positions, stat_dtype
 from implementations.selection import per_query_head
+from implementations.stages import ATTENTION, stage
 
 
 def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
@@ -94,19 +95,27 @@ class _BlockSparse(torch.autograd.Function):
         hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
         k2, v2 = k.reshape(-1, d), v.reshape(-1, dv)
         out = q.new_empty(b, hq, lq, dv)
-        for r0 in range(0, lq, chunk):
-            r1 = min(r0 + chunk, lq)
-            rows, allowed, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
-            w = _weights(q[:, :, r0:r1].reshape(-1, d), k2, rows, allowed, empty)
-            out[:, :, r0:r1] = F.embedding_bag(rows, v2, per_sample_weights=w.to(v.dtype), mode="sum").view(
-                b, hq, r1 - r0, dv
-            )
+        with stage(ATTENTION):
+            for r0 in range(0, lq, chunk):
+                r1 = min(r0 + chunk, lq)
+                rows, allowed, empty = _key_rows(
+                    blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv
+                )
+                w = _weights(q[:, :, r0:r1].reshape(-1, d), k2, rows, allowed, empty)
+                out[:, :, r0:r1] = F.embedding_bag(rows, v2, per_sample_weights=w.to(v.dtype), mode="sum").view(
+                    b, hq, r1 - r0, dv
+                )
         ctx.save_for_backward(q, k, v, blocks, ok)
         ctx.options = (block_size, causal, chunk)
         return out
 
     @staticmethod
     def backward(ctx, dout):
+        with stage(ATTENTION):
+            return _BlockSparse._backward(ctx, dout)
+
+    @staticmethod
+    def _backward(ctx, dout):
         q, k, v, blocks, ok = ctx.saved_tensors
         block_size, causal, chunk = ctx.options
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
@@ -170,7 +179,8 @@ def block_sparse_attention(q, k, v, blocks, ok, block_size: int, causal: bool, c
     block_size, causal, chunk_size = int(block_size), bool(causal), max(1, int(chunk_size))
     lq, lk = q.shape[-2], k.shape[-2]
     if use_decode_path(q, k, v, chunk_size, 0.0) and block_size <= lk and not (causal and lq > lk):
-        return _gathered_blocks(q, k, v, blocks, ok, block_size, causal)
+        with stage(ATTENTION):
+            return _gathered_blocks(q, k, v, blocks, ok, block_size, causal)
     hq = q.shape[1]
     return _BlockSparse.apply(
         q, k, v, per_query_head(blocks, hq), per_query_head(ok, hq), block_size, causal, chunk_size

@@ -43,6 +43,7 @@ from implementations.block_attention import block_sparse_attention
 from implementations.masking import check_activation, check_qkv, stat_dtype
 from implementations.registry import Implementation, register
 from implementations.selection import kept_state, n_blocks, select_blocks, table_selection
+from implementations.stages import ATTENTION, SELECTION
 
 OPTIONS = {"block_size": 512, "topk_blocks": 3, "means": None, "chunk_size": 64}
 
@@ -123,6 +124,7 @@ BLOCK_TOPK = register(
         gqa="native",
         selection=block_topk_selection,
         budget=lambda tokens, options: {"topk_blocks": int(tokens) // int(options["block_size"])},
+        stages=(SELECTION, ATTENTION),
         cache_state=lambda k, options: {"means": block_means(k, int(options["block_size"]))},
     )
 )

@@ -46,6 +46,7 @@ from implementations.block_attention import block_sparse_attention
 from implementations.masking import check_activation, check_qkv, stat_dtype
 from implementations.registry import Implementation, register
 from implementations.selection import kept_state, n_blocks, per_query_head, select_blocks, table_selection
+from implementations.stages import ATTENTION, SELECTION
 
 OPTIONS = {"page_size": 16, "token_budget": 1024, "group_pages": True, "summaries": None, "chunk_size": 64}
 
@@ -160,6 +161,7 @@ PAGE_TOPK = register(
         gqa="native",
         selection=page_topk_selection,
         budget=lambda tokens, options: {"token_budget": int(tokens)},
+        stages=(SELECTION, ATTENTION),
         cache_state=lambda k, options: {"summaries": page_summaries(k, int(options["page_size"]))},
     )
 )

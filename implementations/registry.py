@@ -95,6 +95,9 @@ class Implementation:
     # What the machine decides of the code it runs (implementations.provenance: "native_kernels", "half_products",
     # "decode_tiles"): what a row records beside its case, so that two rows of one case from different code differ.
     machine_choices: tuple[str, ...] = ()
+    # The stages it marks with implementations.stages.stage (indexer, selection, attention...): what the harness
+    # measures per stage, and which rows carry per-stage columns. Empty: it marks none.
+    stages: tuple[str, ...] = ()
     # Builds the per-layer attention module (for implementations with per-layer
     # state such as Performer's random features). ``None``: a stateless wrapper.
     module_factory: Callable[..., torch.nn.Module] | None = None

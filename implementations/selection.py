@@ -41,6 +41,7 @@ from implementations.masking import (
     stat_dtype,
     unfold_groups,
 )
+from implementations.stages import SELECTION, stage
 
 # --------------------------------------------------------------------------- exact top-k
 
@@ -141,7 +142,7 @@ def select_blocks(
     blocks = torch.empty(b, h, lq, n + 1, dtype=torch.long, device=q.device)
     ok = torch.empty(b, h, lq, n + 1, dtype=torch.bool, device=q.device)
     ids = torch.arange(p, device=q.device)
-    with torch.no_grad():
+    with torch.no_grad(), stage(SELECTION):
         for r0 in range(0, lq, chunk_size):
             r1 = min(r0 + chunk_size, lq)
             c = r1 - r0

@@ -75,3 +75,56 @@ def with_repeated_kv(fn):
         return fn(q, k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3), **kw)
 
     return repeated
+
+
+def reference_dsa(q, k, v, wq, wk, ww, *, topk, causal=False):
+    """DeepSeek Sparse Attention, naively, one query at a time (DeepSeek-V3.2 report §2.1).
+
+    For each batch, K/V head and query position ``t``: the group's query heads averaged and detached
+    (the indexer's input), ``I(t, s) = sum_j w_j ReLU(qI_j · kI_s)`` for every allowed key ``s``
+    (``qI = x wq`` split into ``H`` heads, ``w = x ww``, ``kI = k wk``), the ``topk`` keys of highest ``I``
+    (all allowed keys when fewer), then each query head of the group: softmax of ``q · k`` over them, times V.
+    Returns ``(out, indexer_loss)``: the loss is the mean over (batch, K/V head, position) of
+    ``KL(p || softmax(I over the selected))``, ``p`` the group's attention probabilities summed, normalised.
+    """
+    b, hq, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    groups = hq // hkv
+    heads = ww.shape[1]
+    out_rows, losses = [], []
+    for bi in range(b):
+        for h in range(hkv):
+            for t in range(lq):
+                last = lk - lq + t if causal else lk - 1  # bottom-right: the last key query t may attend
+                members = [h * groups + g for g in range(groups)]
+                x = torch.stack([q[bi, m, t] for m in members]).detach().mean(dim=0)
+                qi, w = (x @ wq).view(heads, -1), x @ ww
+                candidates = list(range(0, last + 1))
+                scores = {s: (w * torch.relu(qi @ (k[bi, h, s].detach() @ wk))).sum() for s in candidates}
+                ranked = sorted(candidates, key=lambda s: float(scores[s].detach()), reverse=True)
+                if len(ranked) > topk and float(scores[ranked[topk - 1]].detach()) == float(
+                    scores[ranked[topk]].detach()
+                ):
+                    raise ValueError(f"a tie at the top-{topk} boundary (query {t}): the selection is ambiguous")
+                chosen = ranked[:topk]
+                rows = []
+                probs = []
+                for m in members:
+                    if not chosen:
+                        rows.append(torch.zeros(v.shape[-1], dtype=v.dtype))
+                        continue
+                    logits = torch.stack([q[bi, m, t] @ k[bi, h, s] for s in chosen])
+                    p = torch.softmax(logits, dim=0)
+                    probs.append(p.detach())
+                    rows.append(sum(p[i] * v[bi, h, s] for i, s in enumerate(chosen)))
+                out_rows.append(torch.stack(rows))
+                if chosen:
+                    target = torch.stack(probs).sum(dim=0)
+                    target = target / target.sum()
+                    index_logits = torch.stack([scores[s] for s in chosen])
+                    log_p = torch.log_softmax(index_logits, dim=0)
+                    losses.append((torch.xlogy(target, target) - target * log_p).sum())
+                else:
+                    losses.append(torch.zeros((), dtype=q.dtype))
+    out = torch.stack(out_rows).view(b, hkv, lq, groups, -1).permute(0, 1, 3, 2, 4).reshape(b, hq, lq, -1)
+    return out, torch.stack(losses).sum() / (b * hkv * lq)

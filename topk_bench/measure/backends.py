@@ -19,6 +19,7 @@ them into statuses.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -27,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
-from topk_bench.measure import iterations, metadata
+from topk_bench.measure import iterations, metadata, stages
 from topk_bench.measure.memory import AllocatorBytes, LiveBytes
 from topk_bench.measure.ops import OpCount, OpCounter, ProfiledOps
 from topk_bench.measure.steps import build, check_supported, checked, iteration, nonfinite, ok_result, ops_columns
@@ -70,6 +71,9 @@ class CpuSteps(iterations.Steps[Workload]):
         self.losses: list[torch.Tensor] = []
         self.problem = ""
         self._flush: torch.Tensor | None = None
+        # Per-stage cost of an implementation that marks stages (topk_bench.measure.stages).
+        self.stage_peaks: dict[str, int] = {}
+        self.stage_times: dict[str, float] = {}
 
     def build(self) -> Workload:
         return build(self.case, "cpu")
@@ -88,9 +92,15 @@ class CpuSteps(iterations.Steps[Workload]):
         live = self.live_bytes()
         self.tracker = live
         live.register(wl.model, wl.inputs, wl.kept)
-        with FlopCounterMode(display=False) as flops, OpCounter() as ops, live:
+        with (
+            FlopCounterMode(display=False) as flops,
+            OpCounter() as ops,
+            live,
+            stages.peaks_of(self.case, live) as meter,
+        ):
             iteration(wl, self.case)
         self.flops, self.counted = flops.get_total_flops(), ops.counted
+        self.stage_peaks = meter.peak_bytes if meter is not None else {}
 
     def live_bytes(self) -> LiveBytes:
         """The tracker of the profiling iteration (a profile's counts more: :mod:`topk_bench.profile`)."""
@@ -116,6 +126,8 @@ class CpuSteps(iterations.Steps[Workload]):
 
     def finish(self, wl: Workload) -> None:
         self.problem = nonfinite(wl, self.losses[-1])
+        if stages.marks_stages(self.case):  # one extra, untimed iteration: each stage's seconds
+            self.stage_times = stages.timed_stages(lambda: iteration(wl, self.case))
 
 
 def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget], CpuSteps] = CpuSteps) -> Measurement:
@@ -133,6 +145,7 @@ def measure_cpu(case: Case, budget: Budget, make_steps: Callable[[Case, Budget],
     )
     result.metadata.update(steps.contention.summary())
     result.extra.update(_measured_columns(case, steps, Timer.PERF_COUNTER))
+    result.extra.update(stages.columns(steps.stage_times, steps.stage_peaks))
     return checked(result, steps.problem)
 
 
@@ -156,6 +169,8 @@ class CudaSteps(iterations.Steps[Workload]):
         self.problem = ""
         self.graph: torch.cuda.CUDAGraph | None = None
         self._flush: torch.Tensor | None = None
+        self.stage_peaks: dict[str, int] = {}
+        self.stage_times: dict[str, float] = {}
 
     def build(self) -> Workload:
         wl = build(self.case, self.device)
@@ -171,9 +186,13 @@ class CudaSteps(iterations.Steps[Workload]):
                 iteration(wl, self.case)
             self.counted = profiled.counted
             return
+        meter = stages.StageMeter(peaks=stages.CudaPeaks(self.device, self.cuda))
+        marked = stages.marks_stages(self.case)
         with FlopCounterMode(display=False) as flops, OpCounter() as ops:
-            iteration(wl, self.case)
+            with meter.listening() if marked else contextlib.nullcontext():
+                iteration(wl, self.case)
         self.flops, self.counted = flops.get_total_flops(), ops.counted
+        self.stage_peaks = meter.peak_bytes
 
     def warm_up(self, wl: Workload) -> None:
         iteration(wl, self.case)
@@ -210,6 +229,8 @@ class CudaSteps(iterations.Steps[Workload]):
         self.peak = self.cuda.max_memory_allocated(self.device)
         self.reserved = self.cuda.max_memory_reserved(self.device)
         self.problem = nonfinite(wl, self.losses[-1])  # after the peaks: the check allocates
+        if stages.marks_stages(self.case):  # one extra, untimed iteration, synchronised at each stage boundary
+            self.stage_times = stages.timed_stages(lambda: iteration(wl, self.case), clock=self.now)
 
     def flush(self) -> None:
         """Zero a buffer of twice the device's L2, on the stream the iterations run on."""
@@ -293,6 +314,7 @@ def measure_cuda(
         if steps.workspace is not None:
             result.extra[col.WORKSPACE_BYTES] = steps.workspace
         result.extra.update(_measured_columns(case, steps, timer))
+        result.extra.update(stages.columns(steps.stage_times, steps.stage_peaks))
         return checked(result, steps.problem)
 
 

@@ -21,6 +21,8 @@ from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
 from topk_bench.measure.memory import LiveBytes
 from topk_bench.measure.ops import OpCounter
+from topk_bench.measure.stages import columns as stage_columns
+from topk_bench.measure.stages import peaks_of
 from topk_bench.measure.steps import build, check_supported, iteration, ok_result, ops_columns
 from topk_bench.predict import kernels
 from topk_bench.predict.simulated import SimulatedCudaSteps, simulate
@@ -69,12 +71,13 @@ def _predict_cuda_or_cpu(case: Case, tracker: LiveBytes | None, cuda_seams: dict
         wl = build(case, "cpu")
     tracker = tracker or LiveBytes()
     tracker.register(wl.model, wl.inputs, wl.kept)
-    with fake, FlopCounterMode(display=False) as flops, OpCounter() as ops, tracker:
+    with fake, FlopCounterMode(display=False) as flops, OpCounter() as ops, tracker, peaks_of(case, tracker) as meter:
         iteration(wl, case)
     result = ok_result(
         case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes, flops=flops.get_total_flops()
     )
     result.extra.update(ops_columns(ops.counted))
+    result.extra.update(stage_columns(None, meter.peak_bytes if meter is not None else None))
     return result
 
 

@@ -271,6 +271,21 @@ BYTES_PER_S = Column("bytes_per_s", "achieved bandwidth: bytes_moved / time_medi
 TOKENS_PER_S = Column("tokens_per_s", "tokens / time_median_s", N)
 TIME_PER_TOKEN_S = Column("time_per_token_s", "time_median_s per token of one sequence (decode: per new token)", N)
 
+# Per-stage cost of implementations that mark stages (implementations.stages): JSON objects keyed
+# "forward.<stage>" / "backward.<stage>" (topk_bench.measure.stages).
+STAGE_TIMES_S = Column(
+    "stage_times_s",
+    'seconds in each marked stage of one (extra, untimed) iteration, as JSON {"forward.<stage>": s, ...}',
+    T,
+)
+STAGE_PEAK_BYTES = Column(
+    "stage_peak_bytes",
+    'highest live bytes inside each marked stage (baseline included, as peak_bytes), as JSON {"forward.<stage>": '
+    "bytes, ...}",
+    T,
+)
+STAGE_COLUMNS: tuple[Column, ...] = (STAGE_TIMES_S, STAGE_PEAK_BYTES)
+
 _OPTIONAL: dict[str, Column] = {
     c: c
     for c in (
@@ -290,6 +305,7 @@ _OPTIONAL: dict[str, Column] = {
         BYTES_PER_S,
         TOKENS_PER_S,
         TIME_PER_TOKEN_S,
+        *STAGE_COLUMNS,
     )
 }
 _EVERY_ROW: dict[str, Column] = {c: c for c in (*REQUIRED_COLUMNS, *CONTEXT_COLUMNS)}

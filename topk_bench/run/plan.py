@@ -21,6 +21,7 @@ from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
 from topk_bench.measure import metadata
 from topk_bench.measure.iterations import compiles
+from topk_bench.measure.stages import marks_stages
 from topk_bench.results import columns as col
 from topk_bench.results import rates
 from topk_bench.results.columns import header as results_header
@@ -290,6 +291,7 @@ def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
     traffic = {c for case in cases for c in rates.names(workloads.traffic(case))}
     quality = tuple(c for kind in dict.fromkeys(suite.quality) for c in quality_columns(kind))
     compiled = any(not c.predicted and compiles(c) for c in cases)
+    staged = any(marks_stages(c) for c in cases)
     return (
         ((col.WORKSPACE_BYTES,) if cuda or cuda_predicted else ())
         + ((col.CUDA_UNMODELED_OPS,) if cuda_predicted else ())
@@ -298,6 +300,7 @@ def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
         + quality
         + tuple(dict.fromkeys(own))
         + tuple(c for c in rates.COLUMNS if c in traffic)
+        + (col.STAGE_COLUMNS if staged else ())
     )
 
 

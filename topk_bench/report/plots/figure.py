@@ -14,7 +14,9 @@ encoding the figure uses. A single x-range with more than two metrics is laid ou
 as a grid of two columns.
 
 A suite with ``[plot] pareto = true`` also gets a quality-against-time figure,
-``<suite>-pareto-<device>-<method>.<fmt>`` (:mod:`topk_bench.report.plots.pareto`).
+``<suite>-pareto-<device>-<method>.<fmt>`` (:mod:`topk_bench.report.plots.pareto`); rows with per-stage columns
+(implementations that mark stages) a per-stage figure, ``<suite>-stages-<device>-<method>.<fmt>``
+(:mod:`topk_bench.report.plots.stages`).
 
 Plug-in renderers (e.g. fidelity against k) take over a suite's figure: either
 ``register_renderer("suite or workload", fn)`` in code, or
@@ -52,6 +54,7 @@ from topk_bench.errors import BadInput
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
 from topk_bench.protocol import drawn_metric
 from topk_bench.report.plots import marks, pareto, scales
+from topk_bench.report.plots import stages as stage_plot
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs
 from topk_bench.report.plots.series import series, short, styled
 from topk_bench.report.plots.spec import MEMORY_CHOICES, PlotSpec, memory_metric
@@ -608,6 +611,10 @@ def render(item: FigureInput, out_dir: Path, formats: tuple[str, ...], failures:
     if pareto.wanted(item.spec, item.rows, item.method):
         figures.append(
             (out_dir / item.named("pareto"), lambda: pareto.draw(item.rows, item.spec, item.device, item.method))
+        )
+    if stage_plot.wanted(item.rows):
+        figures.append(
+            (out_dir / item.named("stages"), lambda: stage_plot.draw(item.rows, item.spec, item.device, item.method))
         )
     paths = []
     for stem, draw in figures:

@@ -1,0 +1,384 @@
+"""DeepSeek Sparse Attention (DSA), written from its published description: DeepSeek-AI,
+"DeepSeek-V3.2: Pushing the Frontier of Open Large Language Models" (2025), §2.1.
+
+A *lightning indexer* scores every key ``s`` for query ``t``::
+
+    I(t, s) = sum_j w[t, j] * ReLU(qI[t, j] · kI[s])        (j over ``index_heads`` indexer heads)
+
+with the indexer's own projections: indexer queries ``qI [index_heads, index_head_dim]`` and per-head
+weights ``w [index_heads]`` from the query token, one indexer key ``kI [index_head_dim]`` per key token.
+Each query keeps the ``topk`` keys of highest ``I(t, ·)`` (masked keys excluded), and attends exactly
+(softmax) to those keys only. The selection is shared by all heads that read the same keys: DSA runs
+MLA in its MQA mode (one latent K/V shared by every query head), so here one selection per K/V head,
+shared by its ``G = Hq // Hkv`` query heads (grouped-query attention, native: K/V are never repeated).
+
+Published defaults (the report's §2.1 and its continued pre-training, cited as there): 64 indexer heads,
+indexer head dimension 128, ``k = 2048`` selected tokens -- this entry's option defaults. For BERT-base-sized
+layers (12 heads of 64, 512 to 4K tokens) use :data:`BERT_BASE`: 4 indexer heads of dimension 32 and
+``topk = 128`` (the paper's top-k default here), an indexer of about 1/4 of the attention's own projections'
+width, as DeepSeek's 64 x 128 is about 1/2 of its 128 heads' query width while the model is 10x wider.
+
+Inputs of the indexer. The registry's attention takes ``q, k, v``, not hidden states, so the indexer
+reads them: its query input for a K/V head is the mean of that group's query heads (the head's own query
+without grouping; DeepSeek's indexer reads the low-rank query latent shared by all heads, one vector per
+token, as this mean is one per token and group), its key input is ``k``. Both are detached, as DSA detaches
+the indexer's input: the attention's gradients reach ``q, k, v`` through the attention over the selected
+keys only, and the indexer learns from its own loss. The projections (``wq [d, H_I * D_I]``,
+``wk [d, D_I]``, ``ww [d, H_I]``) are shared by all K/V heads; ``indexer`` passes them, else they are drawn
+from ``seed`` (:func:`indexer_weights`, deterministic, so that a decode cache's indexer keys match the
+step's weights). :class:`DsaAttention` holds them as parameters of a layer.
+
+Memory. The indexer's logits are computed ``chunk_size`` query positions at a time (``B x Hkv x C x H_I x
+Lk`` ReLU terms alive, then ``B x Hkv x C x Lk`` scores), as the paper computes its top-k; ``chunk_size`` =
+the whole length materialises them all (what attention-gym's indexer does). Only the selection (``Lq x k``
+indices per K/V head) is kept for backward besides q, k, v. The attention over the selected keys is
+:func:`implementations.block_attention.block_sparse_attention` with blocks of one key (the sampled products
+page top-k and block top-k use: per chunk ``B x Hq x C x k`` scores, no K/V row gathered, recomputed in
+backward; a decode step copies its selected rows for dense products).
+
+Indexer loss (``indexer_loss`` = its weight λ > 0, with gradients): DSA's sparse-stage KL loss,
+``mean_t KL(p[t, S_t] || softmax(I[t, S_t]))`` with ``p`` the main attention's probabilities summed over the
+group's heads and L1-normalised, over the selected set ``S_t``. Computed chunk by chunk in the forward, its
+gradients with respect to the indexer's weights taken there at once (no chunk's activations are kept), and
+handed to autograd with the output (the auxiliary-loss device: ``d(λ·L)/dW`` whatever ``d_out``), so that
+``out.backward(...)`` trains the indexer too. :class:`DsaAttention` keeps the last loss (``indexer_loss_value``).
+
+Decoding: the same code without gradients; the indexer keys of the cache are computed once with it
+(registry ``cache_state``: option ``index_keys``, ``[B, Hkv, Lk, D_I]``, float32 for half inputs) and kept beside
+K and V, counted in ``kv_cache_bytes``.
+
+Dtypes: the indexer in float32 for half inputs (its scores decide which keys win); the selected keys' scores in
+the input dtype, their softmax float32, the output in the input dtype.
+
+Stages (:mod:`implementations.stages`): ``indexer``, ``selection``, ``attention``, ``indexer_loss`` in the forward;
+``attention`` in the backward.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import torch
+from torch import nn
+
+from implementations.block_attention import block_sparse_attention
+from implementations.masking import allowed_keys, check_activation, check_qkv, stat_dtype, upcast
+from implementations.registry import Implementation, register
+from implementations.stages import ATTENTION, INDEXER, INDEXER_LOSS, SELECTION, stage
+
+# DeepSeek-V3.2 (report §2.1): 64 indexer heads, indexer head dimension 128, 2048 selected tokens per query.
+PUBLISHED = MappingProxyType({"index_heads": 64, "index_head_dim": 128, "topk": 2048})
+# Reduced for BERT-base-sized layers (module doc).
+BERT_BASE = MappingProxyType({"index_heads": 4, "index_head_dim": 32, "topk": 128})
+
+OPTIONS = MappingProxyType(
+    {
+        **PUBLISHED,
+        "chunk_size": 64,
+        "indexer_loss": 0.0,
+        "seed": 0,
+        "indexer": None,
+        "index_keys": None,
+    }
+)
+
+
+def indexer_weights(
+    head_dim: int, index_heads: int, index_head_dim: int, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(wq [d, H_I * D_I], wk [d, D_I], ww [d, H_I])`` drawn from ``seed`` on the CPU (the same on any device).
+
+    Scaled so that ``qI · kI`` and ``I`` stay of order one: ``wq, wk`` by ``d^-1/2`` (unit-variance
+    projections of unit-variance inputs) with the ``D_I^-1/2`` of a dot product folded into ``wq``, ``ww``
+    by ``(d · H_I)^-1/2`` (DeepSeek scales its head weights by ``H_I^-1/2``).
+    """
+    generator = torch.Generator(device="cpu").manual_seed(int(seed))
+    d, h, di = int(head_dim), int(index_heads), int(index_head_dim)
+
+    def draw(*shape: int, scale: float) -> torch.Tensor:
+        return (torch.randn(*shape, generator=generator, dtype=torch.float64) * scale).to(dtype)
+
+    return (
+        draw(d, h * di, scale=(d * di) ** -0.5),
+        draw(d, di, scale=d**-0.5),
+        draw(d, h, scale=(d * h) ** -0.5),
+    )
+
+
+def index_keys(k: torch.Tensor, wk: torch.Tensor) -> torch.Tensor:
+    """The indexer's keys ``[B, Hkv, Lk, D_I]`` (float32 for half ``k``): what a decode cache keeps beside K/V."""
+    return upcast(k.detach()) @ wk.to(stat_dtype(k.dtype))
+
+
+def _query_input(q: torch.Tensor, groups: int) -> torch.Tensor:
+    """The indexer's query input ``[B, Hkv, Lq, d]``: the mean of each group's query heads, detached."""
+    b, hq, lq, d = q.shape
+    return upcast(q.detach()).view(b, hq // groups, groups, lq, d).mean(dim=2)
+
+
+def _index_scores(xq, ki, wq, ww, index_heads):
+    """``I(t, s)`` ``[B, Hkv, C, Lk]`` for the chunk's query inputs ``xq [B, Hkv, C, d]``."""
+    b, h, c, _ = xq.shape
+    qi = (xq @ wq).view(b, h, c * index_heads, -1)  # [B, Hkv, C*H_I, D_I]
+    terms = torch.relu_(qi @ ki.transpose(-2, -1)).view(b, h, c, index_heads, -1)  # [B, Hkv, C, H_I, Lk]
+    weights = (xq @ ww).unsqueeze(-2)  # [B, Hkv, C, 1, H_I]
+    return (weights @ terms).squeeze(-2)  # sum_j w_j ReLU(qI_j · kI)
+
+
+def _select(xq, ki, wq, ww, index_heads, kk, s, e, lq, lk, causal):
+    """The chunk's selection: indices ``[B, Hkv, C, kk]`` and whether each is an allowed key."""
+    with stage(INDEXER):
+        scores = _index_scores(xq, ki, wq, ww, index_heads)
+        allowed = allowed_keys(s, e, lq, lk, causal=causal, device=xq.device)
+        if allowed is not None:
+            scores.masked_fill_(allowed.logical_not_(), float("-inf"))
+        del allowed
+    with stage(SELECTION):
+        top, idx = scores.topk(kk, dim=-1, sorted=False)
+        ok = top > float("-inf")
+    return idx, ok
+
+
+def _gather_rows(x, idx):
+    """Rows ``x[b, h, idx[b, h, c, i]]`` as ``[B, Hkv, C, kk, d]`` (one gather, the index expanded as a view)."""
+    b, h, c, kk = idx.shape
+    d = x.shape[-1]
+    flat = idx.reshape(b, h, c * kk, 1).expand(b, h, c * kk, d)
+    return x.gather(2, flat).view(b, h, c, kk, d)
+
+
+def _chunk_queries(x, groups, s, e):
+    """``x [B, Hq, L, d]`` rows ``[s, e)`` as ``[B, Hkv, C, G, d]``: each position's G heads side by side."""
+    b, hq, _, d = x.shape
+    return x[:, :, s:e].reshape(b, hq // groups, groups, e - s, d).transpose(2, 3)
+
+
+def _put_chunk(out, groups, s, e, chunk):
+    """``out [B, Hq, L, d]`` rows ``[s, e)`` = ``chunk [B, Hkv, C, G, d]``."""
+    b, hq, _, d = out.shape
+    out[:, :, s:e] = chunk.transpose(2, 3).reshape(b, hq, e - s, d)
+
+
+def _probabilities(qc, k_sel, ok):
+    """Softmax ``[B, Hkv, C, G, kk]`` (float32 for half inputs) of the group's queries over the selected keys."""
+    scores = upcast(qc @ k_sel.transpose(-2, -1))  # [B, Hkv, C, G, kk], scored in the input dtype
+    scores = scores.masked_fill(ok.logical_not().unsqueeze(-2), float("-inf"))
+    top = scores.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).min)  # no allowed key: no NaN
+    p = torch.exp_(scores.sub_(top))
+    return p.div_(p.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny))
+
+
+class _WithIndexerGrads(torch.autograd.Function):
+    """Returns ``out``; its backward also hands the indexer's weights their loss gradients, computed beforehand."""
+
+    @staticmethod
+    def forward(ctx, out, wq, wk, ww, gq, gk, gw):
+        ctx.grads = (gq, gk, gw)
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        gq, gk, gw = ctx.grads
+        return d_out, gq, gk, gw, None, None, None
+
+
+def _loss_grads(xq, k, weights, idx, ok, p, index_heads, grads):
+    """The chunk's indexer KL loss (sum over its rows); adds its gradients w.r.t. ``weights`` to ``grads``."""
+    wq, wk, ww = (w.detach().requires_grad_() for w in weights)
+    with torch.enable_grad():
+        ki = upcast(_gather_rows(k, idx)) @ wk  # [B, Hkv, C, kk, D_I]: only the selected keys' indexer keys
+        b, h, c, kk, _ = ki.shape
+        qi = (xq @ wq).view(b, h, c, index_heads, -1)  # [B, Hkv, C, H_I, D_I]
+        terms = torch.relu(qi @ ki.transpose(-2, -1))  # [B, Hkv, C, H_I, kk]
+        logits = ((xq @ ww).unsqueeze(-2) @ terms).squeeze(-2)  # [B, Hkv, C, kk]
+        logits = logits.masked_fill(ok.logical_not(), torch.finfo(logits.dtype).min)
+        target = p.sum(dim=-2)  # the group's heads summed, [B, Hkv, C, kk]
+        target = target / target.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
+        kl = torch.xlogy(target, target) - target * torch.log_softmax(logits, dim=-1)
+        loss = kl.masked_fill(ok.logical_not(), 0.0).sum()
+    for acc, g in zip(grads, torch.autograd.grad(loss, (wq, wk, ww))):
+        acc.add_(g)
+    return loss.detach()
+
+
+def _check(q, k, topk, index_heads, index_head_dim, chunk_size, indexer_loss):
+    if min(int(topk), int(index_heads), int(index_head_dim), int(chunk_size)) < 1 or indexer_loss < 0:
+        raise ValueError(
+            "dsa needs topk, index_heads, index_head_dim, chunk_size >= 1 and indexer_loss >= 0, got "
+            f"topk={topk}, index_heads={index_heads}, index_head_dim={index_head_dim}, chunk_size={chunk_size}, "
+            f"indexer_loss={indexer_loss}"
+        )
+
+
+def _weights(q, indexer, index_heads, index_head_dim, seed):
+    d = q.shape[-1]
+    if indexer is None:
+        return tuple(w.to(q.device, stat_dtype(q.dtype)) for w in indexer_weights(d, index_heads, index_head_dim, seed))
+    shapes = ((d, index_heads * index_head_dim), (d, index_head_dim), (d, index_heads))
+    if len(indexer) != 3 or any(tuple(w.shape) != s for w, s in zip(indexer, shapes)):
+        got = [tuple(w.shape) for w in indexer]
+        raise ValueError(f"indexer must be (wq, wk, ww) of shapes {list(shapes)}, got {got}")
+    return tuple(indexer)
+
+
+def dsa_attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    activation="softmax",
+    topk=2048,
+    index_heads=64,
+    index_head_dim=128,
+    chunk_size=64,
+    indexer_loss=0.0,
+    seed=0,
+    indexer=None,
+    index_keys=None,
+    loss_out=None,
+):
+    """DSA: each query attends its ``topk`` keys of highest lightning-indexer score, shared by its K/V group.
+
+    ``indexer``: ``(wq, wk, ww)`` (:func:`indexer_weights`' shapes), else drawn from ``seed``.
+    ``index_keys``: the cache's indexer keys (:func:`index_keys`), else computed here.
+    ``loss_out``: a list that receives the indexer loss (a 0-dim tensor) when it is computed.
+    """
+    check_activation(activation, "dsa", ("softmax",))
+    groups = check_qkv(q, k, v, batched=True)
+    _check(q, k, topk, index_heads, index_head_dim, chunk_size, indexer_loss)
+    b, hkv, lk, _ = k.shape
+    lq = q.shape[-2]
+    index_heads, chunk_size = int(index_heads), int(chunk_size)
+    kk = min(int(topk), lk)
+    weights = _weights(q, indexer, int(index_heads), int(index_head_dim), seed)
+    sdt = stat_dtype(q.dtype)
+    wq, wk, ww = (w.detach().to(sdt) for w in weights)
+    with stage(INDEXER):
+        xq = _query_input(q, groups)
+        if index_keys is None:
+            ki = upcast(k.detach()) @ wk
+        elif tuple(index_keys.shape) != (b, hkv, lk, int(index_head_dim)):
+            raise ValueError(
+                f"index_keys must be [B, Hkv, Lk, D_I] = {(b, hkv, lk, int(index_head_dim))} "
+                f"(dsa.index_keys(k, wk)), got {tuple(index_keys.shape)}"
+            )
+        else:
+            ki = index_keys.detach().to(sdt)
+    idx = torch.empty(b, hkv, lq, kk, dtype=torch.long, device=q.device)
+    ok = torch.empty(b, hkv, lq, kk, dtype=torch.bool, device=q.device)
+    for s in range(0, lq, chunk_size):
+        e = min(s + chunk_size, lq)
+        idx[:, :, s:e], ok[:, :, s:e] = _select(xq[:, :, s:e], ki, wq, ww, index_heads, kk, s, e, lq, lk, causal)
+    # Each selected key is a block of one: the sampled products of block_attention (no K/V row gathered in
+    # training; a decode step copies its selected rows for dense products).
+    out = block_sparse_attention(q, k, v, idx, ok, 1, causal, chunk_size)
+    training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if not training:
+        return out
+    trains_indexer = indexer_loss > 0 and any(isinstance(w, torch.Tensor) and w.requires_grad for w in weights)
+    if not (indexer_loss > 0):
+        return out
+    # The indexer's loss: DSA's KL towards the main attention's distribution over the selected keys.
+    grads = [torch.zeros_like(w, dtype=sdt) for w in (wq, wk, ww)]
+    total = q.new_zeros((), dtype=sdt)
+    with torch.no_grad(), stage(INDEXER_LOSS):
+        for s in range(0, lq, chunk_size):
+            e = min(s + chunk_size, lq)
+            ci, cok = idx[:, :, s:e], ok[:, :, s:e]
+            p = _probabilities(_chunk_queries(q.detach(), groups, s, e), _gather_rows(k.detach(), ci), cok)
+            total += _loss_grads(xq[:, :, s:e], k.detach(), (wq, wk, ww), ci, cok, p, index_heads, grads)
+    rows = b * hkv * lq
+    if loss_out is not None:
+        loss_out.append(total / rows)
+    if not trains_indexer:
+        return out
+    scale = float(indexer_loss) / rows
+    gq, gk, gw = ((g * scale).to(w.dtype) for g, w in zip(grads, weights))
+    return _WithIndexerGrads.apply(out, *weights, gq, gk, gw)
+
+
+class DsaAttention(nn.Module):
+    """DSA of one layer: the lightning indexer's weights are parameters (trained by ``indexer_loss``)."""
+
+    def __init__(self, head_dim: int, **options):
+        super().__init__()
+        self.options = {k: v for k, v in options.items() if k != "indexer"}
+        wq, wk, ww = indexer_weights(head_dim, options["index_heads"], options["index_head_dim"], options["seed"])
+        self.wq, self.wk, self.ww = nn.Parameter(wq), nn.Parameter(wk), nn.Parameter(ww)
+        self.indexer_loss_value: torch.Tensor | None = None
+
+    def forward(self, q, k, v, *, causal=False, activation="softmax"):
+        losses: list[torch.Tensor] = []
+        out = dsa_attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            activation=activation,
+            indexer=(self.wq, self.wk, self.ww),
+            loss_out=losses,
+            **self.options,
+        )
+        self.indexer_loss_value = losses[0] if losses else None
+        return out
+
+
+def dsa_selection(
+    q,
+    k,
+    *,
+    causal=False,
+    topk=2048,
+    index_heads=64,
+    index_head_dim=128,
+    chunk_size=64,
+    seed=0,
+    indexer=None,
+    index_keys=None,
+    **_ignored,
+):
+    """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`dsa_attention` attends to (True = attended)."""
+    groups = check_qkv(q, k, k, batched=True)
+    b, hkv, lk, _ = k.shape
+    lq = q.shape[-2]
+    kk = min(int(topk), lk)
+    wq, wk, ww = (
+        w.detach().to(stat_dtype(q.dtype)) for w in _weights(q, indexer, int(index_heads), int(index_head_dim), seed)
+    )
+    xq = _query_input(q, groups)
+    ki = upcast(k.detach()) @ wk if index_keys is None else index_keys.to(wk.dtype)
+    chosen = torch.zeros(b, hkv, lq, lk, dtype=torch.bool, device=q.device)
+    for s in range(0, lq, int(chunk_size)):
+        e = min(s + int(chunk_size), lq)
+        idx, ok = _select(xq[:, :, s:e], ki, wq, ww, int(index_heads), kk, s, e, lq, lk, causal)
+        chosen[:, :, s:e].scatter_(-1, idx, ok)
+    return chosen.repeat_interleave(groups, dim=1)
+
+
+def _cache_state(k, options):
+    """The cache's indexer keys, built once with the cache (decode)."""
+    _, wk, _ = indexer_weights(k.shape[-1], options["index_heads"], options["index_head_dim"], options["seed"])
+    # Rounded as a layer cast to k's dtype rounds its parameter, so that the step's indexer and its cache agree.
+    return {"index_keys": index_keys(k, wk.to(k.device, k.dtype))}
+
+
+DSA = register(
+    Implementation(
+        name="dsa",
+        fn=dsa_attention,
+        description="DeepSeek Sparse Attention: lightning indexer (ReLU heads, weighted), top-k keys per K/V group, "
+        "exact attention on them; indexer in query chunks; optional KL indexer loss",
+        options=OPTIONS,
+        label="DSA (indexer {index_heads}x{index_head_dim}, topk={topk})",
+        activations=("softmax",),
+        exact=False,
+        gqa="native",
+        selection=dsa_selection,
+        budget=lambda tokens, options: {"topk": int(tokens)},
+        cache_state=_cache_state,
+        machine_choices=("half_products",),
+        module_factory=DsaAttention,
+        stages=(INDEXER, SELECTION, ATTENTION, INDEXER_LOSS),
+    )
+)
