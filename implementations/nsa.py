@@ -76,6 +76,7 @@ from implementations.masking import (
 from implementations.registry import Implementation, register
 from implementations.selection import kept_state, n_blocks
 from implementations.sink_window import sink_window_attention
+from implementations.stages import ATTENTION, COMPRESSION, SELECTION, stage
 
 # The paper's configuration (§4.1): compression block l = 32 with stride d = 16, selection block
 # l' = 64, n = 16 selected blocks (1 initial and 2 local among them), sliding window w = 512.
@@ -272,11 +273,16 @@ def nsa_branches(
     select_blocks, window, chunk_size = int(select_blocks), int(window), int(chunk_size)
     _check(block, stride, select_block, select_blocks, window, chunk_size)
     lk = k.shape[2]
-    kc, vc = _compressed_kv(k, v, block, stride, compressed_k, compressed_v)
-    o_cmp = compressed_attention(q, kc, vc, lk, causal, block, stride, chunk_size)
-    blocks, ok = selection_table(q, kc, lk, causal, block, stride, select_block, select_blocks, chunk_size)
-    o_slc = block_sparse_attention(q, k, v, blocks, ok, select_block, causal, chunk_size)
-    o_win = sink_window_attention(q, k, v, causal=causal, sinks=0, window=window)
+    # Stages (implementations.stages): the forward's; a backward's own work is the autograd engine's, except the
+    # compression chunks' recomputation, which runs inside their checkpoint, unmarked.
+    with stage(COMPRESSION):
+        kc, vc = _compressed_kv(k, v, block, stride, compressed_k, compressed_v)
+        o_cmp = compressed_attention(q, kc, vc, lk, causal, block, stride, chunk_size)
+    with stage(SELECTION):
+        blocks, ok = selection_table(q, kc, lk, causal, block, stride, select_block, select_blocks, chunk_size)
+    o_slc = block_sparse_attention(q, k, v, blocks, ok, select_block, causal, chunk_size)  # marks its attention
+    with stage(ATTENTION):
+        o_win = sink_window_attention(q, k, v, causal=causal, sinks=0, window=window)
     return o_cmp, o_slc, o_win
 
 
@@ -409,6 +415,7 @@ NSA = register(
             "select_blocks": max(FIXED_BLOCKS, int(tokens) // int(options["select_block"]))
         },
         cache_state_kv=nsa_cache_state,
+        stages=(COMPRESSION, SELECTION, ATTENTION),
         module_factory=NSAAttention,
     )
 )
