@@ -204,7 +204,9 @@ def selection_table(q, kc, lk, causal, block, stride, select_block, select_block
             c = r1 - r0
             pos = query_positions(r0, r1, lq, lk, q.device)
             if nc:
-                probs = _compressed_probs(group_rows(qd, groups, r0, r1).to(sdt), kd, pos, groups, block, stride, causal)
+                probs = _compressed_probs(
+                    group_rows(qd, groups, r0, r1).to(sdt), kd, pos, groups, block, stride, causal
+                )
                 probs = F.pad(probs.sum(dim=2), (first, right))  # [B, Hkv, C, first + nc + right]
                 scores = probs.unfold(-1, width, per_block).sum(dim=-1)[..., :ns]
             else:
@@ -238,7 +240,10 @@ def _compressed_kv(k, v, block, stride, compressed_k, compressed_v):
         return compress(k, block, stride), compress(v, block, stride)
     b, hkv, lk, _ = k.shape
     nc = n_compressed(lk, block, stride)
-    shapes = (("compressed_k", compressed_k, k, "[B, Hkv, nc, d]"), ("compressed_v", compressed_v, v, "[B, Hkv, nc, dv]"))
+    shapes = (
+        ("compressed_k", compressed_k, k, "[B, Hkv, nc, d]"),
+        ("compressed_v", compressed_v, v, "[B, Hkv, nc, dv]"),
+    )
     return tuple(
         kept_state(
             kept,

@@ -22,9 +22,7 @@ def _attend(qi, keys, values):
     return torch.softmax(keys @ qi, dim=0) @ values
 
 
-def nsa_reference(
-    q, k, v, *, causal, l, d, l_sel, n, w, gate_weight=None, gate_bias=None
-):  # noqa: E741 -- the paper's names
+def nsa_reference(q, k, v, *, causal, l, d, l_sel, n, w, gate_weight=None, gate_bias=None):  # noqa: E741 -- the paper's names
     b_, hq, lq, _ = q.shape
     hkv, lk = k.shape[1], k.shape[2]
     g = hq // hkv
@@ -42,8 +40,11 @@ def nsa_reference(
                 p = lk - lq + i
                 qi = q[b, h, i]
                 seen = [t for t in range(nc) if not causal or t * d + l - 1 <= p]
-                o_cmp = _attend(qi, torch.stack([kc[t] for t in seen]) if seen else k.new_zeros(0, k.shape[-1]),
-                                torch.stack([vc[t] for t in seen]) if seen else v.new_zeros(0, v.shape[-1]))
+                o_cmp = _attend(
+                    qi,
+                    torch.stack([kc[t] for t in seen]) if seen else k.new_zeros(0, k.shape[-1]),
+                    torch.stack([vc[t] for t in seen]) if seen else v.new_zeros(0, v.shape[-1]),
+                )
                 # The group's importance of each selection block (no gradient: a top-n).
                 score = [0.0] * ns
                 with torch.no_grad():

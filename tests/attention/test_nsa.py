@@ -110,8 +110,9 @@ def test_selection_is_the_keys_the_selected_blocks_and_window_hold(causal):
     options = {**SMALL, "window": 0}
     mask = nsa_selection(q, k, causal=causal, **options)
     off = torch.tensor([-50.0, 50.0, -50.0], dtype=torch.float64)  # gates: 0, 1, 0
-    out = nsa_attention(q, k, v, causal=causal, gate_weight=torch.zeros(5, 3, dtype=torch.float64), gate_bias=off,
-                        **options)
+    out = nsa_attention(
+        q, k, v, causal=causal, gate_weight=torch.zeros(5, 3, dtype=torch.float64), gate_bias=off, **options
+    )
     scores = q @ k.repeat_interleave(2, dim=1).transpose(-2, -1)
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     torch.testing.assert_close(out, weights @ v.repeat_interleave(2, dim=1), rtol=0, atol=1e-12)

@@ -63,12 +63,20 @@ def test_sinks_recent_keys_and_heavy_hitters_draw_more_than_their_share():
 
 @pytest.mark.parametrize(
     "impl, options",
-    [("nsa", {"compress_block": 8, "compress_stride": 4, "select_block": 16, "window": 32}), ("topk_fast", {}),
-     ("block_topk", {"block_size": 16})],
+    [
+        ("nsa", {"compress_block": 8, "compress_stride": 4, "select_block": 16, "window": 32}),
+        ("topk_fast", {}),
+        ("block_topk", {"block_size": 16}),
+    ],
 )
 def test_every_selection_method_reports_its_peaked_quality(impl, options):
     columns = extras.extra_columns(_case(impl, 511, 128, options=options), None)
-    assert set(columns) == {"peaked_topk_recall", "peaked_mass_recall", "peaked_attn_rel_err", "peaked_attended_fraction"}
+    assert set(columns) == {
+        "peaked_topk_recall",
+        "peaked_mass_recall",
+        "peaked_attn_rel_err",
+        "peaked_attended_fraction",
+    }
     assert 0 < columns["peaked_mass_recall"] <= 1 and 0 < columns["peaked_topk_recall"] <= 1
     assert 0 < columns["peaked_attended_fraction"] < 1
 

@@ -50,7 +50,11 @@ QUALITIES = {
     "random": ("mass_recall", "attn_rel_err"),
 }
 LOWER_IS_BETTER = frozenset({"minilm_attn_rel_err", "peaked_attn_rel_err", "attn_rel_err"})
-INPUTS = {"minilm": "the pretrained MiniLM's activations", "peaked": "synthetic peaked inputs", "random": "random inputs"}
+INPUTS = {
+    "minilm": "the pretrained MiniLM's activations",
+    "peaked": "synthetic peaked inputs",
+    "random": "random inputs",
+}
 REFERENCE_SIZE = 11
 FRONT_STYLE: dict[str, Any] = dict(color="0.55", linewidth=5, alpha=0.35, solid_capstyle="round", zorder=0)
 REFERENCE_LEGEND = (
