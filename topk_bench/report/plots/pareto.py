@@ -5,7 +5,8 @@ next to the suite's own figure. x: time per token (ms; a suite without it: time 
 iteration), log scale; one panel per quality, side by side: mass recall (higher is better)
 and relative error of the output against exact attention (lower is better, log scale).
 The quality is on the pretrained MiniLM's activations when the rows have it, else on
-random inputs (whose attention is flat: there every method keeps about its share of the
+synthetic peaked inputs (sinks, locality, heavy hitters; with top-k recall as a third panel),
+else on random inputs (whose attention is flat: there every method keeps about its share of the
 keys, so random quality says little about a method).
 
 - one curve per method through its budgets (the suite's x, e.g. the token budget), in
