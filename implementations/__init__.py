@@ -10,6 +10,7 @@ from implementations import (  # noqa: F401 -- to register
     block_topk,
     dsa,
     flex,
+    nsa,
     page_topk,
     paper,
     performer,

@@ -86,6 +86,9 @@ class Implementation:
     # ``cache_state(k, options) -> options to add`` (page top-k's page summaries, block top-k's block means). None:
     # nothing.
     cache_state: Callable[[torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
+    # The same for a method whose kept state needs the values too (NSA's compressed keys and values):
+    # ``cache_state_kv(k, v, options) -> options to add``; used instead of ``cache_state`` when set.
+    cache_state_kv: Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
     # Compiles on its first call for each shape (torch.compile: flex): the harness keeps that call out of
     # the timed region and reports its seconds (``compile_s``).
     compiles: bool = False

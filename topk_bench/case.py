@@ -102,7 +102,8 @@ class Case:
     fidelity: bool = False
     # How the case is built and measured (topk_bench.protocol): ours, or the paper's.
     protocol: str = DEFAULT_PROTOCOL
-    # Also measure selection quality against exact attention on these inputs ("random", "minilm"); suites opt in.
+    # Also measure selection quality against exact attention on these inputs ("random", "minilm", "peaked");
+    # suites opt in.
     quality: tuple[str, ...] = ()
     # The GPU a CUDA prediction models (run --predict --device cuda --gpu); None for any other case.
     gpu: GpuModel | None = None

@@ -65,6 +65,8 @@ PARSED_ONLY = {
     "topk-bench run suites/mha.toml": "measures Fig. 1's 40 cases: about 15 min on 2 cores",
     "topk-bench run suites/kv_targets.toml": "5 rounds of 7 timed decode steps over 131072 cached tokens",
     "topk-bench run suites/decode.toml": "462 predicted cases, or 294 measured ones",
+    "topk-bench run suites/sparse.toml": "30 predicted cases up to 128K tokens: NSA's and DSA's take minutes each",
+    "topk-bench plot results/sparse": "draws what the sparse run above wrote",
     "topk-bench run suites/mha.toml --executor slurm": "needs a Slurm cluster (tests/run/slurm/test_slurm_cluster.py)",
     "topk-bench doctor --device cuda": "without a GPU the same checks as `topk-bench doctor`, which runs",
     "topk-bench compare BASE NEW": "the synopsis of compare, not a command",

@@ -442,7 +442,7 @@ INFERENCE_CASES = [
         "unknown quality inputs",
         lambda s: s.replace('dtype = "bfloat16"', 'dtype = "bfloat16"\nquality = ["gpt2"]'),
         "quality[0]",
-        "'random' or 'minilm'",
+        "'random', 'minilm' or 'peaked'",
     ),
     (
         "prefill is causal",

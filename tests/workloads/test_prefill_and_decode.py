@@ -29,6 +29,15 @@ OPTIONS = {
     "page_topk": {"page_size": 4, "token_budget": 8, "chunk_size": 3},
     "sink_window": {"sinks": 2, "window": 4},
     "block_topk": {"block_size": 4, "topk_blocks": 2, "chunk_size": 3},
+    "nsa": {
+        "compress_block": 2,
+        "compress_stride": 1,
+        "select_block": 4,
+        "select_blocks": 3,
+        "window": 3,
+        "chunk_size": 3,
+    },
+    "dsa": {"topk": 4, "chunk_size": 3, "index_heads": 2, "index_head_dim": 4},
 }
 # Grouped-query support, causal softmax, and run in milliseconds (flex compiles for seconds per shape).
 GROUPED = [
@@ -82,9 +91,11 @@ def test_decode_equals_the_last_rows_of_prefill(impl, q_heads, kv_heads, new_tok
         v_new.copy_(v[..., cached:, :])
         k_cache.copy_(k)
         v_cache.copy_(v)
+        # What is kept with the cache (page summaries, nsa's compressed K/V) is built with the cache, the new
+        # tokens' K/V in it (as the workload builds it: the step writes the same values again).
+        decode.model.refresh_state(k_cache, v_cache)
         k_cache[..., cached:, :].fill_(1e3)  # the room for the new tokens: the step must overwrite it
         v_cache[..., cached:, :].fill_(1e3)
-        decode.model.refresh_state(k_cache)  # page summaries are built with the cache: its contents changed
         want = prefill()[..., cached:, :]
         got = decode()
     assert got.shape == (2, q_heads, new_tokens, 8)
@@ -98,8 +109,10 @@ def test_decode_equals_the_last_rows_of_prefill(impl, q_heads, kv_heads, new_tok
 def test_grouped_heads_equal_repeated_kv_through_the_workload(workload, impl, q_heads, kv_heads):
     """Each implementation with grouped K/V equals itself (exact ones: vanilla) on K/V repeated per group."""
     size = {"seq_len": 11} if workload == "prefill" else {"kv_len": 11, "new_tokens": 2}
-    # page_topk's default shares a group's pages: with repeated K/V every head is its own group.
-    per_head = {"group_pages": False} if impl == "page_topk" else {}
+    # page_topk's default shares a group's pages: with repeated K/V every head is its own group. NSA shares its
+    # block selection in a group always: every block selected (13 keys: 4 blocks of 4), no group dependence;
+    # dsa selects per K/V group too: every key selected.
+    per_head = {"page_topk": {"group_pages": False}, "nsa": {"select_blocks": 4}, "dsa": {"topk": 16}}.get(impl, {})
     grouped = _build(
         _case(workload, impl, options=per_head, batch=2, q_heads=q_heads, kv_heads=kv_heads, head_dim=8, **size)
     )
@@ -115,7 +128,7 @@ def test_grouped_heads_equal_repeated_kv_through_the_workload(workload, impl, q_
             repeat = groups if theirs.shape[1] != mine.shape[1] else 1
             theirs.copy_(mine.repeat_interleave(repeat, dim=1))
         if workload == "decode":  # the state kept with the cache follows its new contents
-            full.model.refresh_state(full.inputs[3])
+            full.model.refresh_state(full.inputs[3], full.inputs[4])
         torch.testing.assert_close(grouped(), full(), rtol=0, atol=1e-10)
 
 

@@ -190,7 +190,32 @@ def cache_length(case: Case) -> int:
     return int(p["kv_len"] + p["new_tokens"]) if "kv_len" in p else int(p["seq_len"])
 
 
-QUALITY = {"random": quality_random, "minilm": quality_minilm}
+def quality_peaked(case: Case) -> dict[str, float]:
+    """On synthetic peaked inputs (:func:`topk_bench.extras.peaked.peaked_qkv`: sinks, locality, heavy hitters) of
+    the shapes of the case's attention call, drawn from the case's seed, in its dtype; the implementation's function
+    with the case's options (a swept ``budget`` already in them), causal as the case. An implementation whose
+    registry entry has a ``selection`` reports its recalls, any other its output error (as the other kinds)."""
+    from topk_bench.extras.peaked import peaked_qkv
+
+    dtype = dtype_of(case)
+    inputs_of = workloads.lookup(case.workload).attention_inputs
+    assert inputs_of is not None, "suite checks: quality only on workloads with attention inputs"
+    # Shapes only: the workload's own inputs are built on the meta device.
+    q0, k0, v0 = inputs_of(build(case, torch.device("meta"), dtype))
+    b, hq, lq, d = q0.shape
+    hkv, lk = k0.shape[1], k0.shape[2]
+    q, k, v = (
+        x.to(case.device)
+        for x in peaked_qkv(b, hq, hkv, lq, lk, d, seed=case.seed, dtype=dtype, value_dim=v0.shape[-1])
+    )
+    options = case.option_dict
+    with torch.no_grad():
+        fn = implementations.get(case.impl)
+        out = fn(q.clone(), k.clone(), v.clone(), causal=case.causal, activation=case.activation, **options)
+        return _selection_quality(case.impl, q, k, v, out, options, case.causal)
+
+
+QUALITY = {"random": quality_random, "minilm": quality_minilm, "peaked": quality_peaked}
 
 
 def quality_columns(case: Case) -> dict[str, Any]:

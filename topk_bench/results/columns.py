@@ -264,15 +264,20 @@ GRAD_COS = Column("grad_cos", "cosine of the input gradients against vanilla's",
 FIDELITY_SEQ_LEN = Column("fidelity_seq_len", "the seq_len at which rel_err and grad_cos were measured", N)
 FIDELITY_COLUMNS: tuple[Column, ...] = (REL_ERR, GRAD_COS, FIDELITY_SEQ_LEN)
 # Selection quality against exact attention on the same inputs (quality = [...]), per input kind: the
-# case's own random inputs, and the pretrained MiniLM's activations (prefix "minilm_").
-QUALITY_KINDS = ("random", "minilm")
+# case's own random inputs, the pretrained MiniLM's activations (prefix "minilm_") and synthetic peaked
+# inputs with an LLM head's sinks, locality and heavy hitters (prefix "peaked_"; topk_bench/extras/peaked.py).
+QUALITY_KINDS = ("random", "minilm", "peaked")
 QUALITY_METRICS: dict[str, str] = {
     "topk_recall": "share of the exact top-k keys by score a query attends, k = the keys it attends",
     "mass_recall": "exact softmax probability mass on the keys a query attends",
     "attn_rel_err": "relative Frobenius error of the attention output against float64 exact attention",
     "attended_fraction": "mean share of its allowed keys a query attends",
 }
-_ON = {"random": "random inputs", "minilm": "the pretrained MiniLM's q, k, v over the shipped corpus"}
+_ON = {
+    "random": "random inputs",
+    "minilm": "the pretrained MiniLM's q, k, v over the shipped corpus",
+    "peaked": "synthetic peaked inputs: sinks, locality, heavy hitters",
+}
 QUALITY: dict[str, dict[str, Column]] = {
     kind: {
         metric: Column(("" if kind == "random" else f"{kind}_") + metric, f"{what} ({_ON[kind]})", N)
@@ -550,6 +555,7 @@ TIMED_COLUMNS = frozenset(
 
 
 _MINILM = QUALITY["minilm"]
+_PEAKED = QUALITY["peaked"]
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
@@ -576,6 +582,9 @@ METRICS: dict[str, Metric] = {
         Metric("minilm_topk_recall", _MINILM["topk_recall"], 1.0, "top-k recall (MiniLM)"),
         Metric("minilm_mass_recall", _MINILM["mass_recall"], 1.0, "mass recall (MiniLM)"),
         Metric("minilm_attn_rel_err", _MINILM["attn_rel_err"], 1.0, "relative error vs exact (MiniLM)"),
+        Metric("peaked_topk_recall", _PEAKED["topk_recall"], 1.0, "top-k recall (peaked)"),
+        Metric("peaked_mass_recall", _PEAKED["mass_recall"], 1.0, "mass recall (peaked)"),
+        Metric("peaked_attn_rel_err", _PEAKED["attn_rel_err"], 1.0, "relative error vs exact (peaked)"),
         Metric("emb_cos", EMB_COS, 1.0, "embedding cosine vs vanilla"),
         Metric("nn_agree", NN_AGREE, 1.0, "top-1 neighbour agreement"),
         Metric("nn_spearman", NN_SPEARMAN, 1.0, "neighbour rank correlation"),

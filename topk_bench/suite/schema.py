@@ -142,8 +142,9 @@ class Suite(Strict):
     # One of topk_bench.protocol's.
     protocol: Literal[tuple(PROTOCOLS)] = DEFAULT_PROTOCOL  # type: ignore[valid-type]  # a Literal built at run time
     # Selection-quality columns against exact attention, on these inputs: "random" (the case's own),
-    # "minilm" (the pretrained MiniLM's activations); a string names one.
-    quality: list[Literal["random", "minilm"]] = Field(default_factory=list)
+    # "minilm" (the pretrained MiniLM's activations), "peaked" (synthetic sinks, locality, heavy hitters); a
+    # string names one.
+    quality: list[Literal["random", "minilm", "peaked"]] = Field(default_factory=list)
     shape: dict[str, int | float | str] = Field(default_factory=dict)
     # Sizes; or names, for a parameter that takes them (model = ["llama-3-8b", "bert-base"]).
     sweep: dict[str, list[int] | list[str]] = Field(min_length=1)

@@ -68,9 +68,9 @@ class DecodeStep(nn.Module):
             if isinstance(value, torch.Tensor):
                 self.register_buffer(f"cache_{name}", value, persistent=False)
 
-    def refresh_state(self, k_cache: torch.Tensor) -> None:
+    def refresh_state(self, k_cache: torch.Tensor, v_cache: torch.Tensor | None = None) -> None:
         """Rebuild what the implementation keeps with the cache after the cache's contents were replaced, in place."""
-        for name, value in cache_state(self.case, k_cache).items():
+        for name, value in cache_state(self.case, k_cache, v_cache).items():
             getattr(self, f"cache_{name}").copy_(value)
 
     def forward(self, q, k_new, v_new, k_cache, v_cache):
@@ -80,7 +80,7 @@ class DecodeStep(nn.Module):
         return self.layer(q, k_cache, v_cache)
 
 
-def cache_state(case, k_cache: torch.Tensor) -> dict[str, Any]:
+def cache_state(case, k_cache: torch.Tensor, v_cache: torch.Tensor | None = None) -> dict[str, Any]:
     """What the case's implementation keeps with its cache besides K and V, as options of its call.
 
     The registry entry's ``cache_state`` (page_topk: its page summaries, option ``summaries``;
@@ -92,6 +92,10 @@ def cache_state(case, k_cache: torch.Tensor) -> dict[str, Any]:
     cost outside a step, left out.
     """
     impl = spec(case.impl)
+    if impl.cache_state_kv is not None:  # kept state built from the values too (nsa's compressed values)
+        if v_cache is None:
+            raise ValueError(f"{case.impl} keeps state built from the values: cache_state needs v_cache")
+        return impl.cache_state_kv(k_cache, v_cache, impl.resolve(case.option_dict))
     return {} if impl.cache_state is None else impl.cache_state(k_cache, impl.resolve(case.option_dict))
 
 
@@ -106,7 +110,7 @@ def cache_state_bytes(case) -> int:
         dtype=getattr(torch, case.dtype),
         device="meta",
     )
-    return sum(x.nbytes for x in cache_state(case, k).values() if isinstance(x, torch.Tensor))
+    return sum(x.nbytes for x in cache_state(case, k, k).values() if isinstance(x, torch.Tensor))
 
 
 def attention_inputs(workload: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -134,7 +138,7 @@ def build(case, device, dtype) -> Workload:
     k_cache, v_cache = (keys_or_values(b, p["kv_heads"], cached + n, d) for _ in range(2))
     inputs = (q, k_new, v_new, k_cache, v_cache)
     _filled(inputs)  # the new tokens' K/V in the cache, as after every step, before its state is built
-    state = cache_state(case, k_cache)
+    state = cache_state(case, k_cache, v_cache)
     layer = AttentionLayer(case.impl, d, causal=True, activation=case.activation, **case.option_dict, **state)
     return Workload(DecodeStep(layer, state, case), inputs)
 

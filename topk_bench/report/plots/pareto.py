@@ -5,7 +5,8 @@ next to the suite's own figure. x: time per token (ms; a suite without it: time 
 iteration), log scale; one panel per quality, side by side: mass recall (higher is better)
 and relative error of the output against exact attention (lower is better, log scale).
 The quality is on the pretrained MiniLM's activations when the rows have it, else on
-random inputs (whose attention is flat: there every method keeps about its share of the
+synthetic peaked inputs (sinks, locality, heavy hitters; with top-k recall as a third panel),
+else on random inputs (whose attention is flat: there every method keeps about its share of the
 keys, so random quality says little about a method).
 
 - one curve per method through its budgets (the suite's x, e.g. the token budget), in
@@ -43,8 +44,18 @@ from topk_bench.types import Method
 from topk_bench.untrusted import figure
 
 # The qualities drawn, per input kind, in the order of preference of the kinds.
-QUALITIES = {"minilm": ("minilm_mass_recall", "minilm_attn_rel_err"), "random": ("mass_recall", "attn_rel_err")}
-LOWER_IS_BETTER = frozenset({"minilm_attn_rel_err", "attn_rel_err"})
+QUALITIES = {
+    "minilm": ("minilm_mass_recall", "minilm_attn_rel_err"),
+    # Peaked inputs: also the share of exact attention's top-k keys a method finds (k = the keys it attends).
+    "peaked": ("peaked_mass_recall", "peaked_topk_recall", "peaked_attn_rel_err"),
+    "random": ("mass_recall", "attn_rel_err"),
+}
+LOWER_IS_BETTER = frozenset({"minilm_attn_rel_err", "peaked_attn_rel_err", "attn_rel_err"})
+INPUTS = {
+    "minilm": "the pretrained MiniLM's activations",
+    "peaked": "synthetic peaked inputs",
+    "random": "random inputs",
+}
 REFERENCE_SIZE = 11
 FRONT_STYLE: dict[str, Any] = dict(color="0.55", linewidth=5, alpha=0.35, solid_capstyle="round", zorder=0)
 REFERENCE_LEGEND = (
@@ -217,7 +228,8 @@ def draw(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) -> Figure
         used |= _draw_panel(ax, panels[y], y, metric(x_metric).label)
     legend_in = marks.fitted_legend(fig, *_legend(axes, rows, used, spec), width)
     names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
-    inputs = "the pretrained MiniLM's activations" if y_metrics[0].startswith("minilm_") else "random inputs"
+    kind = next((kind for kind, names in QUALITIES.items() if y_metrics[0] in names), "random")
+    inputs = INPUTS[kind]
     # Its own title: the suite's says what the suite's figure shows (quality against the budget), not this one.
     fig.suptitle(
         figure(
