@@ -65,7 +65,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations import native
+from implementations import native, triton_kernels
 from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.hardware import device_kind
 from implementations.masking import (
@@ -581,6 +581,10 @@ def topk_fast_attention(
             real_keys,
             groups,
             bool(float_scores),
+        )
+    if triton_kernels.unsupported(q, k, v, topk=topk, dropout=dropout, key_padding_mask=key_padding_mask) is None:
+        return triton_kernels.topk_attention(
+            q, k, v, causal=causal, relu=activation == "relu", topk=topk, groups=groups, float_scores=float_scores
         )
     return _TopkFast.apply(
         q,
