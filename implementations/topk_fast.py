@@ -604,7 +604,7 @@ def topk_fast_attention(
 TOPK_FAST = register(
     Implementation(
         name="topk_fast",
-        machine_choices=("native_kernels", "half_products", "decode_tiles"),
+        machine_choices=("native_kernels", "half_products", "decode_tiles", "triton_kernels"),
         fn=topk_fast_attention,
         description="top-k attention with causal key skipping, pruned top-k and k-sparse products",
         options={**TOPK_OPTIONS, "float_scores": False},

@@ -30,8 +30,9 @@ import torch
 from implementations.hardware import device_kind
 from implementations.masking import causal_offset
 
-# Largest k the selection keeps in registers (two K_PAD-wide int64 rows per query row of a block).
-MAX_TOPK = 256
+# Largest k the selection keeps in registers (two K_PAD-wide int64 rows per query row of a block): 256 spilled
+# (scripts/compile_triton_kernels.py, sm_80 and sm_90).
+MAX_TOPK = 128
 # Query rows per selection program (tl.dot's minimum tile side).
 BLOCK_M = 16
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -100,13 +101,13 @@ def _pow2(n: int, floor: int = 16) -> int:
 def select_config(kk: int, d: int) -> dict:
     """Constexprs and launch options of ``topk_select_kernel`` for top-``kk`` of head size ``d``."""
     k_pad = _pow2(kk)
-    return dict(D=d, D_PAD=_pow2(d), BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=4 if k_pad <= 128 else 8)
+    return dict(D=d, D_PAD=_pow2(d), BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=8)
 
 
 def gathered_config(d: int, dv: int) -> dict:
     """Constexprs and launch options of the gathered forward/backward kernels (one query row a program)."""
     chunk = 32 if max(d, dv) <= 64 else 16
-    return dict(D=d, D_PAD=_pow2(d), DV=dv, DV_PAD=_pow2(dv), CHUNK=chunk, num_warps=2)
+    return dict(D=d, D_PAD=_pow2(d), DV=dv, DV_PAD=_pow2(dv), CHUNK=chunk, num_warps=4)
 
 
 def _launcher(kernel, device: torch.device):

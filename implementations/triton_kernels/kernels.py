@@ -16,9 +16,9 @@ import triton
 import triton.language as tl
 
 # The lowest int64: the key of a column past Lk (below every real key, -inf scores included).
-_LOWEST = -9223372036854775808
+_LOWEST = tl.constexpr(-9223372036854775808)
 # Low 31 bits of a selection key: ``_TIE - column``, so that among equal scores the lowest column ranks highest.
-_TIE = 2147483647
+_TIE = tl.constexpr(2147483647)
 
 
 @triton.jit
@@ -45,7 +45,7 @@ def _block_keys(q, K, kv, rows, d, start, stride_kh, stride_kn, stride_kd, Lk, o
     s = tl.where(allowed, s, float("-inf"))
     bits = s.to(tl.int32, bitcast=True)
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    key = (ordered.to(tl.int64) << 32) | (_TIE - cols[None, :]).to(tl.int64)
+    key = (ordered.to(tl.int64) << 32) | (-cols[None, :] + _TIE).to(tl.int64)  # tensor first (interpreter)
     return tl.where(cols[None, :] < Lk, key, _LOWEST)
 
 
@@ -112,7 +112,7 @@ def topk_select_kernel(
         gain = tl.max(key, axis=1) > tl.min(best, axis=1)
         if tl.max(gain.to(tl.int32), axis=0) > 0:
             best = tl.sort(tl.maximum(best, tl.sort(key, dim=1)), dim=1, descending=True)
-    cols = _TIE - (best & 0x7FFFFFFF).to(tl.int32)
+    cols = -(best & 0x7FFFFFFF).to(tl.int32) + _TIE
     t = tl.arange(0, K_PAD)
     rows_of_keys = kv.to(tl.int64) * Lk + cols.to(tl.int64)
     tl.store(

@@ -172,3 +172,18 @@ def test_disabled_on_purpose_falls_back_silently(monkeypatch, recwarn):
         assert tk.unsupported(q, q, q, topk=4, dropout=0.0, key_padding_mask=None) == "disabled by TOPK_BENCH_TRITON=0"
     assert tk.status() == "torch:disabled by TOPK_BENCH_TRITON=0"
     assert not recwarn.list
+
+
+def test_code_path_says_triton_on_cuda_only(monkeypatch):
+    import triton
+
+    from implementations import provenance
+
+    cuda = provenance.parse(provenance.code_path("topk_fast", device="cuda", dtype=torch.bfloat16))
+    assert cuda["triton_kernels"] == f"triton:{triton.__version__}"
+    assert "triton_kernels" not in provenance.parse(
+        provenance.code_path("topk_fast", device="cpu", dtype=torch.float32)
+    )
+    monkeypatch.setenv(tk.DISABLE_ENV, "0")
+    cuda = provenance.parse(provenance.code_path("topk_fast", device="cuda", dtype=torch.float32))
+    assert cuda["triton_kernels"] == "torch:disabled by TOPK_BENCH_TRITON=0"
