@@ -1,8 +1,8 @@
 """Compile topk_fast's Triton kernels ahead of time for sm_80 (A100) and sm_90 (H100/H200), with no GPU.
 
 Triton's own compiler and its bundled ptxas build every kernel of :mod:`implementations.triton_kernels.kernels` in
-the configurations the launcher picks for the shapes we run (BERT-base d=64, Llama-3-8B d=128; float32 and bfloat16;
-the largest k the kernels take). Prints a table per kernel (registers, spill bytes, shared memory per
+the configurations the launcher picks for its largest shapes (head size 64, as BERT-base's; float32 and bfloat16;
+the largest k it takes). Prints a table per kernel (registers, spill bytes, shared memory per
 architecture) and exits 1 on a compile error, a spill, or shared memory over the part's per-block limit.
 
     .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
@@ -51,8 +51,8 @@ class Variant:
 
 
 def variants() -> list[Variant]:
-    """Each kernel for float32 and bfloat16, BERT-base and Llama-3-8B heads, k = MAX_TOPK (the largest tiles),
-    causal softmax (relu and non-causal calls switch a few element-wise lines, no tile)."""
+    """Each kernel for float32 and bfloat16 at the largest head size and k the launcher takes (the largest tiles:
+    BERT-base's d = 64), causal softmax (relu and non-causal calls switch a few element-wise lines, no tile)."""
     from implementations import triton_kernels as tk
 
     kernels = ("topk_select_kernel", "gathered_forward_kernel", "gathered_backward_kernel")
@@ -60,7 +60,7 @@ def variants() -> list[Variant]:
         Variant(kernel, dtype, d, d, tk.MAX_TOPK)
         for kernel in kernels
         for dtype in (torch.float32, torch.bfloat16)
-        for d in (64, 128)
+        for d in (tk.MAX_HEAD_DIM,)
     ]
 
 

@@ -14,7 +14,8 @@ scores).
   predict backend, ``--device cuda``) sees every byte a real run allocates.
 - CPU tensors run the same kernels in Triton's interpreter (how the tests hold them to the float64 oracle).
 - Not here (:func:`unsupported` says why, the caller keeps its torch path): decode steps, dropout, key padding,
-  float64, ``topk > MAX_TOPK`` and a machine without an importable ``triton``.
+  float64, ``topk > MAX_TOPK``, head sizes over ``MAX_HEAD_DIM`` and a machine without an importable
+  ``triton``.
 
 Importable without triton (:func:`status` then says why not).
 """
@@ -33,6 +34,8 @@ from implementations.masking import causal_offset
 # Largest k the selection keeps in registers (two K_PAD-wide int64 rows per query row of a block, 8 warps): 128
 # spilled (scripts/compile_triton_kernels.py: 0.9-1.8 KiB on sm_90 in float32, 17 KiB in bfloat16 at d=128).
 MAX_TOPK = 64
+# Largest head size: at d=128 the selection's K tile spilled (6.7-10 KiB on sm_80/sm_90, float32 and bfloat16).
+MAX_HEAD_DIM = 64
 # Query rows per selection program (tl.dot's minimum tile side).
 BLOCK_M = 16
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -91,6 +94,8 @@ def unsupported(q, k, v, *, topk: int, dropout: float, key_padding_mask) -> str 
         return f"dtype {q.dtype}"
     if min(topk, k.shape[-2]) > MAX_TOPK:
         return f"topk > {MAX_TOPK}"
+    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
+        return f"head size > {MAX_HEAD_DIM}"
     return None
 
 

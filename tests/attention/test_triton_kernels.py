@@ -139,14 +139,17 @@ _real = tk.topk_attention
         (dict(dropout=0.1), "dropout"),
         (dict(key_padding_mask=torch.zeros(1, 300, dtype=torch.bool)), "key padding"),
         (dict(topk=tk.MAX_TOPK + 1), f"topk > {tk.MAX_TOPK}"),
+        (dict(head_size=tk.MAX_HEAD_DIM + 1), f"head size > {tk.MAX_HEAD_DIM}"),
     ],
 )
 def test_what_the_triton_path_leaves_to_torch(kw, why):
-    q = torch.empty(1, 2, 300, 8)
+    kw = dict(kw)
+    d = kw.pop("head_size", 8)
+    q = torch.empty(1, 2, 300, d)
     options = dict(topk=32, dropout=0.0, key_padding_mask=None) | kw
     assert tk.unsupported(q, q, q, **options) == "not a CUDA tensor"
     with FakeTensorMode(), hardware.target("cuda"):
-        q = torch.empty(1, 2, 300, 8)
+        q = torch.empty(1, 2, 300, d)
         assert tk.unsupported(q, q, q, **options) == why
 
 
