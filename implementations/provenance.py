@@ -7,7 +7,9 @@ An implementation declares which of these choices it makes (``Implementation.mac
   (its sources, flags, compiler and CPU), or ``torch:<why not>`` (disabled, no compiler, a failed build...);
 - ``half_products``: a half-precision matrix product on a CPU target, ``native`` (AVX-512 BF16 / AMX) or
   ``float32_copies`` (an AVX2-only CPU emulates half GEMMs: :mod:`implementations.hardware`);
-- ``decode_tiles``: the bytes of the key tiles of a decode step (:mod:`implementations.decode`), by target.
+- ``decode_tiles``: the bytes of the key tiles of a decode step (:mod:`implementations.decode`), by target;
+- ``triton_kernels``: the Triton kernels (:mod:`implementations.triton_kernels`) on a CUDA target,
+  ``triton:<version>``, or ``torch:<why not>`` (triton not importable, ``TOPK_BENCH_TRITON=0``).
 
 :func:`code_path` reads them as ``key=value`` pairs joined by ``;`` (sorted; empty when none applies). Decided from
 the machine, the target and the dtype, never from a benchmark run. Importable alone (torch and the standard library).
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 import torch
 
-from implementations import decode, hardware, native, registry
+from implementations import decode, hardware, native, registry, triton_kernels
 
 NATIVE_KERNELS = "native_kernels"
 HALF_PRODUCTS = "half_products"
 DECODE_TILES = "decode_tiles"
-CHOICES = (NATIVE_KERNELS, HALF_PRODUCTS, DECODE_TILES)
+TRITON_KERNELS = "triton_kernels"
+CHOICES = (NATIVE_KERNELS, HALF_PRODUCTS, DECODE_TILES, TRITON_KERNELS)
 FALLBACK = "torch:"  # how a native_kernels value that is not the compiled kernels starts
 
 
@@ -44,7 +47,16 @@ def _decode_tiles(device_type: str, dtype: torch.dtype) -> str:
     return f"{tile >> 20}MiB"
 
 
-_REPORTERS = {NATIVE_KERNELS: _native_kernels, HALF_PRODUCTS: _half_products, DECODE_TILES: _decode_tiles}
+def _triton_kernels(device_type: str, dtype: torch.dtype) -> str:
+    return triton_kernels.status() if device_type == "cuda" else ""  # CUDA kernels: nothing to say of the CPU
+
+
+_REPORTERS = {
+    NATIVE_KERNELS: _native_kernels,
+    HALF_PRODUCTS: _half_products,
+    DECODE_TILES: _decode_tiles,
+    TRITON_KERNELS: _triton_kernels,
+}
 
 
 def code_path(impl: str | registry.Implementation, *, device: str, dtype: torch.dtype) -> str:

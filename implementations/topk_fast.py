@@ -65,7 +65,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations import native
+from implementations import native, triton_kernels
 from implementations.decode import decode_output, decode_scores, use_decode_path
 from implementations.hardware import device_kind
 from implementations.masking import (
@@ -582,6 +582,10 @@ def topk_fast_attention(
             groups,
             bool(float_scores),
         )
+    if triton_kernels.unsupported(q, k, v, topk=topk, dropout=dropout, key_padding_mask=key_padding_mask) is None:
+        return triton_kernels.topk_attention(
+            q, k, v, causal=causal, relu=activation == "relu", topk=topk, groups=groups, float_scores=float_scores
+        )
     return _TopkFast.apply(
         q,
         k,
@@ -600,7 +604,7 @@ def topk_fast_attention(
 TOPK_FAST = register(
     Implementation(
         name="topk_fast",
-        machine_choices=("native_kernels", "half_products", "decode_tiles"),
+        machine_choices=("native_kernels", "half_products", "decode_tiles", "triton_kernels"),
         fn=topk_fast_attention,
         description="top-k attention with causal key skipping, pruned top-k and k-sparse products",
         options={**TOPK_OPTIONS, "float_scores": False},

@@ -1,5 +1,9 @@
 import os
 
+# Triton kernels run on CPU tensors in Triton's interpreter, chosen when triton is imported (its @jit returns an
+# interpreted function then, its standard library included): set before anything imports it. No test needs a GPU.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import pytest
 import torch
 

@@ -1,0 +1,280 @@
+"""``topk_fast``'s training path on CUDA as Triton kernels (:mod:`.kernels`), exposed as torch ops.
+
+Three launches per layer call instead of ~1,900 torch ops: the exact row top-k of each block of query rows, the
+score tiles kept on chip (``topk_select_``); attention over each row's ``k`` selected keys, fp32 (``gathered_forward_``,
+which saves ``log Σ exp`` per row); and its backward (``gathered_backward_``: dQ per row, dK/dV added atomically into
+float32 accumulators). Saved for backward: Q, K, V, the output, int32 indices and one float32 per row (no ``Lq x k``
+scores).
+
+- Results: those of ``topk_fast``'s CPU path (the same keys, ranked the same way: the input dtype's rounded product,
+  or float32 with ``float_scores``) up to fp32 summation order; on ties at the k-th score the lowest key index wins
+  (the CPU path keeps the ties its scan meets first: either is a valid top-k, tests avoid such ties or check the
+  rule itself).
+- The ops write into tensors the caller allocated; their fake kernels allocate nothing, so ``FakeTensorMode`` (the
+  predict backend, ``--device cuda``) sees every byte a real run allocates.
+- CPU tensors run the same kernels in Triton's interpreter (how the tests hold them to the float64 oracle).
+- Not here (:func:`unsupported` says why, the caller keeps its torch path): decode steps, dropout, key padding,
+  float64, ``topk > MAX_TOPK``, head sizes over ``MAX_HEAD_DIM`` and a machine without an importable
+  ``triton``.
+
+Importable without triton (:func:`status` then says why not).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+import torch
+
+from implementations.hardware import device_kind
+from implementations.masking import causal_offset
+
+# Largest k the selection keeps in registers (two K_PAD-wide int64 rows per query row of a block, 8 warps): 128
+# spilled (scripts/compile_triton_kernels.py: 0.9-1.8 KiB on sm_90 in float32, 17 KiB in bfloat16 at d=128).
+MAX_TOPK = 64
+# Largest head size: at d=128 the selection's K tile spilled (6.7-10 KiB on sm_80/sm_90, float32 and bfloat16).
+MAX_HEAD_DIM = 64
+# Query rows per selection program (tl.dot's minimum tile side).
+BLOCK_M = 16
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# "0": keep the torch path on CUDA (what the committed H100 measurements ran: tests/data/README.md).
+DISABLE_ENV = "TOPK_BENCH_TRITON"
+
+
+def _import_error() -> str | None:
+    """Why the kernels cannot be used (None: they can). The switch is read at every call, the import tried once."""
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        return f"disabled by {DISABLE_ENV}=0"
+    return _import_failure()
+
+
+@functools.cache
+def _import_failure() -> str | None:
+    try:
+        import triton  # noqa: F401
+
+        from implementations.triton_kernels import kernels  # noqa: F401
+    except Exception as exc:  # noqa: BLE001  (ImportError, or whatever a broken triton install raises on import)
+        return f"triton not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
+def status() -> str:
+    """``triton:<version>`` when the kernels can run, else ``torch:<why not>`` (for provenance)."""
+    why = _import_error()
+    if why is not None:
+        return f"torch:{why}"
+    import triton
+
+    return f"triton:{triton.__version__}"
+
+
+@functools.cache
+def _warn_fallback(why: str) -> None:
+    warnings.warn(f"topk_fast: {why}; CUDA runs the torch path", RuntimeWarning, stacklevel=4)
+
+
+def unsupported(q, k, v, *, topk: int, dropout: float, key_padding_mask) -> str | None:
+    """Why the Triton path does not take this call (None: it does). Only CUDA inputs are candidates; a missing
+    triton is said once per process (a warning), the rest silently (they are documented limits)."""
+    if device_kind(q) != "cuda":
+        return "not a CUDA tensor"
+    why = _import_error()
+    if why is not None:
+        if not why.startswith("disabled"):  # asked for: nothing to say
+            _warn_fallback(why)
+        return why
+    if dropout:
+        return "dropout"
+    if key_padding_mask is not None:
+        return "key padding"
+    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtype {q.dtype}"
+    if min(topk, k.shape[-2]) > MAX_TOPK:
+        return f"topk > {MAX_TOPK}"
+    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
+        return f"head size > {MAX_HEAD_DIM}"
+    return None
+
+
+def _pow2(n: int, floor: int = 16) -> int:
+    return max(floor, 1 << (max(1, n) - 1).bit_length())
+
+
+def select_config(kk: int, d: int) -> dict:
+    """Constexprs and launch options of ``topk_select_kernel`` for top-``kk`` of head size ``d``."""
+    k_pad = _pow2(kk)
+    return dict(D=d, D_PAD=_pow2(d), BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=8)
+
+
+def gathered_config(d: int, dv: int) -> dict:
+    """Constexprs and launch options of the gathered forward/backward kernels (one query row a program)."""
+    chunk = 32 if max(d, dv) <= 64 else 16
+    return dict(D=d, D_PAD=_pow2(d), DV=dv, DV_PAD=_pow2(dv), CHUNK=chunk, num_warps=4)
+
+
+def _launcher(kernel, device: torch.device):
+    """``kernel`` as triton made it: compiled for CUDA, or the interpreter's (CPU tensors) when ``TRITON_INTERPRET=1``
+    was set before triton was imported (its decorator decides then, for triton's own library too)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if device.type != "cuda" and not isinstance(kernel, InterpretedFunction):
+        raise RuntimeError(
+            f"{kernel.__name__}: CPU tensors run in Triton's interpreter, which needs TRITON_INTERPRET=1 set before "
+            "triton is imported"
+        )
+    return kernel
+
+
+def _strides(t: torch.Tensor, n: int) -> tuple[int, ...]:
+    return tuple(t.stride())[:n]
+
+
+@torch.library.custom_op("implementations::triton_topk_select_", mutates_args=("indices",))
+def topk_select_(
+    q: torch.Tensor, k: torch.Tensor, indices: torch.Tensor, causal: bool, round_scores: bool, groups: int
+) -> None:
+    """``indices [heads, Lq, kk]``: each query row's top-``kk`` keys as global key rows (``kv·Lk + j``), by score
+    descending (ties: lowest ``j`` first). ``q [heads, Lq, D]``, ``k [kv_heads, Lk, D]``; ``round_scores``: rank by
+    the product rounded to the input dtype."""
+    from implementations.triton_kernels import kernels
+
+    heads, lq, d = q.shape
+    lk, kk = k.shape[1], indices.shape[-1]
+    if heads == 0 or lq == 0:
+        return
+    config = select_config(kk, d)
+    warps = config.pop("num_warps")
+    grid = (_cdiv(lq, BLOCK_M), heads)
+    _launcher(kernels.topk_select_kernel, q.device)[grid](
+        q, k, indices, *_strides(q, 3), *_strides(k, 3), *_strides(indices, 2),
+        lq, lk, causal_offset(lq, lk), groups, kk,
+        CAUSAL=causal, ROUND=round_scores, HALF_DOT=q.device.type == "cuda" and q.dtype != torch.float32,
+        num_warps=warps, **config,
+    )  # fmt: skip
+
+
+@topk_select_.register_fake
+def _(q, k, indices, causal, round_scores, groups) -> None:
+    return None
+
+
+@torch.library.custom_op("implementations::triton_gathered_forward_", mutates_args=("out", "lse"))
+def gathered_forward_(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    indices: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    relu: bool,
+    round_scores: bool,
+    groups: int,
+) -> None:
+    """``out [heads, Lq, DV]`` = softmax (or relu) of each row's selected scores times the selected V rows;
+    ``lse [heads, Lq]`` (float32, contiguous): ``log Σ exp`` of each row's scores (+inf: no allowed key)."""
+    from implementations.triton_kernels import kernels
+
+    heads, lq, d = q.shape
+    lk, kk, dv = k.shape[1], indices.shape[-1], v.shape[-1]
+    if heads == 0 or lq == 0:
+        return
+    config = gathered_config(d, dv)
+    warps = config.pop("num_warps")
+    _launcher(kernels.gathered_forward_kernel, q.device)[(lq, heads)](
+        q, k, v, indices, out, lse,
+        *_strides(q, 3), *_strides(k, 3), *_strides(v, 3), *_strides(indices, 2), *_strides(out, 2),
+        lq, lk, causal_offset(lq, lk), groups, kk,
+        CAUSAL=causal, RELU=relu, ROUND=round_scores, num_warps=warps, **config,
+    )  # fmt: skip
+
+
+@gathered_forward_.register_fake
+def _(q, k, v, indices, out, lse, causal, relu, round_scores, groups) -> None:
+    return None
+
+
+@torch.library.custom_op("implementations::triton_gathered_backward_", mutates_args=("dq", "dk", "dv"))
+def gathered_backward_(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    indices: torch.Tensor,
+    out: torch.Tensor,
+    dout: torch.Tensor,
+    lse: torch.Tensor,
+    dq: torch.Tensor,
+    dk: torch.Tensor,
+    dv: torch.Tensor,
+    causal: bool,
+    relu: bool,
+    round_scores: bool,
+    groups: int,
+) -> None:
+    """``dq`` (Q's layout) written; ``dk [kv_heads, Lk, D]``, ``dv [kv_heads, Lk, DV]`` (float32, contiguous, zeroed
+    by the caller) accumulated. ``dout`` has ``out``'s layout."""
+    from implementations.triton_kernels import kernels
+
+    heads, lq, d = q.shape
+    lk, kk, d_v = k.shape[1], indices.shape[-1], v.shape[-1]
+    if heads == 0 or lq == 0:
+        return
+    config = gathered_config(d, d_v)
+    warps = config.pop("num_warps")
+    _launcher(kernels.gathered_backward_kernel, q.device)[(lq, heads)](
+        q, k, v, indices, out, dout, lse, dq, dk, dv,
+        *_strides(q, 3), *_strides(k, 3), *_strides(v, 3), *_strides(indices, 2), *_strides(out, 2),
+        lq, lk, causal_offset(lq, lk), groups, kk,
+        CAUSAL=causal, RELU=relu, ROUND=round_scores, num_warps=warps, **config,
+    )  # fmt: skip
+
+
+@gathered_backward_.register_fake
+def _(q, k, v, indices, out, dout, lse, dq, dk, dv, causal, relu, round_scores, groups) -> None:
+    return None
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _TritonTopk(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, relu, kk, groups, round_scores):
+        lead, lq, lk = q.shape[:-2], q.shape[-2], k.shape[-2]
+        q3 = q.reshape(-1, lq, q.shape[-1]).contiguous()
+        k3 = k.reshape(-1, lk, k.shape[-1]).contiguous()
+        v3 = v.reshape(-1, lk, v.shape[-1]).contiguous()
+        heads = q3.shape[0]
+        index_dtype = torch.int32 if k3.shape[0] * lk < 2**31 else torch.int64
+        idx = torch.empty(heads, lq, kk, dtype=index_dtype, device=q.device)
+        topk_select_(q3, k3, idx, causal, round_scores, groups)
+        out = torch.empty(heads, lq, v3.shape[-1], dtype=v.dtype, device=q.device)
+        lse = torch.empty(heads, lq, dtype=torch.float32, device=q.device)
+        gathered_forward_(q3, k3, v3, idx, out, lse, causal, relu, round_scores, groups)
+        ctx.save_for_backward(q3, k3, v3, idx, out, lse)
+        ctx.shapes = (q.shape, k.shape, v.shape)
+        ctx.flags = (causal, relu, round_scores, groups)
+        return out.view(*lead, lq, v3.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dout):
+        q3, k3, v3, idx, out, lse = ctx.saved_tensors
+        q_shape, k_shape, v_shape = ctx.shapes
+        dout3 = dout.reshape(out.shape).contiguous()
+        dq = torch.empty_like(q3)
+        dk = torch.zeros(k3.shape, dtype=torch.float32, device=k3.device)
+        dv = torch.zeros(v3.shape, dtype=torch.float32, device=v3.device)
+        gathered_backward_(q3, k3, v3, idx, out, dout3, lse, dq, dk, dv, *ctx.flags)
+        return dq.view(q_shape), dk.to(k3.dtype).view(k_shape), dv.to(v3.dtype).view(v_shape), *(None,) * 5
+
+
+def topk_attention(q, k, v, *, causal: bool, relu: bool, topk: int, groups: int, float_scores: bool):
+    """``topk_fast``'s training forward (with autograd) through the Triton kernels; the caller checked
+    :func:`unsupported`. ``q [..., Lq, D]``, ``k [..., Lk, D]``, ``v [..., Lk, DV]``, ``groups`` query heads per K/V
+    head. Half inputs are ranked by their rounded product unless ``float_scores``."""
+    round_scores = q.dtype != torch.float32 and not float_scores
+    return _TritonTopk.apply(q, k, v, bool(causal), bool(relu), min(int(topk), k.shape[-2]), groups, round_scores)

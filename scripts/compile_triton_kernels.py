@@ -1,0 +1,191 @@
+"""Compile topk_fast's Triton kernels ahead of time for sm_80 (A100) and sm_90 (H100/H200), with no GPU.
+
+Triton's own compiler and its bundled ptxas build every kernel of :mod:`implementations.triton_kernels.kernels` in
+the configurations the launcher picks for its largest shapes (head size 64, as BERT-base's; float32 and bfloat16;
+the largest k it takes). Prints a table per kernel (registers, spill bytes, shared memory per
+architecture) and exits 1 on a compile error, a spill, or shared memory over the part's per-block limit.
+
+    .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+# Compiled, not interpreted (the test suite's setting must not leak in); FMA contraction on, as Triton 3.9 runs
+# kernels by default (set here so that it does not warn).
+os.environ.pop("TRITON_INTERPRET", None)
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import torch
+
+# Usable shared memory per block (opt-in maximum): A100 164 KiB, H100/H200 228 KiB.
+SHARED_LIMIT = {80: 164 << 10, 90: 228 << 10}
+WARP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled configuration of a kernel: what the launcher passes for a shape and dtype."""
+
+    kernel: str
+    dtype: torch.dtype
+    d: int
+    dv: int
+    topk: int
+    causal: bool = True
+    relu: bool = False
+
+    @property
+    def name(self) -> str:
+        dt = str(self.dtype).removeprefix("torch.")
+        act = "relu" if self.relu else "softmax"
+        return f"{self.kernel} {dt} d={self.d} dv={self.dv} k={self.topk} {act}"
+
+
+def variants() -> list[Variant]:
+    """Each kernel for float32 and bfloat16 at the largest head size and k the launcher takes (the largest tiles:
+    BERT-base's d = 64), causal softmax (relu and non-causal calls switch a few element-wise lines, no tile)."""
+    from implementations import triton_kernels as tk
+
+    kernels = ("topk_select_kernel", "gathered_forward_kernel", "gathered_backward_kernel")
+    return [
+        Variant(kernel, dtype, d, d, tk.MAX_TOPK)
+        for kernel in kernels
+        for dtype in (torch.float32, torch.bfloat16)
+        for d in (tk.MAX_HEAD_DIM,)
+    ]
+
+
+_TL = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _source(variant: Variant):
+    """An ``ASTSource`` of ``variant``: pointer and integer types of the arguments, the constexprs, launch options."""
+    from triton.compiler import ASTSource
+
+    from implementations import triton_kernels as tk
+    from implementations.triton_kernels import kernels
+
+    fn = getattr(kernels, variant.kernel)
+    t = "*" + _TL[variant.dtype]
+    if variant.kernel == "topk_select_kernel":
+        config = tk.select_config(variant.topk, variant.d)
+        pointers = {"Q": t, "K": t, "IDX": "*i32"}
+        flags = dict(CAUSAL=variant.causal, ROUND=variant.dtype != torch.float32)
+    else:
+        config = tk.gathered_config(variant.d, variant.dv)
+        pointers = {"Q": t, "K": t, "V": t, "IDX": "*i32", "OUT": t, "LSE": "*fp32"}
+        if variant.kernel == "gathered_backward_kernel":
+            pointers |= {"DOUT": t, "DQ": t, "DK": "*fp32", "DV_ACC": "*fp32"}
+        flags = dict(CAUSAL=variant.causal, RELU=variant.relu, ROUND=variant.dtype != torch.float32)
+    warps = config.pop("num_warps")
+    constexprs = config | flags
+    signature = {}
+    for arg in fn.arg_names:
+        if arg in constexprs:
+            signature[arg] = "constexpr"
+        elif arg in pointers:
+            signature[arg] = pointers[arg]
+        else:
+            signature[arg] = "i32"  # strides, lengths, offset (may be negative), groups, k
+    return ASTSource(fn, signature, constexprs=constexprs), {"num_warps": warps}
+
+
+@dataclass
+class Report:
+    registers: int
+    spill_bytes: int
+    shared_bytes: int
+
+
+def _ptxas_report(ptx: str, arch: str) -> tuple[int, int]:
+    """(registers per thread, spill store + load bytes) that the bundled ptxas reports for ``ptx`` (``-v``)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    ptxas = get_ptxas(int(re.sub(r"\D", "", arch)[:2])).path
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        run = subprocess.run(
+            [ptxas, "-v", f"--gpu-name={arch}", path, "-o", os.path.join(tmp, "kernel.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    log = run.stdout + run.stderr
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+    return registers, spills
+
+
+def compile_variant(variant: Variant, capability: int) -> Report:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    source, options = _source(variant)
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, WARP_SIZE), options=options)
+    arch = compiled.metadata.target.arch if hasattr(compiled.metadata, "target") else capability
+    gpu_name = f"sm_{arch}a" if capability >= 90 else f"sm_{arch}"
+    registers, spills = _ptxas_report(compiled.asm["ptx"], gpu_name)
+    return Report(registers, spills, compiled.metadata.shared)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a compile error, on one line (triton's own message ends with a caret line)."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    lines = [line for line in str(exc).splitlines() if line.strip() and line.strip() != "^"]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, nargs="+", default=sorted(SHARED_LIMIT), choices=sorted(SHARED_LIMIT))
+    args = parser.parse_args(argv)
+    try:
+        import triton
+    except ImportError as exc:
+        print(f"compile_triton_kernels: triton is not importable ({exc}); install the dev extra", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    failures: list[str] = []
+    header = f"{'kernel':<58}" + "".join(f" | sm_{a}: regs spill smem" for a in args.arch)
+    print(f"triton {triton.__version__}; shared limit per block: "
+          + ", ".join(f"sm_{a} {SHARED_LIMIT[a] >> 10} KiB" for a in args.arch))  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for variant in variants():
+        cells = []
+        for capability in args.arch:
+            try:
+                report = compile_variant(variant, capability)
+            except Exception as exc:  # noqa: BLE001  (a compile error of one variant: say which, keep going)
+                first = _reason(exc)
+                failures.append(f"{variant.name} sm_{capability}: compile error: {first}")
+                cells.append(f" | sm_{capability}: {'error':>21}")
+                continue
+            if report.spill_bytes:
+                failures.append(f"{variant.name} sm_{capability}: {report.spill_bytes} bytes of register spills")
+            if report.shared_bytes > SHARED_LIMIT[capability]:
+                failures.append(
+                    f"{variant.name} sm_{capability}: {report.shared_bytes} B shared > {SHARED_LIMIT[capability]} B"
+                )
+            cells.append(f" | sm_{capability}: {report.registers:4d} {report.spill_bytes:5d} {report.shared_bytes:6d}")
+        print(f"{variant.name:<58}" + "".join(cells), flush=True)
+    print(f"{len(variants())} kernels x {len(args.arch)} architectures in {time.perf_counter() - start:.1f} s")
+    for failure in failures:
+        print(f"FAIL {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
