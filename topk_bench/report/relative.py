@@ -113,7 +113,10 @@ def relative_times(frame: pd.DataFrame, impl: str, side: str) -> dict[object, Re
     is_reference = set(refs.index)
     out: dict[object, Relative | str] = {}
     for index, row in _rows(frame, columns):
-        if index in is_reference or str(row.get(col.STATUS)) != Status.OK or not _times(row):
+        if index in is_reference or str(row.get(col.STATUS)) != Status.OK:
+            continue
+        times = _times(row)
+        if not times:
             continue
         found = [
             reference
@@ -136,7 +139,7 @@ def relative_times(frame: pd.DataFrame, impl: str, side: str) -> dict[object, Re
         if str(reference.get(col.STATUS)) != Status.OK or not ref_times:
             out[index] = f"{impl} at its parameters is {reference.get(col.STATUS)}, untimed"
             continue
-        out[index] = divide(_times(row), _rounds(row), ref_times, _rounds(reference), str(reference[col.CASE_ID]))
+        out[index] = divide(times, _rounds(row), ref_times, _rounds(reference), str(reference[col.CASE_ID]))
     return out
 
 
