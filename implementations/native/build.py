@@ -186,7 +186,12 @@ def _own_directory() -> Path:
     forked from it leaves it to its parent); the processes it starts build in it too (TOPK_BENCH_NATIVE_CACHE)."""
     directory = Path(tempfile.mkdtemp(prefix="topk-bench-native-"))
     maker = os.getpid()
-    atexit.register(lambda: os.getpid() == maker and shutil.rmtree(directory, ignore_errors=True))
+
+    def remove() -> None:
+        if os.getpid() == maker:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    atexit.register(remove)
     os.environ["TOPK_BENCH_NATIVE_CACHE"] = str(directory)
     return directory
 
