@@ -31,6 +31,8 @@ def test_compare_relative_to_of_20000_rows_a_side_takes_seconds(cli, bench, tmp_
     start = time.monotonic()
     result = cli("compare", base, new, "--relative-to", "sdpa", "--json", tmp_path / "c.json")
     took = time.monotonic() - start
-    assert result.code == 1 and "Traceback" not in result.err, result.err[-2000:]  # topk_fast 1.5x: regressions
+    assert result.code == 0 and "Traceback" not in result.err, result.err[-2000:]
+    # topk_fast 1.5x SDPA's in NEW: each case judged over SDPA's rounds (3 rounds: too few to reach alpha)
+    assert f"{ROWS - ROWS // bench.PER_SIZE} inconclusive" in result.out, result.out[-500:]
     assert took < BOUND_S, f"compare --relative-to of {ROWS} rows a side took {took:.1f} s"
-    assert (tmp_path / "c.json").read_text().count('"time_vs_sdpa"') >= ROWS - ROWS // bench.PER_SIZE
+    assert (tmp_path / "c.json").read_text().count("per round; inconclusive") == ROWS - ROWS // bench.PER_SIZE
