@@ -86,9 +86,24 @@ _NUMBER_AND_UNIT = re.compile(rf"(?<![\w.])(\d[\d,.]*(?:e[+-]?\d+)?)[ ](?=(?:{_U
 _KEPT = "\u00a0"  # textwrap breaks at ASCII whitespace only
 
 
+def wrap(text: str, width: int, *, break_long_words: bool = True) -> list[str]:
+    """``textwrap.wrap(text, width)``'s lines (at whitespace, not at hyphens), in time linear in ``text``'s length:
+    textwrap breaks a word longer than the width by slicing the rest of it once per line, quadratic in the word
+    (a 10 MB label took minutes); here such a word is cut into pieces of the width first, each on a line of its
+    own. ``break_long_words=False``: a long word stays whole on its line (a path)."""
+    width = max(1, width)
+    if break_long_words and len(text) > width:
+        text = re.sub(
+            rf"\S{{{width + 1},}}",
+            lambda m: " ".join(m.group()[i : i + width] for i in range(0, len(m.group()), width)),
+            text,
+        )
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+
+
 def wrapped(text: str, width: int) -> str:
     """``text`` wrapped to ``width`` columns at spaces, never between a number and its unit; a word longer than
     the width stays whole (a path)."""
     glued = _NUMBER_AND_UNIT.sub(lambda m: m.group(1) + _KEPT, text)
-    lines = textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False) or [""]
+    lines = wrap(glued, width, break_long_words=False) or [""]
     return "\n".join(lines).replace(_KEPT, " ")

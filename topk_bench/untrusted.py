@@ -5,6 +5,7 @@ they say is data: never markup, never a terminal's command, never a path outside
   text (bidi overrides, embeddings, isolates and marks: U+202E...) or break lines (U+2028, U+2029) written as
   Python writes them in a string (``\\x1b``, ``\\u202e``), so that a terminal, a table or a pull-request comment
   shows them instead of obeying them;
+- :func:`abridged`: :func:`shown`, at most so many characters of it (a legend entry of a 10 MB label);
 - :func:`text`: a rich ``Text`` of :func:`shown` (a table cell: no markup, no emoji codes, no highlighting), and
   :func:`markup`, :func:`shown` escaped for rich markup (``rich.markup.escape``), where data goes inside a
   markup string;
@@ -13,6 +14,9 @@ they say is data: never markup, never a terminal's command, never a path outside
 - :func:`markdown`: :func:`shown` for GitHub's Markdown (a pull-request comment): HTML, entities, code spans,
   emphasis, strike-through, links, images, tables' pipes and autolinks (``http://``, ``www.``) escaped with a
   backslash, so that the comment shows the text as it is;
+- :func:`argument`: :func:`shown`, quoted for a POSIX shell (``shlex.quote``): a command printed for the user to
+  paste (``topk-bench run SUITE --out DIR``) runs the file it names, never a command a file name or a suite's
+  value carries (``x.toml; touch PWNED; #``);
 - :func:`file_name`: a name that becomes part of a file's name: kept when it follows :data:`NAME_PATTERN` (the
   rule of a suite's ``name``), else made of its safe characters, so that no file is written outside its folder.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -53,6 +58,15 @@ def shown(value: object) -> str:
     return _UNSHOWN.sub(_escaped, text) if _UNSHOWN.search(text) else text
 
 
+def abridged(value: object, limit: int) -> str:
+    """:func:`shown`, its first ``limit`` characters and how many more there are when it is longer: a place that
+    can show a line or two (a legend entry) shows that much of a label of any length."""
+    text = shown(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 def text(value: object, style: str = "") -> Text:
     """A rich ``Text`` of :func:`shown`: a table cell or a title that rich renders as it is (no markup, no emoji
     codes, no highlighting)."""
@@ -81,6 +95,12 @@ def markdown(value: object) -> str:
     if "://" not in escaped and "www." not in escaped.lower():
         return escaped
     return _AUTOLINK.sub(lambda m: "\\:" if m.group(1) else f"{m.group(2)}\\.", escaped)
+
+
+def argument(value: object) -> str:
+    """:func:`shown`, quoted for a POSIX shell: one word that runs nothing when pasted (``'x.toml; rm -r ~'``); a
+    plain word (``suite.toml``) stays as it is."""
+    return shlex.quote(shown(value))
 
 
 def is_name(value: object) -> bool:

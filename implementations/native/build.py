@@ -8,8 +8,17 @@ argument types of every function declared once (:data:`SIGNATURES`).
   this user's and writable by no one else: a library another user could have planted is never loaded. A cache
   directory that fails the check is not used (a private one of this process is); a file that fails it is left
   where it is and the library is built beside it.
+- A cache directory that is a symbolic link is followed when the link is this user's (a cache moved to another
+  disk); the directory it leads to is checked as above. A private directory of this process (the fallback) is
+  removed when the process that made it ends: no temporary folder is left.
 - The compiler runs in a session of its own, for at most ``$TOPK_BENCH_NATIVE_TIMEOUT`` seconds (default
-  :data:`COMPILE_TIMEOUT_S`); past it the whole session is killed and the kernels are not used.
+  :data:`COMPILE_TIMEOUT_S`); past it the whole session is killed and the kernels are not used. One line on
+  stderr says so before it starts (``compiling the native kernels, at most 120 s``).
+- One attempt per run: a build that fails (in any way: a compiler that is no program, one that prints bytes
+  that are not UTF-8, one that hangs) or a library that does not load is said once, and the reason is left in
+  ``$TOPK_BENCH_NATIVE_FAILED`` for the processes this one starts (a run's template and children), which take
+  the torch path without trying again. A library that does not load is removed from the cache (the next run
+  builds it again), never loaded again and again.
 - A build writes a partial file beside its target and renames it into place: a concurrent first use never loads a
   partial file. Every failure removes its partial file; one left by a process killed mid-build is removed by the
   next build in that directory.
@@ -20,6 +29,7 @@ Every way of not getting the library is an :class:`Unavailable` with the reason 
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -28,6 +38,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -52,6 +63,8 @@ SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "key_sort": ("int", _KEY_SORT),
 }
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "int": ctypes.c_int}
+# Why this run's one attempt failed, for the processes it starts (its template and children): they do not try again.
+FAILED = "TOPK_BENCH_NATIVE_FAILED"
 
 
 class Unavailable(Exception):
@@ -101,19 +114,27 @@ def flags() -> tuple[str, ...]:
 
 def _run(argv: list[str], limit: float) -> subprocess.CompletedProcess:
     """``argv`` in a session of its own, killed whole (the driver and the compiler proper it started) past
-    ``limit`` seconds: Unavailable then."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ``limit`` seconds; its output as text (bytes that are not UTF-8 replaced). Unavailable when it cannot start
+    or does not finish."""
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:  # not a program, not executable, gone
+        raise Unavailable(f"{argv[0]} cannot run: {exc.strerror or exc}") from None
     try:
         out, err = process.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         raise Unavailable(f"{argv[0]} did not finish in {limit:g} s (TOPK_BENCH_NATIVE_TIMEOUT)") from None
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+    text = (out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+    return subprocess.CompletedProcess(argv, process.returncode, *text)
 
 
 def build_key(cc: str) -> str:
-    version = _run([cc, "--version"], min(timeout_s(), 30.0)).stdout
+    asked = _run([cc, "--version"], min(timeout_s(), 30.0))
+    if asked.returncode != 0:
+        raise Unavailable(f"{cc} --version failed (exit {asked.returncode}): not a C compiler?")
+    version = asked.stdout
     parts = [*(p.read_bytes() for p in SOURCES + HEADERS), " ".join(flags()).encode(), version.encode(),
              _cpu_flags().encode(), platform.machine().encode()]  # fmt: skip
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
@@ -132,11 +153,23 @@ def _private(path: Path) -> str:
     return ""
 
 
+def _followed(root: Path) -> Path:
+    """``root``, or where it leads when it is a symbolic link of this user's (its target is checked then)."""
+    try:
+        link = root.lstat()
+    except OSError:
+        return root
+    if stat.S_ISLNK(link.st_mode) and link.st_uid == os.getuid():
+        return Path(os.path.realpath(root))
+    return root
+
+
 def private_dir() -> Path:
     """The cache directory, made ``0700`` if new; one of this process's own when the cache fails the check."""
     root = cache_dir()
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
+        root = _followed(root)
         root.mkdir(mode=0o700, exist_ok=True)
         problem = _private(root)
     except OSError as exc:
@@ -145,7 +178,22 @@ def private_dir() -> Path:
         return root
     warnings.warn(f"implementations.native: not building in {root}: {problem}; building in a private directory of "
                   "this process instead (fix the directory, or set TOPK_BENCH_NATIVE_CACHE)", stacklevel=4)  # fmt: skip
-    return Path(tempfile.mkdtemp(prefix="topk-bench-native-"))
+    return _own_directory()
+
+
+def _own_directory() -> Path:
+    """A private directory of this process, removed when it ends (only by the process that made it: a child
+    forked from it leaves it to its parent); the processes it starts build in it too (TOPK_BENCH_NATIVE_CACHE)."""
+    directory = Path(tempfile.mkdtemp(prefix="topk-bench-native-"))
+    maker = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == maker:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    atexit.register(remove)
+    os.environ["TOPK_BENCH_NATIVE_CACHE"] = str(directory)
+    return directory
 
 
 def _sweep_partials(directory: Path) -> None:
@@ -167,6 +215,8 @@ def _alive(pid: int) -> bool:
 
 
 def _compile(cc: str, target: Path) -> None:
+    print(f"implementations.native: compiling the native kernels, at most {timeout_s():g} s "
+          "(TOPK_BENCH_NATIVE_TIMEOUT)", file=sys.stderr, flush=True)  # fmt: skip
     fd, partial = tempfile.mkstemp(prefix=f".{target.stem}.{os.getpid()}.", suffix=".partial.so", dir=target.parent)
     os.close(fd)
     try:
@@ -213,17 +263,35 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def load() -> tuple[ctypes.CDLL, str]:
-    """(the library, its build key); Unavailable with the reason when the kernels are not to be used here."""
+    """(the library, its build key); Unavailable with the reason when the kernels are not to be used here.
+
+    Any failure of building or loading is an Unavailable (the caller takes the torch path), and is left in
+    :data:`FAILED` for the processes this one starts: one attempt per run."""
     if os.environ.get("TOPK_BENCH_NATIVE", "1") == "0":
         raise Unavailable("disabled by TOPK_BENCH_NATIVE=0")
     if platform.system() == "Windows":
         raise Unavailable("not built on Windows")
+    failed = os.environ.get(FAILED)
+    if failed:
+        raise Unavailable(failed)
     cc = compiler()
     if cc is None:
         raise Unavailable("no C compiler ($CC, cc, gcc or clang)")
-    path, key = library_path(cc)
     try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as exc:
-        raise Unavailable(f"{path} does not load: {exc}") from None
-    return declare(lib), key
+        path, key = library_path(cc)
+        return _loaded(path), key
+    except Exception as exc:  # noqa: BLE001 -- a failed build of any kind: the torch path, said once
+        why = str(exc) if isinstance(exc, Unavailable) else f"building failed: {type(exc).__name__}: {exc}"
+        os.environ[FAILED] = why
+        raise Unavailable(why) from None
+
+
+def _loaded(path: Path) -> ctypes.CDLL:
+    """The library at ``path`` with its functions declared; one that does not load, or lacks a function, is
+    removed (it is this user's: :func:`library_path` checked it), so that the next run builds it again."""
+    try:
+        return declare(ctypes.CDLL(str(path)))
+    except (OSError, Unavailable) as exc:
+        path.unlink(missing_ok=True)
+        why = f"{path} does not load: {exc}" if isinstance(exc, OSError) else str(exc)
+        raise Unavailable(f"{why}; removed, the next run builds it again") from None

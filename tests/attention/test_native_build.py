@@ -109,7 +109,11 @@ def test_a_library_without_the_kernels_functions_is_not_used(tmp_path):
     subprocess.run([build.compiler(), "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     library.chmod(0o700)
     done = fresh(STATUS, cache)
-    assert done.stdout.strip() == "not used: the library has no function f32_row_topk (a build of other sources?)"
+    assert done.stdout.strip() == (
+        "not used: the library has no function f32_row_topk (a build of other sources?); removed, the next run "
+        "builds it again"
+    )
+    assert not library.exists()
 
 
 def _c_arguments(prototype: str) -> tuple[str, ...]:
@@ -133,3 +137,96 @@ def test_the_ctypes_types_are_the_c_prototypes():
     # The F(name) prefixes of row_topk.c are the suffixes declared.
     prefixes = re.findall(r"#define F\(name\) (\w+)_##name", (ROOT / "implementations/native/row_topk.c").read_text())
     assert sorted(prefixes) == sorted(build.SUFFIXES)
+
+
+# --- a failed build of any kind is the torch path, said in one line, tried once per run -------------------------
+
+
+def fake_compiler(tmp_path: Path, body: str) -> Path:
+    """A ``cc`` that logs each call (``calls``) and then does ``body`` (a shell snippet)."""
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n{body}\n')
+    cc.chmod(0o755)
+    return cc
+
+
+def calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "calls"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.slow
+def test_a_version_that_is_not_utf8_is_no_traceback(tmp_path):
+    real = build.compiler()
+    cc = fake_compiler(
+        tmp_path, f'[ "$1" = --version ] && {{ printf "cc \\377\\376 1.0\\n"; exit 0; }}\nexec {real} "$@"'
+    )
+    done = fresh(STATUS, tmp_path / "native", CC=str(cc))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.startswith("built "), done.stdout
+
+
+@pytest.mark.slow
+def test_a_compiler_that_is_no_program_is_the_torch_path(tmp_path):
+    cc = tmp_path / "cc"
+    cc.write_bytes(b"\x7fELF but not a program")
+    cc.chmod(0o755)
+    done = fresh(STATUS, tmp_path / "native", CC=str(cc))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.strip() == f"not used: {cc} cannot run: Exec format error"
+
+
+@pytest.mark.slow
+def test_a_library_that_does_not_load_is_removed_and_built_again_by_the_next_run(tmp_path):
+    cache = tmp_path / "native"
+    key = built_key(cache)
+    library = cache / f"row_topk-{key}.so"
+    library.write_bytes(b"cut short by a full disk")  # this user's, mode 700: trusted, but no library
+    done = fresh(STATUS, cache)
+    assert done.stdout.startswith(f"not used: {library} does not load: "), done.stdout
+    assert done.stdout.strip().endswith("; removed, the next run builds it again")
+    assert not library.exists()
+    assert built_key(cache) == key and library.is_file()
+
+
+@pytest.mark.slow
+def test_a_hanging_compiler_is_announced_and_tried_once_per_run(tmp_path):
+    cc = fake_compiler(tmp_path, '[ "$1" = --version ] && { echo "cc 1.0"; exit 0; }\nexec sleep 600')
+    # The run's process, then one it starts (a template, a child): the second does not try again.
+    code = (
+        f"{STATUS}\nimport subprocess, sys\n"
+        f"print(subprocess.run([sys.executable, '-c', {STATUS!r}], capture_output=True, text=True).stdout, end='')"
+    )
+    started = time.monotonic()
+    done = fresh(code, tmp_path / "native", CC=str(cc), TOPK_BENCH_NATIVE_TIMEOUT="2")
+    took = time.monotonic() - started
+    reason = f"not used: {cc} did not finish in 2 s (TOPK_BENCH_NATIVE_TIMEOUT)"
+    assert done.stdout.splitlines() == [reason, reason], done
+    assert [c for c in calls(tmp_path) if c != "--version"] and len(calls(tmp_path)) == 2, calls(tmp_path)
+    assert "implementations.native: compiling the native kernels, at most 2 s" in done.stderr
+    assert took < 90, took
+
+
+@pytest.mark.slow
+def test_a_cache_that_is_a_link_of_this_users_is_followed(tmp_path):
+    real = tmp_path / "elsewhere" / "native"
+    real.parent.mkdir()
+    real.mkdir(mode=0o700)
+    link = tmp_path / "native"
+    link.symlink_to(real)
+    done = fresh(STATUS, link)
+    assert done.stdout.startswith("built "), done.stderr
+    assert "not building in" not in done.stderr
+    assert [p.name for p in real.iterdir()] == [f"row_topk-{done.stdout.split()[1]}.so"]
+
+
+@pytest.mark.slow
+def test_a_private_directory_is_removed_when_the_process_ends(tmp_path):
+    cache = tmp_path / "native"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)  # not used: the build goes to a directory of the process's own
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = fresh(STATUS, cache, TMPDIR=str(scratch))
+    assert done.stdout.startswith("built "), done.stderr
+    assert not list(scratch.iterdir())

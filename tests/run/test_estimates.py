@@ -125,3 +125,13 @@ def test_the_time_left_is_the_estimate_scaled_by_what_the_cases_done_took():
     assert Eta().seconds_left() is None
     two = Eta({"a": 10.0, "b": 10.0}, slots=2, clock=clock)
     assert two.seconds_left() == pytest.approx(10)  # two slots share the work
+
+
+def test_the_typical_time_never_exceeds_the_bound(tmp_path):
+    cases = _cases(tmp_path, predict=True)[:3]
+    before = {c.case_id: 1800.0 for c in cases}  # an earlier run measured them for 30 min each
+    guess = estimate.estimate(cases, LOCAL, 60.0, before=before)  # now each is stopped at its 60 s budget
+    assert guess.typical_s <= guess.bound_s, guess.text()
+    assert guess.per_case == {c.case_id: 60.0 + estimate.FORK_S for c in cases}
+    rounds = estimate.estimate(cases[:1], ExecutorSettings(jobs=2), 60.0, before=before, rounds=3)
+    assert rounds.typical_s <= rounds.bound_s, rounds.text()  # three rounds of one case: one after another

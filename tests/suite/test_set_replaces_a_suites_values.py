@@ -153,3 +153,11 @@ def test_profile_takes_set_too_through_the_real_command_line(tmp_path):
     (line,) = typo.stderr.strip().splitlines()
     assert line.startswith("topk-bench: error: suites/smoke.toml: --set seq_ln: not a key of this suite")
     assert not (tmp_path / "q").exists()
+
+
+def test_a_set_value_that_breaks_a_rule_of_two_keys_is_blamed_not_the_other_key(cli, tmp_path):
+    from faults import tiny_suite
+
+    result = cli("run", tiny_suite(tmp_path), "--set", "d_model=65", "--out", tmp_path / "out")
+    assert result.code == 2
+    assert result.error_line.endswith("--set d_model: expected d_model (65) divisible by heads (2)"), result.err

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from typing import Any
 
 import typer
 import typer.core
 
 from topk_bench.errors import BadInput, file_error
+from topk_bench.untrusted import shown
 
 app = typer.Typer(
     name="topk-bench",
@@ -72,18 +74,36 @@ def output_width(default: int = 100) -> int:
 # Each command module registers itself on ``app`` when imported.
 from topk_bench.cli import commands  # noqa: E402,F401 -- registers the commands on app, made above
 
+# click's errors, as the click typer runs on defines them (its own copy in typer >= 0.26): a mistaken option.
+_CLICK: dict[str, Any] = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+_UsageError, _ClickException = _CLICK["UsageError"], _CLICK["ClickException"]
+
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: bad input, and a file that cannot be read or written (a full disk, a read-only
-    place), is one line on stderr and exit code 2, never a traceback."""
+    """Console entry point: bad input, a mistaken option (``--rounds abc``), and a file that cannot be read or
+    written (a full disk, a read-only place), is one line on stderr and exit code 2, never a traceback or a
+    usage block; the line's text from files and arguments is escaped for the terminal
+    (:func:`topk_bench.untrusted.shown`)."""
     try:
-        app(args=argv, prog_name="topk-bench", standalone_mode=True)
+        code = app(args=argv, prog_name="topk-bench", standalone_mode=False)
     except BadInput as exc:
-        _fail(exc)
+        _fail(str(exc))
     except OSError as exc:  # the commands name what they were doing where it helps; the rest still names the file
-        _fail(file_error(exc))
+        _fail(str(file_error(exc)))
+    except _UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # no command or no argument: the help is what was asked
+            exc.show()
+            sys.exit(exc.exit_code)
+        command = exc.ctx.command_path if exc.ctx is not None else "topk-bench"
+        _fail(f"{exc.format_message()} (see {command} --help)", exc.exit_code)
+    except _ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except typer.Abort:  # Ctrl-C at a prompt
+        print("Aborted.", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
-def _fail(exc: BadInput) -> None:
-    print(f"topk-bench: error: {exc}", file=sys.stderr)
-    sys.exit(2)
+def _fail(line: str, code: int = 2) -> None:
+    print(f"topk-bench: error: {shown(line)}", file=sys.stderr)
+    sys.exit(code)

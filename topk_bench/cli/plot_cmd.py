@@ -47,7 +47,7 @@ def plot(
         for path in exc.written:
             typer.echo(shown(path))
         for line in exc.failures:
-            typer.echo(f"error: {line}", err=True)
+            typer.echo(shown(f"error: {line}"), err=True)
         raise typer.Exit(1) from None
     for path in written:
         typer.echo(shown(path))

@@ -11,6 +11,7 @@ cases (the columns left out of the key) is said once when every pair differs ali
 from __future__ import annotations
 
 import collections
+import json
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -29,7 +30,7 @@ DESCRIBING = (col.IMPL, col.LABEL, col.WORKLOAD, col.MODE)
 
 @dataclass
 class Pairing:
-    """Both sides keyed by ``by`` (their index: the key's text), and what differs between paired cases."""
+    """Both sides keyed by ``by`` (their index: the key, :func:`_keys`), and what differs between paired cases."""
 
     by: list[str]
     base: pd.DataFrame
@@ -55,14 +56,18 @@ def _text(value: object) -> str:
 
 
 def _keys(frame: pd.DataFrame, by: list[str], side: str, columns: list[str]) -> pd.Series:
-    keys = frame.apply(
-        lambda r: ", ".join([f"{c}={_text(r[c])}" for c in by] + [f"{r[c]}" for c in ALWAYS]), axis=1
-    ).astype(str)
+    """Each row's key: the JSON text of its values of ``by`` and :data:`ALWAYS` (a tuple, written so that no two
+    tuples read alike: joined with ", " the impl ``Y`` and the impl ``sdpa, impl=Y`` were one key)."""
+    values = zip(*([_text(v) for v in frame[c].tolist()] for c in by), *(frame[c].astype(str).tolist() for c in ALWAYS))
+    keys = pd.Series([json.dumps(list(v), ensure_ascii=False) for v in values], index=frame.index, dtype=object)
     repeated = keys[keys.duplicated(keep=False)]
     if len(repeated):
-        key = repeated.iloc[0]
-        rows = frame[keys == key]
-        apart = [c for c in columns if c not in by and rows[c].astype(str).nunique(dropna=False) > 1]
+        rows = frame[keys == repeated.iloc[0]]
+        first = rows.iloc[0]
+        key = ", ".join([f"{c}={_text(first[c])}" for c in by] + [str(first[c]) for c in ALWAYS])
+        apart = [
+            c for c in columns if c not in by and c in rows.columns and rows[c].astype(str).nunique(dropna=False) > 1
+        ]
         hint = f" (they differ in {', '.join(apart)}: name {'it' if len(apart) == 1 else 'them'} too)" if apart else ""
         raise BadInput(f"{len(rows)} cases of {side} have {key}{hint}", key=FLAG)
     return keys
@@ -72,9 +77,18 @@ def pair(base: pd.DataFrame, new: pd.DataFrame, by: list[str]) -> Pairing:
     """Both sides re-indexed by their key on ``by``; BadInput for a column a side lacks or a key a side repeats."""
     columns = [*DESCRIBING, *dict.fromkeys([*parameter_columns(base.columns), *parameter_columns(new.columns)])]
     for name in by:
-        if name not in columns or name not in base.columns or name not in new.columns:
+        if name not in columns:
             raise BadInput(
                 f"unknown column {name!r}{did_you_mean(name, columns)} (columns: {', '.join(columns)})", key=FLAG
+            )
+        lacking = [side for side, frame in (("BASE", base), ("NEW", new)) if name not in frame.columns]
+        if lacking:
+            has = "NEW" if lacking == ["BASE"] else "BASE"
+            raise BadInput(
+                f"column {name!r} is not in {' and '.join(lacking)}"
+                + (f" (only {has} has it)" if len(lacking) == 1 else "")
+                + ": pair by columns both sides have",
+                key=FLAG,
             )
     sides = []
     for side, frame in (("BASE", base), ("NEW", new)):

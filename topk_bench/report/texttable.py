@@ -12,13 +12,14 @@ where the console shows colours. Cells are text as it is: the caller makes what 
 from __future__ import annotations
 
 import re
-import textwrap
 from collections.abc import Sequence
 
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
+
+from topk_bench.units import wrap
 
 # Console.color_system's names (None: no colours, e.g. not a terminal, NO_COLOR).
 _COLOUR_SYSTEMS = {
@@ -63,7 +64,7 @@ class TextTable:
         lines = value.split("\n")
         if limit is None or all(_cells(line) <= limit for line in lines):
             return lines
-        return [part for line in lines for part in (textwrap.wrap(line, limit) or [""])]
+        return [part for line in lines for part in (wrap(line, limit) or [""])]
 
     def _lines(self) -> list[list[str]]:
         """The title's lines, the header, the rule, then each row's lines (one list per row)."""

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from topk_bench import fileio
 from topk_bench.errors import BadInput
 from topk_bench.results import columns as col
 from topk_bench.results import store
 from topk_bench.results.columns import CONTEXT_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS
+from topk_bench.untrusted import argument
 
 # How many left-out lines a report lists before it only counts the rest.
 LISTED = 10
@@ -146,17 +147,18 @@ def runs_of(frame: pd.DataFrame, rows: pd.Series | None = None) -> list[str]:
         if file.stem not in suites:
             continue
         try:
-            meta = json.loads(file.with_name(f"{file.stem}.meta.json").read_text())
-        except (OSError, ValueError):
+            meta = fileio.read_json(file.with_name(f"{file.stem}.meta.json"))
+        except (OSError, BadInput):
             meta = {}
         named = meta.get("suite_file") if isinstance(meta, dict) else None
         overrides = meta.get("overrides") if isinstance(meta, dict) else None
         sets = "".join(  # the same cases: --set as the run had it
-            f" --set {key}={','.join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)}"
+            " --set " + argument(f"{key}={','.join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)}")
             for key, values in (overrides.items() if isinstance(overrides, dict) else ())
             if isinstance(values, list)
         )
-        runs.append(f"{named if isinstance(named, str) and named else 'SUITE'} --out {file.parent}{sets}")
+        suite = argument(named) if isinstance(named, str) and named else "SUITE"
+        runs.append(f"{suite} --out {argument(file.parent)}{sets}")
     return list(dict.fromkeys(runs))
 
 

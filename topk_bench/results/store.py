@@ -21,7 +21,6 @@ import csv
 import io
 import os
 import re
-import stat
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,25 +112,20 @@ def _line(values: Iterable[Any]) -> bytes:
 
 
 def _read_bytes(path: Path) -> bytes | None:
-    """The file's bytes; None when there is no file. A FIFO, a device or a directory is bad input (never blocks)."""
+    """The file's bytes; None when there is no file. A FIFO, a device, a directory or a file larger than
+    :data:`topk_bench.fileio.CSV_LIMIT` is bad input (never blocks, never exhausts memory)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        return fileio.read_regular(path, fileio.CSV_LIMIT)
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise BadInput("expected a results CSV file, got a directory", file=path) from None
     except OSError as exc:
         raise file_error(exc, "cannot read", file=path) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise BadInput("expected a results CSV file, got a directory", file=path)
-        if not stat.S_ISREG(mode):
-            raise BadInput("not a regular file (a FIFO, a socket or a device?)", file=path)
-        with open(fd, "rb", closefd=False) as f:
-            return f.read()
-    except OSError as exc:
-        raise file_error(exc, "cannot read", file=path) from None
-    finally:
-        os.close(fd)
+
+
+# A cell as long as the file may be: the csv module's default (128 KiB) would refuse a long label this module wrote.
+csv.field_size_limit(fileio.CSV_LIMIT)
 
 
 def _fields(line: bytes) -> list[str]:
@@ -247,10 +241,12 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 def read_header(path: Path) -> list[str] | None:
     """The header of a results CSV; None when there is no file or it is empty."""
     try:
-        with open(path, "rb") as f:
+        with fileio.open_regular(path, fileio.CSV_LIMIT) as f:
             first = f.readline()
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        raise BadInput("expected a results CSV file, got a directory", file=path) from None
     except OSError as exc:
         raise file_error(exc, "cannot read", file=path) from None
     first = first.removesuffix(b"\n").removesuffix(b"\r")

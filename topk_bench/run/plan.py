@@ -9,6 +9,7 @@ cases, caps their budget to what the machine has, and names the header.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -187,12 +188,18 @@ def plan(
 
 
 def code_paths_of(cases: list[Case]) -> dict[str, dict[str, str]]:
-    """Each implementation's code path in this run, by name and dtype (the run's cases share a device)."""
+    """Each implementation's code path in this run, by name and dtype (the run's cases share a device). The
+    compiled kernels are built here, once for the run (implementations.native.build); their not being used is
+    said by :func:`fallback_notes`, in one line, not by the library's own warning too."""
     paths: dict[str, dict[str, str]] = {}
-    for case in cases:
-        by_dtype = paths.setdefault(case.impl, {})
-        if str(case.dtype) not in by_dtype:
-            by_dtype[str(case.dtype)] = metadata.code_path(case.impl, case.ff_impl, case.device, case.dtype.to_torch())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="implementations.native: no compiled kernels")
+        for case in cases:
+            by_dtype = paths.setdefault(case.impl, {})
+            if str(case.dtype) not in by_dtype:
+                by_dtype[str(case.dtype)] = metadata.code_path(
+                    case.impl, case.ff_impl, case.device, case.dtype.to_torch()
+                )
     return paths
 
 

@@ -17,7 +17,7 @@ from rich.text import Text
 from topk_bench.results import columns as col
 from topk_bench.status import Status
 from topk_bench.units import format_duration, missing, short_bytes, short_seconds, wrapped
-from topk_bench.untrusted import markup
+from topk_bench.untrusted import markup, shown
 
 # Rows written without running anything: they say nothing of how long a case takes.
 _INSTANT = frozenset({Status.SKIPPED, Status.UNSUPPORTED})
@@ -148,7 +148,7 @@ class Reporter:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=markup(line))
         elif self.enabled:
-            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+            say(self.console, line)
 
     def finished(self, what: str, row: Mapping[str, Any]) -> None:
         self.done += 1
@@ -177,7 +177,9 @@ class Reporter:
 
 def say(console: Console, line: str) -> None:
     """One message: on a terminal wrapped to its width, never between a number and its unit; elsewhere (a log)
-    one line, whatever its length."""
+    one line, whatever its length. Text from files in it (a label, a plug-in's error, a path) shows its control
+    characters as escapes (:func:`topk_bench.untrusted.shown`)."""
+    line = shown(line)
     if console.is_terminal:
         line = wrapped(line, console.width)
     console.print(line, highlight=False, markup=False, soft_wrap=True)

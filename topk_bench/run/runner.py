@@ -293,8 +293,8 @@ def _existing(the_plan: Plan, append: bool) -> store.Table:
 def _suite_file(meta_path: Path) -> str | None:
     """The suite file an earlier run's meta.json names (None: none, or not said)."""
     try:
-        meta_json = json.loads(meta_path.read_text())
-    except (OSError, ValueError):
+        meta_json = fileio.read_json(meta_path)
+    except (OSError, BadInput):
         return None
     named = meta_json.get("suite_file") if isinstance(meta_json, dict) else None
     return named if isinstance(named, str) else None

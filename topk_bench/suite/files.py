@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import ErrorDetails
 
+from topk_bench import fileio
 from topk_bench.errors import BadInput, did_you_mean
 
 if sys.version_info >= (3, 11):
@@ -26,13 +27,15 @@ class Strict(BaseModel):
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise BadInput("file not found", file=path)
-    if path.is_dir():
-        raise BadInput("expected a TOML file, got a directory", file=path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = fileio.read_regular(path, fileio.TEXT_LIMIT).decode("utf-8")
+    except FileNotFoundError:
+        raise BadInput("file not found", file=path) from None
+    except IsADirectoryError:
+        raise BadInput("expected a TOML file, got a directory", file=path) from None
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror or exc}", file=path) from None
+    except UnicodeDecodeError as exc:
         raise BadInput(f"unreadable ({exc.__class__.__name__}: {exc})", file=path) from None
     try:
         return tomllib.loads(text.removeprefix("\ufeff"))  # a byte-order mark some editors write

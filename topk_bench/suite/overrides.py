@@ -166,11 +166,18 @@ def _text(value: Any) -> str:
 
 
 def blamed(exc: BadInput, overrides: Overrides) -> BadInput:
-    """A problem the suite's checks found in an overridden key, told as the flag's: ``--set KEY``."""
+    """A problem the suite's checks found in an overridden key, told as the flag's: ``--set KEY``. A rule of
+    several keys (``d_model`` divisible by ``heads``) is keyed by one of them: the problem is the flag's when it
+    names an overridden key (``--set d_model=65``: "expected d_model (65) divisible by heads (2)"), not the key
+    the suite left as it was."""
     for key, _ in overrides:
         pattern = rf"(^(sweep|shape)\.{re.escape(key)}(\[\d+\])?$)|(\)\.{re.escape(key)}$)"
         if exc.key and re.search(pattern, exc.key):
             return BadInput(exc.problem, file=exc.file, key=f"{FLAG} {key}")
+    if exc.key and re.match(r"^(sweep|shape)\.", exc.key):
+        for key, _ in overrides:
+            if re.search(rf"(?<![\w.]){re.escape(key)} \(", exc.problem):
+                return BadInput(exc.problem, file=exc.file, key=f"{FLAG} {key}")
     return exc
 
 

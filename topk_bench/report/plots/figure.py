@@ -33,7 +33,6 @@ import dataclasses
 import importlib
 import io
 import math
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,7 @@ from topk_bench.results import trust
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
 from topk_bench.types import Method
-from topk_bench.units import GIB, short_bytes
+from topk_bench.units import GIB, short_bytes, wrap
 
 Renderer = Callable[[pd.DataFrame, PlotSpec, str, str], Figure]
 # Suite name or workload -> renderer; the suite name wins.
@@ -494,7 +493,7 @@ def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_i
     if spec.protocol != DEFAULT_PROTOCOL:
         how += f"; {spec.protocol} protocol"
     # The files' text drawn as it is (no mathtext), each line on its own: the line breaks are the layout's.
-    return "\n".join([*textwrap.wrap(untrusted.figure(title), int(width_in * 11)), untrusted.figure(how)])
+    return "\n".join([*wrap(untrusted.figure(title), int(width_in * 11)), untrusted.figure(how)])
 
 
 def _panels_with_data(rows: pd.DataFrame, spec: PlotSpec, metrics: list[str]):

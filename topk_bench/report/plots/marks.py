@@ -10,7 +10,6 @@ memory peak or a quality is exact whatever the load, so it stays filled.
 from __future__ import annotations
 
 import math
-import textwrap
 
 import numpy as np
 import pandas as pd
@@ -22,7 +21,8 @@ from topk_bench.results import columns as col
 from topk_bench.results.columns import metric
 from topk_bench.status import Status
 from topk_bench.types import Method
-from topk_bench.untrusted import figure
+from topk_bench.units import wrap
+from topk_bench.untrusted import abridged, figure
 
 STOPPED = tuple(FAILURE_TEXT)  # statuses drawn as a cross
 MARKER_SIZE = 6
@@ -119,6 +119,8 @@ def not_shown(rows: pd.DataFrame) -> list[str]:
 
 # A legend entry at 8 pt: about 0.075 in per character, plus the marker and its gap.
 _CHAR_IN, _MARK_IN, _WIDEST_COUNTED = 0.075, 0.85, 32
+# A legend entry shows at most this many characters of a label (a few lines), however long the label is.
+_LONGEST_LABEL = 240
 
 
 def fitted_legend(fig, handles: list, labels: list[str], width_in: float) -> float:
@@ -126,11 +128,11 @@ def fitted_legend(fig, handles: list, labels: list[str], width_in: float) -> flo
     of each, so that one long note does not leave the curves in one column), longer labels wrapped to the
     column's width. Returns the legend's height in inches (about), for the figure's size. Labels are data (a
     results file's): drawn as they are, no mathtext (:func:`topk_bench.untrusted.figure`)."""
-    labels = [figure(label) for label in labels]
+    labels = [figure(abridged(label, _LONGEST_LABEL)) for label in labels]
     widest = min(max((len(label) for label in labels), default=1), _WIDEST_COUNTED)
     ncol = max(1, min(len(labels), int(width_in // (widest * _CHAR_IN + _MARK_IN))))
     chars = int((width_in / ncol - _MARK_IN) / _CHAR_IN)
-    wrapped = ["\n".join(textwrap.wrap(label, chars)) or label for label in labels]
+    wrapped = ["\n".join(wrap(label, chars)) or label for label in labels]
     fig.legend(
         handles,
         wrapped,

@@ -8,13 +8,13 @@ without matplotlib and reusable by plug-in renderers.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from topk_bench import fileio
 from topk_bench.errors import BadInput
 from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
 from topk_bench.protocol import PROTOCOLS
@@ -115,9 +115,9 @@ def _number(value, file: Path, key: str) -> float | None:
 def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> PlotSpec:
     """Read meta.json; keys it lacks fall back on what the CSV implies."""
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"unreadable JSON ({exc})", file=meta_path) from None
+        meta = fileio.read_json(meta_path)
+    except OSError as exc:
+        raise BadInput(f"cannot read: {exc.strerror or exc}", file=meta_path) from None
     if not isinstance(meta, dict) or not isinstance(meta.get("plot", {}), dict):
         raise BadInput("expected an object with a 'plot' object", file=meta_path)
     inferred = infer_spec(frame, csv_path)
