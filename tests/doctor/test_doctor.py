@@ -184,7 +184,7 @@ def test_cuda_peak_check_takes_the_workspace_out_of_the_peak_and_matches_the_bas
         )
 
     def judged(m):
-        monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins: (m, predicted))
+        monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins, dtype: (m, predicted))
         return peaks.check("vanilla", "cuda")
 
     ok = judged(measured())
@@ -232,11 +232,11 @@ def test_a_case_that_failed_to_compile_in_its_child_is_a_skipped_peak_check(monk
         status, error = classify(exc, Budget())
     assert status == "error" and "NYI: head_dim 8 < 16" in error  # the reason, not only "backend raised:"
     failed = Measurement(status=status, error=error)
-    monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins: (failed, Measurement(status="ok")))
+    monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins, dtype: (failed, Measurement(status="ok")))
     check = peaks.check("vanilla", "cuda")
     assert check.result == Result.SKIPPED and "NYI: head_dim 8 < 16" in check.detail
     crashed = Measurement(status="error", error="RuntimeError: CUDA error: an illegal memory access")
-    monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins: (crashed, Measurement(status="ok")))
+    monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins, dtype: (crashed, Measurement(status="ok")))
     assert peaks.check("vanilla", "cuda").result == Result.FAIL
 
 
@@ -262,7 +262,7 @@ def test_the_cuda_peak_check_takes_reserved_bytes_within_5_percent(monkeypatch):
             reserved_bytes=reserved,
             extra={"workspace_bytes": workspace},
         )
-        monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins: (measured, predicted))
+        monkeypatch.setattr(peaks, "_pair", lambda name, device, plugins, dtype: (measured, predicted))
         return peaks.check("vanilla", "cuda")
 
     exact = 20 * 2**20 + workspace

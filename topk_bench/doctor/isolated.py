@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     plugins.load(args.plugin)
     found = [agreement.check(args.name, args.device)]
     if implementations.spec(args.name).predictable:
-        found.append(peaks.check(args.name, args.device, tuple(args.plugin)))
+        found.extend(peaks.checks_of(args.name, args.device, tuple(args.plugin)))
     partial = args.result.with_suffix(".partial")
     partial.write_text(json.dumps([{**asdict(c), "result": c.result.value} for c in found]))
     os.replace(partial, args.result)

@@ -1,4 +1,9 @@
-"""Measured peak bytes against the prediction (``--predict``), per predictable implementation.
+"""Measured peak bytes against the prediction (``--predict``), per predictable implementation and dtype.
+
+Dtypes: float32 always; bfloat16 and float16 where the device multiplies their matrices natively
+(:func:`implementations.hardware.multiplies_natively`: CUDA; a CPU with AVX-512 BF16 or AMX for bfloat16,
+AMX-FP16 for float16), the dtypes a user benchmarks there. A dtype the CPU only emulates is one row, skipped,
+saying why; a half dtype an implementation does not support (``unsupported``, measured and predicted) is skipped.
 
 - CPU: the live-bytes tracker of a measured iteration and the same tracker under
   FakeTensorMode must agree exactly, peak and baseline (measured in this process: the
@@ -16,6 +21,9 @@
 
 from __future__ import annotations
 
+import torch
+
+from implementations import hardware
 from topk_bench.case import Budget
 from topk_bench.child.execute import measure
 from topk_bench.doctor import tiny
@@ -29,11 +37,28 @@ from topk_bench.units import MIB
 # of the measured.
 PEAK_TOLERANCE = 1 * MIB
 RESERVED_TOLERANCE = 0.05
+FULL = "float32"
+HALF = ("bfloat16", "float16")
+# What a CPU needs to multiply a half dtype's matrices natively (:mod:`implementations.hardware`).
+_NATIVE_ON_CPU = {"bfloat16": "AVX-512 BF16 or AMX", "float16": "AMX-FP16"}
 
 
-def _pair(name: str, device: str, plugins: tuple[str, ...]):
-    measured_case = tiny.case(name, device=device, repeats=1, plugins=plugins)
-    predicted = measure(tiny.case(name, device=device, method=Method.PREDICTED, plugins=plugins), Budget())
+def dtypes(device: str) -> tuple[list[str], dict[str, str]]:
+    """The dtypes whose peaks are checked on ``device``, and why each other one is not."""
+    kind = DeviceKind.of(device)
+    native = [d for d in HALF if hardware.multiplies_natively(getattr(torch, d), kind.value)]
+    capability = torch.backends.cpu.get_cpu_capability()
+    skipped = {
+        d: f"this CPU emulates {d} matrix products (torch's CPU capability {capability}, without {_NATIVE_ON_CPU[d]})"
+        for d in HALF
+        if d not in native
+    }
+    return [FULL, *native], skipped
+
+
+def _pair(name: str, device: str, plugins: tuple[str, ...], dtype: str):
+    measured_case = tiny.case(name, device=device, dtype=dtype, repeats=1, plugins=plugins)
+    predicted = measure(tiny.case(name, device=device, dtype=dtype, method=Method.PREDICTED, plugins=plugins), Budget())
     if DeviceKind.of(device) is DeviceKind.CPU:
         measured = measure(measured_case, Budget())
     else:
@@ -43,12 +68,14 @@ def _pair(name: str, device: str, plugins: tuple[str, ...]):
     return measured, predicted
 
 
-def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
-    label = f"peak = predicted: {name}"
+def check(name: str, device: str, plugins: tuple[str, ...] = (), dtype: str = FULL) -> Check:
+    label = f"peak = predicted: {name}" + ("" if dtype == FULL else f" ({dtype})")
     try:
-        measured, predicted = _pair(name, device, plugins)
+        measured, predicted = _pair(name, device, plugins, dtype)
     except Exception as exc:  # noqa: BLE001 -- whatever fails is a failed check, not a crash
         return Check(label, Result.FAIL, f"raised {type(exc).__name__}: {brief(exc, 160)}")
+    if dtype != FULL and measured.status == predicted.status == Status.UNSUPPORTED:
+        return Check(label, Result.SKIPPED, f"{name} does not run {dtype}: {brief(measured.error, 160)}")
     if measured.status != Status.OK:
         refused = compile_failure(measured.error)
         if refused:
@@ -91,7 +118,22 @@ def check(name: str, device: str, plugins: tuple[str, ...] = ()) -> Check:
     return Check.judged(label, passed, detail)
 
 
+def checks_of(name: str, device: str, plugins: tuple[str, ...] = ()) -> list[Check]:
+    """``name``'s peak checks, one per dtype of :func:`dtypes`."""
+    return [check(name, device, plugins, dtype) for dtype in dtypes(device)[0]]
+
+
+def skipped_dtypes(device: str) -> list[Check]:
+    """One skipped row per dtype not checked on ``device``, saying why and which were."""
+    checked, skipped = dtypes(device)
+    return [
+        Check(f"peak = predicted: {dtype}", Result.SKIPPED, f"{why}; checked: {', '.join(checked)}")
+        for dtype, why in skipped.items()
+    ]
+
+
 def checks(device: str, plugins: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Check]:
     """``plugins``: the modules that register plug-in implementations (a CUDA child imports them again);
     ``skip``: implementations judged elsewhere (a plug-in's, in a process of its own)."""
-    return [check(impl.name, device, plugins) for impl in tiny.measured() if impl.predictable and impl.name not in skip]
+    judged = [impl.name for impl in tiny.measured() if impl.predictable and impl.name not in skip]
+    return [c for name in judged for c in checks_of(name, device, plugins)] + skipped_dtypes(device)

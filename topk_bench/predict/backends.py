@@ -25,6 +25,7 @@ from topk_bench.measure.stages import columns as stage_columns
 from topk_bench.measure.stages import peaks_of
 from topk_bench.measure.steps import build, check_supported, iteration, ok_result, ops_columns
 from topk_bench.predict import kernels, timing
+from topk_bench.predict.cpu_kernels import CpuKernelOutputs
 from topk_bench.predict.simulated import SimulatedCudaSteps, simulate
 from topk_bench.protocol import OURS
 from topk_bench.results import columns as col
@@ -66,12 +67,20 @@ def predict(case: Case, budget: Budget, tracker: LiveBytes | None = None, **cuda
 def _predict_cuda_or_cpu(case: Case, tracker: LiveBytes | None, cuda_seams: dict) -> Measurement:
     if case.device_kind is DeviceKind.CUDA:
         return predict_cuda(case, **cuda_seams)
-    fake = FakeTensorMode()
-    with fake:
+    # The CPU kernels' outputs where the meta kernels size them otherwise, below every counting mode.
+    fake, cpu_outputs = FakeTensorMode(), CpuKernelOutputs()
+    with fake, cpu_outputs:
         wl = build(case, "cpu")
     tracker = tracker or LiveBytes()
     tracker.register(wl.model, wl.inputs, wl.kept)
-    with fake, FlopCounterMode(display=False) as flops, OpCounter() as ops, tracker, peaks_of(case, tracker) as meter:
+    with (
+        fake,
+        cpu_outputs,
+        FlopCounterMode(display=False) as flops,
+        OpCounter() as ops,
+        tracker,
+        peaks_of(case, tracker) as meter,
+    ):
         iteration(wl, case)
     result = ok_result(
         case, peak_bytes=tracker.peak_bytes, baseline_bytes=tracker.baseline_bytes, flops=flops.get_total_flops()
