@@ -8,9 +8,11 @@ each, as ``asv continuous`` and tritonbench's ``--ab-repeat`` do. Each method's 
 same round (``compare --relative-to sdpa``): what a shared machine does to both divides out, and the two revisions
 were measured minutes apart on the same CPU, so no CPU kind needs a baseline of its own and none goes unjudged.
 
+- A case fails when its median ratio grew beyond the factor (:func:`failing`), whatever the Mann-Whitney test says
+  (on a busy runner it cannot tell a real 1.3x from noise), or on a regression the test confirms.
 - A failing case whose rows (or its SDPA's) were measured under contention (``trust``: ``busy`` or ``contended``)
-  causes one re-measure of both revisions; what fails then fails, with the trust columns in the message. A median
-  ratio beyond the factor fails even where the test is inconclusive: contention never passes a regression.
+  causes one re-measure of both revisions; what fails then fails, with the trust columns in the message:
+  contention never passes a regression.
 - BASE must give every case an ``ok`` row with its time, as NEW must: a failed, missing or partial reference fails.
 - Only time and status are judged (a measured peak is the memory gate's: the predicted peaks of ``suites/ci.toml``).
 
@@ -50,7 +52,6 @@ sys.path.insert(0, str(ROOT))
 from topk_bench.errors import BadInput  # noqa: E402 -- after the checkout is on the path
 from topk_bench.measure import metadata, slowdown  # noqa: E402
 from topk_bench.report import compare, compare_render  # noqa: E402
-from topk_bench.report.stats import Verdict  # noqa: E402
 from topk_bench.report.thresholds import Thresholds  # noqa: E402
 from topk_bench.results import columns as col  # noqa: E402
 from topk_bench.results import trust  # noqa: E402
@@ -247,14 +248,15 @@ def judge(base: pd.DataFrame, new: pd.DataFrame, thresholds: Thresholds, labels:
 
 
 def failing(result: compare.Comparison, factor: float) -> list[compare.CaseComparison]:
-    """The cases that fail the gate: a regression, an invalid number, or a median ratio beyond the factor that
-    the test could not confirm (inconclusive: contention never passes what may be a regression)."""
-    out = []
-    for case in result.cases:
-        beyond = any(m.ratio is not None and m.ratio > factor for m in case.metrics)
-        if case.verdict in compare.FAILING or (case.verdict is Verdict.INCONCLUSIVE and beyond):
-            out.append(case)
-    return out
+    """The cases that fail the gate: a regression, an invalid number, or a median ratio beyond the factor whatever
+    the test says. On a busy runner the per-round ratios spread, and the test then cannot tell a real 1.3x from
+    noise (p = 0.11 for topk_fast slowed 1.3x beside two busy loops): the factor is what judges, and contention
+    earns a re-measure, never a pass."""
+    return [
+        case
+        for case in result.cases
+        if case.verdict in compare.FAILING or any(m.ratio is not None and m.ratio > factor for m in case.metrics)
+    ]
 
 
 def trust_of(frames: dict[str, pd.DataFrame], case: compare.CaseComparison) -> str:
@@ -368,16 +370,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     bad = failing(judged.result, args.time_factor)
     judged.result.failures += [
-        f"{case.name}: a median ratio beyond x{args.time_factor} that the test cannot confirm fails this gate"
+        f"{case.name}: a median ratio beyond x{args.time_factor} ({case.verdict.value} to the test) fails this gate"
         for case in bad
-        if case.verdict is Verdict.INCONCLUSIVE
+        if case.verdict not in compare.FAILING
     ]
     compare_render.print_rich(judged.result)
     if not bad and judged.result.passed:
         print(f"{head}: passed: {compare_render.summary(judged.result)}")
         return 0
     lines = [f"{case.name}: {case.verdict.value}; {trust_of(judged.frames, case)}" for case in bad]
-    print(f"{head}: FAILED: {compare_render.summary(judged.result)}" + "".join(f"\n  {line}" for line in lines))
+    beyond = f"{len(bad)} of {len(judged.result.cases)} case(s) regressed or beyond x{args.time_factor}"
+    print(f"{head}: FAILED: {beyond}" + "".join(f"\n  {line}" for line in lines))
+    if not bad:  # failing for another reason (a case lost, nothing compared): compare's words
+        print(f"  {compare_render.summary(judged.result)}")
     return 1
 
 

@@ -65,7 +65,7 @@ def test_run_writes_one_row_per_case_with_required_columns_first_and_meta(tmp_pa
     assert meta["plot"] == {
         "x": "seq_len",
         "x_label": None,
-        "log_x": 0,
+        "log_x": None,
         "log_y": False,
         "panels": [],
         "metrics": ["memory", "time"],
