@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kind = metadata.cpu_kind(metadata.cpu_capability(), metadata.cpu_flags())
     if base_sha is not None:
-        print(f"time gate: {args.suite.name}, BASE {base_sha[:12]} and NEW (this checkout) in {args.rounds} interleaved "
-              f"rounds each, CPU kind {kind}, into {out}", flush=True)  # fmt: skip
+        print(f"time gate: {args.suite.name}, BASE {base_sha[:12]} and NEW (this checkout), {args.rounds} "
+              f"interleaved rounds each, CPU kind {kind}, into {out}", flush=True)  # fmt: skip
         try:
             with checkout(base_sha) as tree:
                 judged = verdict(*measure(tree, args.suite, args.rounds, out), thresholds, base_sha)

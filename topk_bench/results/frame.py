@@ -154,7 +154,8 @@ def runs_of(frame: pd.DataFrame, rows: pd.Series | None = None) -> list[str]:
         suite = named if isinstance(named, str) and named else "SUITE"
         # Each run of the suite file whose rows are chosen, with the --set values it had (meta.json's set_runs,
         # matched by the rows' suite_fingerprint): a row measured under --set is measured again under it.
-        listed = meta.get("set_runs") if isinstance(meta.get("set_runs"), list) else []
+        listed = meta.get("set_runs")
+        listed = listed if isinstance(listed, list) else []
         by_print = {r.get("fingerprint"): r.get("overrides") for r in listed if isinstance(r, dict)}
         prints = set(chosen[col.SUITE_FINGERPRINT].dropna().astype(str)) if col.SUITE_FINGERPRINT in chosen else set()
         matched = [by_print[p] for p in by_print if p in prints]

@@ -9,7 +9,6 @@ cases, caps their budget to what the machine has, and names the header.
 from __future__ import annotations
 
 import json
-
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path

@@ -304,7 +304,7 @@ def _same_file_runs(the_plan: Plan) -> set[str]:
     if earlier.get("file_fingerprint") != the_plan.file_fingerprint:
         return {the_plan.file_fingerprint}
     runs = earlier.get("set_runs")
-    found = {r.get("fingerprint") for r in runs if isinstance(r, dict)} if isinstance(runs, list) else set()
+    found = {str(r.get("fingerprint")) for r in runs if isinstance(r, dict)} if isinstance(runs, list) else set()
     return {the_plan.file_fingerprint, *found}  # the file's own rows, without --set, too
 
 
