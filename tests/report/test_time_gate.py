@@ -228,7 +228,7 @@ def test_the_gate_measures_the_base_revision_and_this_checkout_and_fails_a_slowe
     done = run_gate("--suite", tmp_path / "tiny.toml", "--base", "HEAD", "--rounds", "2", "--out", tmp_path / "out",
                     env={"TOPK_BENCH_TEST_SLOWDOWN": "topk_fast=3"})  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "Top-k fast" in text(done).split("FAILED:")[1] and "trust=" in text(done)
+    assert "Top-k fast" in text(done).split("FAILED:")[-1] and "trust=" in text(done)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     measured = sorted((tmp_path / "out").rglob("BASE.csv"))[-1]
     base, new = pd.read_csv(measured), pd.read_csv(measured.with_name("NEW.csv"))
