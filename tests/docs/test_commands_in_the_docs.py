@@ -98,7 +98,8 @@ NOT_RUN = {
     "pip install": "installs packages",
     "git add": "a step of committing a baseline",
     "python benchmarks/": "a benchmark of the implementations: minutes of interleaved rounds (figures beside it)",
-    "python scripts/time_gate.py --write-baseline": "writes a committed baseline (tests/report/test_time_gate.py)",
+    "python scripts/time_gate.py": "the time gate: minutes of interleaved rounds (tests/report/test_time_gate.py)",
+    "git rev-parse HEAD > baselines/time-gate-base": "a step of moving the time gate's base",
 }
 # The command line's parser errors (typer carries its own click): bad options, values, commands.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -338,7 +339,12 @@ def test_after_the_quick_start_every_cheap_command_of_the_pages_runs_as_written_
             waiting.append(f"{command} (needs {', '.join(PENDING[f] for f in pending)})")
             continue
         done = _shell(clone, command)
-        assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        # The loop's compare judges times (its suite's repeats let it): a busy machine may make one worse, exit 1.
+        judges = command.startswith("topk-bench compare results/first")
+        assert done.returncode in ((0, 1) if judges else (0,)), (
+            f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
+        assert not judges or "need 7 a side" not in done.stdout, done.stdout[-2000:]
         assert "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
         ran.append(command)
     assert len(ran) >= 20, ran
@@ -356,3 +362,13 @@ def test_without_the_readmes_line_a_new_shell_has_no_topk_bench_and_the_error_is
     done = _shell(clone, "topk-bench --version", activate=False)
     assert done.returncode == 127 and "topk-bench" in done.stderr
     assert _shell(clone, "topk-bench --version").stdout.startswith("topk-bench ")
+
+
+def test_the_readmes_loop_measures_the_repeats_compare_needs_to_judge_a_time(tmp_path):
+    from topk_bench.report.stats import min_samples_for
+    from topk_bench.report.thresholds import DEFAULT_THRESHOLDS
+    from topk_bench.suite.load import load_suite
+
+    (tmp_path / "first.toml").write_text(created_by_docs()["first.toml"])
+    suite = load_suite(tmp_path / "first.toml")
+    assert (suite.repeats or 0) >= min_samples_for(DEFAULT_THRESHOLDS.alpha) == 7

@@ -234,3 +234,66 @@ def test_gelu_feed_forward_as_attention():
         assert (relu - down(F.relu(z))).abs().max() < 1e-5
     with pytest.raises(UnsupportedAtFeedForward):
         AttentionFeedForward(up, down, "sdpa")
+
+
+FIDELITY_SUITE = """
+name = "fid"
+workload = "mha"
+causal = false
+fidelity = true
+[shape]
+d_model = 16
+heads = 2
+{shape}
+[sweep]
+{sweep}
+[[impl]]
+name = "{impl}"
+{options}
+"""
+
+
+@pytest.mark.parametrize(
+    ("impl", "sweep", "options", "refused"),
+    [
+        ("topk_fast", "seq_len = [32, 64]", "topk = 8", True),  # one budget on random inputs: error ~1, meaningless
+        ("page_topk", "seq_len = [32, 64]", "page_size = 4\ntoken_budget = 8", True),
+        ("topk", "topk = [4, 8, 32]", "chunk_size = 32", False),  # the error against k, as suites/fidelity.toml
+        ("qchunk", "seq_len = [32, 64]", "chunk_size = 8", False),  # not a selection method: exact
+    ],
+)
+def test_fidelity_of_a_selection_method_at_one_budget_on_random_inputs_is_refused(
+    cli, tmp_path, impl, sweep, options, refused
+):
+    shape = "" if "seq_len" in sweep else "seq_len = 32"
+    text = FIDELITY_SUITE.format(impl=impl, sweep=sweep, options=options, shape=shape)
+    (tmp_path / "fid.toml").write_text(text)
+    result = cli("run", tmp_path / "fid.toml", "--predict", "--out", tmp_path / "out")
+    if refused:
+        assert result.code == 2 and f"impl[0] ({impl}): fidelity = true with {impl} at one budget" in result.error_line
+        assert "sweep its budget" in result.error_line and not (tmp_path / "out").exists()
+    else:
+        assert result.code == 0, result.err
+
+
+def test_the_shipped_fidelity_suites_are_not_refused():
+    from topk_bench.suite.load import load_suite
+
+    for name in ("fidelity", "fidelity_performer"):
+        assert load_suite(ROOT / "suites" / f"{name}.toml").fidelity
+
+
+def test_show_wide_shows_the_fidelity_columns(cli, tmp_path):
+    suite = tmp_path / "fid.toml"
+    suite.write_text(
+        FIDELITY_SUITE.format(impl="topk", sweep="topk = [4, 32]", options="chunk_size = 32", shape="seq_len = 32")
+    )
+    assert cli("run", suite, "--device", "cpu", "--out", tmp_path / "out").code == 0  # the scripted executor
+    import pandas as pd
+
+    csv = tmp_path / "out" / "fid.csv"
+    pd.read_csv(csv).assign(rel_err=[0.9, 0.1], grad_cos=[0.5, 0.99], fidelity_seq_len=32).to_csv(csv, index=False)
+    shown = cli("show", tmp_path / "out", "--wide")
+    header = next(line for line in shown.out.splitlines() if "rel_err" in line)
+    assert {"rel_err", "grad_cos", "fidelity_seq_len"} <= set(header.split())
+    assert "0.99" in shown.out and "0.9" in shown.out

@@ -452,3 +452,29 @@ def test_an_option_that_moves_with_x_is_one_curve_and_one_that_does_not_splits_i
         suite="s", title="t", workload="decode", x="budget", x_label="b", parameters=("budget", "token_budget", "batch")
     )
     assert sorted(legend for legend, _, _ in _series(rows, spec)) == ["page_topk (batch=1)", "page_topk (batch=8)"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "plot", "log_x"),
+    [
+        ((1024, 2048, 4096), "", 2),  # geometric: on a linear axis "1K2K4K" print over one another
+        ((1000, 4000, 16000), "", 2),
+        ((1024, 2048, 3072), "", 0),  # a step, not a factor: linear
+        ((1024, 2048, 4096), "[plot]\nlog_x = 0\n", 0),  # what the suite says wins
+        ((1024, 2048, 4096), "[plot]\nlog_x = 10\n", 10),
+    ],
+)
+def test_a_geometric_sweep_is_drawn_on_a_log_axis_unless_the_suite_says_otherwise(tmp_path, sizes, plot, log_x):
+    from topk_bench.report.plots.inputs import figure_inputs
+    from topk_bench.run import runner
+    from topk_bench.run.resolve import Flags
+
+    suite = tmp_path / "geo.toml"
+    suite.write_text(
+        f'name = "geo"\nworkload = "mha"\ncausal = true\n[shape]\nd_model = 8\nheads = 2\n[sweep]\n'
+        f'seq_len = {list(sizes)}\n[[impl]]\nname = "vanilla"\n{plot}'
+    )
+    runner.run(suite, Flags(out=tmp_path / "out", predict=True), progress=False)
+    written = json.loads((tmp_path / "out" / "geo.meta.json").read_text())["plot"]["log_x"]
+    assert written == (log_x if plot else None)  # not given: null, the sweep decides
+    assert {i.spec.log_x for i in figure_inputs(tmp_path / "out")} == {log_x}

@@ -65,7 +65,7 @@ def test_run_writes_one_row_per_case_with_required_columns_first_and_meta(tmp_pa
     assert meta["plot"] == {
         "x": "seq_len",
         "x_label": None,
-        "log_x": 0,
+        "log_x": None,
         "log_y": False,
         "panels": [],
         "metrics": ["memory", "time"],
@@ -606,3 +606,20 @@ def test_one_rule_of_precedence_for_every_layered_setting(tmp_path):
     assert layered("rounds", flags, suite, None) is None  # nobody gave it
     plan = planning.plan(write_suite(tmp_path), Flags(device="cpu", predict=True))
     assert plan.method == "predicted" and plan.device == "cpu" and plan.settings.predicted
+
+
+def test_a_timeout_skips_only_larger_sizes_never_other_values_of_a_swept_option(tmp_path):
+    # A timeout at chunk_size = 256 says nothing of chunk_size = 1024 at the same seq_len (a larger chunk may be
+    # faster): only larger seq_len at chunk_size = 256 are skipped.
+    text = SUITE.replace("seq_len = [16, 32, 64, 128]", "seq_len = [16, 32, 64]\nchunk_size = [4, 8]").replace(
+        "chunk_size = 8\n", ""
+    )
+    text = text.replace('[[impl]]\nname = "vanilla"\n', "")
+    fake = FakeRun(lambda c: "timeout" if c.option_dict["chunk_size"] == 4 and c.param_dict["seq_len"] == 32 else "ok")
+    result = run(write_suite(tmp_path, text=text), tmp_path / "out", fake)
+    by_case = {(int(r["seq_len"]), int(r["chunk_size"])): r for r in rows(result.csv_path)}
+    assert {key: r["status"] for key, r in by_case.items()} == {
+        (16, 4): "ok", (32, 4): "timeout", (64, 4): "skipped",
+        (16, 8): "ok", (32, 8): "ok", (64, 8): "ok",
+    }  # fmt: skip
+    assert "qchunk hit timeout at seq_len=32 chunk_size=4" in by_case[(64, 4)]["error"]

@@ -161,3 +161,53 @@ def test_a_set_value_that_breaks_a_rule_of_two_keys_is_blamed_not_the_other_key(
     result = cli("run", tiny_suite(tmp_path), "--set", "d_model=65", "--out", tmp_path / "out")
     assert result.code == 2
     assert result.error_line.endswith("--set d_model: expected d_model (65) divisible by heads (2)"), result.err
+
+
+MIXED = TWO.replace('name = "vanilla"', 'name = "vanilla"\ndtype = "float32"')
+
+
+def test_set_dtype_replaces_the_suites_and_every_entrys_dtype(tmp_path):
+    (tmp_path / "two.toml").write_text(MIXED)
+    base = plan(tmp_path / "two.toml", Flags(predict=True, out=tmp_path))
+    assert {c.dtype for c in base.cases} == {"float32"}
+    half = plan(tmp_path / "two.toml", Flags(predict=True, out=tmp_path, sets=("dtype=bfloat16",)))
+    assert {c.dtype for c in half.cases} == {"bfloat16"} and len(half.cases) == len(base.cases)
+    assert any("--set dtype=bfloat16: replaces dtype = " in n and "float32" in n for n in half.notes)
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [("dtype=float8", "expected one of float32, float64, float16, bfloat16, got 'float8'"),
+     ("dtype=float32,bfloat16", "takes one value")],
+)  # fmt: skip
+def test_a_bad_set_dtype_is_one_line_naming_the_flag(cli, suite, tmp_path, given, words):
+    result = cli("run", suite, "--predict", "--set", given, "--out", tmp_path / "out")
+    assert result.code == 2 and ": --set dtype: " in result.error_line and words in result.error_line, result.err
+
+
+def test_set_grows_a_folder_of_the_same_suite_and_the_remeasure_hint_names_each_rows_run(cli, suite, tmp_path):
+    from topk_bench.results.frame import load_results, runs_of
+
+    out = tmp_path / "out"
+    assert cli("run", suite, "--out", out).code == 0
+    grown = cli("run", suite, "--out", out, "--set", "seq_len=64")
+    assert grown.code == 0, grown.err
+    assert cli("run", suite, "--out", out, "--set", "dtype=bfloat16", "--set", "seq_len=16").code == 0
+    frame = load_results(out)
+    assert len(frame) == 4 + 2 + 2
+    every = runs_of(frame)
+    assert every == [f"{suite} --out {out}", f"{suite} --out {out} --set seq_len=64",
+                     f"{suite} --out {out} --set dtype=bfloat16 --set seq_len=16"]  # fmt: skip
+    # The command for the rows at 64 tokens measures them: their run's --set, not the latest run's.
+    at_64 = frame["seq_len"].astype(int) == 64
+    assert runs_of(frame, at_64) == [f"{suite} --out {out} --set seq_len=64"]
+    again = cli("run", suite, "--out", out, "--set", "seq_len=64", "--no-resume")
+    assert again.code == 0 and "2 case" in again.err, again.err
+
+
+def test_an_edited_suite_in_the_same_folder_is_named_as_an_earlier_version_of_the_file(cli, suite, tmp_path):
+    out = tmp_path / "out"
+    assert cli("run", suite, "--out", out).code == 0
+    suite.write_text(TWO.replace("seq_len = [16, 32]", "seq_len = [16, 48]"))
+    result = cli("run", suite, "--out", out)
+    assert result.code == 2 and f"holds the rows of an earlier version of {suite}" in result.error_line, result.err

@@ -20,7 +20,7 @@ import torch
 from topk_bench import workloads
 from topk_bench.case import Case, Measurement
 from topk_bench.errors import Unsupported
-from topk_bench.measure import metadata
+from topk_bench.measure import metadata, slowdown
 from topk_bench.measure.compiled import compile_attention
 from topk_bench.measure.ops import OpCount
 from topk_bench.results import columns as col
@@ -68,14 +68,15 @@ def iteration(
     ``losses`` receives the detached loss (one scalar), to be checked after the timed region.
     """
     wl.clear_grads()
+    by = slowdown.factor(case.impl) if clock else 1.0  # tests only (measure/slowdown.py)
     with grad_context(case):
         t0 = clock() if clock else 0.0
         out = wl()
         loss = out.mean()
-        t1 = clock() if clock else 0.0
+        t1 = slowdown.stretch(clock, t0, by) if clock else 0.0
         if case.mode.backward:
             loss.backward()
-        t2 = clock() if clock else 0.0
+        t2 = slowdown.stretch(clock, t1, by) if clock else 0.0
     if losses is not None:
         losses.append(loss.detach())
     del out, loss

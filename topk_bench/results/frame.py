@@ -150,16 +150,28 @@ def runs_of(frame: pd.DataFrame, rows: pd.Series | None = None) -> list[str]:
             meta = fileio.read_json(file.with_name(f"{file.stem}.meta.json"))
         except (OSError, BadInput):
             meta = {}
-        named = meta.get("suite_file") if isinstance(meta, dict) else None
-        overrides = meta.get("overrides") if isinstance(meta, dict) else None
-        sets = "".join(  # the same cases: --set as the run had it
-            " --set " + argument(f"{key}={','.join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)}")
-            for key, values in (overrides.items() if isinstance(overrides, dict) else ())
-            if isinstance(values, list)
-        )
+        meta = meta if isinstance(meta, dict) else {}
+        named = meta.get("suite_file")
         suite = argument(named) if isinstance(named, str) and named else "SUITE"
-        runs.append(f"{suite} --out {argument(file.parent)}{sets}")
+        # Each run of the suite file whose rows are chosen, with the --set values it had (meta.json's set_runs,
+        # matched by the rows' suite_fingerprint): a row measured under --set is measured again under it.
+        listed = meta.get("set_runs")
+        listed = listed if isinstance(listed, list) else []
+        by_print = {r.get("fingerprint"): r.get("overrides") for r in listed if isinstance(r, dict)}
+        prints = set(chosen[col.SUITE_FINGERPRINT].dropna().astype(str)) if col.SUITE_FINGERPRINT in chosen else set()
+        matched = [by_print[p] for p in by_print if p in prints]
+        for overrides in matched if matched and prints <= set(by_print) else [meta.get("overrides")]:
+            runs.append(f"{suite} --out {argument(file.parent)}{_sets(overrides)}")
     return list(dict.fromkeys(runs))
+
+
+def _sets(overrides: object) -> str:
+    """``--set`` as a run had it: the same cases."""
+    return "".join(
+        " --set " + argument(f"{key}={','.join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)}")
+        for key, values in (overrides.items() if isinstance(overrides, dict) else ())
+        if isinstance(values, list)
+    )
 
 
 def left_out(frame: pd.DataFrame, listed: int = LISTED) -> list[str]:

@@ -1,9 +1,10 @@
 """Sizes of cases and the skip-larger rule: after an ``oom``, ``over_budget`` or ``timeout``, larger sizes
 of the same implementation (same options) would fail too, so they are recorded ``skipped`` without running.
 
-"Larger" is a partial order: same family (the case with its swept values
-removed), every swept value at least as large and one larger; a swept name (a
-model) must be the same.
+"Larger" is a partial order: same family (the case with its swept shape parameters removed), every swept shape
+parameter at least as large and one larger; a swept name (a model) must be the same. A swept option of the
+implementation (``chunk_size``, ``topk``) is not a size: a case that timed out at ``chunk_size = 256`` says nothing
+of ``chunk_size = 1024`` (a larger chunk may well be faster), so the option stays in the family.
 """
 
 from __future__ import annotations
@@ -20,19 +21,14 @@ def _value(case: Case, key: str) -> Any:
 
 
 def size(case: Case, keys: list[str]) -> tuple:
-    """The case's swept values, in the suite's sweep order."""
-    return tuple(_value(case, key) for key in keys)
+    """The case's swept shape parameters (its size), in the suite's sweep order."""
+    params = case.param_dict
+    return tuple(params[key] for key in keys if key in params)
 
 
 def family(case: Case, keys: list[str]) -> Case:
-    """The case with its swept values removed: cases of one family differ only in size."""
-    return dataclasses.replace(
-        case,
-        params=tuple((k, v) for k, v in case.params if k not in keys),
-        options=tuple((k, v) for k, v in case.options if k not in keys),
-        warmup=0,
-        repeats=0,
-    )
+    """The case with its swept shape parameters removed: cases of one family differ only in size."""
+    return dataclasses.replace(case, params=tuple((k, v) for k, v in case.params if k not in keys), warmup=0, repeats=0)
 
 
 def _at_least(x: Any, y: Any) -> bool:
@@ -48,7 +44,8 @@ def _larger(a: tuple, b: tuple) -> bool:
 
 
 def describe_size(case: Case, keys: list[str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in zip(keys, size(case, keys)))
+    """Every swept value of the case, options included: what a skipped case's reason names."""
+    return " ".join(f"{k}={_value(case, k)}" for k in keys)
 
 
 class Order:

@@ -8,6 +8,7 @@ cases, caps their budget to what the machine has, and names the header.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field, replace
@@ -56,6 +57,8 @@ class Plan:
     header: list[str]
     notes: list[str]
     overrides: dict[str, list[Any]] = field(default_factory=dict)  # --set: key -> the values that replaced the suite's
+    # The suite file's own fingerprint, without --set: runs of one file with other --set values share a folder.
+    file_fingerprint: str = ""
     # What the machine decides of each implementation's code in this run (implementations.provenance), by name
     # and dtype.
     code_paths: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -134,7 +137,9 @@ def plan(
     """
     flags = flags or Flags()
     settings = load_settings(config)
-    suite, replaced = overrides.apply(read_suite(suite_path), flags.overrides)
+    as_written = read_suite(suite_path)
+    file_fingerprint = as_written.fingerprint
+    suite, replaced = overrides.apply(as_written, flags.overrides)
     run = resolve(settings, suite, flags)
     memory, capped = capped_budget(int(run.max_memory_gib * GIB), *memory_cap(run.device, run.predicted))
     budget = Budget(memory, run.max_case_seconds)
@@ -184,6 +189,7 @@ def plan(
         notes=notes,
         overrides=overrides.as_meta(flags.overrides),
         code_paths=code_paths,
+        file_fingerprint=file_fingerprint,
     )
 
 
@@ -327,6 +333,25 @@ def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
     )
 
 
+def earlier_meta(the_plan: Plan) -> dict[str, Any]:
+    """The folder's meta.json as an earlier run wrote it ({} when there is none or it is not an object)."""
+    try:
+        found = json.loads(the_plan.meta_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def set_runs(the_plan: Plan) -> list[dict[str, Any]]:
+    """This run's ``{"fingerprint", "overrides"}`` after those of the earlier runs of the same suite file (same
+    ``file_fingerprint``) that wrote to this folder."""
+    earlier = earlier_meta(the_plan)
+    runs = earlier.get("set_runs") if earlier.get("file_fingerprint") == the_plan.file_fingerprint else None
+    ours = {"fingerprint": the_plan.suite.fingerprint, "overrides": the_plan.overrides}
+    kept = [r for r in runs if isinstance(r, dict) and r.get("fingerprint") != ours["fingerprint"]] if runs else []
+    return [*kept, ours]
+
+
 def meta(the_plan: Plan) -> dict[str, Any]:
     """``<suite>.meta.json``: what ``topk-bench plot`` needs beyond the CSV (docs/CONTRACTS.md)."""
     suite = the_plan.suite
@@ -351,6 +376,10 @@ def meta(the_plan: Plan) -> dict[str, Any]:
         "parameters": parameters_of(the_plan.cases),
         # --set: the values that replaced the suite's for this run (its rows have them).
         "overrides": the_plan.overrides,
+        # The suite file's fingerprint without --set, and every run of that file whose rows the CSV holds (its
+        # fingerprint and --set values, this one's included): readers name the command that measures a row again.
+        "file_fingerprint": the_plan.file_fingerprint,
+        "set_runs": set_runs(the_plan),
         # The machine-dependent code of each implementation by dtype, as this run's parent saw it (each row has its
         # own).
         "code_path": the_plan.code_paths,

@@ -36,7 +36,7 @@ from topk_bench.results import store, trust
 from topk_bench.results.row import make_row
 from topk_bench.run.executors import Executor, check_requests, get_executor
 from topk_bench.run.order import Order, describe_size
-from topk_bench.run.plan import Plan, meta, plan, size_note
+from topk_bench.run.plan import Plan, earlier_meta, meta, plan, size_note
 from topk_bench.run.progress import Eta, Reporter, summary
 from topk_bench.run.resolve import Flags
 from topk_bench.run.resume import Resume, remeasured, what_runs
@@ -278,16 +278,34 @@ def _existing(the_plan: Plan, append: bool) -> store.Table:
         raise BadInput(problem, file=csv_path)
     theirs = {row.get(col.SUITE_FINGERPRINT) or "" for row in table.rows} - {""}
     ours = the_plan.suite.fingerprint
-    if theirs and ours not in theirs and not append:
+    if theirs and ours not in theirs and not append and not theirs <= _same_file_runs(the_plan):
         written_by = _suite_file(the_plan.meta_path)
-        raise BadInput(
-            f"holds the rows of another suite named {the_plan.suite.name!r} (fingerprint {', '.join(sorted(theirs))}"
-            + (f", from {written_by}" if written_by else "")
-            + f") than {the_plan.suite.path} (fingerprint {ours}): rename one of them, or use another --out; "
-            "--append adds this suite's rows to that file",
-            file=csv_path,
-        )
+        if written_by is not None and str(the_plan.suite.path) == written_by:
+            problem = (
+                f"holds the rows of an earlier version of {written_by} (fingerprint {', '.join(sorted(theirs))}; "
+                f"it is {the_plan.file_fingerprint} now): use another --out for the edited suite; --append adds "
+                "its rows to that file"
+            )
+        else:
+            problem = (
+                f"holds the rows of another suite named {the_plan.suite.name!r} (fingerprint "
+                f"{', '.join(sorted(theirs))}" + (f", from {written_by}" if written_by else "") + f") than "
+                f"{the_plan.suite.path} (fingerprint {ours}): rename one of them, or use another --out; --append "
+                "adds this suite's rows to that file"
+            )
+        raise BadInput(problem, file=csv_path)
     return table
+
+
+def _same_file_runs(the_plan: Plan) -> set[str]:
+    """The fingerprints of the earlier runs of this suite file, as it is now, with any ``--set`` values, whose
+    rows the folder holds (meta.json's ``set_runs``): a ``--set`` run adds its rows beside theirs."""
+    earlier = earlier_meta(the_plan)
+    if earlier.get("file_fingerprint") != the_plan.file_fingerprint:
+        return {the_plan.file_fingerprint}
+    runs = earlier.get("set_runs")
+    found = {str(r.get("fingerprint")) for r in runs if isinstance(r, dict)} if isinstance(runs, list) else set()
+    return {the_plan.file_fingerprint, *found}  # the file's own rows, without --set, too
 
 
 def _suite_file(meta_path: Path) -> str | None:

@@ -349,6 +349,25 @@ def _check_quality(suite: Suite, path: Path | None, entries) -> None:
             raise BadInput(f"quality 'minilm' {problem}", file=path, key="quality")
 
 
+def _check_fidelity(suite: Suite, path: Path | None, entries) -> None:
+    """``fidelity = true`` compares the layer with vanilla's on the workload's random inputs, whose attention has
+    no peaked rows: a selection method keeps a fraction of nearly equal weights, and its error at any one budget is
+    near 1 for every method, a number that says nothing. What it can say is how the error falls as the budget
+    grows (suites/fidelity.toml sweeps ``topk`` up to the length): a selection method's budget must be swept."""
+    if not suite.fidelity:
+        return
+    for i, (_, impl) in enumerate(entries):
+        if impl.selection is None or set(impl.options) & set(suite.sweep):
+            continue
+        raise BadInput(
+            f"fidelity = true with {impl.name} at one budget: on random inputs (no peaked attention rows) every "
+            "top-k method's error is near 1 and says nothing; sweep its budget (as suites/fidelity.toml sweeps "
+            'topk) or judge selection on real activations: quality = "minilm"',
+            file=path,
+            key=f"impl[{i}] ({impl.name})",
+        )
+
+
 def check_suite(suite: Suite, path: Path | None) -> None:
     """Everything a suite means; fills in its defaults (plug-ins made absolute, causal, activation)."""
     suite.plugins = plugins.resolve(suite.plugins, path)
@@ -375,3 +394,4 @@ def check_suite(suite: Suite, path: Path | None) -> None:
     _check_combinations(suite, path)
     _check_plot(suite, path, entries)
     _check_quality(suite, path, entries)
+    _check_fidelity(suite, path, entries)

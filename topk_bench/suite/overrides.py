@@ -6,7 +6,10 @@ swept or fixed, or an option of its implementations (``topk``, ``chunk_size``...
 - a swept key: the sweep's values (``--set seq_len=1024,2048``);
 - a parameter not swept: one value is its ``[shape]`` value, several sweep it;
 - an option: one value is set in every ``[[impl]]`` whose implementation has it (over the entry's own), several
-  sweep it (every entry must have it, as in a suite's ``[sweep]``).
+  sweep it (every entry must have it, as in a suite's ``[sweep]``);
+- a setting of every case that an ``[[impl]]`` may also set for itself (``dtype``, ``mode``, ``causal``,
+  ``activation``: :data:`SETTINGS`): one value, the suite's and every entry's (``--set dtype=bfloat16`` runs the
+  whole suite in bfloat16, a bf16 decode beside an fp32 training step included).
 
 The values are read as TOML's (``16384`` a number, ``true`` a boolean, ``llama-3-8b`` a name), then checked by the
 suite's own rules (:mod:`topk_bench.suite.checks`); any problem is bad input naming ``--set`` and the key. What was
@@ -18,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,6 +36,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 FLAG = "--set"
+# The suite's settings of every case that an [[impl]] may override for itself: one value, not swept.
+SETTINGS = ("dtype", "mode", "causal", "activation")
 Overrides = tuple[tuple[str, tuple[Any, ...]], ...]  # (key, values), in the order given
 
 
@@ -107,9 +113,20 @@ def apply(suite: Suite, overrides: Overrides) -> tuple[Suite, list[str]]:
     sweep, shape = dict(suite.sweep), dict(suite.shape)
     entries = [entry.model_copy(deep=True) for entry in suite.impl]
     said = []
+    settings: dict[str, Any] = {}
     for key, values in overrides:
         many = list(values)
-        if key in sweep:
+        if key in SETTINGS and key not in params and key not in options:
+            settings[key] = _setting(key, many, suite)
+            own = sorted({str(getattr(e, key)) for e in entries if getattr(e, key) is not None})
+            was = getattr(suite, key)
+            said.append(
+                f"{key} = {str(was) if was is not None else 'the default'}"
+                + (f" (and [[impl]]'s {', '.join(own)})" if own else "")
+            )
+            for entry in entries:
+                setattr(entry, key, None)
+        elif key in sweep:
             said.append(f"sweep.{key} = {sweep[key]}")
             sweep[key] = many
         elif key in params or (key not in options and _open(suite)):
@@ -145,10 +162,27 @@ def apply(suite: Suite, overrides: Overrides) -> tuple[Suite, list[str]]:
         old = [*(suite.sweep.get(key) or []), *([suite.shape[key]] if key in suite.shape else [])]
         title = relabelled(title, key, old)
         plot.x_label = relabelled(plot.x_label, key, old) if plot.x_label else plot.x_label
-    changed = suite.model_copy(update={"sweep": sweep, "shape": shape, "impl": entries, "title": title, "plot": plot})
+    changed = suite.model_copy(
+        update={"sweep": sweep, "shape": shape, "impl": entries, "title": title, "plot": plot, **settings}
+    )
     changed._path = suite.path
     lines = [f"{FLAG} {k}={','.join(map(_text, v))}: replaces {was}" for (k, v), was in zip(overrides, said)]
     return changed, lines
+
+
+def _setting(key: str, values: list[Any], suite: Suite) -> Any:
+    """The one value of a setting (:data:`SETTINGS`), checked as the suite's own key is."""
+    if len(values) != 1:
+        raise BadInput(f"takes one value (a setting of every case, not swept), got {len(values)}", key=f"{FLAG} {key}")
+    choices = typing.get_args(Suite.model_fields[key].annotation)
+    allowed = [a for choice in choices for a in (typing.get_args(choice) or (choice,)) if a is not type(None)]
+    value = values[0]
+    if bool in allowed and isinstance(value, bool):
+        return value
+    if value not in allowed:
+        words = ", ".join("true, false" if a is bool else str(a) for a in allowed)
+        raise BadInput(f"expected one of {words}, got {value!r}", file=suite.path, key=f"{FLAG} {key}")
+    return value
 
 
 def relabelled(text: str, key: str, old: list[Any]) -> str:

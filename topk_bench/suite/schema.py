@@ -34,7 +34,9 @@ class PlotSection(Strict):
 
     x: str | None = None  # column on the x axis; default: the (first) swept parameter
     x_label: str | None = None  # default: chosen by the plotter from the column name
-    log_x: int = Field(0, ge=0)  # 0: linear; otherwise the log base
+    # 0: linear; otherwise the log base; None (not given): log2 for a geometric sweep (1K, 2K, 4K: on a linear axis
+    # its small sizes' ticks print over one another), else linear (report/plots/spec.py, infer_spec).
+    log_x: int | None = Field(None, ge=0)
     log_y: bool = False
     panels: list[list[float]] = Field(default_factory=list)  # [xmin, xmax] ranges, side by side
     metrics: list[str] = Field(
@@ -49,7 +51,7 @@ class PlotSection(Strict):
 
     @field_validator("log_x")
     @classmethod
-    def _base(cls, value: int) -> int:
+    def _base(cls, value: int | None) -> int | None:
         if value == 1:
             raise ValueError(f"0 (linear) or a log base of at least 2, got {value}")
         return value

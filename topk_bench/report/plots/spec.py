@@ -8,7 +8,6 @@ without matplotlib and reusable by plug-in renderers.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,16 +70,21 @@ def infer_x(frame: pd.DataFrame, file: Path) -> str:
     return max(params, key=lambda c: (frame[c].nunique(), -rank.get(c, len(rank))))
 
 
-def _powers_of_two(values: pd.Series) -> bool:
-    values = values.dropna()
-    return bool(len(values)) and all(v > 0 and math.log2(v) == int(math.log2(v)) for v in values)
+def geometric(values: pd.Series) -> bool:
+    """Sizes that grow by a factor rather than a step (1K, 2K, 4K; 1000, 4000, 16000), spanning 4x or more: on a
+    linear axis the small ones' ticks would print over one another. Each size at least 1.5 times the one before
+    (a step of 1024 from 1024 is 2x, then 1.5x: 1K, 2K, 3K is linear enough)."""
+    sizes = sorted(set(values.dropna()))
+    if len(sizes) < 2 or sizes[0] <= 0 or sizes[-1] < 4 * sizes[0]:
+        return False
+    return all(b >= 1.5 * a for a, b in zip(sizes, sizes[1:]))
 
 
 def infer_spec(frame: pd.DataFrame, file: Path) -> PlotSpec:
-    """A spec for a CSV without meta.json: x swept, log2 axes when sizes are powers of two spanning 4x or more."""
+    """A spec for a CSV without meta.json: x swept, a log2 axis for a geometric sweep (:func:`geometric`)."""
     x = infer_x(frame, file)
     xs = pd.to_numeric(frame[x], errors="coerce").dropna()
-    log_x = 2 if _powers_of_two(xs) and xs.max() >= 4 * xs.min() else 0
+    log_x = 2 if geometric(xs) else 0
     peaks = pd.to_numeric(frame[col.PEAK_BYTES], errors="coerce").dropna()
     peaks = peaks[peaks > 0]
     log_y = bool(len(peaks)) and peaks.max() > 50 * peaks.min()
@@ -143,7 +147,9 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     split = plot.pop("split", None) or []
     if not isinstance(split, list) or not all(isinstance(c, str) and c in frame.columns for c in split):
         raise BadInput(f"expected a list of columns of {csv_path.name}", file=meta_path, key="plot.split")
-    log_x = plot.pop("log_x", inferred.log_x)
+    log_x = plot.pop("log_x", None)
+    if log_x is None:  # the suite did not say: the sweep does (infer_spec)
+        log_x = 2 if geometric(pd.to_numeric(frame[x], errors="coerce")) else 0
     if log_x is True:  # tolerate a boolean: log2, the paper's sizes are powers of two
         log_x = 2
     if not isinstance(log_x, (int, float)) or (log_x and log_x <= 1):
