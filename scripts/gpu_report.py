@@ -156,6 +156,20 @@ NOT_THE_CASE = {
     "cpu_wait",
     "preempt_per_s",
     "runnable",
+    # what produced and measured the row beside the case: provenance, the child's own account, later columns
+    "code_path",
+    "suite_fingerprint",
+    "wall_s",
+    "rounds",
+    "graph_replays",
+    "ran_dtype",
+    "compiled",
+    "kernel_launches",
+    "time_predicted_s",
+    "device_time_predicted_s",
+    "host_bound",
+    "stage_peak_bytes",
+    "stage_times_s",
 }
 
 

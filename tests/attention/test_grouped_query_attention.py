@@ -121,6 +121,15 @@ MEM_OPTIONS = {
     # A small indexer: the published one's weights (64 x 128 heads, drawn per call) would be the largest tensor.
     "dsa": {"index_heads": 4, "index_head_dim": 16, "topk": 8, "chunk_size": 4},
     "sink_window": {"sinks": 4, "window": 60},
+    # Blocks, selection and window scaled to the 256 keys, so that each branch sees part of the cache.
+    "nsa": {
+        "compress_block": 16,
+        "compress_stride": 8,
+        "select_block": 16,
+        "select_blocks": 4,
+        "window": 32,
+        "chunk_size": 4,
+    },  # fmt: skip
 }
 
 

@@ -157,7 +157,7 @@ def test_disabled_or_without_compiler_falls_back(tmp_path):
     assert off.returncode == 0 and off.stdout.strip() == "False"
     broken = _fresh_python(code, CC="false", TOPK_BENCH_NATIVE_CACHE=str(tmp_path))
     assert broken.returncode == 0 and broken.stdout.strip() == "False"
-    assert "false failed (exit 1) on row_topk.c, key_sort.c: nothing on stderr); using torch's" in broken.stderr
+    assert "--version failed (exit 1): not a C compiler?); using torch's" in broken.stderr
     assert not list(tmp_path.glob("*.so")), "a failed build left a library behind"
 
 

@@ -63,7 +63,9 @@ MEASURED, EMPTIED = _rows("h100-ci.csv"), _rows("h100-ci-empty-cache.csv")
 SUITE = [dataclasses.replace(c, device="cuda") for c in plan(ROOT / "suites" / "ci.toml", Flags(device="cpu")).cases]
 # Issue 15 added prefill and decode cases to ci.toml after the H100 data was taken: not measured there yet.
 NOT_YET_MEASURED = {"prefill", "decode"}
-CASES = [c for c in SUITE if c.workload not in NOT_YET_MEASURED]
+# Implementations added to ci.toml after the H100 contact (docs/sparse.md): no rows of theirs in the data yet.
+NOT_YET_MEASURED_IMPLS = {"dsa", "nsa"}
+CASES = [c for c in SUITE if c.workload not in NOT_YET_MEASURED and c.impl not in NOT_YET_MEASURED_IMPLS]
 PARAMS = [
     pytest.param(c, id=f"{c.workload}-{c.impl}", marks=() if (c.workload, c.impl) in FAST else pytest.mark.slow)
     for c in CASES

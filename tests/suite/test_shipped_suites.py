@@ -85,21 +85,23 @@ def test_smoke_covers_every_workload_and_implementation():
     assert next(c for c in p.cases if c.workload == "decoder").param_dict["layers"] == 2
 
 
-def test_larger_means_same_implementation_and_options_and_every_swept_value_at_least_as_large(tmp_path):
+def test_larger_means_same_implementation_and_options_and_every_swept_shape_value_at_least_as_large(tmp_path):
     (tmp_path / "s.toml").write_text(
         'name = "s"\nworkload = "mha"\n[sweep]\nseq_len = [16, 32]\nchunk_size = [4, 8]\n'
         '[[impl]]\nname = "qchunk"\n[[impl]]\nname = "topk"\ntopk = 2\n'
     )
     cases = planning.plan(tmp_path / "s.toml", Flags(device="cpu")).cases
     keys = ["seq_len", "chunk_size"]
-    get = {(c.impl, size(c, keys)): c for c in cases}
+    # The size is the swept shape parameters only; a swept option (chunk_size) stays in the family.
+    assert {size(c, keys) for c in cases} == {(16,), (32,)}
+    get = {(c.impl, c.param_dict["seq_len"], c.option_dict["chunk_size"]): c for c in cases}
     order = Order(cases, keys)
-    small = get[("qchunk", (16, 4))]
-    assert order.larger(get[("qchunk", (32, 4))], small)
-    assert order.larger(get[("qchunk", (32, 8))], small)
-    assert not order.larger(get[("qchunk", (16, 4))], small)
-    assert not order.larger(get[("topk", (32, 8))], small)
-    assert not order.larger(get[("qchunk", (16, 8))], get[("qchunk", (32, 4))])  # incomparable
+    small = get[("qchunk", 16, 4)]
+    assert order.larger(get[("qchunk", 32, 4)], small)
+    assert not order.larger(get[("qchunk", 32, 8)], small)  # another chunk size: another family
+    assert not order.larger(get[("qchunk", 16, 8)], small)  # a larger option is not a larger size
+    assert not order.larger(get[("qchunk", 16, 4)], small)
+    assert not order.larger(get[("topk", 32, 4)], small)
 
 
 PLUGIN_WORKLOAD_SUITE = """

@@ -8,7 +8,6 @@ cases, caps their budget to what the machine has, and names the header.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass, field, replace
@@ -18,7 +17,7 @@ from typing import Any
 import torch
 
 from implementations import provenance
-from topk_bench import machine, workloads
+from topk_bench import fileio, machine, workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
 from topk_bench.measure import metadata
@@ -336,9 +335,13 @@ def optional_columns(suite: Suite, cases: list[Case]) -> tuple[str, ...]:
 def earlier_meta(the_plan: Plan) -> dict[str, Any]:
     """The folder's meta.json as an earlier run wrote it ({} when there is none or it is not an object)."""
     try:
-        found = json.loads(the_plan.meta_path.read_text())
-    except (OSError, ValueError):
+        found = fileio.read_json(the_plan.meta_path)
+    except FileNotFoundError:
         return {}
+    except BadInput:
+        if not the_plan.meta_path.is_file():  # a FIFO, a device or a folder: the run could not write there either
+            raise
+        return {}  # an earlier run's file that does not parse: this run writes it anew
     return found if isinstance(found, dict) else {}
 
 
