@@ -114,6 +114,9 @@ class _Child:
     def __init__(self, request_id: int):
         self.id = request_id
         self.pid: int | None = None
+        # When the template said it forked (monotonic): the case's own time starts there, not at the request,
+        # which waits for the template's imports before a run's first case.
+        self.started_at: float | None = None
         self.returncode: int | None = None
         self.lost = ""  # why no exit code will come (the template failed or died)
         self.leftovers: tuple[str, ...] = ()  # what it left running, killed by the template
@@ -192,7 +195,7 @@ class Template:
             if child is None:
                 continue
             if isinstance(message, Started):
-                child.pid = message.pid
+                child.pid, child.started_at = message.pid, time.monotonic()
                 if message.fresh and not self.fresh:
                     self.fresh = message.fresh
                     print(
@@ -423,8 +426,9 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
     the warm template); ``env`` adds variables for the child, and the case's ``threads`` its thread settings.
 
     The time budget counts from the moment the child has started, so start-up
-    does not eat into it. ``metadata`` gains ``child_startup_s`` and
-    ``child_wall_s`` (parent-side wall time of the whole child).
+    does not eat into it. ``metadata`` gains ``child_startup_s`` (from the request to the child's readiness,
+    the template's own start-up included) and ``child_wall_s`` (parent-side wall time of the child, from its
+    fork to its end: a run's first case does not carry the template's imports).
     """
     budget = budget or Budget()
     child_env = _child_env({**(env or {}), **thread_variables(case)})
@@ -453,7 +457,7 @@ def run_isolated(case: Case, budget: Budget | None = None, *, env: Mapping[str, 
             timed_out, startup_s = _supervise(template, child, read_fd, budget)
         finally:
             os.close(read_fd)
-        wall_s = time.monotonic() - t0
+        wall_s = time.monotonic() - (child.started_at or t0)
         result = _outcome(case, child, result_path, log_path, timed_out)
     if child.leftovers:  # a case killed before its end could not sweep its own
         note = leftovers_note(list(child.leftovers))
