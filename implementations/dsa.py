@@ -385,6 +385,7 @@ DSA = register(
         label="DSA (indexer {index_heads}x{index_head_dim}, topk={topk})",
         activations=("softmax",),
         exact=False,
+        topk_of_scores=False,  # its topk ranks keys by the indexer, not by the attention's scores
         gqa="native",
         selection=dsa_selection,
         budget=lambda tokens, options: {"topk": int(tokens)},

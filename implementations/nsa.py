@@ -412,6 +412,7 @@ NSA = register(
         label="NSA (l={compress_block}, d={compress_stride}, l'={select_block}, n={select_blocks}, w={window})",
         activations=("softmax",),
         exact=False,
+        exact_when_covering=False,  # the gated compressed branch changes the attention whatever the budget
         gqa="native",
         machine_choices=("half_products",),
         selection=nsa_selection,

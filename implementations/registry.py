@@ -68,6 +68,12 @@ class Implementation:
     activations: tuple[str, ...] = ACTIVATIONS
     causal: bool = True
     exact: bool = True
+    # Covering every key (its budget options at the sequence length) makes it exact attention, as for top-k; False
+    # for a method that changes the attention even then (NSA's gated compressed branch).
+    exact_when_covering: bool = True
+    # Its ``topk`` option keeps each query's largest attention scores; False where it ranks keys by something else
+    # (DSA's indexer), so that a top-k oracle of the scores cannot judge which keys it keeps.
+    topk_of_scores: bool = True
     key_padding_mask: bool = False
     # Runs under FakeTensorMode (no data-dependent ops), so the predict backend can size it.
     predictable: bool = True

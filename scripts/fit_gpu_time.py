@@ -74,7 +74,7 @@ def matched_rows() -> list[Row]:
         measured = {r["case_id"]: r for r in csv.DictReader((DATA / source).open()) if r["status"] == "ok"}
         cases = plan(ROOT / suite, Flags(predict=True, device="cuda"), yes=True).cases
         for case in cases:
-            twin = replace(case, method=Method.MEASURED, gpu="", **given)
+            twin = replace(case, method=Method.MEASURED, gpu=None, **given)
             row = measured.get(twin.case_id)
             if row is None:
                 continue

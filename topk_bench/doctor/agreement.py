@@ -133,7 +133,7 @@ def _dropping_inputs(shape: tuple[int, ...], *, topk: int, causal: bool) -> tupl
 
 def _keeps_top_scores(impl: implementations.Implementation) -> bool:
     """A method whose ``topk`` option is how many of each query's largest scores it keeps."""
-    return "topk" in impl.options
+    return "topk" in impl.options and impl.topk_of_scores
 
 
 def _attention_and_grads(module, inputs, grad_out, *, causal: bool, placement: DevicePlacement | None = None):

@@ -47,7 +47,7 @@ def options(impl: implementations.Implementation) -> dict[str, Any]:
 
 def comparable_with_vanilla(impl: implementations.Implementation) -> bool:
     """Exact, or made exact by covering every key."""
-    return impl.exact or any(key in impl.options for key in COVERING if key != "dropout")
+    return impl.exact or (impl.exact_when_covering and any(key in impl.options for key in COVERING if key != "dropout"))
 
 
 def case(

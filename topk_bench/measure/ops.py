@@ -66,7 +66,8 @@ NO_KERNEL_OPS = frozenset(
 
 def launches_kernel(func) -> bool:
     """Whether one call of the aten op ``func`` launches a kernel on CUDA: not a view, not an allocation."""
-    return func.namespace != "prim" and not func.is_view and func._opname not in NO_KERNEL_OPS
+    # prim: decompositions' metadata ops; profiler: the ranges stage marks open, kept on the host.
+    return func.namespace not in ("prim", "profiler") and not func.is_view and func._opname not in NO_KERNEL_OPS
 
 
 def _launches_by_name(name: str) -> bool:

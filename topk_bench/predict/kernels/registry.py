@@ -244,6 +244,7 @@ OUTPUTS_ONLY: dict[str, frozenset[str]] = {
     ),
 }
 _MODELLED = frozenset().union(*OUTPUTS_ONLY.values())
+HOST_ONLY_NAMESPACES = frozenset({"profiler"})
 
 
 def lookup(func) -> Rule | None:
@@ -251,7 +252,10 @@ def lookup(func) -> Rule | None:
 
 
 def needs_no_rule(func) -> bool:
-    """Whether ``func``'s CUDA kernel allocates what the fake run counts (:data:`OUTPUTS_ONLY`)."""
+    """Whether ``func``'s CUDA kernel allocates what the fake run counts (:data:`OUTPUTS_ONLY`), or ``func``
+    runs on the host alone (the profiler's ranges, which stage marks open: no kernel, no device memory)."""
+    if getattr(func, "namespace", None) in HOST_ONLY_NAMESPACES:
+        return True
     packet = getattr(func, "_schema", None)
     return packet is not None and func._schema.name in _MODELLED
 

@@ -382,13 +382,18 @@ def _set_apart(ax, drawn: list[tuple[str, np.ndarray, set]], what: str) -> set[s
         shown = ax.transData.transform(points)
         shown = shown[np.all(np.isfinite(shown), axis=1)]
         for other, theirs in placed:
-            common = [p for p in shown if np.min(np.abs(theirs[:, 0] - p[0])) < size_px]  # the same size
-            near = sum(np.min(np.hypot(*(theirs - p).T)) < SAME_CLOSER * size_px for p in common)
-            if len(common) >= 2 and near > len(common) / 2:
+            if not len(shown) or not len(theirs):
+                continue
+            # Every marker against every marker of the earlier curve at once (a figure of 200 curves of 100 sizes
+            # is 20,000 pairs): the markers at a size the other curve has, and how many of them sit on one of its.
+            apart = shown[:, None, :] - theirs[None, :, :]
+            common = np.abs(apart[..., 0]).min(axis=1) < size_px  # the same size
+            near = int((np.hypot(apart[..., 0], apart[..., 1]).min(axis=1)[common] < SAME_CLOSER * size_px).sum())
+            if common.sum() >= 2 and near > common.sum() / 2:
                 shift = offset_copy(ax.transData, ax.figure, x=SAME_OFFSET_PT, units="points")
                 for artist in artists:
                     artist.set_transform(shift)
-                if near == len(common):
+                if near == common.sum():
                     group = next((g for g in groups if other in g), None)
                     if group is None:
                         groups.append([other, legend])
