@@ -88,89 +88,13 @@ def gap(measured: dict[str, str], predicted: dict[str, str]) -> tuple[float, flo
     return off, ratio
 
 
-# Columns that are results or context, not what a case is (docs/CONTRACTS.md, "Results CSV"): the rest (suite,
-# workload, implementation, label, mode and the parameters) pairs a measured row with its prediction, whose
-# case_id differs by the method.
-NOT_THE_CASE = {
-    "case_id",
-    "device_name",
-    "method",
-    "status",
-    "error",
-    "peak_bytes",
-    "reserved_bytes",
-    "baseline_bytes",
-    "time_median_s",
-    "time_iqr_s",
-    "time_mean_s",
-    "time_min_s",
-    "repeats",
-    "times_s",
-    "flops",
-    "torch_version",
-    "git_sha",
-    "timestamp",
-    "trust",
-    "time_cv",
-    "load_start",
-    "load_end",
-    "steal",
-    "max_memory_bytes",
-    "max_case_seconds",
-    "timer",
-    "flush_l2",
-    "ops_per_iter",
-    "sdpa_backend",
-    "cpu_capability",
-    "cpu_flags",
-    "cuda_version",
-    "cudnn_version",
-    "driver_version",
-    "gpu_sm_clock_mhz",
-    "gpu_sm_clock_max_mhz",
-    "compile_s",
-    "workspace_bytes",
-    "cuda_unmodeled_ops",
-    "rel_err",
-    "grad_cos",
-    "fidelity_seq_len",
-    "kv_cache_bytes",
-    "model_flops",
-    "bytes_moved",
-    "tokens",
-    "flops_per_s",
-    "bytes_per_s",
-    "tokens_per_s",
-    "time_per_token_s",
-    "topk_recall",
-    "mass_recall",
-    "attn_rel_err",
-    "attended_fraction",
-    "emb_cos",
-    "nn_agree",
-    "nn_spearman",
-    "device",
-    # the conditions a row was measured under (issue 29's contention columns), not the case
-    "threads",
-    "cpu_share",
-    "cpu_wait",
-    "preempt_per_s",
-    "runnable",
-    # what produced and measured the row beside the case: provenance, the child's own account, later columns
-    "code_path",
-    "suite_fingerprint",
-    "wall_s",
-    "rounds",
-    "graph_replays",
-    "ran_dtype",
-    "compiled",
-    "kernel_launches",
-    "time_predicted_s",
-    "device_time_predicted_s",
-    "host_bound",
-    "stage_peak_bytes",
-    "stage_times_s",
-}
+# What a case is: its describing columns and its parameters (topk_bench.results.columns.is_parameter: neither a
+# required, a context nor a result column). They pair a measured row with its prediction, whose case_id differs by
+# the method. The columns module is standard library only, so this script still runs without the dependencies.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from topk_bench.results.columns import is_parameter  # noqa: E402
+
+DESCRIBING = ("suite", "workload", "impl", "label", "mode")
 
 
 def _key(row: dict[str, str]) -> tuple:
@@ -178,7 +102,7 @@ def _key(row: dict[str, str]) -> tuple:
         sorted(
             (k, v)
             for k, v in row.items()
-            if k not in NOT_THE_CASE and not k.startswith("minilm_") and v not in ("", None)
+            if (k in DESCRIBING or is_parameter(k)) and not k.startswith("minilm_") and v not in ("", None)
         )
     )
 
