@@ -142,11 +142,15 @@ def page_topk_attention(
     check_activation(activation, "page_topk", ("softmax",))
     check_qkv(q, k, v, batched=True)
     page_size, token_budget, chunk_size = int(page_size), int(token_budget), int(chunk_size)
-    if triton_decode.page_topk_unsupported(q, k, v, causal=causal, page_size=page_size, group_pages=group_pages,
-                                           chunk_size=chunk_size) is None:  # fmt: skip
+    kernels = triton_decode.page_topk_unsupported(
+        q, k, v, causal=causal, page_size=page_size, group_pages=group_pages, chunk_size=chunk_size
+    )
+    if kernels is None:  # a decode step on CUDA: the Triton kernels
         summaries = _summaries(q, k, page_size, token_budget, summaries, chunk_size)
-        return triton_decode.page_topk_decode(q, k, v, summaries, causal=bool(causal), page_size=page_size,
-                                              n_top=token_budget // page_size, group_pages=bool(group_pages))  # fmt: skip
+        return triton_decode.page_topk_decode(
+            q, k, v, summaries, causal=causal, page_size=page_size, n_top=token_budget // page_size,
+            group_pages=group_pages,
+        )  # fmt: skip
     blocks, ok = _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size)
     return block_sparse_attention(q, k, v, blocks, ok, page_size, causal, chunk_size)
 

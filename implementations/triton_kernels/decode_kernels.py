@@ -48,9 +48,9 @@ def row_topk_kernel(
     n,
     BLOCK: tl.constexpr,
 ):
-    """The ``n`` highest of one row's ``width`` scores (float32, or a half dtype: read as float32), exactly, as their columns in ascending order
-    (``-1`` for a pick scored ``-inf``: a row with fewer than ``n`` allowed entries). Ties at the n-th score: the
-    lowest columns win.
+    """The ``n`` highest of one row's ``width`` scores (float32, or a half dtype read as float32), exactly, as
+    their columns in ascending order (``-1`` for a pick scored ``-inf``: a row with fewer than ``n`` allowed
+    entries). Ties at the n-th score: the lowest columns win.
 
     A radix select, no sort: the n-th largest key ``T`` (float32 bits made monotone) is found 4 bits at a time,
     counting per pass how many keys reach each of the 16 candidate prefixes (8 passes over the row); then one pass
@@ -336,7 +336,8 @@ def decode_scores_kernel(
     if CAUSAL:
         s = tl.where(cols[None, :] <= (Lk - Lq + i)[:, None], s, float("-inf"))
     rows = (b * Hkv * groups + head) * Lq + i
-    tl.store(SCORES + rows[:, None] * Lk + cols[None, :], s.to(SCORES.dtype.element_ty), mask=live[:, None] & (cols[None, :] < Lk))
+    at = SCORES + rows[:, None] * Lk + cols[None, :]
+    tl.store(at, s.to(SCORES.dtype.element_ty), mask=live[:, None] & (cols[None, :] < Lk))
 
 
 @triton.jit
