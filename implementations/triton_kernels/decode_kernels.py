@@ -39,6 +39,18 @@ def _ordered(s):
 
 
 @triton.jit
+def _rounded(s, dtype: tl.constexpr):
+    """Float32 ``s`` rounded to ``dtype`` (to nearest, ties to even), as a half-precision product rounds. The
+    interpreter's float32 to bfloat16 conversion truncates, so bfloat16 is rounded on the bits first (then the
+    conversion is exact: the compiled kernel computes the same)."""
+    if dtype == tl.bfloat16:
+        bits = s.to(tl.int32, bitcast=True)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & -65536
+        s = bits.to(tl.float32, bitcast=True)
+    return s.to(dtype)
+
+
+@triton.jit
 def row_topk_kernel(
     SCORES,
     IDX,
@@ -254,7 +266,7 @@ def page_attention_kernel(
         else:
             s = tl.dot(q, kt.to(tl.float32), input_precision="ieee")
         if ROUND:  # the scores a half-precision product rounds (the torch path's bmm)
-            s = s.to(K.dtype.element_ty).to(tl.float32)
+            s = _rounded(s, K.dtype.element_ty).to(tl.float32)
         s = tl.where(allowed[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf
@@ -337,7 +349,7 @@ def decode_scores_kernel(
         s = tl.where(cols[None, :] <= (Lk - Lq + i)[:, None], s, float("-inf"))
     rows = (b * Hkv * groups + head) * Lq + i
     at = SCORES + rows[:, None] * Lk + cols[None, :]
-    tl.store(at, s.to(SCORES.dtype.element_ty), mask=live[:, None] & (cols[None, :] < Lk))
+    tl.store(at, _rounded(s, SCORES.dtype.element_ty), mask=live[:, None] & (cols[None, :] < Lk))
 
 
 @triton.jit
