@@ -119,7 +119,7 @@ def page_config(d: int, dv: int, page_size: int) -> dict:
     page_pad = _pow2(page_size, 1)
     return dict(
         D=d, D_PAD=_pow2(d), DV=dv, DV_PAD=_pow2(dv), ROWS=ROWS, PAGE_PAD=page_pad,
-        CHUNK_PAGES=max(1, CHUNK_KEYS // page_pad), num_warps=4,
+        CHUNK_PAGES=max(1, CHUNK_KEYS // page_pad), num_warps=8,
     )  # fmt: skip
 
 

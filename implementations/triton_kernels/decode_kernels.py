@@ -75,7 +75,7 @@ def row_topk_kernel(
     digits = tl.arange(0, _DIGITS).to(tl.int64)
     threshold = tl.zeros([], tl.int64)
     for p in tl.static_range(8):
-        shift: tl.constexpr = 28 - 4 * p
+        shift = 28 - 4 * p
         cand = threshold + (digits << shift)
         counts = tl.zeros([_DIGITS], tl.int32)
         for c0 in range(0, width, BLOCK):
