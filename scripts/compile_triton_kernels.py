@@ -136,23 +136,31 @@ class DecodeVariant:
     Llama-3-8B's heads (32 query heads, 8 K/V heads, d = 128), bfloat16, pages of 16, causal softmax."""
 
     kernel: str
-    scores: str = "bf16"  # the row top-k's input: float32 page bounds, or topk_fast's bfloat16 ranking
+    reads: str = "bf16"  # the row top-k's scores (float32 page bounds, topk_fast's bf16 ranking), or the summaries
     d: int = 128
     page_size: int = 16
 
     @property
     def name(self) -> str:
-        what = {"row_topk_kernel": f" scores={self.scores}", "page_attention_kernel": f" page={self.page_size}"}
+        what = {
+            "row_topk_kernel": f" scores={self.reads}",
+            "page_bounds_kernel": f" summaries={self.reads}",
+            "page_attention_kernel": f" page={self.page_size}",
+        }
         return f"{self.kernel} bfloat16 d={self.d}{what.get(self.kernel, '')}"
 
 
 def decode_variants() -> list[DecodeVariant]:
-    """Each decode kernel once (its tiles do not depend on the cache length, the budget or k: loops do), the row
-    top-k for both inputs it reads."""
-    kernels = ("page_bounds_kernel", "page_attention_kernel", "decode_scores_kernel", "gathered_split_kernel",
-               "split_combine_kernel")  # fmt: skip
-    return [DecodeVariant("row_topk_kernel", "fp32"), DecodeVariant("row_topk_kernel")] + [
-        DecodeVariant(kernel) for kernel in kernels
+    """Each decode kernel once (its tiles do not depend on the cache length, the budget or k: loops do); the row
+    top-k and the page bounds for both dtypes they read (float32 summaries: page_summaries of half keys today)."""
+    kernels = ("page_attention_kernel", "decode_scores_kernel", "gathered_split_kernel", "split_combine_kernel")
+    return [
+        *(
+            DecodeVariant(kernel, reads)
+            for kernel in ("row_topk_kernel", "page_bounds_kernel")
+            for reads in ("fp32", "bf16")
+        ),
+        *(DecodeVariant(kernel) for kernel in kernels),
     ]
 
 
@@ -166,9 +174,9 @@ def _decode_source(variant: DecodeVariant):
     fn = getattr(decode_kernels, variant.kernel)
     d = variant.d
     pointers, config = {
-        "row_topk_kernel": ({"SCORES": "*" + variant.scores, "IDX": "*i32"}, td.SELECT_CONFIG),
+        "row_topk_kernel": ({"SCORES": "*" + variant.reads, "IDX": "*i32"}, td.SELECT_CONFIG),
         "page_bounds_kernel": (
-            {"Q": "*bf16", "S": "*bf16", "BOUNDS": "*fp32"},
+            {"Q": "*bf16", "S": "*" + variant.reads, "BOUNDS": "*fp32"},
             td.bounds_config(d) | dict(CAUSAL=True, SHARED=True),
         ),
         "page_attention_kernel": (

@@ -46,7 +46,7 @@ GATHER_CHUNK = 32
 TARGET_PROGRAMS = 264
 MAX_SPLITS = 32
 # Bounds per program of the page bounds, scores per program of the decode scores, columns per step of the select.
-BLOCK_P = 32
+BLOCK_P = 16
 BLOCK_N = 64
 SELECT_BLOCK = 1024
 

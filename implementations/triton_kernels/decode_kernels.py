@@ -70,7 +70,7 @@ def row_topk_kernel(
     column order (a running prefix sum). The row is read 10 times (from L2 on a GPU: 32 KiB for 8192 pages), never
     held whole, so any width compiles to the same kernel.
     """
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # offsets past 2^31 at large batches: 64-bit row offsets throughout
     base = SCORES + row * stride_sr
     digits = tl.arange(0, _DIGITS).to(tl.int64)
     threshold = tl.zeros([], tl.int64)
@@ -141,7 +141,7 @@ def page_bounds_kernel(
     ``-inf``: its own page (added by the attention) and, causal, the pages after it.
     """
     pid_p = tl.program_id(0)
-    bh = tl.program_id(1)
+    bh = tl.program_id(1).to(tl.int64)
     b = bh // Hkv
     kv = bh % Hkv
     pages = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -219,9 +219,9 @@ def page_attention_kernel(
     Writes the split's partial softmax: ``STATS [row·per + g, split, 2]`` = (max, sum) of its scores (``-inf, 0``:
     no allowed key) and ``ACC [row·per + g, split, DV]`` = ``Σ exp(s - max)·v``, float32.
     """
-    trow = tl.program_id(0)
+    trow = tl.program_id(0).to(tl.int64)  # 64-bit bases (large batches), 32-bit offsets within a head
     split = tl.program_id(1)
-    i = trow % Lq
+    i = (trow % Lq).to(tl.int32)
     bt = trow // Lq
     b = bt // Ht
     ht = bt % Ht
@@ -248,7 +248,7 @@ def page_attention_kernel(
     j = tl.arange(0, CHUNK_PAGES * PAGE_PAD) % PAGE_PAD
     for t0 in range(first, last, CHUNK_PAGES):
         t = t0 + slot
-        page = tl.load(TABLE + trow * n + t, mask=t < n, other=0)
+        page = tl.load((TABLE + trow * n) + t, mask=t < n, other=0)
         page = tl.where(t == n, own, page)
         page = tl.where(t < last, page, -1)
         col = page * page_size + j
@@ -322,7 +322,7 @@ def decode_scores_kernel(
     ``SCORES [B, Hq, Lq, Lk]``, contiguous."""
     pid_n = tl.program_id(0)
     pid_r = tl.program_id(1)
-    bh = tl.program_id(2)
+    bh = tl.program_id(2).to(tl.int64)
     b = bh // Hkv
     kv = bh % Hkv
     r = pid_r * ROWS + tl.arange(0, ROWS)
@@ -379,7 +379,7 @@ def gathered_split_kernel(
     (``IDX``, ``-1``: a pick scored ``-inf``), their scores read back from ``SCORES`` (the values they were ranked
     by) and their V rows gathered. Writes the partial softmax as :func:`page_attention_kernel` (relu: the sum of
     ``relu(s)·v``, with max 0)."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     bh = row // Lq
     b = bh // Hq
@@ -439,7 +439,7 @@ def split_combine_kernel(
     """One output row from its splits' partials: ``Σ exp(m_s - M)·acc_s / Σ exp(m_s - M)·sum_s`` with ``M`` the
     largest max (log-sum-exp; zeros for a row with no allowed key); relu: ``Σ acc_s``. Row ``trow·per + g`` is
     query head ``ht·per + g`` of table row ``trow = (b·Ht + ht)·Lq + i``."""
-    r = tl.program_id(0)
+    r = tl.program_id(0).to(tl.int64)
     trow = r // per
     g = r % per
     i = trow % Lq
