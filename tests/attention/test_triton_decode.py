@@ -220,3 +220,26 @@ def test_page_topk_code_path_says_triton_on_cuda():
     assert "triton_kernels" not in provenance.parse(
         provenance.code_path("page_topk", device="cpu", dtype=torch.float32)
     )
+
+
+def test_the_implementations_dispatch_their_decode_steps_to_the_kernels(monkeypatch):
+    # A CUDA target (real CPU tensors: the kernels run in the interpreter) through each implementation's own entry
+    # point: the hooks take decode steps only (not a call with gradients), with the same output as the torch path.
+    calls = []
+    for name in ("page_topk_decode", "topk_fast_decode"):
+        real = getattr(td, name)
+        monkeypatch.setattr(td, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
+    q, k, v = _inputs(1, 41, 4, 2, seed=2)
+    options = dict(causal=True, page_size=4, token_budget=12)
+    with torch.no_grad():
+        want_page, want_fast = page.fn(q, k, v, **options), fast(q, k, v, causal=True, topk=5)
+        with hardware.target("cuda"):
+            got_page, got_fast = page.fn(q, k, v, **options), fast(q, k, v, causal=True, topk=5)
+            with pytest.raises(ValueError, match=r"summaries must be \[B, Hkv, P, 2, d\]"):
+                page.fn(q, k, v, summaries=page_summaries(k, 8), **options)
+    assert calls == ["page_topk_decode", "topk_fast_decode"]
+    torch.testing.assert_close(got_page, want_page, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(got_fast, want_fast, rtol=2e-5, atol=2e-5)
+    with hardware.target("cuda"):
+        page.fn(q, k, v.requires_grad_(), **options)  # gradients recorded: the torch path
+    assert len(calls) == 2
