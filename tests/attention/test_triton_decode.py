@@ -243,3 +243,20 @@ def test_the_implementations_dispatch_their_decode_steps_to_the_kernels(monkeypa
     with hardware.target("cuda"):
         page.fn(q, k, v.requires_grad_(), **options)  # gradients recorded: the torch path
     assert len(calls) == 2
+
+
+def test_page_table_ties_go_to_the_lowest_pages():
+    # Every page holds the same 4 keys: every eligible page has the same bound, so the table is the first n of them
+    # (causal: pages before the own one, 7), the picks in ascending order; a second K/V head's pages differ.
+    q, k, v = _inputs(1, 29, 2, 2, seed=4)
+    k[:, 0] = k[:, 0, :4].repeat(1, 8, 1)[:, :29]
+    rows, n = 2, 3
+    bounds, table = torch.empty(rows, 8), torch.empty(rows, n, dtype=torch.int32)
+    acc, stats, out = torch.empty(rows, 1, 6), torch.empty(rows, 1, 2), torch.empty(1, 2, 1, 6)
+    td.page_decode_(q, k, v, page_summaries(k, 4), bounds, table, acc, stats, out, True, 4, 16)
+    assert bounds[0, :7].unique().numel() == 1 and bounds[0, 7] == float("-inf")
+    assert table[0].tolist() == [0, 1, 2]
+    keep = page.selection(q.double(), k.double(), causal=True, page_size=4, token_budget=12)
+    assert set(table[1].tolist()) == set(
+        keep[0, 1, 0].view(-1).nonzero().div(4, rounding_mode="floor").unique()[:-1].tolist()
+    )
