@@ -47,6 +47,7 @@ from implementations.masking import check_activation, check_qkv, stat_dtype
 from implementations.registry import Implementation, register
 from implementations.selection import kept_state, n_blocks, per_query_head, select_blocks, table_selection
 from implementations.stages import ATTENTION, SELECTION
+from implementations.triton_kernels import decode as triton_decode
 
 OPTIONS = {"page_size": 16, "token_budget": 1024, "group_pages": True, "summaries": None, "chunk_size": 64}
 
@@ -85,7 +86,8 @@ def page_bounds(qg: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
     return (summaries.reshape(b, h, p, 2 * d).to(sdt) @ signed.transpose(-2, -1)).transpose(-2, -1)
 
 
-def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size):
+def _summaries(q, k, page_size, token_budget, summaries, chunk_size):
+    """The options checked, and the summaries: built, or the caller's checked against the cache."""
     check_qkv(q, k, k, batched=True)
     if page_size < 1 or token_budget < 0 or chunk_size < 1:
         raise ValueError(
@@ -93,7 +95,7 @@ def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_
             f"page_size={page_size}, token_budget={token_budget}, chunk_size={chunk_size}"
         )
     b, hkv, lk, d = k.shape
-    summaries = kept_state(
+    return kept_state(
         summaries,
         lambda: page_summaries(k, page_size),
         "summaries",
@@ -101,6 +103,11 @@ def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_
         (b, hkv, n_blocks(lk, page_size), 2, d),
         f"page_summaries(k, {page_size})",
     )
+
+
+def _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size):
+    summaries = _summaries(q, k, page_size, token_budget, summaries, chunk_size)
+    hkv, lk = k.shape[1], k.shape[2]
     return select_blocks(
         q.detach(),
         hkv,
@@ -135,6 +142,15 @@ def page_topk_attention(
     check_activation(activation, "page_topk", ("softmax",))
     check_qkv(q, k, v, batched=True)
     page_size, token_budget, chunk_size = int(page_size), int(token_budget), int(chunk_size)
+    kernels = triton_decode.page_topk_unsupported(
+        q, k, v, causal=causal, page_size=page_size, group_pages=group_pages, chunk_size=chunk_size
+    )
+    if kernels is None:  # a decode step on CUDA: the Triton kernels
+        summaries = _summaries(q, k, page_size, token_budget, summaries, chunk_size)
+        return triton_decode.page_topk_decode(
+            q, k, v, summaries, causal=causal, page_size=page_size, n_top=token_budget // page_size,
+            group_pages=group_pages,
+        )  # fmt: skip
     blocks, ok = _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size)
     return block_sparse_attention(q, k, v, blocks, ok, page_size, causal, chunk_size)
 
@@ -151,7 +167,7 @@ def page_topk_selection(
 PAGE_TOPK = register(
     Implementation(
         name="page_topk",
-        machine_choices=("half_products",),
+        machine_choices=("half_products", "triton_kernels"),
         fn=page_topk_attention,
         description="Quest page top-k: min/max key summaries per page bound q·k; exact attention on the best pages",
         options=OPTIONS,

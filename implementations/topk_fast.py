@@ -83,6 +83,7 @@ from implementations.masking import (
 from implementations.registry import Implementation, register
 from implementations.selection import topk_budget, topk_selection
 from implementations.topk import TOPK_OPTIONS
+from implementations.triton_kernels import decode as triton_decode
 
 # Query rows per score tile (all heads at once: few, large ops, which matters
 # on a shared 2-core machine where every parallel region can wait a scheduler
@@ -338,6 +339,8 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     (measured 1.8 ms for 512 rows x 128 runs of 8; the element-wise ``gather`` that
     strided groups need takes 7.5 ms for the same entries).
     """
+    if real_keys is None and triton_decode.topk_fast_unsupported(q, k, v, key_padding_mask=None) is None:
+        return triton_decode.topk_fast_decode(q, k, v, causal=causal, relu=relu, topk=kk, float_scores=float_scores)
     lk = k.shape[-2]
     # The compiled top-k takes the ranks' rows as they are (:func:`_ranks`: half scores as int16).
     score_dtype = stat_dtype(q.dtype) if float_scores else q.dtype

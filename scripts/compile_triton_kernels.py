@@ -6,6 +6,9 @@ the largest k it takes). Prints a table per kernel (registers, spill bytes, shar
 architecture) and exits 1 on a compile error, a spill, or shared memory over the part's per-block limit.
 
     .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
+
+The decode kernels of ``page_topk`` and ``topk_fast`` (:mod:`implementations.triton_kernels.decode_kernels`) are
+compiled too, once each at Llama-3-8B's shapes (d = 128, bfloat16, pages of 16).
 """
 
 from __future__ import annotations
@@ -127,11 +130,86 @@ def _ptxas_report(ptx: str, arch: str) -> tuple[int, int]:
     return registers, spills
 
 
-def compile_variant(variant: Variant, capability: int) -> Report:
+@dataclass(frozen=True)
+class DecodeVariant:
+    """One compiled configuration of a decode kernel (:mod:`implementations.triton_kernels.decode_kernels`):
+    Llama-3-8B's heads (32 query heads, 8 K/V heads, d = 128), bfloat16, pages of 16, causal softmax."""
+
+    kernel: str
+    reads: str = "bf16"  # the row top-k's scores (float32 page bounds, topk_fast's bf16 ranking), or the summaries
+    d: int = 128
+    page_size: int = 16
+
+    @property
+    def name(self) -> str:
+        what = {
+            "row_topk_kernel": f" scores={self.reads}",
+            "page_bounds_kernel": f" summaries={self.reads}",
+            "page_attention_kernel": f" page={self.page_size}",
+        }
+        return f"{self.kernel} bfloat16 d={self.d}{what.get(self.kernel, '')}"
+
+
+def decode_variants() -> list[DecodeVariant]:
+    """Each decode kernel once (its tiles do not depend on the cache length, the budget or k: loops do); the row
+    top-k and the page bounds for both dtypes they read (float32 summaries: page_summaries of half keys today)."""
+    kernels = ("page_attention_kernel", "decode_scores_kernel", "gathered_split_kernel", "split_combine_kernel")
+    return [
+        *(
+            DecodeVariant(kernel, reads)
+            for kernel in ("row_topk_kernel", "page_bounds_kernel")
+            for reads in ("fp32", "bf16")
+        ),
+        *(DecodeVariant(kernel) for kernel in kernels),
+    ]
+
+
+def _decode_source(variant: DecodeVariant):
+    """An ``ASTSource`` of a decode kernel as :mod:`implementations.triton_kernels.decode` launches it on CUDA."""
+    from triton.compiler import ASTSource
+
+    from implementations.triton_kernels import decode as td
+    from implementations.triton_kernels import decode_kernels
+
+    fn = getattr(decode_kernels, variant.kernel)
+    d = variant.d
+    pointers, config = {
+        "row_topk_kernel": ({"SCORES": "*" + variant.reads, "IDX": "*i32"}, td.SELECT_CONFIG),
+        "page_bounds_kernel": (
+            {"Q": "*bf16", "S": "*" + variant.reads, "BOUNDS": "*fp32"},
+            td.bounds_config(d) | dict(CAUSAL=True, SHARED=True),
+        ),
+        "page_attention_kernel": (
+            {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "TABLE": "*i32", "ACC": "*fp32", "STATS": "*fp32"},
+            td.page_config(d, d, variant.page_size) | dict(CAUSAL=True, ROUND=True, HALF_DOT=True),
+        ),
+        "decode_scores_kernel": (
+            {"Q": "*bf16", "K": "*bf16", "SCORES": "*bf16"},
+            td.scores_config(d) | dict(CAUSAL=True, HALF_DOT=True),
+        ),
+        "gathered_split_kernel": (
+            {"SCORES": "*bf16", "IDX": "*i32", "V": "*bf16", "ACC": "*fp32", "STATS": "*fp32"},
+            td.gathered_config(d) | dict(RELU=False),
+        ),
+        "split_combine_kernel": (
+            {"ACC": "*fp32", "STATS": "*fp32", "OUT": "*bf16"},
+            td.combine_config(d) | dict(RELU=False),
+        ),
+    }[variant.kernel]
+    constexprs = dict(config)
+    warps = constexprs.pop("num_warps")
+    signature = {
+        arg: "constexpr" if arg in constexprs else pointers.get(arg, "i32")  # strides, lengths, counts
+        for arg in fn.arg_names
+    }
+    return ASTSource(fn, signature, constexprs=constexprs), {"num_warps": warps}
+
+
+def compile_variant(variant: Variant | DecodeVariant, capability: int) -> Report:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    source, options = _source(variant)
+    source, options = _decode_source(variant) if isinstance(variant, DecodeVariant) else _source(variant)
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, WARP_SIZE), options=options)
     arch = compiled.metadata.target.arch if hasattr(compiled.metadata, "target") else capability
     gpu_name = f"sm_{arch}a" if capability >= 90 else f"sm_{arch}"
@@ -163,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"sm_{a} {SHARED_LIMIT[a] >> 10} KiB" for a in args.arch))  # fmt: skip
     print(header)
     print("-" * len(header))
-    for variant in variants():
+    every: list[Variant | DecodeVariant] = [*variants(), *decode_variants()]
+    for variant in every:
         cells = []
         for capability in args.arch:
             try:
@@ -181,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             cells.append(f" | sm_{capability}: {report.registers:4d} {report.spill_bytes:5d} {report.shared_bytes:6d}")
         print(f"{variant.name:<58}" + "".join(cells), flush=True)
-    print(f"{len(variants())} kernels x {len(args.arch)} architectures in {time.perf_counter() - start:.1f} s")
+    print(f"{len(every)} kernels x {len(args.arch)} architectures in {time.perf_counter() - start:.1f} s")
     for failure in failures:
         print(f"FAIL {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -55,7 +55,7 @@ def _import_failure() -> str | None:
     try:
         import triton  # noqa: F401
 
-        from implementations.triton_kernels import kernels  # noqa: F401
+        from implementations.triton_kernels import decode_kernels, kernels  # noqa: F401
     except Exception as exc:  # noqa: BLE001  (ImportError, or whatever a broken triton install raises on import)
         return f"triton not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
     return None

@@ -1,0 +1,292 @@
+"""Decode steps of ``page_topk`` and ``topk_fast`` on CUDA as Triton kernels (:mod:`.decode_kernels`), exposed as
+torch ops: one op per step, a chain of four launches.
+
+- ``page_topk`` (:func:`page_topk_decode`): page bounds from the min/max summaries → each table row's best pages
+  (exact radix select: ties at the last page kept go to the lowest page) → split-KV attention over the chosen pages
+  plus the row's own page (flash-decoding: a program per (row, split), a few pages each) → a log-sum-exp combine.
+  The selection is ``select_blocks``' (Quest bounds, float32; the group's largest bound with ``group_pages``) up to
+  float32 summation order and its tie rule; the scores of the chosen keys are rounded to a half input's dtype and
+  the weights to V's, as the torch path's half products; softmax and every sum are float32.
+- ``topk_fast`` (:func:`topk_fast_decode`): every score of the step (in the dtype the CPU path ranks by: float32, or
+  the input's half dtype with ``float_scores=False``) → each row's exact top-k (ties: the lowest key index) →
+  softmax or relu over the selected scores times the gathered V rows, split as above, float32.
+
+Every buffer (scores or bounds, tables, the splits' partials, the output) is allocated by torch around the ops;
+their fake kernels allocate nothing, so ``FakeTensorMode`` (``--predict --device cuda``) sees every byte a real step
+allocates. CPU tensors run the same kernels in Triton's interpreter (how the tests hold them to the float64 oracle).
+
+Not here (``*_unsupported`` says why, the caller keeps its torch path): CPU tensors, float64, key padding, head sizes
+over ``MAX_HEAD_DIM``, pages over ``MAX_PAGE_SIZE`` keys, more than ``ROWS`` query heads per page table, calls that
+are not decode steps, and a machine without an importable ``triton``. Importable without triton.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+
+from implementations.decode import use_decode_path
+from implementations.hardware import device_kind
+from implementations.triton_kernels import _cdiv, _import_error, _launcher, _pow2
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Largest head size (a program holds a [ROWS, D] query tile and [D, keys] key tiles).
+MAX_HEAD_DIM = 256
+# Largest page: one product covers at least one page (CHUNK_KEYS keys, or a page when larger).
+MAX_PAGE_SIZE = 128
+# Query rows of a page-attention program (tl.dot's minimum tile side): the query heads sharing one page table.
+ROWS = 16
+# Keys per product of the page attention (whole pages) and entries per step of the gathered split.
+CHUNK_KEYS = 64
+GATHER_CHUNK = 32
+# Splits per row: enough programs to fill an H100 (132 SMs) twice over for a few rows, at most MAX_SPLITS
+# (the combine reads them as one tile).
+TARGET_PROGRAMS = 264
+MAX_SPLITS = 32
+# Bounds per program of the page bounds, scores per program of the decode scores, columns per step of the select.
+BLOCK_P = 16
+BLOCK_N = 64
+SELECT_BLOCK = 1024
+
+
+@functools.cache
+def _warn_fallback(name: str, why: str) -> None:
+    warnings.warn(f"{name}: {why}; CUDA runs the torch decode path", RuntimeWarning, stacklevel=5)
+
+
+def _common(name: str, q, k, v) -> str | None:
+    if device_kind(q) != "cuda":
+        return "not a CUDA tensor"
+    why = _import_error()
+    if why is not None:
+        if not why.startswith("disabled"):  # asked for: nothing to say
+            _warn_fallback(name, why)
+        return why
+    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtype {q.dtype}"
+    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
+        return f"head size > {MAX_HEAD_DIM}"
+    return None
+
+
+def page_topk_unsupported(q, k, v, *, causal: bool, page_size: int, group_pages: bool, chunk_size: int) -> str | None:
+    """Why the Triton kernels do not take this ``page_topk`` call (None: they do): only decode steps (the calls
+    the torch path serves by gathering whole pages) on CUDA."""
+    why = _common("page_topk", q, k, v)
+    if why is not None:
+        return why
+    lq, lk = q.shape[-2], k.shape[-2]
+    if not use_decode_path(q, k, v, chunk_size, 0.0) or page_size > lk or (causal and lq > lk):
+        return "not a decode step"
+    if page_size > MAX_PAGE_SIZE:
+        return f"page_size > {MAX_PAGE_SIZE}"
+    per = q.shape[1] // k.shape[1] if group_pages else 1
+    if per > ROWS:
+        return f"more than {ROWS} query heads per K/V head"
+    return None
+
+
+def topk_fast_unsupported(q, k, v, *, key_padding_mask) -> str | None:
+    """Why the Triton kernels do not take this ``topk_fast`` decode step (None: they do)."""
+    why = _common("topk_fast", q, k, v)
+    if why is not None:
+        return why
+    if key_padding_mask is not None:
+        return "key padding"
+    return None
+
+
+def _splits(rows: int, entries: int, chunk: int) -> tuple[int, int]:
+    """``(splits, entries per split)`` of ``entries`` per row: about ``TARGET_PROGRAMS`` programs in all, at most
+    ``MAX_SPLITS`` per row, whole ``chunk``\\ s per split."""
+    want = max(1, min(MAX_SPLITS, _cdiv(entries, chunk), _cdiv(TARGET_PROGRAMS, max(1, rows))))
+    per_split = _cdiv(_cdiv(entries, want), chunk) * chunk
+    return _cdiv(entries, per_split), per_split
+
+
+def _strides(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.stride())
+
+
+def _half_dot(t: torch.Tensor) -> bool:
+    return t.device.type == "cuda" and t.dtype != torch.float32
+
+
+def page_config(d: int, dv: int, page_size: int) -> dict:
+    """Constexprs and launch options of ``page_attention_kernel``."""
+    page_pad = _pow2(page_size, 1)
+    return dict(
+        D=d, D_PAD=_pow2(d), DV=dv, DV_PAD=_pow2(dv), ROWS=ROWS, PAGE_PAD=page_pad,
+        CHUNK_PAGES=max(1, CHUNK_KEYS // page_pad), num_warps=8,
+    )  # fmt: skip
+
+
+def bounds_config(d: int) -> dict:
+    return dict(D=d, D_PAD=_pow2(d), BLOCK_P=BLOCK_P, num_warps=4)
+
+
+def scores_config(d: int) -> dict:
+    return dict(D=d, D_PAD=_pow2(d), ROWS=ROWS, BLOCK_N=BLOCK_N, num_warps=4)
+
+
+def gathered_config(dv: int) -> dict:
+    return dict(DV=dv, DV_PAD=_pow2(dv), CHUNK=GATHER_CHUNK, num_warps=4)
+
+
+def combine_config(dv: int) -> dict:
+    return dict(DV=dv, DV_PAD=_pow2(dv), SPLITS_PAD=MAX_SPLITS, num_warps=4)
+
+
+SELECT_CONFIG = dict(BLOCK=SELECT_BLOCK, num_warps=8)
+
+
+def _launch(kernel, device, grid, *args, **config):
+    config = dict(config)
+    warps = config.pop("num_warps")
+    _launcher(kernel, device)[grid](*args, num_warps=warps, **config)
+
+
+def _row_topk(scores: torch.Tensor, idx: torch.Tensor) -> None:
+    from implementations.triton_kernels import decode_kernels as dk
+
+    rows, width = scores.shape
+    _launch(dk.row_topk_kernel, scores.device, (rows,), scores, idx, scores.stride(0), idx.stride(0), width,
+            idx.shape[1], **SELECT_CONFIG)  # fmt: skip
+
+
+def _combine(acc, stats, out, ht: int, per: int, relu: bool) -> None:
+    from implementations.triton_kernels import decode_kernels as dk
+
+    lq, dv = out.shape[-2], out.shape[-1]
+    _launch(dk.split_combine_kernel, out.device, (acc.shape[0],), acc, stats, out, *_strides(out), ht, per, lq,
+            acc.shape[1], RELU=relu, **combine_config(dv))  # fmt: skip
+
+
+@torch.library.custom_op(
+    "implementations::triton_page_decode_", mutates_args=("bounds", "table", "acc", "stats", "out")
+)
+def page_decode_(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    summaries: torch.Tensor,
+    bounds: torch.Tensor,
+    table: torch.Tensor,
+    acc: torch.Tensor,
+    stats: torch.Tensor,
+    out: torch.Tensor,
+    causal: bool,
+    page_size: int,
+    pages_per_split: int,
+) -> None:
+    """One ``page_topk`` decode step into ``out [B, Hq, Lq, DV]``. Scratch: ``bounds [rows, P]`` float32 and
+    ``table [rows, n]`` int32 (rows: ``B·Ht·Lq``, ``Ht`` = K/V heads for a shared table, else query heads; ``n``
+    picked pages per row, 0: the own page only), the splits' ``acc [rows·per, splits, DV]`` and ``stats [rows·per,
+    splits, 2]`` float32."""
+    from implementations.triton_kernels import decode_kernels as dk
+
+    b, hq, lq, d = q.shape
+    hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    rows, n = table.shape
+    if rows == 0:
+        return
+    ht = rows // (b * lq)
+    per, groups = hq // ht, hq // hkv
+    pages = summaries.shape[2]
+    if n:
+        _launch(dk.page_bounds_kernel, q.device, (_cdiv(pages, BLOCK_P), b * hkv), q, summaries, bounds,
+                *_strides(q), *_strides(summaries), hkv, lq, lk, pages, page_size, groups,
+                CAUSAL=causal, SHARED=ht == hkv and groups > 1, **bounds_config(d))  # fmt: skip
+        _row_topk(bounds, table)
+    _launch(dk.page_attention_kernel, q.device, (rows, acc.shape[1]), q, k, v, table, acc, stats,
+            *_strides(q), *_strides(k), *_strides(v), ht, per, groups, lq, lk, page_size, n, pages_per_split,
+            acc.shape[1], CAUSAL=causal, ROUND=q.dtype != torch.float32, HALF_DOT=_half_dot(q),
+            **page_config(d, dv, page_size))  # fmt: skip
+    _combine(acc, stats, out, ht, per, relu=False)
+
+
+@page_decode_.register_fake
+def _(q, k, v, summaries, bounds, table, acc, stats, out, causal, page_size, pages_per_split) -> None:
+    return None
+
+
+def page_topk_decode(q, k, v, summaries, *, causal: bool, page_size: int, n_top: int, group_pages: bool):
+    """``page_topk``'s decode step (the caller checked :func:`page_topk_unsupported`): each table row attends its
+    ``min(n_top, P - 1)`` best-bounded eligible pages and its own page. ``summaries [B, Hkv, P, 2, d]``
+    (:func:`~implementations.page_topk.page_summaries`, any float dtype)."""
+    b, hq, lq, _ = q.shape
+    hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    pages = -(-lk // page_size)
+    n = max(0, min(int(n_top), pages - 1))
+    ht = hkv if group_pages else hq
+    per = hq // ht
+    rows = b * ht * lq
+    splits, pages_per_split = _splits(rows, n + 1, max(1, CHUNK_KEYS // _pow2(page_size, 1)))
+    device = q.device
+    bounds = torch.empty(rows if n else 0, pages, dtype=torch.float32, device=device)
+    table = torch.empty(rows, n, dtype=torch.int32, device=device)
+    acc = torch.empty(rows * per, splits, dv, dtype=torch.float32, device=device)
+    stats = torch.empty(rows * per, splits, 2, dtype=torch.float32, device=device)
+    out = torch.empty(b, hq, lq, dv, dtype=v.dtype, device=device)
+    page_decode_(q, k, v, summaries, bounds, table, acc, stats, out, bool(causal), int(page_size), pages_per_split)
+    return out
+
+
+@torch.library.custom_op("implementations::triton_topk_decode_", mutates_args=("scores", "idx", "acc", "stats", "out"))
+def topk_decode_(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scores: torch.Tensor,
+    idx: torch.Tensor,
+    acc: torch.Tensor,
+    stats: torch.Tensor,
+    out: torch.Tensor,
+    causal: bool,
+    relu: bool,
+    per_split: int,
+) -> None:
+    """One ``topk_fast`` decode step into ``out [B, Hq, Lq, DV]``. Scratch: ``scores [B·Hq·Lq, Lk]`` (float32, or
+    the input's half dtype: the ranking), ``idx [B·Hq·Lq, kk]`` int32, the splits' ``acc`` and ``stats``."""
+    from implementations.triton_kernels import decode_kernels as dk
+
+    b, hq, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    groups = hq // hkv
+    if scores.numel() == 0:
+        return
+    grid = (_cdiv(lk, BLOCK_N), _cdiv(groups * lq, ROWS), b * hkv)
+    _launch(dk.decode_scores_kernel, q.device, grid, q, k, scores, *_strides(q), *_strides(k), hkv, groups, lq, lk,
+            CAUSAL=causal, HALF_DOT=_half_dot(q), **scores_config(d))  # fmt: skip
+    _row_topk(scores, idx)
+    _launch(dk.gathered_split_kernel, q.device, (idx.shape[0], acc.shape[1]), scores, idx, v, acc, stats,
+            *_strides(v), hq, groups, lq, lk, idx.shape[1], per_split, acc.shape[1], RELU=relu,
+            **gathered_config(v.shape[-1]))  # fmt: skip
+    _combine(acc, stats, out, hq, 1, relu=relu)
+
+
+@topk_decode_.register_fake
+def _(q, k, v, scores, idx, acc, stats, out, causal, relu, per_split) -> None:
+    return None
+
+
+def topk_fast_decode(q, k, v, *, causal: bool, relu: bool, topk: int, float_scores: bool):
+    """``topk_fast``'s decode step (the caller checked :func:`topk_fast_unsupported`): the exact top-``topk`` keys
+    of each query row, ranked as the CPU path ranks (half inputs: by the product rounded to their dtype unless
+    ``float_scores``), softmax (or relu) over their scores times their V rows."""
+    b, hq, lq, _ = q.shape
+    lk, dv = k.shape[2], v.shape[-1]
+    kk = min(int(topk), lk)
+    rows = b * hq * lq
+    splits, per_split = _splits(rows, kk, GATHER_CHUNK)
+    device = q.device
+    rank_dtype = q.dtype if q.dtype != torch.float32 and not float_scores else torch.float32
+    scores = torch.empty(rows, lk, dtype=rank_dtype, device=device)
+    idx = torch.empty(rows, kk, dtype=torch.int32, device=device)
+    acc = torch.empty(rows, splits, dv, dtype=torch.float32, device=device)
+    stats = torch.empty(rows, splits, 2, dtype=torch.float32, device=device)
+    out = torch.empty(b, hq, lq, dv, dtype=v.dtype, device=device)
+    topk_decode_(q, k, v, scores, idx, acc, stats, out, bool(causal), bool(relu), per_split)
+    return out

@@ -1,0 +1,262 @@
+"""The decode kernels of page_topk and topk_fast (implementations/triton_kernels/decode.py), run by Triton's
+interpreter on CPU tensors: the float64 oracle over the keys the torch path selects, the exact row top-k with its tie
+rule, and the CUDA dispatch and memory (fake tensors) that ``--predict --device cuda`` takes."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+pytest.importorskip("triton", reason="triton is not importable (the dev extra installs it)")
+
+import implementations
+from attention_reference import qkv_gqa, reference_attention, with_repeated_kv
+from implementations import hardware
+from implementations import triton_kernels as tk
+from implementations.page_topk import page_summaries
+from implementations.triton_kernels import decode as td
+from live_bytes import LiveBytes
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+page = implementations.spec("page_topk")
+fast = implementations.get("topk_fast")
+
+
+def _masked_oracle(q, k, v, keep):
+    """Float64 softmax attention of each query row over the keys ``keep [B, Hq, Lq, Lk]`` marks (K/V repeated)."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(groups, dim=1) for t in (k, v))
+    scores = (q.double() @ k.transpose(-2, -1)).masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
+
+
+def _inputs(lq, lk, hq, hkv, dtype=torch.float32, d=8, dv=6, seed=0):
+    return tuple(t.detach().to(dtype) for t in qkv_gqa(lq, lk, hq, hkv, d=d, dv=dv, b=1, seed=seed))
+
+
+# Partial last pages (lk not a multiple of the page), one and several query positions, causal and not, a page table
+# shared by a group of query heads (group_pages) or one per query head, a page size that is not a power of two,
+# a budget of more pages than are eligible (causal: rejected picks), and a budget below one page (own page only).
+PAGE_CASES = [
+    # lq, lk, hq, hkv, page_size, budget, causal, group_pages
+    (1, 37, 4, 2, 4, 12, True, True),
+    (3, 29, 4, 2, 5, 10, False, False),
+    (2, 13, 2, 1, 4, 64, True, True),
+    (2, 23, 2, 2, 4, 3, True, True),
+]
+
+
+@pytest.mark.parametrize("lq,lk,hq,hkv,page_size,budget,causal,group_pages", PAGE_CASES)
+def test_page_topk_decode_matches_the_float64_oracle(lq, lk, hq, hkv, page_size, budget, causal, group_pages):
+    q, k, v = _inputs(lq, lk, hq, hkv, seed=lq * lk)
+    options = dict(page_size=page_size, token_budget=budget, group_pages=group_pages)
+    got = td.page_topk_decode(q, k, v, page_summaries(k, page_size), causal=causal, page_size=page_size,
+                              n_top=budget // page_size, group_pages=group_pages)  # fmt: skip
+    keep = page.selection(q.double(), k.double(), causal=causal, **options)
+    torch.testing.assert_close(got.double(), _masked_oracle(q, k, v, keep), rtol=2e-5, atol=2e-5)
+    # and the torch path's decode step (the same pages)
+    torch.testing.assert_close(got, page.fn(q, k, v, causal=causal, **options), rtol=2e-5, atol=2e-5)
+
+
+def test_page_topk_decode_splits_combine_to_one_softmax(monkeypatch):
+    # 2 pages per product: the row's 10 table entries (9 picks and its own page) over 5 splits, combined by their
+    # log-sum-exp; bfloat16 inputs (summaries in bfloat16 too: exact key values), 4 query heads per table.
+    monkeypatch.setattr(td, "CHUNK_KEYS", 8)
+    q, k, v = _inputs(1, 61, 8, 2, dtype=torch.bfloat16, d=16, dv=8, seed=3)
+    options = dict(page_size=4, token_budget=36, group_pages=True)
+    assert td._splits(2, 10, 2) == (5, 2)
+    got = td.page_topk_decode(q, k, v, page_summaries(k, 4).bfloat16(), causal=True, page_size=4, n_top=9,
+                              group_pages=True)  # fmt: skip
+    assert got.dtype == torch.bfloat16
+    keep = page.selection(q, k, causal=True, **options)
+    # Scores rounded to bf16 as the torch path's half product; softmax and sums fp32.
+    torch.testing.assert_close(got.double(), _masked_oracle(q, k, v, keep), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got.float(), page.fn(q, k, v, causal=True, **options).float(), rtol=2e-2, atol=1e-2)
+
+
+# Causal and not, softmax and relu, grouped-query heads, k >= Lk (causal rows with fewer allowed keys than k pick
+# -inf ones, weight 0), several splits of the selected keys (k > GATHER_CHUNK).
+TOPK_CASES = [
+    # lq, lk, hq, hkv, topk, causal, relu
+    (2, 37, 4, 2, 5, True, False),
+    (1, 23, 2, 2, 7, False, True),
+    (3, 19, 2, 1, 50, True, False),
+    (1, 101, 2, 1, 70, True, False),
+]
+
+
+@pytest.mark.parametrize("lq,lk,hq,hkv,topk,causal,relu", TOPK_CASES)
+def test_topk_fast_decode_matches_the_float64_oracle(lq, lk, hq, hkv, topk, causal, relu):
+    q, k, v = _inputs(lq, lk, hq, hkv, seed=lq + lk)
+    got = td.topk_fast_decode(q, k, v, causal=causal, relu=relu, topk=topk, float_scores=False)
+    kw = dict(causal=causal, activation="relu" if relu else "softmax", topk=topk)
+    want = with_repeated_kv(reference_attention)(q.double(), k.double(), v.double(), **kw)
+    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
+
+
+def test_topk_fast_decode_bfloat16_ranks_as_the_cpu_path():
+    # float_scores=True: float32 ranking (bf16 x bf16 products are exact in fp32), the keys of the float64 oracle.
+    q, k, v = _inputs(2, 45, 4, 2, dtype=torch.bfloat16, d=16, dv=8, seed=11)
+    got = td.topk_fast_decode(q, k, v, causal=True, relu=False, topk=6, float_scores=True)
+    want = with_repeated_kv(reference_attention)(q.double(), k.double(), v.double(), causal=True, topk=6)
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+    # float_scores=False: the products rounded to bf16, as the CPU decode path ranks (many ties at the 6th score:
+    # the kernel keeps the lowest keys, the CPU path those its scan meets first: the same scores either way).
+    rows, lk = 2 * 4, 45
+    scores, idx = torch.empty(rows, lk, dtype=torch.bfloat16), torch.empty(rows, 6, dtype=torch.int32)
+    acc, stats, out = torch.empty(rows, 1, 8), torch.empty(rows, 1, 2), torch.empty(1, 4, 2, 8, dtype=torch.bfloat16)
+    td.topk_decode_(q, k, v, scores, idx, acc, stats, out, True, False, 32)
+    rounded = (q.float() @ k.float().repeat_interleave(2, dim=1).transpose(-2, -1)).bfloat16().view(rows, lk)
+    rounded = rounded.masked_fill(torch.ones(2, lk, dtype=torch.bool).triu(lk - 1).repeat(4, 1), float("-inf"))
+    assert torch.equal(scores, rounded)
+    first = rounded.sort(dim=-1, descending=True, stable=True).indices[:, :6]
+    assert torch.equal(idx.long(), first.sort(dim=-1).values)
+    with torch.no_grad():
+        _, cpu_keys = torch.ops.aten.topk(rounded, 6)
+    assert torch.equal(rounded.gather(-1, cpu_keys).sort().values, rounded.gather(-1, idx.long()).sort().values)
+    weights = torch.softmax(rounded.double().gather(-1, idx.long()), dim=-1)
+    values = v.double().repeat_interleave(2, dim=1).reshape(rows // 2, lk, 8)
+    want = torch.stack([weights[r] @ values[r // 2][idx[r].long()] for r in range(rows)]).view(out.shape)
+    torch.testing.assert_close(out.double(), want, rtol=1e-2, atol=1e-2)
+
+
+def test_row_topk_is_exact_and_breaks_ties_towards_the_lowest_column(monkeypatch):
+    # Integer scores from a 3-value alphabet (ties at the k-th score in most rows), -0.0 beside +0.0, -inf entries
+    # and a row with fewer finite entries than k (its -inf picks read -1); 3 column blocks of the select.
+    monkeypatch.setattr(td, "SELECT_CONFIG", dict(td.SELECT_CONFIG, BLOCK=16))
+    g = torch.Generator().manual_seed(5)
+    scores = torch.randint(-1, 2, (4, 41), generator=g).float()
+    scores[0, ::3] = -0.0
+    scores[1, 5:9] = float("-inf")
+    scores[3, 3:] = float("-inf")
+    idx = torch.empty(4, 9, dtype=torch.int32)
+    td._row_topk(scores, idx)
+    want = scores.sort(dim=-1, descending=True, stable=True).indices[:, :9].sort(dim=-1).values
+    want = torch.where(scores.gather(-1, want) == float("-inf"), -1, want)
+    assert torch.equal(idx.long(), want)
+    assert (idx[3] == -1).sum() == 6
+
+
+def test_cuda_decode_steps_take_the_triton_ops_under_fake_tensors(monkeypatch):
+    # --predict --device cuda: fake CPU tensors shaped for CUDA. A decode step of each goes through the ops, whose
+    # fake kernels allocate nothing: the step's peak is the buffers the wrapper allocates, to the byte.
+    calls = []
+    for name in ("page_topk_decode", "topk_fast_decode"):
+        real = getattr(td, name)
+        monkeypatch.setattr(td, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
+    b, hq, hkv, lk, d = 1, 32, 8, 4096, 128
+    with FakeTensorMode(), hardware.target("cuda"), torch.no_grad():
+        q = torch.empty(b, hq, 1, d, dtype=torch.bfloat16)
+        k = torch.empty(b, hkv, lk, d, dtype=torch.bfloat16)
+        summaries = page_summaries(k, 16)
+        with LiveBytes(q, k, summaries) as tracker:
+            out = page.fn(q, k, k, causal=True, page_size=16, token_budget=256, summaries=summaries)
+        rows, pages, n = b * hkv, lk // 16, 256 // 16
+        splits, _ = td._splits(rows, n + 1, td.CHUNK_KEYS // 16)
+        scratch = rows * pages * 4 + rows * n * 4 + b * hq * splits * (d + 2) * 4
+        assert tracker.peak == scratch + out.nbytes
+        with LiveBytes(q, k) as tracker:
+            out = fast(q, k, k, causal=True, topk=256)
+        rows = b * hq
+        splits, _ = td._splits(rows, 256, td.GATHER_CHUNK)
+        assert tracker.peak == rows * lk * 2 + rows * 256 * 4 + rows * splits * (d + 2) * 4 + out.nbytes
+    assert calls == ["page_topk_decode", "topk_fast_decode"]
+    assert out.shape == (b, hq, 1, d) and out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    "name, call, why",
+    [
+        ("page_topk", dict(page_size=200), "page_size > 128"),
+        ("page_topk", dict(lq=65), "not a decode step"),
+        ("page_topk", dict(hq=34, hkv=2), "more than 16 query heads per K/V head"),
+        ("topk_fast", dict(key_padding_mask=torch.zeros(1, 300, dtype=torch.bool)), "key padding"),
+        ("topk_fast", dict(d=257), "head size > 256"),
+        ("topk_fast", dict(dtype=torch.float64), "dtype torch.float64"),
+    ],
+)
+def test_what_the_decode_kernels_leave_to_torch(name, call, why):
+    call = dict(call)
+    lq, hq, hkv, d = call.pop("lq", 1), call.pop("hq", 4), call.pop("hkv", 2), call.pop("d", 8)
+    dtype = call.pop("dtype", torch.float32)
+
+    def check():
+        q, k = torch.empty(1, hq, lq, d, dtype=dtype), torch.empty(1, hkv, 300, d, dtype=dtype)
+        if name == "page_topk":
+            options = dict(causal=True, page_size=16, group_pages=True, chunk_size=64) | call
+            return td.page_topk_unsupported(q, k, k, **options)
+        return td.topk_fast_unsupported(q, k, k, key_padding_mask=call.get("key_padding_mask"))
+
+    assert check() == "not a CUDA tensor"
+    with FakeTensorMode(), hardware.target("cuda"):
+        assert check() == why
+
+
+def test_decode_kernels_fall_back_with_one_warning_or_silently_when_disabled(monkeypatch, recwarn):
+    with FakeTensorMode(), hardware.target("cuda"):
+        q = torch.empty(1, 2, 1, 8)
+        monkeypatch.setenv(tk.DISABLE_ENV, "0")
+        assert td.topk_fast_unsupported(q, q, q, key_padding_mask=None) == "disabled by TOPK_BENCH_TRITON=0"
+        assert not recwarn.list
+        monkeypatch.delenv(tk.DISABLE_ENV)
+        monkeypatch.setattr(td, "_import_error", lambda: "triton not importable (ImportError: x)")
+        td._warn_fallback.cache_clear()
+        try:
+            with pytest.warns(RuntimeWarning, match=r"page_topk: triton not importable \(ImportError: x\)") as rec:
+                for _ in range(3):
+                    page.fn(q, q, q, causal=True, page_size=4, token_budget=8)
+            assert len(rec) == 1
+        finally:
+            td._warn_fallback.cache_clear()
+
+
+def test_page_topk_code_path_says_triton_on_cuda():
+    import triton
+
+    from implementations import provenance
+
+    cuda = provenance.parse(provenance.code_path("page_topk", device="cuda", dtype=torch.bfloat16))
+    assert cuda == {"triton_kernels": f"triton:{triton.__version__}"}
+    assert "triton_kernels" not in provenance.parse(
+        provenance.code_path("page_topk", device="cpu", dtype=torch.float32)
+    )
+
+
+def test_the_implementations_dispatch_their_decode_steps_to_the_kernels(monkeypatch):
+    # A CUDA target (real CPU tensors: the kernels run in the interpreter) through each implementation's own entry
+    # point: the hooks take decode steps only (not a call with gradients), with the same output as the torch path.
+    calls = []
+    for name in ("page_topk_decode", "topk_fast_decode"):
+        real = getattr(td, name)
+        monkeypatch.setattr(td, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
+    q, k, v = _inputs(1, 41, 4, 2, seed=2)
+    options = dict(causal=True, page_size=4, token_budget=12)
+    with torch.no_grad():
+        want_page, want_fast = page.fn(q, k, v, **options), fast(q, k, v, causal=True, topk=5)
+        with hardware.target("cuda"):
+            got_page, got_fast = page.fn(q, k, v, **options), fast(q, k, v, causal=True, topk=5)
+            with pytest.raises(ValueError, match=r"summaries must be \[B, Hkv, P, 2, d\]"):
+                page.fn(q, k, v, summaries=page_summaries(k, 8), **options)
+    assert calls == ["page_topk_decode", "topk_fast_decode"]
+    torch.testing.assert_close(got_page, want_page, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(got_fast, want_fast, rtol=2e-5, atol=2e-5)
+    with hardware.target("cuda"):
+        page.fn(q, k, v.requires_grad_(), **options)  # gradients recorded: the torch path
+    assert len(calls) == 2
+
+
+def test_page_table_ties_go_to_the_lowest_pages():
+    # Every page holds the same 4 keys: every eligible page has the same bound, so the table is the first n of them
+    # (causal: pages before the own one, 7), the picks in ascending order; a second K/V head's pages differ.
+    q, k, v = _inputs(1, 29, 2, 2, seed=4)
+    k[:, 0] = k[:, 0, :4].repeat(1, 8, 1)[:, :29]
+    rows, n = 2, 3
+    bounds, table = torch.empty(rows, 8), torch.empty(rows, n, dtype=torch.int32)
+    acc, stats, out = torch.empty(rows, 1, 6), torch.empty(rows, 1, 2), torch.empty(1, 2, 1, 6)
+    td.page_decode_(q, k, v, page_summaries(k, 4), bounds, table, acc, stats, out, True, 4, 16)
+    assert bounds[0, :7].unique().numel() == 1 and bounds[0, 7] == float("-inf")
+    assert table[0].tolist() == [0, 1, 2]
+    keep = page.selection(q.double(), k.double(), causal=True, page_size=4, token_budget=12)
+    assert set(table[1].tolist()) == set(
+        keep[0, 1, 0].view(-1).nonzero().div(4, rounding_mode="floor").unique()[:-1].tolist()
+    )
