@@ -55,7 +55,8 @@ def test_half_products_follow_the_cpu_and_only_half_dtypes_have_them():
         "half_products": expected
     }
     assert provenance.code_path("page_topk", device="cpu", dtype=torch.float32) == ""
-    assert provenance.code_path("page_topk", device="cuda", dtype=torch.bfloat16) == ""  # the accelerator's own
+    # The accelerator's own half products; on CUDA the torch path it takes (implementations/cuda_torch.py).
+    assert provenance.code_path("page_topk", device="cuda", dtype=torch.bfloat16) == "cuda_torch=batched"
 
 
 def test_an_implementation_without_machine_choices_says_nothing():
