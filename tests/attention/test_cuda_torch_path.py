@@ -219,6 +219,18 @@ def test_code_path_names_the_torch_path_on_cuda_only(monkeypatch):
     assert pairs("page_topk", "cuda", torch.float32) == {"cuda_torch": "bags"}
 
 
+def test_a_measured_row_is_predicted_on_the_path_it_records():
+    from measured_paths import BEFORE_CODE_PATH, environment
+
+    triton, torch_path = tk.DISABLE_ENV, cuda_torch.ENV
+    assert environment({"case_id": "x"}) == BEFORE_CODE_PATH == {triton: "0", torch_path: "bags"}
+    row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=triton:3.4.0"}
+    assert environment(row) == {triton: "1", torch_path: "batched"}
+    # Written after code_path, before the cuda_torch pair: the bags path.
+    row = {"code_path": "decode_tiles=64MiB;triton_kernels=torch:disabled by TOPK_BENCH_TRITON=0"}
+    assert environment(row) == {triton: "0", torch_path: "bags"}
+
+
 def _decode_case(impl, kv_len, **options):
     from topk_bench.case import Case
 
