@@ -256,8 +256,8 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
     if pad is not None and groups > 1:
         pad = pad.unsqueeze(1)  # broadcast over the G heads of a group
     itemsize = keys.element_size()
-    # The batched CUDA path (:mod:`implementations.cuda_torch`): fewer, larger tiles (half the ops at chunks of 1024).
-    row_tile = cuda_torch.ROW_TILE if cuda_torch.batched(q3) else ROW_TILE
+    # The batched CUDA path (:mod:`implementations.cuda_torch`): fewer, larger tiles where their scores fit its bound.
+    row_tile = cuda_torch.row_tile(bh * lk * itemsize, ROW_TILE) if cuda_torch.batched(q3) else ROW_TILE
     tiles = [
         (r0, r1, n, s, width, _heads_per_tile(bkv, groups * (r1 - r0) * width * itemsize, compiled))
         for r0, r1, n, s, width in _tiles(lq, lk, kk, causal, chunk_size, offset, row_tile)

@@ -109,6 +109,14 @@ def test_training_tiles_and_groups_follow_the_path_and_match_the_float64_oracle(
             torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4, msg=lambda m, w=where: f"{w}: {m}")
 
 
+def test_tiles_grow_while_their_scores_fit_the_bound():
+    # A causal BERT-base layer (12 heads, float32 scores): 768 KiB a row at 16K, 1.5 MiB at 32K, 3 MiB at 64K.
+    row = 12 * 4
+    tiles = [cuda_torch.row_tile(row * n, topk_fast.ROW_TILE) for n in (4096, 16384, 32768, 65536)]
+    assert tiles == [2048, 1365, 682, 512]  # bounded by 1 GiB of scores, never below the CPU's 512 rows
+    assert [r1 - r0 for r0, r1, *_ in topk_fast._tiles(16384, 16384, 128, True, 1024, 0, tiles[1])] == [1024] * 16
+
+
 # -- page_topk: half summaries, pages copied in one part ---------------------------------------------------------
 
 
