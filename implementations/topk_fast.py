@@ -214,8 +214,7 @@ def _tiles(lq, lk, kk, causal, chunk_size, offset=0, row_tile=ROW_TILE):
     """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, ``width = max(n, kk) <= Lk``
     columns computed (the keys past ``n`` are masked), groups of ``s`` (:func:`_group_size`).
 
-    ``offset``: position of query 0 (bottom-right causal alignment, ``Lk - Lq``); ``row_tile``: rows per tile,
-    at most ``chunk_size``.
+    ``offset``: position of query 0 (bottom-right causal, ``Lk - Lq``); ``row_tile``: rows a tile (<= chunk_size).
     """
     rows = max(1, min(chunk_size, row_tile))
     for r0 in range(0, lq, rows):
