@@ -26,10 +26,10 @@ may then pick different pages, and a step reads up to G times as many. With ``Hq
 the two are the same.
 
 Dtypes: summaries and bounds are float32 for half inputs (a rounded bound could
-change which page wins; the summaries are exact copies of key values either way), but
-on the batched CUDA path (:mod:`implementations.cuda_torch`), where they are kept in the
-keys' dtype (half the bytes a step reads) and the bound is summed in float32 by the GEMM
-and rounded once to that dtype (:func:`page_bounds` says when that can change the pages);
+change which page wins; the summaries are exact copies of key values either way);
+on the batched CUDA path (:mod:`implementations.cuda_torch`) both are in the keys' dtype
+instead (half the bytes a step reads), each bound summed in float32 by the GEMM and
+rounded once (:func:`page_bounds` says when that can change the pages);
 the scores of the selected keys come in the input dtype and their softmax is float32;
 the output is in the input dtype. (A decode step on a CPU that emulates half GEMMs
 computes those half products from float32 copies of the copied pages, rounded once:
