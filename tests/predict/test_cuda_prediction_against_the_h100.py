@@ -190,3 +190,32 @@ def test_performer_builds_no_cublas_workspace_on_the_host():
     assert (pred.baseline_bytes, pred.extra[col.WORKSPACE_BYTES]) == (21_504, 68_157_440)
     assert pred.peak_bytes - pred.baseline_bytes - pred.extra[col.WORKSPACE_BYTES] == 38_912
     assert pred.reserved_bytes == 69_206_016
+
+
+def _topk_fast_cuda():
+    """topk_fast's rows of suites/topk_fast_cuda.toml measured on the H100 (float32, 4K to 16K), with their cases,
+    matched by length: the rows keep the case ids of their day (topk_fast has gained options since)."""
+    plan_ = plan(ROOT / "suites" / "topk_fast_cuda.toml", Flags(device="cpu"), yes=True)
+    cases = {
+        dict(c.params)["seq_len"]: dataclasses.replace(c, device="cuda") for c in plan_.cases if c.impl == "topk_fast"
+    }
+    with open(NOW / "topk_fast_cuda-float32.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["impl"] == "topk_fast" and r["status"] == "ok"]
+    return [
+        pytest.param(
+            cases[int(r["seq_len"])], r, id=r["seq_len"], marks=() if r["seq_len"] == "4096" else pytest.mark.slow
+        )
+        for r in rows
+    ]
+
+
+@pytest.mark.parametrize("case,row", _topk_fast_cuda())
+def test_topk_fast_training_is_predicted_on_the_path_it_ran(case, row, monkeypatch):
+    """The bags path the H100 ran predicts its allocated and reserved peaks to the byte; the batched path's larger
+    tiles and backward groups (implementations/cuda_torch.py) would not: the row must be predicted on its own path."""
+    run_as_measured(monkeypatch, row)
+    pred = predict_cuda(case)
+    measured = (int(row["peak_bytes"]), int(row["reserved_bytes"]), int(row["baseline_bytes"]))
+    assert (pred.peak_bytes, pred.reserved_bytes, pred.baseline_bytes) == measured
+    monkeypatch.setenv("TOPK_BENCH_CUDA_TORCH", "batched")
+    assert predict_cuda(case).peak_bytes > int(row["peak_bytes"])
