@@ -167,20 +167,22 @@ class _BlockSparse(torch.autograd.Function):
         )
 
 
-def block_sparse_attention(q, k, v, blocks, ok, block_size: int, causal: bool, chunk_size: int) -> torch.Tensor:
+def block_sparse_attention(
+    q, k, v, blocks, ok, block_size: int, causal: bool, chunk_size: int, gather_bytes: int | None = None
+) -> torch.Tensor:
     """Exact softmax attention of each query over the blocks of its table (see :func:`select_blocks`).
 
     Keys outside ``[0, Lk)``, after the query (when causal) or in rejected picks get no weight.
     Tables per query head or shared by a K/V head's group (``blocks [B, Hkv, ...]``). A decode
     step (no gradient, few query positions) copies the chosen blocks whole and attends to
-    them with dense products (:func:`_gathered_blocks`); otherwise the sampled products of
-    :class:`_BlockSparse`, which never copy a key row.
+    them with dense products (:func:`_gathered_blocks`, in parts of ``gather_bytes``, default
+    :data:`GATHER_BYTES`); otherwise the sampled products of :class:`_BlockSparse`, which never copy a key row.
     """
     block_size, causal, chunk_size = int(block_size), bool(causal), max(1, int(chunk_size))
     lq, lk = q.shape[-2], k.shape[-2]
     if use_decode_path(q, k, v, chunk_size, 0.0) and block_size <= lk and not (causal and lq > lk):
         with stage(ATTENTION):
-            return _gathered_blocks(q, k, v, blocks, ok, block_size, causal)
+            return _gathered_blocks(q, k, v, blocks, ok, block_size, causal, gather_bytes or GATHER_BYTES)
     hq = q.shape[1]
     return _BlockSparse.apply(
         q, k, v, per_query_head(blocks, hq), per_query_head(ok, hq), block_size, causal, chunk_size
@@ -194,7 +196,7 @@ def block_sparse_attention(q, k, v, blocks, ok, block_size: int, causal: bool, c
 GATHER_BYTES = 4 << 20
 
 
-def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torch.Tensor:
+def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool, gather_bytes: int) -> torch.Tensor:
     """Forward only: each table's blocks copied whole (one ``index_select`` of block-long windows), then dense
     attention.
 
@@ -226,7 +228,7 @@ def _gathered_blocks(q, k, v, blocks, ok, block_size: int, causal: bool) -> torc
     qt = q.reshape(b, ht, per, lq, d).transpose(2, 3).reshape(b * ht * lq, per, d)
     hidden = allowed.logical_not_().view(b * ht * lq, 1, n * block_size)  # for masked_fill_ (in place: no copy)
     rows = b * ht * lq
-    step = min(rows, max(1, GATHER_BYTES // max(1, n * block_size * (d + dv) * k.element_size())))
+    step = min(rows, max(1, gather_bytes // max(1, n * block_size * (d + dv) * k.element_size())))
     out = q.new_empty(rows, per, dv)
     # Buffers reused by every part (a fresh multi-MiB allocation per part costs its page faults).
     # Half inputs where the target emulates half GEMMs: float32 copies of each part's blocks (and

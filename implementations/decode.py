@@ -20,7 +20,9 @@ keeps what backward needs. A decode step has a handful of queries and no backwar
 3. mask (bottom-right causal, padding) once, on all scores; the caller selects its top-k
    (``topk``: plain, ``topk_fast``: pruned);
 4. take the output as a weighted bag of the ``k`` selected V rows (``embedding_bag``),
-   instead of a dense ``Lq x Lk`` product with all of V.
+   instead of a dense ``Lq x Lk`` product with all of V; or, on the batched CUDA path
+   (:mod:`implementations.cuda_torch`), those rows copied by one ``index_select`` and weighed
+   by one ``bmm`` (:func:`gathered_output`).
 
 Everything is shape-static, so it runs under ``FakeTensorMode`` as well (there, with the same
 allocations and FLOPs, in one product instead of one per tile). The tiles follow the target
@@ -165,4 +167,34 @@ def decode_output(weights, where, q, v):
     out = F.embedding_bag(
         where.view(-1, kk), v.reshape(-1, dv), per_sample_weights=weights.to(v.dtype).view(-1, kk), mode="sum"
     )
+    return out.view(*q.shape[:-1], dv)
+
+
+# Bytes of the V rows one part of :func:`gathered_output` copies: every row of a Llama-3-8B step (32 query heads,
+# k = 8192 of 131072 keys, bf16: 64 MiB) in one part.
+GATHERED_OUTPUT_BYTES = 64 << 20
+
+
+def gathered_output(weights, where, q, v):
+    """:func:`decode_output`'s result from copies: each row's ``k`` selected V rows copied by ``index_select``
+    (a part of :data:`GATHERED_OUTPUT_BYTES` at a time, into one reused buffer), weighed by ``bmm``.
+
+    The same sums as the bags (weights rounded to V's dtype, accumulated in float32 where the GEMM does), in few
+    wide kernels: a GPU's ``embedding_bag`` runs one thread per bag and feature over the bag's ``k`` rows, one
+    after another (32 bags x 128 features for a Llama-3-8B step), where the copy and the product spread over the
+    whole device. It writes and reads the copied rows once more than the bags.
+    """
+    bkv, rows, kk = where.shape
+    lk, dv = v.shape[-2], v.shape[-1]
+    picked = (where + (torch.arange(bkv, device=where.device) * lk).view(bkv, 1, 1)).view(-1)
+    values_of = v.reshape(-1, dv)
+    w = weights.to(v.dtype).view(bkv * rows, 1, kk)
+    total = bkv * rows
+    step = min(total, max(1, GATHERED_OUTPUT_BYTES // max(1, kk * dv * v.element_size())))
+    buffer = v.new_empty(step * kk, dv)
+    out = v.new_empty(total, 1, dv)
+    for r0 in range(0, total, step):
+        r1 = min(r0 + step, total)
+        gathered = torch.index_select(values_of, 0, picked[r0 * kk : r1 * kk], out=buffer[: (r1 - r0) * kk])
+        torch.bmm(w[r0:r1], gathered.view(r1 - r0, kk, dv), out=out[r0:r1])
     return out.view(*q.shape[:-1], dv)

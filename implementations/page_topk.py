@@ -26,7 +26,10 @@ may then pick different pages, and a step reads up to G times as many. With ``Hq
 the two are the same.
 
 Dtypes: summaries and bounds are float32 for half inputs (a rounded bound could
-change which page wins; the summaries are exact copies of key values either way),
+change which page wins; the summaries are exact copies of key values either way);
+on the batched CUDA path (:mod:`implementations.cuda_torch`) both are in the keys' dtype
+instead (half the bytes a step reads), each bound summed in float32 by the GEMM and
+rounded once (:func:`page_bounds` says when that can change the pages);
 the scores of the selected keys come in the input dtype and their softmax is float32;
 the output is in the input dtype. (A decode step on a CPU that emulates half GEMMs
 computes those half products from float32 copies of the copied pages, rounded once:
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import torch
 
+from implementations import cuda_torch
 from implementations.block_attention import block_sparse_attention
 from implementations.masking import check_activation, check_qkv, stat_dtype
 from implementations.registry import Implementation, register
@@ -57,7 +61,8 @@ def page_summaries(k: torch.Tensor, page_size: int) -> torch.Tensor:
 
     ``P = ceil(Lk / page_size)``; a partial last page is summarised over its own keys.
     Float32 for half keys (the bounds are float32; converting here, once per cache,
-    keeps the conversion out of every decode step), else the key dtype. No rounding
+    keeps the conversion out of every decode step), else the key dtype; on the batched
+    CUDA path (:mod:`implementations.cuda_torch`) always the key dtype. No rounding
     either way: each entry is one of the keys' values.
     """
     k = k.detach()
@@ -71,13 +76,26 @@ def page_summaries(k: torch.Tensor, page_size: int) -> torch.Tensor:
         tail = k[:, :, full * page_size :]
         parts.append(torch.stack((tail.amin(dim=2), tail.amax(dim=2)), dim=2).unsqueeze(2))
     # min/max are exact in the key dtype: convert the summaries, not the cache.
-    return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)).to(stat_dtype(k.dtype))
+    dtype = k.dtype if cuda_torch.batched(k) else stat_dtype(k.dtype)
+    return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)).to(dtype)
 
 
 def page_bounds(qg: torch.Tensor, summaries: torch.Tensor) -> torch.Tensor:
-    """Upper bounds ``[B, Hkv, R, P]`` of ``q · k`` over each page, for grouped query rows ``qg [B, Hkv, R, d]``."""
+    """Upper bounds ``[B, Hkv, R, P]`` of ``q · k`` over each page, for grouped query rows ``qg [B, Hkv, R, d]``.
+
+    In float32 for half queries and float32 summaries; summaries in the queries' half dtype (the batched CUDA
+    path) give the bounds in that dtype: each product of a query and a summary entry is exact in float32 and the
+    GEMM sums them in float32, then rounds the sum once. Rounding is monotonic, so it never reverses the order of
+    two bounds; it can only make two bounds equal. The pages chosen from rounded bounds are then those chosen from
+    float32 bounds unless the ``n``-th and ``(n+1)``-th largest float32 bounds of a row (``n`` pages chosen; for a
+    shared group table, of the group's largest) round to the same value: closer than one unit in the last place
+    of the half dtype at their size (bfloat16: 2⁻⁷ of the power of two below them), when the tie is broken by
+    ``topk``'s order, not by the float32 values. A GEMM that reduces in reduced precision (cuBLAS may, for bf16,
+    unless ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction`` is False) rounds partial sums
+    too: a bound may then be off by more than its final rounding.
+    """
     b, h, p, _, d = summaries.shape
-    sdt = stat_dtype(qg.dtype)
+    sdt = summaries.dtype if summaries.dtype == qg.dtype else stat_dtype(qg.dtype)
     qs = qg.to(sdt)
     # q⁻ pairs with the min, q⁺ with the max: sum_d max(q_d min_d, q_d max_d) in one product.
     signed = torch.cat((qs.clamp(max=0), qs.clamp(min=0)), dim=-1)  # [B, Hkv, R, 2d]
@@ -152,7 +170,9 @@ def page_topk_attention(
             group_pages=group_pages,
         )  # fmt: skip
     blocks, ok = _table(q, k, causal, page_size, token_budget, group_pages, summaries, chunk_size)
-    return block_sparse_attention(q, k, v, blocks, ok, page_size, causal, chunk_size)
+    # The batched CUDA path (:mod:`implementations.cuda_torch`): a decode step's pages copied in one part.
+    gather_bytes = cuda_torch.GATHER_BYTES if cuda_torch.batched(q) else None
+    return block_sparse_attention(q, k, v, blocks, ok, page_size, causal, chunk_size, gather_bytes)
 
 
 def page_topk_selection(
@@ -167,7 +187,7 @@ def page_topk_selection(
 PAGE_TOPK = register(
     Implementation(
         name="page_topk",
-        machine_choices=("half_products", "triton_kernels"),
+        machine_choices=("half_products", "triton_kernels", "cuda_torch"),
         fn=page_topk_attention,
         description="Quest page top-k: min/max key summaries per page bound q·k; exact attention on the best pages",
         options=OPTIONS,

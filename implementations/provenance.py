@@ -9,7 +9,9 @@ An implementation declares which of these choices it makes (``Implementation.mac
   ``float32_copies`` (an AVX2-only CPU emulates half GEMMs: :mod:`implementations.hardware`);
 - ``decode_tiles``: the bytes of the key tiles of a decode step (:mod:`implementations.decode`), by target;
 - ``triton_kernels``: the Triton kernels (:mod:`implementations.triton_kernels`) on a CUDA target,
-  ``triton:<version>``, or ``torch:<why not>`` (triton not importable, ``TOPK_BENCH_TRITON=0``).
+  ``triton:<version>``, or ``torch:<why not>`` (triton not importable, ``TOPK_BENCH_TRITON=0``);
+- ``cuda_torch``: the torch path on a CUDA target (:mod:`implementations.cuda_torch`), ``batched`` or ``bags``
+  (``TOPK_BENCH_CUDA_TORCH=bags``: the path the committed H100 measurements ran).
 
 :func:`code_path` reads them as ``key=value`` pairs joined by ``;`` (sorted; empty when none applies). Decided from
 the machine, the target and the dtype, never from a benchmark run. Importable alone (torch and the standard library).
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 import torch
 
-from implementations import decode, hardware, native, registry, triton_kernels
+from implementations import cuda_torch, decode, hardware, native, registry, triton_kernels
 
 NATIVE_KERNELS = "native_kernels"
 HALF_PRODUCTS = "half_products"
 DECODE_TILES = "decode_tiles"
 TRITON_KERNELS = "triton_kernels"
-CHOICES = (NATIVE_KERNELS, HALF_PRODUCTS, DECODE_TILES, TRITON_KERNELS)
+CUDA_TORCH = "cuda_torch"
+CHOICES = (NATIVE_KERNELS, HALF_PRODUCTS, DECODE_TILES, TRITON_KERNELS, CUDA_TORCH)
 FALLBACK = "torch:"  # how a native_kernels value that is not the compiled kernels starts
 
 
@@ -51,11 +54,16 @@ def _triton_kernels(device_type: str, dtype: torch.dtype) -> str:
     return triton_kernels.status() if device_type == "cuda" else ""  # CUDA kernels: nothing to say of the CPU
 
 
+def _cuda_torch(device_type: str, dtype: torch.dtype) -> str:
+    return cuda_torch.path() if device_type == "cuda" else ""  # read by CUDA targets only
+
+
 _REPORTERS = {
     NATIVE_KERNELS: _native_kernels,
     HALF_PRODUCTS: _half_products,
     DECODE_TILES: _decode_tiles,
     TRITON_KERNELS: _triton_kernels,
+    CUDA_TORCH: _cuda_torch,
 }
 
 

@@ -65,8 +65,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from implementations import native, triton_kernels
-from implementations.decode import decode_output, decode_scores, use_decode_path
+from implementations import cuda_torch, native, triton_kernels
+from implementations.decode import decode_output, decode_scores, gathered_output, use_decode_path
 from implementations.hardware import device_kind
 from implementations.masking import (
     allowed_keys,
@@ -211,13 +211,13 @@ def _activate(top: torch.Tensor, relu: bool, safe: bool = False) -> torch.Tensor
     return safe_softmax_(top.clone()) if safe else torch.softmax(top, dim=-1)
 
 
-def _tiles(lq, lk, kk, causal, chunk_size, offset=0):
+def _tiles(lq, lk, kk, causal, chunk_size, offset=0, row_tile=ROW_TILE):
     """Row tiles ``(r0, r1, n, s, width)``: ``n`` keys visible to the tile, ``width = max(n, kk) <= Lk``
     columns computed (the keys past ``n`` are masked), groups of ``s`` (:func:`_group_size`).
 
-    ``offset``: position of query 0 (bottom-right causal alignment, ``Lk - Lq``).
+    ``offset``: position of query 0 (bottom-right causal, ``Lk - Lq``); ``row_tile``: rows a tile (<= chunk_size).
     """
-    rows = max(1, min(chunk_size, ROW_TILE))
+    rows = max(1, min(chunk_size, row_tile))
     for r0 in range(0, lq, rows):
         r1 = min(r0 + rows, lq)
         n = min(max(offset + r1, 0), lk) if causal else lk
@@ -256,9 +256,11 @@ def _select(q3, k3, causal, kk, chunk_size, real_keys=None, groups=1, float_scor
     if pad is not None and groups > 1:
         pad = pad.unsqueeze(1)  # broadcast over the G heads of a group
     itemsize = keys.element_size()
+    # The batched CUDA path (:mod:`implementations.cuda_torch`): fewer, larger tiles where their scores fit its bound.
+    row_tile = cuda_torch.row_tile(bh * lk * itemsize, ROW_TILE) if cuda_torch.batched(q3) else ROW_TILE
     tiles = [
         (r0, r1, n, s, width, _heads_per_tile(bkv, groups * (r1 - r0) * width * itemsize, compiled))
-        for r0, r1, n, s, width in _tiles(lq, lk, kk, causal, chunk_size, offset)
+        for r0, r1, n, s, width in _tiles(lq, lk, kk, causal, chunk_size, offset, row_tile)
     ]
     # One score buffer for all tiles: no fresh pages (and page faults) per tile.
     buffer = keys.new_empty(max((h * groups * (r1 - r0) * w for r0, r1, _, _, w, h in tiles), default=0))
@@ -375,7 +377,8 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     weights = _activate(
         upcast(top), relu, rows_may_be_empty(q.shape[-2], lk, causal=causal, padded=real_keys is not None)
     )
-    return decode_output(weights, where, q, v)
+    # The batched CUDA path (:mod:`implementations.cuda_torch`): copies and one bmm, not embedding_bag.
+    return (gathered_output if cuda_torch.batched(q) else decode_output)(weights, where, q, v)
 
 
 def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False, keep=None, dropout=0.0):
@@ -508,7 +511,8 @@ class _TopkFast(torch.autograd.Function):
         dv = torch.empty_like(v2) if need_v else None
         # Groups of whole K/V heads, each with its G query heads (rows h*G .. h*G + G - 1),
         # so that every key's gradient comes from one group.
-        heads = max(1, min(bkv, BACKWARD_ENTRIES // max(1, groups * lq * kk)))
+        entries = cuda_torch.BACKWARD_ENTRIES if cuda_torch.batched(idx) else BACKWARD_ENTRIES
+        heads = max(1, min(bkv, entries // max(1, groups * lq * kk)))
         compiled = native.built(device_kind(idx))
         key_ids = None if compiled else torch.arange(bkv * lk, dtype=idx.dtype, device=idx.device)
         for h0 in range(0, bkv, heads):
@@ -607,7 +611,7 @@ def topk_fast_attention(
 TOPK_FAST = register(
     Implementation(
         name="topk_fast",
-        machine_choices=("native_kernels", "half_products", "decode_tiles", "triton_kernels"),
+        machine_choices=("native_kernels", "half_products", "decode_tiles", "triton_kernels", "cuda_torch"),
         fn=topk_fast_attention,
         description="top-k attention with causal key skipping, pruned top-k and k-sparse products",
         options={**TOPK_OPTIONS, "float_scores": False},

@@ -57,6 +57,8 @@ def test_half_products_follow_the_cpu_and_only_half_dtypes_have_them():
     assert provenance.code_path("page_topk", device="cpu", dtype=torch.float32) == ""
     cuda = provenance.parse(provenance.code_path("page_topk", device="cuda", dtype=torch.bfloat16))
     assert "half_products" not in cuda  # the accelerator's own
+    # Calls the Triton kernels do not take run the torch path it names (implementations/cuda_torch.py).
+    assert cuda["cuda_torch"] == "batched"
 
 
 def test_an_implementation_without_machine_choices_says_nothing():

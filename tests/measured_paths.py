@@ -1,0 +1,33 @@
+"""The code path a committed measurement ran, as the environment that makes the implementations take it again.
+
+A CUDA prediction compared with a measured row must predict the code that row ran (its ``code_path`` column:
+docs/CONTRACTS.md), not today's default: ``TOPK_BENCH_TRITON`` (topk_fast's Triton kernels) and
+``TOPK_BENCH_CUDA_TORCH`` (the torch path on CUDA, :mod:`implementations.cuda_torch`).
+"""
+
+from collections.abc import Mapping
+
+from implementations import cuda_torch, provenance, triton_kernels
+
+# Rows written before ``code_path`` was a column (tests/data/h100-ci*.csv, tests/data/h100-2026-11-26/): topk_fast
+# and page_topk ran the torch path as it was then, neither the Triton kernels nor the batched CUDA path.
+BEFORE_CODE_PATH = {triton_kernels.DISABLE_ENV: "0", cuda_torch.ENV: cuda_torch.BAGS}
+
+
+def environment(row: Mapping[str, str]) -> dict[str, str]:
+    """The variables that select the code ``row`` records: ``code_path``'s pairs, or :data:`BEFORE_CODE_PATH`
+    for a row without the column. A row whose ``code_path`` predates the ``cuda_torch`` pair ran the bags path."""
+    if "code_path" not in row:
+        return dict(BEFORE_CODE_PATH)
+    pairs = provenance.parse(row["code_path"] or "")
+    triton = pairs.get(provenance.TRITON_KERNELS, "")
+    return {
+        triton_kernels.DISABLE_ENV: "1" if triton.startswith("triton:") else "0",
+        cuda_torch.ENV: pairs.get(provenance.CUDA_TORCH, cuda_torch.BAGS),
+    }
+
+
+def run_as_measured(monkeypatch, row: Mapping[str, str]) -> None:
+    """Set :func:`environment` of ``row`` for the rest of the test."""
+    for name, value in environment(row).items():
+        monkeypatch.setenv(name, value)
