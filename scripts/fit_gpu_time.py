@@ -9,7 +9,7 @@ measured case: the same ``case_id``); each case is predicted once under FakeTens
 :class:`topk_bench.predict.timing.KernelTable` (FLOPs, bytes, blocks, lanes, ops dispatched before each), which
 the fit costs under each candidate set of constants with the model's own functions.
 
-The split is by case, never by row (a case measured twice is on one side only), and within each group of the
+The split is by case, never by row (a case measured twice, or from two suites, is on one side only), and within each group of the
 accuracy table (layers; decode steps in float32, eager; decode steps in bfloat16, CUDA graphs): a group's cases,
 ordered by workload, implementation, size and dtype, alternate between fit and held out, the first fitted, so
 both sides span every method, size and timer. The constants (:data:`PARAMETERS`: an efficiency per kernel class,
@@ -124,13 +124,15 @@ def _kernels(case) -> timing.KernelTable:
 
 def split(rows: list[Row]) -> None:
     """Within each group of the accuracy table, its cases in order of workload, implementation, size and dtype
-    alternate between fit and held out (the first fitted): every group has rows on both sides."""
-    fitted: set[str] = set()
+    alternate between fit and held out (the first fitted): every group has rows on both sides. A case is what it
+    computes, not its ``case_id``: mha at 2,048 tokens measured from ci.toml and from mha.toml (two suites, two
+    ids) is one case, on one side."""
+    fitted: set[tuple] = set()
     for group in sorted({r.group for r in rows}):
-        cases = sorted({(r.order, r.case_id) for r in rows if r.group == group})
-        fitted |= {case_id for i, (_, case_id) in enumerate(cases) if i % 2 == 0}
+        cases = sorted({r.order for r in rows if r.group == group})
+        fitted |= {order for i, order in enumerate(cases) if i % 2 == 0}
     for r in rows:
-        r.fit = r.case_id in fitted
+        r.fit = r.order in fitted
 
 
 # The constants, in the fit's vector: (name, start, low, high). An efficiency is a fraction of the peak (at most

@@ -24,11 +24,12 @@ def test_the_split_alternates_cases_never_rows_within_each_group():
         row("x", ("mha", "a", 1, "f"), layers),
         row("y", ("mha", "a", 2, "f"), layers),
         row("x", ("mha", "a", 1, "f"), layers),  # the same case measured twice: one side
+        row("x2", ("mha", "a", 1, "f"), layers),  # ... and from another suite (another id): the same side
         row("u", ("decode", "a", 1, "b"), decode),  # each group starts on the fitted side
         row("v", ("decode", "b", 1, "b"), decode),
     ]
     fit_gpu_time.split(rows)
-    assert [r.fit for r in rows] == [True, False, True, True, False]
+    assert [r.fit for r in rows] == [True, False, True, True, True, False]
 
 
 def test_the_groups_are_the_accuracy_tables():
