@@ -9,9 +9,10 @@ measured case: the same ``case_id``); each case is predicted once under FakeTens
 :class:`topk_bench.predict.timing.KernelTable` (FLOPs, bytes, blocks, lanes, ops dispatched before each), which
 the fit costs under each candidate set of constants with the model's own functions.
 
-The split is by case, never by row (a case measured twice, or from two suites, is on one side only), and within each group of the
-accuracy table (layers; decode steps in float32, eager; decode steps in bfloat16, CUDA graphs): a group's cases,
-ordered by workload, implementation, size and dtype, alternate between fit and held out, the first fitted, so
+The split is by case, never by row (a case measured twice, or from two suites, is on one side only), and within
+each group of the accuracy table (layers; decode steps in float32, eager; decode steps in bfloat16, CUDA graphs):
+a group's cases, ordered by workload, implementation, size and dtype, alternate between fit and held out, the
+first fitted, so
 both sides span every method, size and timer. The constants (:data:`PARAMETERS`: an efficiency per kernel class,
 the bandwidth one block of a GEMM or of an attention kernel streams, the bandwidth of one thread walking a chain
 of loads, the kernel floor, the host's cost per op and per launch) minimise the squared log-ratio of predicted to
@@ -25,6 +26,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -50,6 +52,7 @@ SOURCES = (
 )
 GPU = kernels.gpu(GpuModel.H100_SXM)
 SIZE_KEYS = ("seq_len", "kv_len")
+TRITON_SWITCH = "TOPK_BENCH_TRITON"  # implementations.triton_kernels.DISABLE_ENV
 
 
 @dataclass
@@ -118,7 +121,17 @@ def _kernels(case) -> timing.KernelTable:
         recorded.append(timing.KernelCosts())
         return recorded[-1]
 
-    backends.predict_cuda(case, make_costs=make_costs)
+    # The committed H100 rows ran topk_fast's torch path (docs/triton.md): so does their prediction, whatever the
+    # Triton kernels come to support (the switch is read at every call).
+    before = os.environ.get(TRITON_SWITCH)
+    os.environ[TRITON_SWITCH] = "0"
+    try:
+        backends.predict_cuda(case, make_costs=make_costs)
+    finally:
+        if before is None:
+            del os.environ[TRITON_SWITCH]
+        else:
+            os.environ[TRITON_SWITCH] = before
     return timing.KernelTable.of(recorded[0].kernels, GPU)
 
 
