@@ -12,12 +12,11 @@ the fit costs under each candidate set of constants with the model's own functio
 The split is by case, never by row (a case measured twice, or from two suites, is on one side only), and within
 each group of the accuracy table (layers; decode steps in float32, eager; decode steps in bfloat16, CUDA graphs):
 a group's cases, ordered by workload, implementation, size and dtype, alternate between fit and held out, the
-first fitted, so
-both sides span every method, size and timer. The constants (:data:`PARAMETERS`: an efficiency per kernel class,
-the bandwidth one block of a GEMM or of an attention kernel streams, the bandwidth of one thread walking a chain
-of loads, the kernel floor, the host's cost per op and per launch) minimise the squared log-ratio of predicted to
-measured time over the fitted rows (``scipy.optimize.least_squares``, in log space within bounds); nothing depends
-on a case or an implementation.
+first fitted, so both sides span every method, size and timer. The constants (:data:`PARAMETERS`: an efficiency
+per kernel class, the bandwidth one block of a GEMM or of an attention kernel streams, the bandwidth of one thread
+walking a chain of loads, the kernel floor, the host's cost per op and per launch) minimise the squared log-ratio
+of predicted to measured time over the fitted rows (``scipy.optimize.least_squares``, in log space within
+bounds); nothing depends on a case or an implementation.
 """
 
 from __future__ import annotations
