@@ -45,7 +45,7 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -157,11 +157,10 @@ def _tiles(n: int, tile: int) -> int:
     return max(1, -(-int(n) // tile))
 
 
-def blocks(name: str, kind: str, args, out) -> int:
+def blocks(name: str, kind: str, args, outputs: list[torch.Tensor]) -> int:
     """Thread blocks of a GEMM (output tiles x batch) or a fused attention kernel (batch x heads x row tiles)."""
-    tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-    if kind == GEMM and tensors and name in ("mm", "bmm", "addmm", "baddbmm") and tensors[0].dim() >= 2:
-        product = tensors[0]
+    if kind == GEMM and outputs and name in ("mm", "bmm", "addmm", "baddbmm") and outputs[0].dim() >= 2:
+        product = outputs[0]
         batch = math.prod(product.shape[:-2])
         return batch * _tiles(product.shape[-2], GEMM_TILE) * _tiles(product.shape[-1], GEMM_TILE)
     if kind in (ATTENTION_FWD, ATTENTION_BWD):
@@ -172,14 +171,13 @@ def blocks(name: str, kind: str, args, out) -> int:
     return 0
 
 
-def lanes(name: str, out) -> int:
+def lanes(name: str, outputs: list[torch.Tensor]) -> int:
     """Threads of a kernel that walks a chain of loads per output element: ``embedding_bag``'s CUDA kernel
     (EmbeddingBag.cu ``EmbeddingBag_updateOutputKernel_sum_mean``) gives each element of a bag's output row one
     thread, which loops over the bag's indices: 32 bags of 8,192 rows of 128 run on 4,096 threads, each reading
     8,192 values one index after another. 0 for every other kernel."""
-    if name in _EMBEDDING_BAG_OPS:
-        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        return max(1, tensors[0].numel()) if tensors else 0
+    if name in _EMBEDDING_BAG_OPS and outputs:
+        return max(1, outputs[0].numel())
     return 0
 
 
@@ -204,13 +202,12 @@ def nbytes(t: torch.Tensor) -> int:
         return size
 
 
-def _gathered_bytes(name: str, args, out) -> int | None:
+def _gathered_bytes(name: str, args, outputs: list[torch.Tensor]) -> int | None:
     """What a gather reads of its source (the first argument): the elements it selects (None: not a gather)."""
     source = args[0] if args and isinstance(args[0], torch.Tensor) else None
     if source is None:
         return None
     if name in _GATHER_OPS:
-        outputs = _tensors(out)
         selected = outputs[0].numel() if outputs else 0
     elif name in _EMBEDDING_BAG_OPS and len(args) > 1 and isinstance(args[1], torch.Tensor):
         selected = args[1].numel() * (source.shape[-1] if source.dim() else 1)  # one row per index
@@ -315,32 +312,38 @@ def _launch_of(func) -> tuple[str, str] | None:
     return (func._opname, kernel_class(func._opname)) if launches_kernel(func) else None
 
 
-def kernel(func, args, kwargs, out) -> Kernel | None:
-    """The kernel one call of ``func`` launches (None: none, a view or an allocation)."""
+def kernel(func, args, kwargs, out, host_ops: int = 1) -> Kernel | None:
+    """The kernel one call of ``func`` launches (None: none, a view or an allocation); ``host_ops``: the ops the
+    host dispatched since the previous kernel, this one included."""
     launched = _launch_of(func)
     if launched is None:
         return None
     name, kind = launched
     inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+    dtype = dtype_of(inputs or outputs)
     if func.namespace != "aten":
         qualified = f"{func.namespace}::{name}"
         rule = declared_cost(qualified)
         if rule is not None:
             c = rule(args, kwargs or {})
-            return Kernel(name, c.kind, float(c.flops), float(c.bytes), dtype_of(inputs or outputs), c.blocks, c.lanes)
+            return Kernel(name, c.kind, float(c.flops), float(c.bytes), dtype, c.blocks, c.lanes, host_ops)
         _warn_undeclared(qualified)
-    moved = sum(nbytes(t) for t in inputs + outputs)  # an in-place op's output is its input: read, written
-    gathered = _gathered_bytes(name, args, out) if kind == INDEXING else None
-    if gathered is not None:
-        moved += gathered - nbytes(args[0])
+    moved = sum(nbytes(t) for t in inputs) + sum(nbytes(t) for t in outputs)  # in place: read, written
+    chained = 0
+    if kind == INDEXING:
+        gathered = _gathered_bytes(name, args, outputs)
+        if gathered is not None:
+            moved += gathered - nbytes(args[0])
+        chained = lanes(name, outputs)
     return Kernel(
         name,
         kind,
         _flops(func, args, kwargs, out, kind),
         float(moved),
-        dtype_of(inputs or outputs),
-        blocks(name, kind, args, out),
-        lanes(name, out) if kind == INDEXING else 0,
+        dtype,
+        blocks(name, kind, args, outputs),
+        chained,
+        host_ops,
     )
 
 
@@ -357,11 +360,11 @@ class KernelCosts(OpCounter):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func.namespace != "prim":  # as OpCounter: C++ asking a tensor its device is no op of the iteration
-            launched = kernel(func, args, kwargs, out)
-            self.counted.note(func._opname, launched is not None)
             self._dispatched += 1
+            launched = kernel(func, args, kwargs, out, self._dispatched)
+            self.counted.note(func._opname, launched is not None)
             if launched is not None:
-                self.kernels.append(replace(launched, host_ops=self._dispatched))
+                self.kernels.append(launched)
                 self._dispatched = 0
         return out
 
