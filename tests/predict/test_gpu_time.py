@@ -344,3 +344,38 @@ def test_runs_estimate_of_a_cuda_iteration_is_the_slower_of_the_time_models_devi
     case = Case.make(suite="s", workload="mha", impl="vanilla", params={"seq_len": 16}, device="cuda")
     constants = timing.Constants.fitted()
     assert estimate.iteration_seconds(case, None, 1000) == pytest.approx(1000 * (constants.launch_s + constants.op_s))
+
+
+def test_a_cuda_prediction_of_topk_fast_training_costs_the_triton_ops_as_declared(tmp_path, monkeypatch):
+    """A training layer on the Triton path (triton importable, topk and head size within the kernels' limits):
+    the fake run dispatches the three custom ops, and the time model costs them by their declarations, with no
+    warning of an undeclared op."""
+    import warnings
+
+    from topk_bench.predict import backends
+    from topk_bench.run.plan import plan
+    from topk_bench.run.resolve import Flags
+
+    pytest.importorskip("triton")
+    monkeypatch.delenv("TOPK_BENCH_TRITON", raising=False)
+    suite = tmp_path / "s.toml"
+    suite.write_text(
+        'name = "s"\nworkload = "mha"\nmode = "fwd_bwd"\ncausal = true\n[shape]\nbatch = 1\nd_model = 128\n'
+        'heads = 2\n[sweep]\nseq_len = [256]\n[[impl]]\nname = "topk_fast"\ntopk = 32\nchunk_size = 128\n'
+    )
+    (case,) = plan(suite, Flags(predict=True, device="cuda"), yes=True).cases
+    recorded: list[timing.KernelCosts] = []
+
+    def make_costs() -> timing.KernelCosts:
+        recorded.append(timing.KernelCosts())
+        return recorded[-1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        backends.predict_cuda(case, make_costs=make_costs)
+    by_op = {k.op: k for k in recorded[0].kernels}
+    select, forward = by_op["triton_topk_select_"], by_op["triton_gathered_forward_"]
+    heads, lq, d = 2, 256, 64
+    assert select.flops == pytest.approx(2 * heads * lq * lq * d * timing.causal_share(lq, lq))
+    assert forward.kind == timing.ATTENTION_FWD and forward.flops == 2 * heads * lq * 32 * 2 * d
+    assert by_op["triton_gathered_backward_"].kind == timing.ATTENTION_BWD
