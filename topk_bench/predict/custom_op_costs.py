@@ -11,11 +11,8 @@ time is its bytes at the elementwise kernels' rate, and the prediction warns tha
 
 from __future__ import annotations
 
+from implementations.triton_kernels import BLOCK_M as SELECT_ROWS  # query rows of one selection program
 from topk_bench.predict.timing import ATTENTION_BWD, ATTENTION_FWD, Cost, causal_share, nbytes, register_cost
-
-# implementations/triton_kernels: BLOCK_M (query rows of one selection program). Not imported: a prediction
-# costs these ops without triton installed.
-SELECT_ROWS = 16
 
 
 def _shapes(q, k, indices):
