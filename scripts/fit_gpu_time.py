@@ -5,14 +5,18 @@
 
 Every measured ``ok`` row of tests/data (the H100 80GB HBM3 of 2026-11-23 and 2026-11-26) is matched to its case
 (the suite it was measured from, planned as ``--predict --device cuda --gpu h100-sxm`` and turned back into the
-measured case: the same ``case_id``); each case is predicted once under FakeTensor, and its kernels reduce to
-(launches, roofline seconds per kernel class): the constants enter the time linearly, so the fit is cheap.
+measured case: the same ``case_id``); each case is predicted once under FakeTensor, and its kernels are kept as a
+:class:`topk_bench.predict.timing.KernelTable` (FLOPs, bytes, blocks, lanes, ops dispatched before each), which
+the fit costs under each candidate set of constants with the model's own functions.
 
-The split is by case, never by row (a case measured twice is on one side only): the cases, ordered by workload,
-implementation, size and dtype, alternate between fit and held out, so both sides span every method and size.
-The constants (one efficiency per kernel class, the kernel floor, the launch cost) minimise the squared
-log-ratio of predicted to measured time over the fitted rows (``scipy.optimize.least_squares``, in log space:
-every constant stays positive); nothing depends on a case or an implementation.
+The split is by case, never by row (a case measured twice, or from two suites, is on one side only), and within
+each group of the accuracy table (layers; decode steps in float32, eager; decode steps in bfloat16, CUDA graphs):
+a group's cases, ordered by workload, implementation, size and dtype, alternate between fit and held out, the
+first fitted, so both sides span every method, size and timer. The constants (:data:`PARAMETERS`: an efficiency
+per kernel class, one for attention's forward and backward; the bandwidth one block of a GEMM or of an attention
+kernel streams; the bandwidth of one thread walking a chain of loads; the kernel floor; the host's cost per op and
+per launch) minimise the squared log-ratio of predicted to measured time over the fitted rows
+(``scipy.optimize.least_squares``, in log space within bounds); nothing depends on a case or an implementation.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -46,6 +51,7 @@ SOURCES = (
 )
 GPU = kernels.gpu(GpuModel.H100_SXM)
 SIZE_KEYS = ("seq_len", "kv_len")
+TRITON_SWITCH = "TOPK_BENCH_TRITON"  # implementations.triton_kernels.DISABLE_ENV
 
 
 @dataclass
@@ -56,20 +62,28 @@ class Row:
     order: tuple
     measured_s: float
     graph: bool  # timed as a CUDA graph's replay: the device time alone
-    launches: int = 0
-    roofline: tuple[float, ...] = ()  # seconds per kernel class (timing.CLASSES), before efficiency
+    group: str  # the row of the accuracy table it counts in
+    table: timing.KernelTable | None = None
     fit: bool = False
 
     def predicted(self, constants: timing.Constants) -> float:
-        device = self.launches * constants.floor_s + sum(
-            r / constants.efficiency[c] for c, r in zip(timing.CLASSES, self.roofline)
-        )
-        return device if self.graph else max(device, self.launches * constants.launch_s)
+        assert self.table is not None
+        device = timing.device_seconds(self.table, GPU, constants)
+        if self.graph:
+            return float(device.sum())
+        return timing.stream_seconds(device, timing.host_seconds(self.table, constants))
+
+
+def group_of(workload: str, dtype: str, graph: bool) -> str:
+    """The accuracy table's groups: what the model gets right or wrong for different reasons."""
+    if workload != "decode":
+        return f"layers, {dtype}, {'CUDA graph' if graph else 'eager'}"
+    return f"decode steps, {dtype}, {'CUDA graph' if graph else 'eager'}"
 
 
 def matched_rows() -> list[Row]:
     rows: list[Row] = []
-    predicted: dict[str, tuple[int, tuple[float, ...]]] = {}
+    predicted: dict[str, timing.KernelTable] = {}
     for source, suite, given in SOURCES:
         measured = {r["case_id"]: r for r in csv.DictReader((DATA / source).open()) if r["status"] == "ok"}
         cases = plan(ROOT / suite, Flags(predict=True, device="cuda"), yes=True).cases
@@ -82,7 +96,7 @@ def matched_rows() -> list[Row]:
             name = f"{row['workload']}/{row['label'] or row['impl']} {size} {row['dtype']}"
             if case.case_id not in predicted:
                 predicted[case.case_id] = _kernels(case)
-            launches, roofline = predicted[case.case_id]
+            graph = row.get("timer") == Timer.CUDAGRAPH
             rows.append(
                 Row(
                     source,
@@ -90,54 +104,91 @@ def matched_rows() -> list[Row]:
                     name,
                     (row["workload"], row["label"] or row["impl"], size, row["dtype"]),
                     float(row["time_median_s"]),
-                    row.get("timer") == Timer.CUDAGRAPH,
-                    launches,
-                    roofline,
+                    graph,
+                    group_of(row["workload"], row["dtype"], graph),
+                    predicted[case.case_id],
                 )
             )
             print(f"  {source}: {name}", file=sys.stderr)
     return rows
 
 
-def _kernels(case) -> tuple[int, tuple[float, ...]]:
+def _kernels(case) -> timing.KernelTable:
     recorded: list[timing.KernelCosts] = []
 
     def make_costs() -> timing.KernelCosts:
         recorded.append(timing.KernelCosts())
         return recorded[-1]
 
-    backends.predict_cuda(case, make_costs=make_costs)
-    found = recorded[0].kernels
-    roofline = {c: 0.0 for c in timing.CLASSES}
-    unit = timing.Constants(dict.fromkeys(timing.CLASSES, 1.0), 0.0, 0.0)
-    for k in found:
-        roofline[k.kind] += timing.kernel_seconds(k, GPU, unit)
-    return len(found), tuple(roofline[c] for c in timing.CLASSES)
+    # The committed H100 rows ran topk_fast's torch path (docs/triton.md): so does their prediction, whatever the
+    # Triton kernels come to support (the switch is read at every call).
+    before = os.environ.get(TRITON_SWITCH)
+    os.environ[TRITON_SWITCH] = "0"
+    try:
+        backends.predict_cuda(case, make_costs=make_costs)
+    finally:
+        if before is None:
+            del os.environ[TRITON_SWITCH]
+        else:
+            os.environ[TRITON_SWITCH] = before
+    return timing.KernelTable.of(recorded[0].kernels, GPU)
 
 
 def split(rows: list[Row]) -> None:
-    """Cases in order of workload, implementation, size and dtype alternate between fit and held out."""
-    cases = sorted({(r.order, r.case_id) for r in rows})
-    fitted = {case_id for i, (_, case_id) in enumerate(cases) if i % 2 == 0}
+    """Within each group of the accuracy table, its cases in order of workload, implementation, size and dtype
+    alternate between fit and held out (the first fitted): every group has rows on both sides. A case is what it
+    computes, not its ``case_id``: mha at 2,048 tokens measured from ci.toml and from mha.toml (two suites, two
+    ids) is one case, on one side."""
+    fitted: set[tuple] = set()
+    for group in sorted({r.group for r in rows}):
+        cases = sorted({r.order for r in rows if r.group == group})
+        fitted |= {order for i, order in enumerate(cases) if i % 2 == 0}
     for r in rows:
-        r.fit = r.case_id in fitted
+        r.fit = r.order in fitted
 
 
-NAMES = (*timing.CLASSES, "floor_s", "launch_s")
+# The constants, in the fit's vector: (name, start, low, high). An efficiency is a fraction of the peak (at most
+# 1); what one block streams, from a crawl to the part's bandwidth; what one thread walking a chain of loads
+# reads (0.1 MB/s to 1 GB/s: a dependent load takes about a microsecond). The floor, a kernel's least time on
+# the device, is what an empty kernel takes on an H100 in a stream (1 to 5 microseconds): left free (to 20), the
+# fit put it at 12, the eager rows' host time that no op count explains leaking into every kernel. The host's
+# costs within what a host can do: a launch 1 to 100 microseconds, any op dispatched 0.1 to 50.
+# One efficiency per kernel class, but one for a fused attention kernel's forward and backward (their FLOPs already
+# count the backward's extra products): fitted apart, the backward's ran to its bound (1.0), the float32 layers'
+# rows telling the two apart no better than by the host's noise, and bf16 training was predicted at the tensor
+# cores' full peak.
+EFFICIENCIES = {
+    timing.GEMM: (timing.GEMM,),
+    "attention": (timing.ATTENTION_FWD, timing.ATTENTION_BWD),
+    timing.ELEMENTWISE: (timing.ELEMENTWISE,),
+    timing.SELECTION: (timing.SELECTION,),
+    timing.INDEXING: (timing.INDEXING,),
+}
+PARAMETERS = (
+    *((f"efficiency.{e}", 0.5, 1e-3, 1.0) for e in EFFICIENCIES),
+    *((f"block_bytes_per_s.{g}", 50e9, 1e9, GPU.hbm_bytes_per_s) for g in timing.BLOCK_GROUPS),
+    ("lane_bytes_per_s", 1e7, 1e5, 1e9),
+    ("floor_s", 3e-6, 1e-6, 5e-6),
+    ("launch_s", 1e-5, 1e-6, 1e-4),
+    ("op_s", 2e-6, 1e-7, 5e-5),
+)
 
 
 def constants_of(x: np.ndarray) -> timing.Constants:
-    values = np.exp(x)
-    return timing.Constants(dict(zip(timing.CLASSES, values[: len(timing.CLASSES)])), values[-2], values[-1])
+    values = dict(zip((p[0] for p in PARAMETERS), np.exp(x)))
+    return timing.Constants(
+        {c: float(values[f"efficiency.{e}"]) for e, classes in EFFICIENCIES.items() for c in classes},
+        {g: float(values[f"block_bytes_per_s.{g}"]) for g in timing.BLOCK_GROUPS},
+        float(values["lane_bytes_per_s"]),
+        float(values["floor_s"]),
+        float(values["launch_s"]),
+        float(values["op_s"]),
+    )
 
 
 def fit(rows: list[Row]) -> timing.Constants:
     used = [r for r in rows if r.fit]
-    start = np.log([0.5] * len(timing.CLASSES) + [3e-6, 1e-5])
-    # An efficiency is a fraction of the peak (at most 1); the floor and the launch cost within what a GPU and a
-    # host can do (0.5 to 20 microseconds, 1 to 100).
-    low = np.log([1e-3] * len(timing.CLASSES) + [5e-7, 1e-6])
-    high = np.log([1.0] * len(timing.CLASSES) + [2e-5, 1e-4])
+    start, low, high = (np.log([p[i] for p in PARAMETERS]) for i in (1, 2, 3))
 
     def residuals(x: np.ndarray) -> np.ndarray:
         c = constants_of(x)
@@ -157,7 +208,15 @@ def summary(rows: list[Row], c: timing.Constants) -> dict:
             "worst_ratio": round(max(ratios, key=lambda q: abs(math.log(q))), 3) if part else None,
         }
 
-    return {"fit": stats([r for r in rows if r.fit]), "held_out": stats([r for r in rows if not r.fit])}
+    out = {"fit": stats([r for r in rows if r.fit]), "held_out": stats([r for r in rows if not r.fit])}
+    out["groups"] = {
+        g: {side: stats([r for r in rows if r.group == g and r.fit == fit]) for side, fit in SIDES}
+        for g in sorted({r.group for r in rows})
+    }
+    return out
+
+
+SIDES = (("fit", True), ("held_out", False))
 
 
 def table(rows: list[Row], c: timing.Constants) -> str:
@@ -186,8 +245,11 @@ def main() -> None:
         "gpu": GPU.key.value,
         "constants": {
             "efficiency": {k: round(float(v), 5) for k, v in constants.efficiency.items()},
+            "block_bytes_per_s": {k: float(f"{v:.4g}") for k, v in constants.block_bytes_per_s.items()},
+            "lane_bytes_per_s": float(f"{constants.lane_bytes_per_s:.4g}"),
             "floor_s": float(f"{constants.floor_s:.4g}"),
             "launch_s": float(f"{constants.launch_s:.4g}"),
+            "op_s": float(f"{constants.op_s:.4g}"),
         },
         "accuracy": summary(rows, constants),
         "fitted_cases": sorted({r.case_id for r in rows if r.fit}),

@@ -1,5 +1,5 @@
 """scripts/fit_gpu_time.py: the committed constants are what the script fits again from the committed rows, and
-its split never puts one case on both sides."""
+its split never puts one case on both sides, and puts each group of the accuracy table on both."""
 
 from __future__ import annotations
 
@@ -15,13 +15,26 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import fit_gpu_time
 
 
-def test_the_split_alternates_cases_never_rows():
+def test_the_split_alternates_cases_never_rows_within_each_group():
+    def row(case_id, order, group):
+        return fit_gpu_time.Row("a.csv", case_id, case_id, order, 1.0, False, group)
+
+    layers, decode = "layers, float32, eager", "decode steps, bfloat16, CUDA graph"
     rows = [
-        fit_gpu_time.Row("a.csv", case_id, case_id, order, 1.0, False)
-        for case_id, order in (("x", ("mha", "a", 1, "f")), ("y", ("mha", "a", 2, "f")), ("x", ("mha", "a", 1, "f")))
+        row("x", ("mha", "a", 1, "f"), layers),
+        row("y", ("mha", "a", 2, "f"), layers),
+        row("x", ("mha", "a", 1, "f"), layers),  # the same case measured twice: one side
+        row("x2", ("mha", "a", 1, "f"), layers),  # ... and from another suite (another id): the same side
+        row("u", ("decode", "a", 1, "b"), decode),  # each group starts on the fitted side
+        row("v", ("decode", "b", 1, "b"), decode),
     ]
     fit_gpu_time.split(rows)
-    assert [r.fit for r in rows] == [True, False, True]
+    assert [r.fit for r in rows] == [True, False, True, True, True, False]
+
+
+def test_the_groups_are_the_accuracy_tables():
+    assert fit_gpu_time.group_of("mha", "float32", False) == "layers, float32, eager"
+    assert fit_gpu_time.group_of("decode", "bfloat16", True) == "decode steps, bfloat16, CUDA graph"
 
 
 @pytest.mark.slow  # predicts the 42 measured cases under FakeTensor: minutes on 2 cores
@@ -33,5 +46,8 @@ def test_the_committed_constants_are_the_fit_of_the_committed_rows():
     constants = fit_gpu_time.fit(rows)
     for name, value in committed["constants"]["efficiency"].items():
         assert constants.efficiency[name] == pytest.approx(value, rel=1e-3), name
-    assert constants.launch_s == pytest.approx(committed["constants"]["launch_s"], rel=1e-3)
+    for name, value in committed["constants"]["block_bytes_per_s"].items():
+        assert constants.block_bytes_per_s[name] == pytest.approx(value, rel=1e-3), name
+    for name in ("lane_bytes_per_s", "floor_s", "launch_s", "op_s"):
+        assert getattr(constants, name) == pytest.approx(committed["constants"][name], rel=1e-3), name
     assert fit_gpu_time.summary(rows, constants) == committed["accuracy"]

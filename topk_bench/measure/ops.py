@@ -60,6 +60,7 @@ NO_KERNEL_OPS = frozenset(
         "sym_stride",
         "sym_numel",
         "sym_storage_offset",
+        "promote_types",  # two dtypes in, a dtype out: the host's alone
     }
 )
 

@@ -1,29 +1,41 @@
-"""Predicted time on a GPU the machine does not have: a cost per kernel of the fake run, summed.
+"""Predicted time on a GPU the machine does not have: a cost per kernel of the fake run, run through one stream.
 
 The fake run of a CUDA prediction dispatches the ops CUDA would, with their shapes and dtypes.
 :class:`KernelCosts` records, for every op that launches a kernel (not a view, not an allocation:
-:func:`topk_bench.measure.ops.launches_kernel`), its class, FLOPs and bytes:
+:func:`topk_bench.measure.ops.launches_kernel`), its class, FLOPs, bytes and parallelism:
 
 - FLOPs: ``torch.utils.flop_counter``'s formulas (matmuls, SDPA's kernels); a fused attention kernel with
   ``is_causal`` skips the masked tiles, so its FLOPs are scaled by the share of the score matrix a causal mask
-  keeps (top-left aligned, as SDPA's ``is_causal``);
+  keeps (top-left aligned, as SDPA's ``is_causal``); a custom op (a Triton kernel) declares its own
+  (:func:`register_cost`: ``flop_counter`` knows no custom op);
 - bytes: what the kernel reads and writes, its tensor inputs and outputs at their sizes (an expanded input
-  counted at its storage's size, an input that is also the output once each way);
+  counted at its storage's size, an input that is also the output once each way); a gather reads of its source
+  only the rows it selects (``index_select``, ``embedding_bag``: not the whole table);
+- parallelism: the thread blocks of a tiled kernel (a GEMM's output tiles, an attention kernel's row tiles:
+  :func:`blocks`), or the threads of a kernel that walks a chain per output element (``embedding_bag``: one
+  thread per output element loops over its bag, :func:`lanes`);
 - the class (:data:`CLASSES`): GEMM, SDPA forward, SDPA backward, elementwise and reductions, top-k and sort,
   gathers and scatters.
 
-A kernel takes ``floor + max(FLOPs / peak, bytes / bandwidth) / (busy x efficiency[class])`` on the device:
-the part's peak for the kernel's dtype (:class:`~topk_bench.predict.kernels.gpus.Gpu`: float32 GEMMs on the
-CUDA cores, as the harness keeps TF32 off; half on the tensor cores), its memory bandwidth, ``busy`` the share
-of the SMs the kernel's thread blocks fill (a GEMM's output tiles, an attention kernel's row tiles:
-:func:`blocks`; at most one), and the achieved fraction of the peak its class reaches. The iteration's device
-time is the sum over its kernels (one stream, no overlap); the host's is kernel launches times the cost of one
-(Python, the dispatcher, the launch); an eager iteration takes the larger of the two, a CUDA graph's replay the
-device time.
+A kernel takes ``floor + max(compute, memory)`` on the device (:func:`device_seconds`):
 
-The efficiencies, the floor and the launch cost (:class:`Constants`) are global, one per class: fitted once by
-``scripts/fit_gpu_time.py`` on part of the committed H100 rows and judged on the rest, written to
-``gpu_time.json`` beside this module (docs/predicting.md quotes how far off it is, and where).
+- compute: ``FLOPs / (peak x efficiency[class] x busy)``, the part's peak for the kernel's dtype
+  (:class:`~topk_bench.predict.kernels.gpus.Gpu`: float32 GEMMs on the CUDA cores, as the harness keeps TF32
+  off; half on the tensor cores), ``busy`` the share of the SMs its blocks fill (at most one);
+- memory: ``bytes / bandwidth``, the bandwidth achieved being the least of the part's times the class's
+  efficiency, the blocks' (``blocks x`` what one block of a GEMM, or of an attention kernel, streams: a
+  kernel of few blocks cannot fill the memory system, and the bandwidth one block sustains is not the part's
+  over its SMs) and the lanes' (``lanes x`` what one thread walking a chain of dependent loads reads).
+
+The device runs the kernels one after another on one stream. A CUDA graph's replay takes their sum; an eager
+iteration is that stream fed by the host, which spends ``launch`` on each kernel it issues: a kernel starts
+when the host has issued it and the previous one has ended (:func:`stream_seconds`), so a host-bound stretch
+(many small kernels) and a device-bound one (a long GEMM) add up rather than hide each other, as they do on a
+real GPU, where ``max(host, device)`` would be right only if the two were spread evenly.
+
+The constants (:class:`Constants`) are global, a handful per class: fitted once by ``scripts/fit_gpu_time.py``
+on part of the committed H100 rows and judged on the rest, written to ``gpu_time.json`` beside this module
+(docs/predicting.md quotes how far off it is, and where).
 """
 
 from __future__ import annotations
@@ -31,10 +43,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
@@ -114,6 +128,11 @@ def kernel_class(name: str) -> str:
     return ELEMENTWISE
 
 
+# Gathers: what they read of their source (the first tensor argument) is the rows they select, not the source.
+_GATHER_OPS = frozenset({"index", "index_select", "gather", "take", "embedding"})
+_EMBEDDING_BAG_OPS = frozenset({"_embedding_bag", "_embedding_bag_forward_only"})
+
+
 @dataclass(frozen=True)
 class Kernel:
     op: str
@@ -122,6 +141,8 @@ class Kernel:
     bytes: float
     dtype: str  # the dtype whose peak bounds it: "float32", "half", "float64"
     blocks: int = 0  # thread blocks it runs in parallel, where the kernel's tiling says (0: enough for every SM)
+    lanes: int = 0  # threads that each walk a chain of dependent loads (0: not such a kernel)
+    host_ops: int = 1  # ops the host dispatched since the previous kernel, this one's included (views too)
 
 
 # The output tile one thread block of a GEMM computes (CUTLASS's and cuBLAS's usual 128 x 128), and the query
@@ -136,11 +157,10 @@ def _tiles(n: int, tile: int) -> int:
     return max(1, -(-int(n) // tile))
 
 
-def blocks(name: str, kind: str, args, out) -> int:
+def blocks(name: str, kind: str, args, outputs: list[torch.Tensor]) -> int:
     """Thread blocks of a GEMM (output tiles x batch) or a fused attention kernel (batch x heads x row tiles)."""
-    tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-    if kind == GEMM and tensors and name in ("mm", "bmm", "addmm", "baddbmm") and tensors[0].dim() >= 2:
-        product = tensors[0]
+    if kind == GEMM and outputs and name in ("mm", "bmm", "addmm", "baddbmm") and outputs[0].dim() >= 2:
+        product = outputs[0]
         batch = math.prod(product.shape[:-2])
         return batch * _tiles(product.shape[-2], GEMM_TILE) * _tiles(product.shape[-1], GEMM_TILE)
     if kind in (ATTENTION_FWD, ATTENTION_BWD):
@@ -148,6 +168,16 @@ def blocks(name: str, kind: str, args, out) -> int:
         rows = args[0] if kind == ATTENTION_FWD else args[2]
         if isinstance(rows, torch.Tensor) and rows.dim() == 4:
             return rows.shape[0] * rows.shape[1] * _tiles(rows.shape[2], ATTENTION_TILE)
+    return 0
+
+
+def lanes(name: str, outputs: list[torch.Tensor]) -> int:
+    """Threads of a kernel that walks a chain of loads per output element: ``embedding_bag``'s CUDA kernel
+    (EmbeddingBag.cu ``EmbeddingBag_updateOutputKernel_sum_mean``) gives each element of a bag's output row one
+    thread, which loops over the bag's indices: 32 bags of 8,192 rows of 128 run on 4,096 threads, each reading
+    8,192 values one index after another. 0 for every other kernel."""
+    if name in _EMBEDDING_BAG_OPS and outputs:
+        return max(1, outputs[0].numel())
     return 0
 
 
@@ -163,7 +193,7 @@ def _tensors(tree) -> list[torch.Tensor]:
     return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
-def _nbytes(t: torch.Tensor) -> int:
+def nbytes(t: torch.Tensor) -> int:
     """What a kernel touches of ``t``: its elements, at most its storage (an expanded tensor reads its storage)."""
     size = t.numel() * t.element_size()
     try:
@@ -172,7 +202,22 @@ def _nbytes(t: torch.Tensor) -> int:
         return size
 
 
-def _dtype(tensors: list[torch.Tensor]) -> str:
+def _gathered_bytes(name: str, args, outputs: list[torch.Tensor]) -> int | None:
+    """What a gather reads of its source (the first argument): the elements it selects (None: not a gather)."""
+    source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if source is None:
+        return None
+    if name in _GATHER_OPS:
+        selected = outputs[0].numel() if outputs else 0
+    elif name in _EMBEDDING_BAG_OPS and len(args) > 1 and isinstance(args[1], torch.Tensor):
+        selected = args[1].numel() * (source.shape[-1] if source.dim() else 1)  # one row per index
+    else:
+        return None
+    return min(nbytes(source), selected * source.element_size())
+
+
+def dtype_of(tensors: list[torch.Tensor]) -> str:
+    """The dtype whose peak bounds a kernel of these tensors: the first floating one's ("half" for 16 bits)."""
     for t in tensors:
         if t.dtype in (torch.float16, torch.bfloat16):
             return "half"
@@ -206,27 +251,99 @@ def _flops(func, args, kwargs, out, kind: str) -> float:
     return flops
 
 
+# -- custom ops (Triton kernels): their costs, declared ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a custom op's kernel costs, as its declaration computes it from one call's arguments."""
+
+    kind: str  # one of CLASSES
+    flops: float
+    bytes: float
+    blocks: int = 0
+    lanes: int = 0
+
+
+CostRule = Callable[..., Cost]  # (args, kwargs) of one call -> its Cost
+_DECLARED: dict[str, CostRule] = {}
+# The module whose import declares the custom ops of implementations/ (which imports nothing of the harness).
+DECLARATIONS = "topk_bench.predict.custom_op_costs"
+
+
+def register_cost(qualified_name: str) -> Callable[[CostRule], CostRule]:
+    """Declare the cost of custom op ``namespace::name`` (``torch.utils.flop_counter`` knows none): ``rule(args,
+    kwargs)`` of one call returns its :class:`Cost`. The ops of implementations/ are declared in
+    :data:`DECLARATIONS`; another package's op is declared wherever it is registered."""
+
+    def declare(rule: CostRule) -> CostRule:
+        _DECLARED[qualified_name] = rule
+        return rule
+
+    return declare
+
+
+@functools.cache
+def _declarations_loaded() -> bool:
+    import importlib
+
+    importlib.import_module(DECLARATIONS)
+    return True
+
+
+def declared_cost(qualified_name: str) -> CostRule | None:
+    _declarations_loaded()
+    return _DECLARED.get(qualified_name)
+
+
+@functools.cache
+def _warn_undeclared(qualified_name: str) -> None:
+    warnings.warn(
+        f"custom op {qualified_name} declares no cost (topk_bench.predict.timing.register_cost): "
+        "its time is predicted from its bytes, as an elementwise kernel's",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 @functools.cache
 def _launch_of(func) -> tuple[str, str] | None:
     """(name, class) of the kernel ``func`` launches, None for none: once per op overload."""
     return (func._opname, kernel_class(func._opname)) if launches_kernel(func) else None
 
 
-def kernel(func, args, kwargs, out) -> Kernel | None:
-    """The kernel one call of ``func`` launches (None: none, a view or an allocation)."""
+def kernel(func, args, kwargs, out, host_ops: int = 1) -> Kernel | None:
+    """The kernel one call of ``func`` launches (None: none, a view or an allocation); ``host_ops``: the ops the
+    host dispatched since the previous kernel, this one included."""
     launched = _launch_of(func)
     if launched is None:
         return None
     name, kind = launched
     inputs, outputs = _tensors((args, kwargs)), _tensors(out)
-    moved = sum(_nbytes(t) for t in inputs + outputs)  # an in-place op's output is its input: read, written
+    dtype = dtype_of(inputs or outputs)
+    if func.namespace != "aten":
+        qualified = f"{func.namespace}::{name}"
+        rule = declared_cost(qualified)
+        if rule is not None:
+            c = rule(args, kwargs or {})
+            return Kernel(name, c.kind, float(c.flops), float(c.bytes), dtype, c.blocks, c.lanes, host_ops)
+        _warn_undeclared(qualified)
+    moved = sum(nbytes(t) for t in inputs) + sum(nbytes(t) for t in outputs)  # in place: read, written
+    chained = 0
+    if kind == INDEXING:
+        gathered = _gathered_bytes(name, args, outputs)
+        if gathered is not None:
+            moved += gathered - nbytes(args[0])
+        chained = lanes(name, outputs)
     return Kernel(
         name,
         kind,
         _flops(func, args, kwargs, out, kind),
         float(moved),
-        _dtype(inputs or outputs),
-        blocks(name, kind, args, out),
+        dtype,
+        blocks(name, kind, args, outputs),
+        chained,
+        host_ops,
     )
 
 
@@ -237,26 +354,43 @@ class KernelCosts(OpCounter):
     def __init__(self) -> None:
         super().__init__()
         self.kernels: list[Kernel] = []
+        self._dispatched = 0  # ops since the last kernel
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func.namespace != "prim":  # as OpCounter: C++ asking a tensor its device is no op of the iteration
-            launched = kernel(func, args, kwargs, out)
+            self._dispatched += 1
+            launched = kernel(func, args, kwargs, out, self._dispatched)
             self.counted.note(func._opname, launched is not None)
             if launched is not None:
                 self.kernels.append(launched)
+                self._dispatched = 0
         return out
+
+
+# -- the constants -------------------------------------------------------------------------------------------
+
+# The kernels whose bandwidth their blocks bound, by what one block streams: a GEMM's (cuBLAS, CUTLASS) and a
+# fused attention kernel's (forward and backward alike: one pipeline of tiles).
+GEMM_BLOCK, ATTENTION_BLOCK = "gemm", "attention"
+_BLOCK_GROUP = {GEMM: GEMM_BLOCK, ATTENTION_FWD: ATTENTION_BLOCK, ATTENTION_BWD: ATTENTION_BLOCK}
+BLOCK_GROUPS = (GEMM_BLOCK, ATTENTION_BLOCK)
 
 
 @dataclass(frozen=True)
 class Constants:
-    """The global constants of the time model: an achieved fraction of the peak per kernel class, the least time
-    a kernel takes on the device, the host's cost of one launch (eager PyTorch: Python, dispatcher, launch)."""
+    """The global constants of the time model: an achieved fraction of the peak per kernel class, the bandwidth
+    one block of a GEMM or of an attention kernel streams, the bandwidth one thread walking a chain of loads
+    reads, the least time a kernel takes on the device, the host's cost of one launch (eager PyTorch: Python,
+    the dispatcher, the launch)."""
 
     efficiency: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0.5))
+    block_bytes_per_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BLOCK_GROUPS, 50e9))
+    lane_bytes_per_s: float = 10e6
     floor_s: float = 3e-6
     launch_s: float = 1e-5
+    op_s: float = 2e-6  # the host's cost of dispatching any op, a view as a kernel (Python, the dispatcher)
 
     @classmethod
     def fitted(cls, path: Path = FITTED) -> Constants:
@@ -264,7 +398,14 @@ class Constants:
         if not path.exists():
             return cls()
         data = json.loads(path.read_text())["constants"]
-        return cls(dict(data["efficiency"]), float(data["floor_s"]), float(data["launch_s"]))
+        return cls(
+            dict(data["efficiency"]),
+            dict(data["block_bytes_per_s"]),
+            float(data["lane_bytes_per_s"]),
+            float(data["floor_s"]),
+            float(data["launch_s"]),
+            float(data["op_s"]),
+        )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -280,40 +421,91 @@ def peak_flops(gpu: Gpu, dtype: str, kind: str) -> float:
     return gpu.fp32
 
 
+# -- the time of an iteration ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """An iteration's kernels on one part, as arrays (one entry a kernel, in launch order): what
+    :func:`device_seconds` needs, computed once, so that a fit can cost them under many constants."""
+
+    kind: np.ndarray  # index into CLASSES
+    compute_s: np.ndarray  # FLOPs / the peak of its dtype on the part (all SMs, efficiency 1)
+    bytes: np.ndarray
+    blocks: np.ndarray  # 0: enough for every SM
+    lanes: np.ndarray  # 0: no chain of loads
+    host_ops: np.ndarray  # ops dispatched before it since the previous kernel, itself included
+
+    @classmethod
+    def of(cls, kernels: Iterable[Kernel], gpu: Gpu) -> KernelTable:
+        ks = list(kernels)
+        index = {c: i for i, c in enumerate(CLASSES)}
+        return cls(
+            np.array([index[k.kind] for k in ks], dtype=np.int64),
+            np.array([k.flops / peak_flops(gpu, k.dtype, k.kind) for k in ks], dtype=float),
+            np.array([k.bytes for k in ks], dtype=float),
+            np.array([k.blocks for k in ks], dtype=float),
+            np.array([k.lanes for k in ks], dtype=float),
+            np.array([k.host_ops for k in ks], dtype=float),
+        )
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+def device_seconds(table: KernelTable, gpu: Gpu, constants: Constants) -> np.ndarray:
+    """Each kernel's time on the device: ``floor + max(compute, memory)`` (the module's docstring)."""
+    efficiency = np.array([constants.efficiency[c] for c in CLASSES])[table.kind]
+    tiled = table.blocks > 0
+    busy = np.where(tiled, np.minimum(1.0, table.blocks / gpu.sm_count), 1.0)
+    compute = table.compute_s / (efficiency * busy)
+    per_block = np.array([constants.block_bytes_per_s.get(_BLOCK_GROUP.get(c, ""), np.inf) for c in CLASSES])
+    blocks_cap = np.where(tiled, table.blocks, np.inf) * per_block[table.kind]
+    lanes_cap = np.where(table.lanes > 0, table.lanes, np.inf) * constants.lane_bytes_per_s
+    bandwidth = np.minimum(gpu.hbm_bytes_per_s * efficiency, np.minimum(blocks_cap, lanes_cap))
+    return constants.floor_s + np.maximum(compute, table.bytes / bandwidth)
+
+
+def host_seconds(table: KernelTable, constants: Constants) -> np.ndarray:
+    """What the host spends issuing each kernel: the ops it dispatched since the previous one (views too) and
+    the launch."""
+    return table.host_ops * constants.op_s + constants.launch_s
+
+
+def stream_seconds(device: np.ndarray, host: np.ndarray) -> float:
+    """An eager iteration: kernel ``i`` starts when the host has issued it (``host[0] + ... + host[i]``) and
+    kernel ``i - 1`` has ended; the iteration ends with the last. In closed form, the latest of kernel ``i``'s
+    issue plus the device time of kernels ``i`` onwards."""
+    if len(device) == 0:
+        return 0.0
+    issued = np.cumsum(host)
+    remaining = np.cumsum(device[::-1])[::-1]
+    return float(np.max(issued + remaining))
+
+
 @dataclass(frozen=True)
 class Estimate:
     device_s: float  # the kernels one after another: a CUDA graph's replay
-    host_s: float  # launches x the launch cost
+    host_s: float  # the host's dispatches and launches
     launches: int
-
-    @property
-    def eager_s(self) -> float:
-        """An eager iteration: the host and the device overlap, the slower one sets the pace."""
-        return max(self.device_s, self.host_s)
+    eager_s: float  # the stream fed by the host (stream_seconds): at least the larger of the two
 
     @property
     def host_bound(self) -> bool:
         return self.host_s > self.device_s
 
 
-def busy_share(k: Kernel, gpu: Gpu) -> float:
-    """The share of the part's SMs a kernel keeps busy: its blocks over the SMs, at most all of them."""
-    return min(1.0, k.blocks / gpu.sm_count) if k.blocks else 1.0
-
-
-def kernel_seconds(k: Kernel, gpu: Gpu, constants: Constants) -> float:
-    roofline = max(k.flops / peak_flops(gpu, k.dtype, k.kind), k.bytes / gpu.hbm_bytes_per_s) / busy_share(k, gpu)
-    return constants.floor_s + roofline / constants.efficiency[k.kind]
-
-
 def estimate(kernels: Iterable[Kernel], gpu: Gpu, constants: Constants | None = None) -> Estimate:
     """The time of one iteration of ``kernels`` on ``gpu``."""
     constants = constants or Constants.fitted()
-    device, launches = 0.0, 0
-    for k in kernels:
-        device += kernel_seconds(k, gpu, constants)
-        launches += 1
-    return Estimate(device, launches * constants.launch_s, launches)
+    table = KernelTable.of(kernels, gpu)
+    device, host = device_seconds(table, gpu, constants), host_seconds(table, constants)
+    return Estimate(float(device.sum()), float(host.sum()), len(table), stream_seconds(device, host))
+
+
+def kernel_seconds(k: Kernel, gpu: Gpu, constants: Constants) -> float:
+    """One kernel's time on the device (:func:`device_seconds` of a table of one)."""
+    return float(device_seconds(KernelTable.of([k], gpu), gpu, constants)[0])
 
 
 def columns(predicted: Estimate) -> dict:

@@ -146,7 +146,7 @@ def cuda_iteration_seconds(case: Case, traffic: workloads.Traffic | None, op_cou
         if traffic is not None
         else 0.0
     )
-    return max(device, op_count * constants.launch_s)
+    return max(device, op_count * (constants.op_s + constants.launch_s))
 
 
 def iteration_seconds(case: Case, traffic: workloads.Traffic | None, op_count: float) -> float:
