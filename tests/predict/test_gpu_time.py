@@ -251,6 +251,51 @@ def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
     assert (backward.kind, backward.flops) == (timing.ATTENTION_BWD, 2 * heads * lq * kk * (3 * d + 2 * d))
 
 
+def test_the_triton_decode_ops_are_costed_as_the_chain_of_kernels_each_launches():
+    """A decode step is one op launching four kernels: each is costed on its own (the attention reads only the
+    picked pages' or keys' rows), the host issues each, and the op counts four launches."""
+    from implementations.triton_kernels import decode
+
+    b, hq, hkv, lk, d, page, n_top, kk = 1, 8, 2, 4096, 128, 16, 8, 256
+    bf16 = torch.bfloat16
+
+    def pages(make):
+        q, k, v = make(b, hq, 1, d, dtype=bf16), make(b, hkv, lk, d, dtype=bf16), make(b, hkv, lk, d, dtype=bf16)
+        decode.page_topk_decode(q, k, v, make(b, hkv, lk // page, 2, d, dtype=bf16), causal=True, page_size=page,
+                                n_top=n_top, group_pages=True)  # fmt: skip
+
+    bounding, selecting, attending, combining = recorded(pages)
+    assert (bounding.kind, selecting.kind, attending.kind, combining.kind) == (
+        timing.ELEMENTWISE, timing.SELECTION, timing.ATTENTION_FWD, timing.ELEMENTWISE
+    )  # fmt: skip
+    assert bounding.host_ops >= 1 and selecting.host_ops == attending.host_ops == combining.host_ops == 0
+    rows = b * hkv  # one table row per K/V head (group_pages), serving 4 query heads
+    assert selecting.bytes == 10 * rows * (lk // page) * 4 + rows * n_top * 4  # ten reads of each row's bounds
+    picked = rows * (n_top + 1) * page * 2 * d * 2  # the picked pages and the own page, K and V, bfloat16
+    assert attending.flops == 2 * rows * (hq // hkv) * (n_top + 1) * page * 2 * d
+    assert picked < attending.bytes < picked + 2**20  # not the whole cache (4 MiB of it)
+
+    def scores(make):
+        q, k, v = make(b, hq, 1, d, dtype=bf16), make(b, hkv, lk, d, dtype=bf16), make(b, hkv, lk, d, dtype=bf16)
+        decode.topk_fast_decode(q, k, v, causal=True, relu=False, topk=kk, float_scores=False)
+
+    scoring, selecting, gathering, _ = recorded(scores)
+    assert (scoring.kind, scoring.flops) == (timing.GEMM, 2 * b * hq * lk * d)
+    assert selecting.bytes == 10 * b * hq * lk * 2 + b * hq * kk * 4  # bfloat16 scores, int32 picks
+    assert gathering.flops == 2 * b * hq * kk * d
+
+
+def test_an_op_counts_every_kernel_its_declaration_lists():
+    from implementations.triton_kernels import decode
+
+    with FakeTensorMode():
+        costs = timing.KernelCosts()
+        q, k = torch.empty(1, 4, 1, 64), torch.empty(1, 4, 512, 64)
+        with costs:
+            decode.topk_fast_decode(q, k, k, causal=False, relu=False, topk=16, float_scores=True)
+    assert costs.counted.launches == len(costs.kernels) == 4
+
+
 def test_a_custom_op_that_declares_no_cost_is_said_and_costed_by_its_bytes():
     @torch.library.custom_op("topk_bench_test::undeclared_", mutates_args=("out",))
     def undeclared_(x: torch.Tensor, out: torch.Tensor) -> None:

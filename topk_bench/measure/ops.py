@@ -93,8 +93,9 @@ class OpCount:
     sdpa: set[str] = field(default_factory=set)
     launches: int = 0
 
-    def note(self, name: str, launches: bool = True) -> None:
-        """One dispatched op, by its name without namespace or overload (``mm``); ``launches``: a kernel."""
+    def note(self, name: str, launches: int = 1) -> None:
+        """One dispatched op, by its name without namespace or overload (``mm``); ``launches``: the kernels it
+        launches (a custom op may launch a chain of them)."""
         self.ops += 1
         self.launches += launches
         backend = SDPA_OPS.get(name)

@@ -12,7 +12,20 @@ time is its bytes at the elementwise kernels' rate, and the prediction warns tha
 from __future__ import annotations
 
 from implementations.triton_kernels import BLOCK_M as SELECT_ROWS  # query rows of one selection program
-from topk_bench.predict.timing import ATTENTION_BWD, ATTENTION_FWD, Cost, causal_share, nbytes, register_cost
+from implementations.triton_kernels.decode import BLOCK_N as DECODE_BLOCK_N  # keys of one scores program
+from implementations.triton_kernels.decode import BLOCK_P as DECODE_BLOCK_P  # pages of one bounds program
+from implementations.triton_kernels.decode import ROWS as DECODE_ROWS  # query rows of one scores program
+from topk_bench.predict.timing import (
+    ATTENTION_BWD,
+    ATTENTION_FWD,
+    ELEMENTWISE,
+    GEMM,
+    SELECTION,
+    Cost,
+    causal_share,
+    nbytes,
+    register_cost,
+)
 
 
 def _shapes(q, k, indices):
@@ -63,3 +76,67 @@ def gathered_backward(args, kwargs) -> Cost:
     atomics = 2.0 * heads * lq * kk * (d * dk.element_size() + v.shape[-1] * dv.element_size())
     moved = sum(nbytes(t) for t in (q, indices, out, dout, lse, dq)) + rows + atomics
     return Cost(ATTENTION_BWD, flops, moved, q.shape[0] * q.shape[1])
+
+
+# -- decode steps (implementations/triton_kernels/decode.py): one op, a chain of launches -----------------------
+
+# The row top-k reads its row this many times: 8 radix passes of 4 bits, a count, a write (decode_kernels.py).
+_ROW_TOPK_READS = 10
+
+
+def _row_topk(scores, idx) -> Cost:
+    """One program per row; each reads its row :data:`_ROW_TOPK_READS` times and writes its picks."""
+    return Cost(SELECTION, 0.0, _ROW_TOPK_READS * nbytes(scores) + nbytes(idx), scores.shape[0])
+
+
+def _combine(acc, stats, out) -> Cost:
+    """The splits' partial sums and statistics read once, the output written (one program per row)."""
+    return Cost(ELEMENTWISE, float(acc.numel() * 2), nbytes(acc) + nbytes(stats) + nbytes(out), acc.shape[0])
+
+
+@register_cost("implementations::triton_page_decode_")
+def page_decode(args, kwargs) -> tuple[Cost, ...]:
+    """Bounds (when pages are picked), the row top-k of the bounds, split-KV attention over each row's picked
+    pages and its own, the combine. The attention reads only the picked pages' K and V rows."""
+    q, k, v, summaries, bounds, table, acc, stats, out, causal, page_size = args[:11]
+    b, hq, lq, d = q.shape
+    hkv, dv = k.shape[1], v.shape[-1]
+    rows, n = table.shape
+    if rows == 0:
+        return ()
+    per = hq // (rows // (b * lq))  # query heads one table row serves
+    keys = (n + 1) * page_size  # a row's picked pages and its own
+    flops = 2.0 * rows * per * keys * (d + dv)
+    pages = rows * keys * (d * k.element_size() + dv * v.element_size())
+    attention = Cost(
+        ATTENTION_FWD, flops, nbytes(q) + nbytes(table) + pages + nbytes(acc) + nbytes(stats), rows * acc.shape[1]
+    )
+    chain = [attention, _combine(acc, stats, out)]
+    if n:
+        # Each bound: over d, the larger of q times the page's minimum and maximum, summed (3 FLOPs a term).
+        programs = -(-summaries.shape[2] // DECODE_BLOCK_P) * b * hkv
+        bounding = Cost(ELEMENTWISE, 3.0 * bounds.numel() * d, nbytes(q) + nbytes(summaries) + nbytes(bounds), programs)
+        chain = [bounding, _row_topk(bounds, table), *chain]
+    return tuple(chain)
+
+
+@register_cost("implementations::triton_topk_decode_")
+def topk_decode(args, kwargs) -> tuple[Cost, ...]:
+    """Every score of the step, the row top-k of the scores, the selected scores' softmax times their gathered V
+    rows split across programs, the combine."""
+    q, k, v, scores, idx, acc, stats, out = args[:8]
+    if scores.numel() == 0:
+        return ()
+    b, hq, lq, d = q.shape
+    hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    programs = -(-lk // DECODE_BLOCK_N) * -(-(hq // hkv) * lq // DECODE_ROWS) * b * hkv
+    scoring = Cost(GEMM, 2.0 * b * hq * lq * lk * d, nbytes(q) + nbytes(k) + nbytes(scores), programs)
+    rows, kk = idx.shape
+    picked = rows * kk * (scores.element_size() + dv * v.element_size())
+    gathered = Cost(
+        ATTENTION_FWD,
+        2.0 * rows * kk * dv,
+        nbytes(idx) + picked + nbytes(acc) + nbytes(stats),
+        rows * acc.shape[1],
+    )
+    return (scoring, _row_topk(scores, idx), gathered, _combine(acc, stats, out))

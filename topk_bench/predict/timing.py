@@ -265,7 +265,8 @@ class Cost:
     lanes: int = 0
 
 
-CostRule = Callable[..., Cost]  # (args, kwargs) of one call -> its Cost
+# (args, kwargs) of one call -> its Cost, or one Cost per kernel of an op that launches a chain of them
+CostRule = Callable[..., "Cost | tuple[Cost, ...]"]
 _DECLARED: dict[str, CostRule] = {}
 # The module whose import declares the custom ops of implementations/ (which imports nothing of the harness).
 DECLARATIONS = "topk_bench.predict.custom_op_costs"
@@ -312,12 +313,13 @@ def _launch_of(func) -> tuple[str, str] | None:
     return (func._opname, kernel_class(func._opname)) if launches_kernel(func) else None
 
 
-def kernel(func, args, kwargs, out, host_ops: int = 1) -> Kernel | None:
-    """The kernel one call of ``func`` launches (None: none, a view or an allocation); ``host_ops``: the ops the
-    host dispatched since the previous kernel, this one included."""
+def kernels(func, args, kwargs, out, host_ops: int = 1) -> list[Kernel]:
+    """The kernels one call of ``func`` launches: none for a view or an allocation, one for an aten op, those its
+    declaration lists for a custom op (:func:`register_cost`); ``host_ops``: the ops the host dispatched since
+    the previous kernel, this one included (the first kernel's: the others follow it without the host)."""
     launched = _launch_of(func)
     if launched is None:
-        return None
+        return []
     name, kind = launched
     inputs, outputs = _tensors((args, kwargs)), _tensors(out)
     dtype = dtype_of(inputs or outputs)
@@ -325,8 +327,14 @@ def kernel(func, args, kwargs, out, host_ops: int = 1) -> Kernel | None:
         qualified = f"{func.namespace}::{name}"
         rule = declared_cost(qualified)
         if rule is not None:
-            c = rule(args, kwargs or {})
-            return Kernel(name, c.kind, float(c.flops), float(c.bytes), dtype, c.blocks, c.lanes, host_ops)
+            declared = rule(args, kwargs or {})
+            chain = declared if isinstance(declared, tuple) else (declared,)
+            return [
+                Kernel(
+                    name, c.kind, float(c.flops), float(c.bytes), dtype, c.blocks, c.lanes, host_ops if i == 0 else 0
+                )
+                for i, c in enumerate(chain)
+            ]
         _warn_undeclared(qualified)
     moved = sum(nbytes(t) for t in inputs) + sum(nbytes(t) for t in outputs)  # in place: read, written
     chained = 0
@@ -335,16 +343,18 @@ def kernel(func, args, kwargs, out, host_ops: int = 1) -> Kernel | None:
         if gathered is not None:
             moved += gathered - nbytes(args[0])
         chained = lanes(name, outputs)
-    return Kernel(
-        name,
-        kind,
-        _flops(func, args, kwargs, out, kind),
-        float(moved),
-        dtype,
-        blocks(name, kind, args, outputs),
-        chained,
-        host_ops,
-    )
+    return [
+        Kernel(
+            name,
+            kind,
+            _flops(func, args, kwargs, out, kind),
+            float(moved),
+            dtype,
+            blocks(name, kind, args, outputs),
+            chained,
+            host_ops,
+        )
+    ]
 
 
 class KernelCosts(OpCounter):
@@ -361,10 +371,10 @@ class KernelCosts(OpCounter):
         out = func(*args, **kwargs)
         if func.namespace != "prim":  # as OpCounter: C++ asking a tensor its device is no op of the iteration
             self._dispatched += 1
-            launched = kernel(func, args, kwargs, out, self._dispatched)
-            self.counted.note(func._opname, launched is not None)
-            if launched is not None:
-                self.kernels.append(launched)
+            launched = kernels(func, args, kwargs, out, self._dispatched)
+            self.counted.note(func._opname, len(launched))
+            if launched:
+                self.kernels += launched
                 self._dispatched = 0
         return out
 
