@@ -188,6 +188,30 @@ def test_the_title_says_what_the_rows_have_and_each_thing_once(tmp_path):
         plt.close(fig)
 
 
+def test_the_title_names_the_peak_the_memory_panel_draws(tmp_path):
+    """A prediction drawing reserved bytes (CUDA: the simulated caching allocator) says so above its panels, as
+    its y label does; one without reserved peaks draws, and says, allocated bytes."""
+    reserved = [
+        (_case("sdpa", n), Measurement(status="ok", device_name="cpu", peak_bytes=int(n * 1e5), reserved_bytes=2**21))
+        for n in (256, 512)
+    ]
+    fig = _figure(tmp_path, reserved, memory="reserved")
+    try:
+        assert fig._suptitle.get_text().endswith(
+            "predicted: reserved bytes (the caching allocator simulated), nothing computed"
+        )
+        assert "reserved" in fig.axes[0].get_ylabel()
+    finally:
+        plt.close(fig)
+    (tmp_path / "allocated").mkdir()
+    fig = _figure(tmp_path / "allocated", [(_case("sdpa", n), _peak(n * 1e5)) for n in (256, 512)], memory="reserved")
+    try:
+        assert fig._suptitle.get_text().endswith("predicted: allocated bytes, nothing computed")
+        assert "reserved" not in fig.axes[0].get_ylabel()
+    finally:
+        plt.close(fig)
+
+
 def test_the_pareto_figures_title_is_its_own():
     """Quality against time per token: not the suite's title, which says "against the token budget"."""
     item = next(i for i in figure_inputs(ROOT / "docs" / "figures" / "data") if i.spec.suite == "kv_selection")

@@ -480,15 +480,17 @@ def _has_values(rows: pd.DataFrame, metric_name: str) -> bool:
     return bool(marks.values(rows, metric_name).notna().any())
 
 
-def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float) -> str:
-    """Suite title wrapped to the figure's width, then how the numbers were obtained."""
+def _title(spec: PlotSpec, rows: pd.DataFrame, device: str, method: str, width_in: float, memory: str) -> str:
+    """Suite title wrapped to the figure's width, then how the numbers were obtained (``memory``: the memory
+    metric drawn, :func:`~topk_bench.report.plots.spec.memory_metric`)."""
+    held = "reserved bytes (the caching allocator simulated)" if memory == "reserved" else "allocated bytes"
     if method == Method.PREDICTED and _has_values(rows, PREDICTED_TIME):
         timed = rows[marks.values(rows, PREDICTED_TIME).notna()]  # a failed case's row may name no part
         names = sorted(set(timed[col.DEVICE_NAME].dropna().astype(str)) - {""})
         gpu = names[0].split(" (")[0] if len(names) == 1 else device  # the product, not "(h100-sxm, predicted)"
-        how = f"predicted for {gpu}: allocated bytes, time by the kernel time model"
+        how = f"predicted for {gpu}: {held}, time by the kernel time model"
     elif method == Method.PREDICTED:
-        how = "predicted: allocated bytes, nothing computed"
+        how = f"predicted: {held}, nothing computed"
     else:
         names = sorted(set(rows[col.DEVICE_NAME].dropna().astype(str)) - {""})
         how = f"measured on {names[0] if len(names) == 1 else device}"
@@ -548,7 +550,7 @@ def draw_figure(rows: pd.DataFrame, spec: PlotSpec, device: str, method: str) ->
     for r, c in {(r, c) for r in range(nrows) for c in range(ncols)} - {(r, c) for _, _, r, c in cells}:
         fig.delaxes(axes[r][c])
     legend_in = marks.fitted_legend(fig, *_legend_entries(axes, rows, used), width)
-    fig.suptitle(_title(spec, rows, device, method, width), fontsize=10)
+    fig.suptitle(_title(spec, rows, device, method, width, memory), fontsize=10)
     # Room for the legend's lines below the panels, so that they keep their height (and their labels apart).
     fig.set_size_inches(width, 2.9 * nrows + 1.0 + legend_in)
     return fig
