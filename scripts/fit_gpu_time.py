@@ -25,7 +25,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from topk_bench.predict import backends, kernels, timing
+from topk_bench.predict import as_measured, backends, kernels, timing
 from topk_bench.run.plan import plan
 from topk_bench.run.resolve import Flags
 from topk_bench.types import GpuModel, Method, Timer
@@ -51,7 +50,6 @@ SOURCES = (
 )
 GPU = kernels.gpu(GpuModel.H100_SXM)
 SIZE_KEYS = ("seq_len", "kv_len")
-TRITON_SWITCH = "TOPK_BENCH_TRITON"  # implementations.triton_kernels.DISABLE_ENV
 
 
 @dataclass
@@ -83,7 +81,7 @@ def group_of(workload: str, dtype: str, graph: bool) -> str:
 
 def matched_rows() -> list[Row]:
     rows: list[Row] = []
-    predicted: dict[str, timing.KernelTable] = {}
+    predicted: dict[tuple, timing.KernelTable] = {}
     for source, suite, given in SOURCES:
         measured = {r["case_id"]: r for r in csv.DictReader((DATA / source).open()) if r["status"] == "ok"}
         cases = plan(ROOT / suite, Flags(predict=True, device="cuda"), yes=True).cases
@@ -94,8 +92,9 @@ def matched_rows() -> list[Row]:
                 continue
             size = next((int(float(row[k])) for k in SIZE_KEYS if row.get(k)), 0)
             name = f"{row['workload']}/{row['label'] or row['impl']} {size} {row['dtype']}"
-            if case.case_id not in predicted:
-                predicted[case.case_id] = _kernels(case)
+            ran = (case.case_id, tuple(sorted(as_measured.environment(row).items())))  # a case, on its code path
+            if ran not in predicted:
+                predicted[ran] = _kernels(case, row)
             graph = row.get("timer") == Timer.CUDAGRAPH
             rows.append(
                 Row(
@@ -106,31 +105,24 @@ def matched_rows() -> list[Row]:
                     float(row["time_median_s"]),
                     graph,
                     group_of(row["workload"], row["dtype"], graph),
-                    predicted[case.case_id],
+                    predicted[ran],
                 )
             )
             print(f"  {source}: {name}", file=sys.stderr)
     return rows
 
 
-def _kernels(case) -> timing.KernelTable:
+def _kernels(case, row: dict[str, str]) -> timing.KernelTable:
     recorded: list[timing.KernelCosts] = []
 
     def make_costs() -> timing.KernelCosts:
         recorded.append(timing.KernelCosts())
         return recorded[-1]
 
-    # The committed H100 rows ran topk_fast's torch path (docs/triton.md): so does their prediction, whatever the
-    # Triton kernels come to support (the switch is read at every call).
-    before = os.environ.get(TRITON_SWITCH)
-    os.environ[TRITON_SWITCH] = "0"
-    try:
+    # Each committed row is predicted on the code it ran (its code_path; the torch path of its day for rows
+    # without one), whatever the Triton kernels and the CUDA torch path have become since.
+    with as_measured.ran_as_measured(row):
         backends.predict_cuda(case, make_costs=make_costs)
-    finally:
-        if before is None:
-            del os.environ[TRITON_SWITCH]
-        else:
-            os.environ[TRITON_SWITCH] = before
     return timing.KernelTable.of(recorded[0].kernels, GPU)
 
 

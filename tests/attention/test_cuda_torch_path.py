@@ -228,7 +228,7 @@ def test_code_path_names_the_torch_path_on_cuda_only(monkeypatch):
 
 
 def test_a_measured_row_is_predicted_on_the_path_it_records():
-    from measured_paths import BEFORE_CODE_PATH, environment
+    from topk_bench.predict.as_measured import BEFORE_CODE_PATH, environment
 
     triton, torch_path = tk.DISABLE_ENV, cuda_torch.ENV
     assert environment({"case_id": "x"}) == BEFORE_CODE_PATH == {triton: "0", torch_path: "bags"}

@@ -19,7 +19,7 @@ import dataclasses
 import pytest
 
 from locations import ROOT, TESTS
-from measured_paths import BEFORE_CODE_PATH, run_as_measured
+from topk_bench.predict.as_measured import BEFORE_CODE_PATH, run_as_measured
 from topk_bench.predict.backends import predict_cuda
 from topk_bench.results import columns as col
 from topk_bench.run.plan import plan

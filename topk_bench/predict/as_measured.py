@@ -5,7 +5,9 @@ docs/CONTRACTS.md), not today's default: ``TOPK_BENCH_TRITON`` (topk_fast's Trit
 ``TOPK_BENCH_CUDA_TORCH`` (the torch path on CUDA, :mod:`implementations.cuda_torch`).
 """
 
-from collections.abc import Mapping
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
 
 from implementations import cuda_torch, provenance, triton_kernels
 
@@ -27,7 +29,23 @@ def environment(row: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def ran_as_measured(row: Mapping[str, str]) -> Iterator[None]:
+    """:func:`environment` of ``row`` set while the block runs (the switches are read at every call), restored
+    after it."""
+    before = {name: os.environ.get(name) for name in environment(row)}
+    os.environ.update(environment(row))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_as_measured(monkeypatch, row: Mapping[str, str]) -> None:
-    """Set :func:`environment` of ``row`` for the rest of the test."""
+    """Set :func:`environment` of ``row`` for the rest of a test (pytest's ``monkeypatch``)."""
     for name, value in environment(row).items():
         monkeypatch.setenv(name, value)
