@@ -1,8 +1,8 @@
 """Compile topk_fast's Triton kernels ahead of time for sm_80 (A100) and sm_90 (H100/H200), with no GPU.
 
 Triton's own compiler and its bundled ptxas build every kernel of :mod:`implementations.triton_kernels.kernels` in
-the configurations the launcher picks for its largest shapes (head size 64, as BERT-base's; float32 and bfloat16;
-the largest k it takes). Prints a table per kernel (registers, spill bytes, shared memory per
+the configurations the launcher picks for its largest shapes (head size 128, as Llama-3-8B's; float32 and bfloat16;
+the default k = 128 and the largest k it takes). Prints a table per kernel (registers, spill bytes, shared memory per
 architecture) and exits 1 on a compile error, a spill, or shared memory over the part's per-block limit.
 
     .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
@@ -51,17 +51,23 @@ class Variant:
 
 
 def variants() -> list[Variant]:
-    """Each kernel for float32 and bfloat16 at the largest head size and k the launcher takes (the largest tiles:
-    BERT-base's d = 64), causal softmax (relu and non-causal calls switch a few element-wise lines, no tile)."""
+    """Each kernel for float32 and bfloat16, causal softmax (relu and non-causal calls switch a few element-wise
+    lines, no tile). The selection at the largest head size (Llama-3-8B's d = 128; it walks the head 16 at a time,
+    so d hardly changes its registers), at the default ``k = 128`` (``K_PAD = 128``, 8 warps) and the largest
+    (``K_PAD = 256``, 16 warps). The gathered kernels, whose code does not depend on k (they loop over it), at
+    d = 128 and BERT-base's d = 64 (different tiles: ``CHUNK`` x d gathered rows)."""
     from implementations import triton_kernels as tk
 
-    kernels = ("topk_select_kernel", "gathered_forward_kernel", "gathered_backward_kernel")
-    return [
-        Variant(kernel, dtype, d, d, tk.MAX_TOPK)
-        for kernel in kernels
-        for dtype in (torch.float32, torch.bfloat16)
-        for d in (tk.MAX_HEAD_DIM,)
+    dtypes = (torch.float32, torch.bfloat16)
+    d_max = tk.MAX_HEAD_DIM
+    selection = [Variant("topk_select_kernel", dt, d_max, d_max, k) for k in (128, tk.MAX_TOPK) for dt in dtypes]
+    gathered = [
+        Variant(kernel, dt, d, d, tk.MAX_TOPK)
+        for kernel in ("gathered_forward_kernel", "gathered_backward_kernel")
+        for d in (64, d_max)
+        for dt in dtypes
     ]
+    return selection + gathered
 
 
 _TL = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -106,25 +112,21 @@ class Report:
     shared_bytes: int
 
 
-def _ptxas_report(ptx: str, arch: str) -> tuple[int, int]:
-    """(registers per thread, spill store + load bytes) that the bundled ptxas reports for ``ptx`` (``-v``)."""
-    from triton.backends.nvidia.compiler import get_ptxas
+def _resource_usage(cubin: bytes) -> tuple[int, int, int]:
+    """(registers per thread, local memory bytes per thread, static shared bytes) of the binary triton built, as
+    its bundled ``cuobjdump`` reads them: the build's own ``ptxas`` flags, and no second ``ptxas`` run. Triton's
+    kernels keep no arrays in local memory, so local bytes are register spills (0: none)."""
+    import triton.backends.nvidia as nvidia
 
-    ptxas = get_ptxas(int(re.sub(r"\D", "", arch)[:2])).path
+    cuobjdump = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernel.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        run = subprocess.run(
-            [ptxas, "-v", f"--gpu-name={arch}", path, "-o", os.path.join(tmp, "kernel.cubin")],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    log = run.stdout + run.stderr
-    registers = int(re.search(r"Used (\d+) registers", log).group(1))
-    spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
-    return registers, spills
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        run = subprocess.run([cuobjdump, "--dump-resource-usage", path], capture_output=True, text=True, check=True)
+    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", run.stdout)
+    registers, stack, static_shared, local = (int(n) for n in usage.groups())
+    return registers, max(stack, local), static_shared
 
 
 def compile_variant(variant: Variant, capability: int) -> Report:
@@ -133,10 +135,9 @@ def compile_variant(variant: Variant, capability: int) -> Report:
 
     source, options = _source(variant)
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, WARP_SIZE), options=options)
-    arch = compiled.metadata.target.arch if hasattr(compiled.metadata, "target") else capability
-    gpu_name = f"sm_{arch}a" if capability >= 90 else f"sm_{arch}"
-    registers, spills = _ptxas_report(compiled.asm["ptx"], gpu_name)
-    return Report(registers, spills, compiled.metadata.shared)
+    registers, spills, static_shared = _resource_usage(compiled.asm["cubin"])
+    # Per block: what the launch asks for (triton's dynamic shared memory) and what the binary declares.
+    return Report(registers, spills, compiled.metadata.shared + static_shared)
 
 
 def _reason(exc: BaseException) -> str:
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     failures: list[str] = []
-    header = f"{'kernel':<58}" + "".join(f" | sm_{a}: regs spill smem" for a in args.arch)
+    header = f"{'kernel':<60}" + "".join(f" | sm_{a}: regs spill smem" for a in args.arch)
     print(f"triton {triton.__version__}; shared limit per block: "
           + ", ".join(f"sm_{a} {SHARED_LIMIT[a] >> 10} KiB" for a in args.arch))  # fmt: skip
     print(header)
@@ -174,13 +175,13 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append(f" | sm_{capability}: {'error':>21}")
                 continue
             if report.spill_bytes:
-                failures.append(f"{variant.name} sm_{capability}: {report.spill_bytes} bytes of register spills")
+                failures.append(f"{variant.name} sm_{capability}: {report.spill_bytes} B of local memory (spills)")
             if report.shared_bytes > SHARED_LIMIT[capability]:
                 failures.append(
                     f"{variant.name} sm_{capability}: {report.shared_bytes} B shared > {SHARED_LIMIT[capability]} B"
                 )
             cells.append(f" | sm_{capability}: {report.registers:4d} {report.spill_bytes:5d} {report.shared_bytes:6d}")
-        print(f"{variant.name:<58}" + "".join(cells), flush=True)
+        print(f"{variant.name:<60}" + "".join(cells), flush=True)
     print(f"{len(variants())} kernels x {len(args.arch)} architectures in {time.perf_counter() - start:.1f} s")
     for failure in failures:
         print(f"FAIL {failure}", file=sys.stderr)
