@@ -52,9 +52,9 @@ class Variant:
 
 def variants() -> list[Variant]:
     """Each kernel for float32 and bfloat16, causal softmax (relu and non-causal calls switch a few element-wise
-    lines, no tile). The selection at the largest head size (Llama-3-8B's d = 128; it walks the head 16 at a time,
-    so d hardly changes its registers), at the default ``k = 128`` (``K_PAD = 128``, 8 warps) and the largest
-    (``K_PAD = 256``, 16 warps). The gathered kernels, whose code does not depend on k (they loop over it), at
+    lines, no tile). The selection at the largest head size (Llama-3-8B's d = 128: it walks the head 16 at a time,
+    the most slices unrolled), at the default ``k = 128`` (``K_PAD = 128``, 8 warps) and the largest (``K_PAD =
+    256``, 16 warps). The gathered kernels, whose code does not depend on k (they loop over it), at
     d = 128 and BERT-base's d = 64 (different tiles: ``CHUNK`` x d gathered rows)."""
     from implementations import triton_kernels as tk
 
