@@ -1,9 +1,10 @@
 """Compile topk_fast's Triton kernels ahead of time for sm_80 (A100) and sm_90 (H100/H200), with no GPU.
 
 Triton's own compiler and its bundled ptxas build every kernel of :mod:`implementations.triton_kernels.kernels` in
-the configurations the launcher picks for its largest shapes (head size 128, as Llama-3-8B's; float32 and bfloat16;
-the default k = 128 and the largest k it takes). Prints a table per kernel (registers, spill bytes, shared memory per
-architecture) and exits 1 on a compile error, a spill, or shared memory over the part's per-block limit.
+the configurations the launcher picks for its largest shapes (head sizes 64 and 128, as BERT-base's and
+Llama-3-8B's; float32 and bfloat16; the largest k it takes, the default 128). Prints a table per kernel (registers,
+spill bytes, shared memory per architecture) and exits 1 on a compile error, a spill, or shared memory over the
+part's per-block limit.
 
     .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
 """
@@ -51,23 +52,19 @@ class Variant:
 
 
 def variants() -> list[Variant]:
-    """Each kernel for float32 and bfloat16, causal softmax (relu and non-causal calls switch a few element-wise
-    lines, no tile). The selection at the largest head size (Llama-3-8B's d = 128: it walks the head 16 at a time,
-    the most slices unrolled), at the default ``k = 128`` (``K_PAD = 128``, 8 warps) and the largest (``K_PAD =
-    256``, 16 warps). The gathered kernels, whose code does not depend on k (they loop over it), at
-    d = 128 and BERT-base's d = 64 (different tiles: ``CHUNK`` x d gathered rows)."""
+    """Each kernel for float32 and bfloat16 at the largest k the launcher takes, causal softmax (relu and non-causal
+    calls switch a few element-wise lines, no tile), at head sizes 64 (BERT-base) and 128 (Llama-3-8B, the largest
+    it takes): the selection walks the head 16 at a time (d = 128 unrolls the most slices); the gathered kernels'
+    tiles are ``CHUNK`` x d gathered rows (``CHUNK`` 32 up to d = 64, 16 above), their code does not depend on k."""
     from implementations import triton_kernels as tk
 
-    dtypes = (torch.float32, torch.bfloat16)
-    d_max = tk.MAX_HEAD_DIM
-    selection = [Variant("topk_select_kernel", dt, d_max, d_max, k) for k in (128, tk.MAX_TOPK) for dt in dtypes]
-    gathered = [
-        Variant(kernel, dt, d, d, tk.MAX_TOPK)
-        for kernel in ("gathered_forward_kernel", "gathered_backward_kernel")
-        for d in (64, d_max)
-        for dt in dtypes
+    kernels = ("topk_select_kernel", "gathered_forward_kernel", "gathered_backward_kernel")
+    return [
+        Variant(kernel, dtype, d, d, tk.MAX_TOPK)
+        for kernel in kernels
+        for d in (64, tk.MAX_HEAD_DIM)
+        for dtype in (torch.float32, torch.bfloat16)
     ]
-    return selection + gathered
 
 
 _TL = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}

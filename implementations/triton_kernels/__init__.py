@@ -31,9 +31,10 @@ import torch
 from implementations.hardware import device_kind
 from implementations.masking import causal_offset
 
-# Largest k the selection takes: its running set is K_PAD = 256 int64 keys per query row, sorted in registers
-# (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90 up to here, see docs/triton.md).
-MAX_TOPK = 256
+# Largest k the selection takes: its running set is K_PAD = 128 int64 keys per query row, sorted in registers, 8
+# warps (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90). K_PAD = 256 spilled 8-744 B a thread with
+# 8 or 16 warps, 1 or 3 stages (docs/triton.md).
+MAX_TOPK = 128
 # Largest head size compiled and checked; the selection's score product walks the head BLOCK_D at a time, so its
 # registers do not grow with the head size (the gathered kernels' tiles do, by CHUNK x head size).
 MAX_HEAD_DIM = 128
@@ -110,9 +111,7 @@ def _pow2(n: int, floor: int = 16) -> int:
 def select_config(kk: int, d: int) -> dict:
     """Constexprs and launch options of ``topk_select_kernel`` for top-``kk`` of head size ``d``."""
     k_pad = _pow2(kk)
-    # 16 warps at K_PAD = 256: half the running set per thread (8 warps spilled there, 0.1-0.6 KiB).
-    warps = 16 if k_pad >= 256 else 8
-    return dict(D=d, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=warps)
+    return dict(D=d, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=8)
 
 
 def gathered_config(d: int, dv: int) -> dict:
