@@ -33,7 +33,7 @@ from implementations.masking import causal_offset
 
 # Largest k the selection takes: its running set is K_PAD = 128 int64 keys per query row, sorted in registers, 8
 # warps (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90). K_PAD = 256 spilled 8-744 B a thread with
-# 8 or 16 warps, 1 or 3 stages (docs/triton.md).
+# 8, 16 or 32 warps, 1 or 3 stages (docs/triton.md).
 MAX_TOPK = 128
 # Largest head size compiled and checked. The selection's score product walks the head BLOCK_D at a time: its K
 # slice does not grow with the head size, its registers little (202-213 at d = 64, 223-255 at d = 128).
