@@ -1,9 +1,10 @@
 """Compile topk_fast's Triton kernels ahead of time for sm_80 (A100) and sm_90 (H100/H200), with no GPU.
 
 Triton's own compiler and its bundled ptxas build every kernel of :mod:`implementations.triton_kernels.kernels` in
-the configurations the launcher picks for its largest shapes (head size 64, as BERT-base's; float32 and bfloat16;
-the largest k it takes). Prints a table per kernel (registers, spill bytes, shared memory per
-architecture) and exits 1 on a compile error, a spill, or shared memory over the part's per-block limit.
+the configurations the launcher picks for its largest shapes (head sizes 64 and 128, as BERT-base's and
+Llama-3-8B's; float32 and bfloat16; the largest k it takes, the default 128). Prints a table per kernel (registers,
+spill bytes, shared memory per architecture) and exits 1 on a compile error, a spill, or shared memory over the
+part's per-block limit.
 
     .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
 
@@ -14,6 +15,7 @@ compiled too, once each at Llama-3-8B's shapes (d = 128, bfloat16, pages of 16).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -54,16 +56,18 @@ class Variant:
 
 
 def variants() -> list[Variant]:
-    """Each kernel for float32 and bfloat16 at the largest head size and k the launcher takes (the largest tiles:
-    BERT-base's d = 64), causal softmax (relu and non-causal calls switch a few element-wise lines, no tile)."""
+    """Each kernel for float32 and bfloat16 at the largest k the launcher takes, causal softmax (relu and non-causal
+    calls switch a few element-wise lines, no tile), at head sizes 64 (BERT-base) and 128 (Llama-3-8B, the largest
+    it takes): the selection walks the head 16 at a time (d = 128 unrolls the most slices); the gathered kernels'
+    tiles are ``CHUNK`` x d gathered rows (``CHUNK`` 32 up to d = 64, 16 above), their code does not depend on k."""
     from implementations import triton_kernels as tk
 
     kernels = ("topk_select_kernel", "gathered_forward_kernel", "gathered_backward_kernel")
     return [
         Variant(kernel, dtype, d, d, tk.MAX_TOPK)
         for kernel in kernels
+        for d in (64, tk.MAX_HEAD_DIM)
         for dtype in (torch.float32, torch.bfloat16)
-        for d in (tk.MAX_HEAD_DIM,)
     ]
 
 
@@ -109,25 +113,21 @@ class Report:
     shared_bytes: int
 
 
-def _ptxas_report(ptx: str, arch: str) -> tuple[int, int]:
-    """(registers per thread, spill store + load bytes) that the bundled ptxas reports for ``ptx`` (``-v``)."""
-    from triton.backends.nvidia.compiler import get_ptxas
+def _resource_usage(cubin: bytes) -> tuple[int, int, int]:
+    """(registers per thread, local memory bytes per thread, static shared bytes) of the binary triton built, as
+    its bundled ``cuobjdump`` reads them: the build's own ``ptxas`` flags, and no second ``ptxas`` run. Triton's
+    kernels keep no arrays in local memory, so local bytes are register spills (0: none)."""
+    import triton.backends.nvidia as nvidia
 
-    ptxas = get_ptxas(int(re.sub(r"\D", "", arch)[:2])).path
+    cuobjdump = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernel.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        run = subprocess.run(
-            [ptxas, "-v", f"--gpu-name={arch}", path, "-o", os.path.join(tmp, "kernel.cubin")],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    log = run.stdout + run.stderr
-    registers = int(re.search(r"Used (\d+) registers", log).group(1))
-    spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
-    return registers, spills
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        run = subprocess.run([cuobjdump, "--dump-resource-usage", path], capture_output=True, text=True, check=True)
+    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", run.stdout)
+    registers, stack, static_shared, local = (int(n) for n in usage.groups())
+    return registers, max(stack, local), static_shared
 
 
 @dataclass(frozen=True)
@@ -211,10 +211,9 @@ def compile_variant(variant: Variant | DecodeVariant, capability: int) -> Report
 
     source, options = _decode_source(variant) if isinstance(variant, DecodeVariant) else _source(variant)
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, WARP_SIZE), options=options)
-    arch = compiled.metadata.target.arch if hasattr(compiled.metadata, "target") else capability
-    gpu_name = f"sm_{arch}a" if capability >= 90 else f"sm_{arch}"
-    registers, spills = _ptxas_report(compiled.asm["ptx"], gpu_name)
-    return Report(registers, spills, compiled.metadata.shared)
+    registers, spills, static_shared = _resource_usage(compiled.asm["cubin"])
+    # Per block: what the launch asks for (triton's dynamic shared memory) and what the binary declares.
+    return Report(registers, spills, compiled.metadata.shared + static_shared)
 
 
 def _reason(exc: BaseException) -> str:
@@ -223,6 +222,14 @@ def _reason(exc: BaseException) -> str:
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     lines = [line for line in str(exc).splitlines() if line.strip() and line.strip() != "^"]
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+
+
+def _compile_job(job: tuple[Variant | DecodeVariant, int]) -> Report | str:
+    """:func:`compile_variant` in a worker process: its report, or the first line of why it did not compile."""
+    try:
+        return compile_variant(*job)
+    except Exception as exc:  # noqa: BLE001  (any compile error is the finding, reported by the parent)
+        return _reason(exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,31 +243,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     failures: list[str] = []
-    header = f"{'kernel':<58}" + "".join(f" | sm_{a}: regs spill smem" for a in args.arch)
+    header = f"{'kernel':<60}" + "".join(f" | sm_{a}: regs spill smem" for a in args.arch)
     print(f"triton {triton.__version__}; shared limit per block: "
           + ", ".join(f"sm_{a} {SHARED_LIMIT[a] >> 10} KiB" for a in args.arch))  # fmt: skip
     print(header)
     print("-" * len(header))
     every: list[Variant | DecodeVariant] = [*variants(), *decode_variants()]
+    jobs = [(variant, capability) for variant in every for capability in args.arch]
+    # One process per core: ptxas is single-threaded and the variants are independent (triton's cache is
+    # process-safe); the table is printed in the variants' order whatever finishes first.
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        outcomes = dict(zip(jobs, pool.map(_compile_job, jobs)))
     for variant in every:
         cells = []
         for capability in args.arch:
-            try:
-                report = compile_variant(variant, capability)
-            except Exception as exc:  # noqa: BLE001  (a compile error of one variant: say which, keep going)
-                first = _reason(exc)
-                failures.append(f"{variant.name} sm_{capability}: compile error: {first}")
+            report = outcomes[variant, capability]
+            if isinstance(report, str):  # a compile error of one variant: say which, keep going
+                failures.append(f"{variant.name} sm_{capability}: compile error: {report}")
                 cells.append(f" | sm_{capability}: {'error':>21}")
                 continue
             if report.spill_bytes:
-                failures.append(f"{variant.name} sm_{capability}: {report.spill_bytes} bytes of register spills")
+                failures.append(f"{variant.name} sm_{capability}: {report.spill_bytes} B of local memory (spills)")
             if report.shared_bytes > SHARED_LIMIT[capability]:
                 failures.append(
                     f"{variant.name} sm_{capability}: {report.shared_bytes} B shared > {SHARED_LIMIT[capability]} B"
                 )
             cells.append(f" | sm_{capability}: {report.registers:4d} {report.spill_bytes:5d} {report.shared_bytes:6d}")
-        print(f"{variant.name:<58}" + "".join(cells), flush=True)
-    print(f"{len(every)} kernels x {len(args.arch)} architectures in {time.perf_counter() - start:.1f} s")
+        print(f"{variant.name:<60}" + "".join(cells), flush=True)
+    print(
+        f"{len(every)} kernels x {len(args.arch)} architectures in {time.perf_counter() - start:.1f} s "
+        f"({min(len(jobs), os.cpu_count() or 1)} processes)"
+    )
     for failure in failures:
         print(f"FAIL {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -31,11 +31,16 @@ import torch
 from implementations.hardware import device_kind
 from implementations.masking import causal_offset
 
-# Largest k the selection keeps in registers (two K_PAD-wide int64 rows per query row of a block, 8 warps): 128
-# spilled (scripts/compile_triton_kernels.py: 0.9-1.8 KiB on sm_90 in float32, 17 KiB in bfloat16 at d=128).
-MAX_TOPK = 64
-# Largest head size: at d=128 the selection's K tile spilled (6.7-10 KiB on sm_80/sm_90, float32 and bfloat16).
-MAX_HEAD_DIM = 64
+# Largest k the selection takes: its running set is K_PAD = 128 int64 keys per query row, sorted in registers, 8
+# warps (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90). K_PAD = 256 spilled 8-744 B a thread with
+# 8, 16 or 32 warps, 1 or 3 stages (docs/triton.md).
+MAX_TOPK = 128
+# Largest head size compiled and checked. The selection's score product walks the head BLOCK_D at a time: its K
+# slice does not grow with the head size, its registers little (202-213 at d = 64, 223-255 at d = 128).
+MAX_HEAD_DIM = 128
+# Head-dim slice of the selection's score product (tl.dot's minimum depth): a BLOCK_D x K_PAD slice of K live at a
+# time. The whole K tile at once (the FMA product of float32 holds its operands in every thread) spilled at d = 128.
+BLOCK_D = 16
 # Query rows per selection program (tl.dot's minimum tile side).
 BLOCK_M = 16
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -106,7 +111,7 @@ def _pow2(n: int, floor: int = 16) -> int:
 def select_config(kk: int, d: int) -> dict:
     """Constexprs and launch options of ``topk_select_kernel`` for top-``kk`` of head size ``d``."""
     k_pad = _pow2(kk)
-    return dict(D=d, D_PAD=_pow2(d), BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=8)
+    return dict(D=d, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=8)
 
 
 def gathered_config(d: int, dv: int) -> dict:

@@ -22,20 +22,31 @@ _TIE = tl.constexpr(2147483647)
 
 
 @triton.jit
-def _block_keys(q, K, kv, rows, d, start, stride_kh, stride_kn, stride_kd, Lk, offset,
-                D: tl.constexpr, K_PAD: tl.constexpr, CAUSAL: tl.constexpr, ROUND: tl.constexpr,
-                HALF_DOT: tl.constexpr):  # fmt: skip
-    """The selection keys of one block of ``K_PAD`` keys for the query rows ``q`` (``_LOWEST`` past Lk)."""
+def _block_keys(Q, K, head, kv, rows, start, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd, Lq, Lk,
+                offset, D: tl.constexpr, BLOCK_D: tl.constexpr, K_PAD: tl.constexpr, CAUSAL: tl.constexpr,
+                ROUND: tl.constexpr, HALF_DOT: tl.constexpr):  # fmt: skip
+    """The selection keys of one block of ``K_PAD`` keys for the query rows ``rows`` (``_LOWEST`` past Lk).
+
+    The score tile is summed over ``BLOCK_D``-wide slices of the head (Q's slice loaded again for each block), so that
+    no more than a ``BLOCK_D x K_PAD`` slice of K is live at a time, whatever the head size."""
     cols = start + tl.arange(0, K_PAD)
-    kt = tl.load(
-        K + kv * stride_kh + cols[None, :] * stride_kn + d[:, None] * stride_kd,
-        mask=(cols[None, :] < Lk) & (d[:, None] < D),
-        other=0.0,
-    )
-    if HALF_DOT:  # half inputs on the GPU: the native product, fp32 accumulation
-        s = tl.dot(q, kt)
-    else:  # fp32 inputs; half ones widened (exact in tf32: a half's mantissa fits in its 10 bits)
-        s = tl.dot(q.to(tl.float32), kt.to(tl.float32), input_precision="ieee")
+    s = tl.zeros([rows.shape[0], K_PAD], tl.float32)
+    for d0 in tl.static_range(0, D, BLOCK_D):
+        d = d0 + tl.arange(0, BLOCK_D)
+        q = tl.load(
+            Q + head * stride_qh + rows[:, None] * stride_qm + d[None, :] * stride_qd,
+            mask=(rows[:, None] < Lq) & (d[None, :] < D),
+            other=0.0,
+        )
+        kt = tl.load(
+            K + kv * stride_kh + cols[None, :] * stride_kn + d[:, None] * stride_kd,
+            mask=(cols[None, :] < Lk) & (d[:, None] < D),
+            other=0.0,
+        )
+        if HALF_DOT:  # half inputs on the GPU: the native product, fp32 accumulation
+            s = tl.dot(q, kt, acc=s)
+        else:  # fp32 inputs; half ones widened (exact in tf32: a half's mantissa fits in its 10 bits)
+            s = tl.dot(q.to(tl.float32), kt.to(tl.float32), acc=s, input_precision="ieee")
     if ROUND:  # ranked as dense attention in the input dtype rounds its scores
         s = s.to(K.dtype.element_ty).to(tl.float32)
     s = s + 0.0  # -0.0 to +0.0: equal scores get equal keys
@@ -68,7 +79,7 @@ def topk_select_kernel(
     groups,
     kk,
     D: tl.constexpr,
-    D_PAD: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     K_PAD: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -88,12 +99,6 @@ def topk_select_kernel(
     head = tl.program_id(1)
     kv = head // groups
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    d = tl.arange(0, D_PAD)
-    q = tl.load(
-        Q + head * stride_qh + rows[:, None] * stride_qm + d[None, :] * stride_qd,
-        mask=(rows[:, None] < Lq) & (d[None, :] < D),
-        other=0.0,
-    )
     if CAUSAL:
         # Keys the block's last row sees, but at least kk (a row sees fewer: it picks masked ones, weight 0).
         last = tl.minimum(pid_m * BLOCK_M + BLOCK_M, Lq) + offset
@@ -101,14 +106,14 @@ def topk_select_kernel(
     else:
         hi = Lk
     best = tl.sort(
-        _block_keys(q, K, kv, rows, d, 0, stride_kh, stride_kn, stride_kd, Lk, offset, D, K_PAD, CAUSAL, ROUND,
-                    HALF_DOT),
+        _block_keys(Q, K, head, kv, rows, 0, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd, Lq, Lk,
+                    offset, D, BLOCK_D, K_PAD, CAUSAL, ROUND, HALF_DOT),
         dim=1,
         descending=True,
     )  # fmt: skip
     for start in range(K_PAD, hi, K_PAD):
-        key = _block_keys(q, K, kv, rows, d, start, stride_kh, stride_kn, stride_kd, Lk, offset, D, K_PAD, CAUSAL,
-                          ROUND, HALF_DOT)  # fmt: skip
+        key = _block_keys(Q, K, head, kv, rows, start, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn,
+                          stride_kd, Lq, Lk, offset, D, BLOCK_D, K_PAD, CAUSAL, ROUND, HALF_DOT)  # fmt: skip
         gain = tl.max(key, axis=1) > tl.min(best, axis=1)
         if tl.max(gain.to(tl.int32), axis=0) > 0:
             best = tl.sort(tl.maximum(best, tl.sort(key, dim=1)), dim=1, descending=True)

@@ -62,6 +62,25 @@ def test_float32_matches_the_float64_oracle(lq, lk, topk, hq, hkv, causal, relu)
     _close(got, _oracle(q, k, v, groups=hq // hkv, **kw), atol=2e-5)
 
 
+@pytest.mark.parametrize("d, dv", [(40, 24), (128, 128)])
+def test_head_dim_slices_match_the_float64_oracle(d, dv):
+    # The selection sums its score tile over BLOCK_D-wide slices of the head: 40 = 16 + 16 + 8 (a partial last
+    # slice, masked), 128 = Llama-3-8B's 8 slices; the gathered kernels take d = 128 in CHUNK = 16 rows.
+    q, k, v = (t.detach().float() for t in qkv_gqa(7, 21, 2, 1, d=d, dv=dv, b=1, seed=d))
+    assert d > tk.BLOCK_D
+    kw = dict(causal=True, relu=False, topk=5)
+    got = _run(q, k, v, groups=2, float_scores=False, **kw)
+    _close(got, _oracle(q, k, v, groups=2, **kw), atol=5e-5)
+
+
+def test_k128_matches_the_float64_oracle():
+    # topk_fast's default k = 128: K_PAD = 128, two key blocks (a merge), two head slices, non-causal.
+    q, k, v = (t.detach().float() for t in qkv_gqa(3, 200, 1, 1, d=32, dv=16, b=1, seed=128))
+    assert tk.select_config(100, 32)["K_PAD"] == 128
+    kw = dict(causal=False, relu=False, topk=100)
+    _close(_run(q, k, v, groups=1, float_scores=False, **kw), _oracle(q, k, v, groups=1, **kw), atol=2e-5)
+
+
 def test_bfloat16_with_float32_ranking_matches_the_float64_oracle():
     # bf16 inputs, fp32 accumulation everywhere; float_scores ranks by the exact products (bf16 x bf16 is exact in
     # fp32), the keys the oracle keeps. The gradients come back in bf16.
@@ -114,18 +133,20 @@ def test_negative_zero_ties_with_zero():
     assert idx.flatten().tolist() == [1, 2]
 
 
-def test_cuda_calls_take_the_triton_ops_under_fake_tensors(monkeypatch):
+@pytest.mark.parametrize("topk, d", [(64, 64), (128, 64), (tk.MAX_TOPK, tk.MAX_HEAD_DIM)])
+def test_cuda_calls_take_the_triton_ops_under_fake_tensors(monkeypatch, topk, d):
     # --predict --device cuda: fake CPU tensors shaped for CUDA. The training call goes through the Triton ops
-    # (whose fake kernels allocate nothing), with gradients of the inputs' shapes and dtypes.
+    # (whose fake kernels allocate nothing), with gradients of the inputs' shapes and dtypes: BERT-base's head with
+    # k = 64 and the default k = 128, and the largest k and head (Llama-3-8B's) the kernels take.
     calls = []
     monkeypatch.setattr(tk, "topk_attention", lambda *a, **kw: calls.append(kw) or _real(*a, **kw))
     with FakeTensorMode(), hardware.target("cuda"):
-        q = torch.randn(1, 4, 300, 64, requires_grad=True)
-        k = torch.randn(1, 2, 300, 64, requires_grad=True)
+        q = torch.randn(1, 4, 300, d, requires_grad=True)
+        k = torch.randn(1, 2, 300, d, requires_grad=True)
         v = torch.randn(1, 2, 300, 32, requires_grad=True)
-        out = fast(q, k, v, causal=True, topk=64, chunk_size=64)
+        out = fast(q, k, v, causal=True, topk=topk, chunk_size=64)
         grads = torch.autograd.grad(out.sum(), (q, k, v))
-    assert calls and calls[0]["groups"] == 2
+    assert calls and calls[0]["groups"] == 2 and calls[0]["topk"] == topk
     assert out.shape == (1, 4, 300, 32)
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
 
