@@ -25,6 +25,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from implementations.triton_kernels.rounding import rounded
+
 # Radix digits of the row top-k: 16 candidate prefixes counted per pass (a [BLOCK, 16] compare), 8 passes.
 _DIGIT_BITS = tl.constexpr(4)
 _DIGITS = tl.constexpr(16)
@@ -36,18 +38,6 @@ def _ordered(s):
     bits = (s + 0.0).to(tl.int32, bitcast=True)
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
     return ordered.to(tl.int64) + 2147483648
-
-
-@triton.jit
-def _rounded(s, dtype: tl.constexpr):
-    """Float32 ``s`` rounded to ``dtype`` (to nearest, ties to even), as a half-precision product rounds. The
-    interpreter's float32 to bfloat16 conversion truncates, so bfloat16 is rounded on the bits first (then the
-    conversion is exact: the compiled kernel computes the same)."""
-    if dtype == tl.bfloat16:
-        bits = s.to(tl.int32, bitcast=True)
-        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & -65536
-        s = bits.to(tl.float32, bitcast=True)
-    return s.to(dtype)
 
 
 @triton.jit
@@ -266,7 +256,7 @@ def page_attention_kernel(
         else:
             s = tl.dot(q, kt.to(tl.float32), input_precision="ieee")
         if ROUND:  # the scores a half-precision product rounds (the torch path's bmm)
-            s = _rounded(s, K.dtype.element_ty).to(tl.float32)
+            s = rounded(s, K.dtype.element_ty).to(tl.float32)
         s = tl.where(allowed[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf
@@ -349,7 +339,7 @@ def decode_scores_kernel(
         s = tl.where(cols[None, :] <= (Lk - Lq + i)[:, None], s, float("-inf"))
     rows = (b * Hkv * groups + head) * Lq + i
     at = SCORES + rows[:, None] * Lk + cols[None, :]
-    tl.store(at, _rounded(s, SCORES.dtype.element_ty), mask=live[:, None] & (cols[None, :] < Lk))
+    tl.store(at, rounded(s, SCORES.dtype.element_ty), mask=live[:, None] & (cols[None, :] < Lk))
 
 
 @triton.jit

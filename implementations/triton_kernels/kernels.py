@@ -15,6 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from implementations.triton_kernels.rounding import rounded
+
 # The lowest int64: the key of a column past Lk (below every real key, -inf scores included).
 _LOWEST = tl.constexpr(-9223372036854775808)
 # Low 31 bits of a selection key: ``_TIE - column``, so that among equal scores the lowest column ranks highest.
@@ -48,7 +50,7 @@ def _block_keys(Q, K, head, kv, rows, start, stride_qh, stride_qm, stride_qd, st
         else:  # fp32 inputs; half ones widened (exact in tf32: a half's mantissa fits in its 10 bits)
             s = tl.dot(q.to(tl.float32), kt.to(tl.float32), acc=s, input_precision="ieee")
     if ROUND:  # ranked as dense attention in the input dtype rounds its scores
-        s = s.to(K.dtype.element_ty).to(tl.float32)
+        s = rounded(s, K.dtype.element_ty).to(tl.float32)
     s = s + 0.0  # -0.0 to +0.0: equal scores get equal keys
     allowed = cols[None, :] < Lk
     if CAUSAL:
@@ -191,7 +193,7 @@ def gathered_forward_kernel(
         ).to(tl.float32)
         s = tl.sum(q[None, :] * kr, axis=1)
         if ROUND:
-            s = s.to(Q.dtype.element_ty).to(tl.float32)
+            s = rounded(s, Q.dtype.element_ty).to(tl.float32)
         allowed = tm
         if CAUSAL:
             allowed = allowed & (col <= row + offset)
@@ -284,7 +286,7 @@ def gathered_backward_kernel(
         kr = kr.to(tl.float32)
         s = tl.sum(q[None, :] * kr, axis=1)
         if ROUND:
-            s = s.to(Q.dtype.element_ty).to(tl.float32)
+            s = rounded(s, Q.dtype.element_ty).to(tl.float32)
         allowed = tm
         if CAUSAL:
             allowed = allowed & (col <= row + offset)

@@ -216,7 +216,8 @@ def test_page_topk_code_path_says_triton_on_cuda():
     from implementations import provenance
 
     cuda = provenance.parse(provenance.code_path("page_topk", device="cuda", dtype=torch.bfloat16))
-    assert cuda == {"triton_kernels": f"triton:{triton.__version__}"}
+    # the kernels take decode steps; the rest runs the torch path named beside (implementations/cuda_torch.py)
+    assert cuda == {"triton_kernels": f"triton:{triton.__version__}", "cuda_torch": "batched"}
     assert "triton_kernels" not in provenance.parse(
         provenance.code_path("page_topk", device="cpu", dtype=torch.float32)
     )
