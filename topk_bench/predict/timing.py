@@ -316,7 +316,8 @@ def _launch_of(func) -> tuple[str, str] | None:
 def kernels(func, args, kwargs, out, host_ops: int = 1) -> list[Kernel]:
     """The kernels one call of ``func`` launches: none for a view or an allocation, one for an aten op, those its
     declaration lists for a custom op (:func:`register_cost`); ``host_ops``: the ops the host dispatched since
-    the previous kernel, this one included (the first kernel's: the others follow it without the host)."""
+    the previous kernel, this one included (the first kernel's; each later kernel of a chain is one more call on
+    the host: a Triton kernel is launched from Python, as an op is dispatched)."""
     launched = _launch_of(func)
     if launched is None:
         return []
@@ -331,7 +332,7 @@ def kernels(func, args, kwargs, out, host_ops: int = 1) -> list[Kernel]:
             chain = declared if isinstance(declared, tuple) else (declared,)
             return [
                 Kernel(
-                    name, c.kind, float(c.flops), float(c.bytes), dtype, c.blocks, c.lanes, host_ops if i == 0 else 0
+                    name, c.kind, float(c.flops), float(c.bytes), dtype, c.blocks, c.lanes, host_ops if i == 0 else 1
                 )
                 for i, c in enumerate(chain)
             ]
