@@ -62,8 +62,9 @@ def test_the_doctor_fails_an_exiting_or_hanging_plugin_and_still_judges_a_wrong_
 
 @pytest.mark.slow
 def test_doctor_with_a_plugin_that_exits_fails_naming_it():
-    result = _topk_bench("doctor", "--plugins", MISBEHAVING, timeout=1200)
+    result = _topk_bench("doctor", "--plugins", MISBEHAVING, "--plugin-seconds", 30, timeout=1200)
     assert result.returncode == 1, result.stdout + result.stderr
     failed = [line for line in result.stdout.splitlines() if "checks failed" in line]
     assert failed and all(f"agreement: {n}" in failed[0] for n in ("test_os_exit", "test_sys_exit", "test_sleeps"))
     assert "agreement: vanilla" in result.stdout  # the others still ran
+    assert "did not finish within 30 s" in result.stdout  # the hanging one, after the time it was given

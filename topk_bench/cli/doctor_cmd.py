@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from topk_bench.cli import Command, app, output_width
+from topk_bench.doctor.isolated import LIMIT_S  # standard library only: --help stays fast
 
 
 @app.command("doctor", cls=Command)
@@ -17,6 +18,14 @@ def doctor(
         "--plugins",
         metavar="MODULE",
         help="A module or .py file registering implementations to judge too (repeatable).",
+    ),
+    plugin_seconds: float = typer.Option(
+        LIMIT_S,
+        "--plugin-seconds",
+        min=1.0,
+        metavar="S",
+        help="How long each plug-in implementation's checks may take, in a process of their own, before they "
+        "fail as hanging.",
     ),
 ) -> None:
     """Check each implementation against an exact reference (float64, float32), measured against predicted
@@ -49,6 +58,7 @@ def doctor(
             plugins=resolved,
             isolated=theirs,
             progress=lambda c: status.update(f"topk-bench doctor: {markup(c.name)}: {c.result}"),
+            plugin_seconds=plugin_seconds,
         )
     table = Table(title=f"topk-bench doctor ({device})")
     table.add_column("check", overflow="fold", ratio=2)

@@ -28,12 +28,14 @@ def diagnose(
     plugins: tuple[str, ...] = (),
     isolated: tuple[str, ...] = (),
     progress: Callable[[Check], None] | None = None,
+    plugin_seconds: float | None = None,
 ) -> list[Check]:
     """Every check for ``device`` ("cpu" or "cuda"); on a machine without CUDA, ``cuda`` is one skipped row.
 
     ``plugins``: modules or files (already imported here, :func:`topk_bench.plugins.resolve`) whose
     implementations are judged with the rest; ``isolated``: those of their implementations judged in a
-    process of their own (:mod:`.isolated`: user code may exit or hang); ``progress`` sees each check as it ends.
+    process of their own (:mod:`.isolated`: user code may exit or hang), each within ``plugin_seconds``
+    (:data:`.isolated.LIMIT_S` when None); ``progress`` sees each check as it ends.
     """
     import torch
 
@@ -56,7 +58,7 @@ def diagnose(
     with _one_thread():
         note(agreement.checks(device, skip=isolated))
         note(peaks.checks(device, plugins, skip=isolated))
-        note(apart.checks(list(isolated), device, plugins))
+        note(apart.checks(list(isolated), device, plugins, limit_s=plugin_seconds))
         note(oom_checks())
         if DeviceKind.of(device) is DeviceKind.CUDA:
             note([cuda.check(device)])
