@@ -25,6 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from implementations.triton_kernels.online_softmax import online_softmax_step
 from implementations.triton_kernels.rounding import rounded
 
 # Radix digits of the row top-k: 16 candidate prefixes counted per pass (a [BLOCK, 16] compare), 8 passes.
@@ -394,13 +395,7 @@ def gathered_split_kernel(
         if RELU:
             acc += tl.sum(tl.maximum(s, 0.0)[:, None] * vr, axis=0)
         else:
-            m_new = tl.maximum(m, tl.max(s, axis=0))
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m - shift)
-            p = tl.exp(s - shift)
-            total = total * alpha + tl.sum(p, axis=0)
-            acc = acc * alpha + tl.sum(p[:, None] * vr, axis=0)
-            m = m_new
+            m, total, acc = online_softmax_step(m, total, acc, s, vr)
     if RELU:
         m = tl.zeros([], tl.float32)
     tl.store(STATS + (row * splits + split) * 2, m)

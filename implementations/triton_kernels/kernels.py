@@ -15,6 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from implementations.triton_kernels.online_softmax import online_softmax_step
 from implementations.triton_kernels.rounding import rounded
 
 # The lowest int64: the key of a column past Lk (below every real key, -inf scores included).
@@ -202,13 +203,7 @@ def gathered_forward_kernel(
             acc += tl.sum(p[:, None] * vr, axis=0)
         else:
             s = tl.where(allowed, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=0))
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf
-            alpha = tl.exp(m - shift)
-            p = tl.exp(s - shift)
-            total = total * alpha + tl.sum(p, axis=0)
-            acc = acc * alpha + tl.sum(p[:, None] * vr, axis=0)
-            m = m_new
+            m, total, acc = online_softmax_step(m, total, acc, s, vr)
     if RELU:
         lse = total
     else:
