@@ -192,7 +192,8 @@ SUITE_FINGERPRINT = Column(
 CODE_PATH = Column(
     "code_path",
     "the machine-dependent code the case's implementation ran: native_kernels (built:<build key>, or torch:<why "
-    "not>), half_products (native or float32_copies), decode_tiles (bytes of a decode step's key tiles), as "
+    "not>), half_products (native or float32_copies), decode_tiles (bytes of a decode step's key tiles), "
+    "triton_kernels (triton:<version>, or torch:<why not>), cuda_torch (batched or bags: the torch path on CUDA), as "
     "';'-joined key=value (a feed-forward implementation's prefixed ff.); empty: none applies",
     T,
 )
