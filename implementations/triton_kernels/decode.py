@@ -49,6 +49,14 @@ MAX_SPLITS = 32
 BLOCK_P = 16
 BLOCK_N = 64
 SELECT_BLOCK = 1024
+# The row top-k: rows up to ONE_PROGRAM_WIDTH take one program each (row_topk_kernel: ten serial passes of
+# SELECT_BLOCK columns, ~1.6 us each on an H200: a 2,048-wide row in ~33 us); longer rows are split into chunks of
+# SELECT_CHUNK columns over programs of their own (the radix kernels: seven launches, each a few us whatever the
+# width: on an H200 a 131,072-wide row took ten passes of 128 serial steps, 2 ms, on one program each).
+ONE_PROGRAM_WIDTH = 2 * SELECT_BLOCK
+SELECT_CHUNK = 2048
+# Chunk counts summed per step by a radix write program (those of the chunks before its own).
+PRIOR_CHUNKS = 128
 
 
 @functools.cache
@@ -140,6 +148,7 @@ def combine_config(dv: int) -> dict:
 
 
 SELECT_CONFIG = dict(BLOCK=SELECT_BLOCK, num_warps=8)
+RADIX_CONFIG = dict(CHUNK=SELECT_CHUNK, num_warps=8)
 
 
 def _launch(kernel, device, grid, *args, **config):
@@ -148,12 +157,42 @@ def _launch(kernel, device, grid, *args, **config):
     _launcher(kernel, device)[grid](*args, num_warps=warps, **config)
 
 
-def _row_topk(scores: torch.Tensor, idx: torch.Tensor) -> None:
+def select_chunks(width: int) -> int:
+    """Programs per row of the row top-k of rows ``width`` long: 1 (one program walks the row) or its chunks of
+    ``SELECT_CHUNK`` (the multi-program radix select). The one place the choice is made."""
+    return 1 if width <= ONE_PROGRAM_WIDTH else _cdiv(width, SELECT_CHUNK)
+
+
+def select_scratch(rows: int, width: int, device) -> torch.Tensor:
+    """The zeroed int32 scratch of the row top-k of ``rows`` rows ``width`` long (``[rows, 0]`` for one program a
+    row): per row, the radix select's 4 histograms of 256 counts, then 2 counts per chunk."""
+    from implementations.triton_kernels.decode_kernels import RADIX_BINS, RADIX_PASSES
+
+    chunks = select_chunks(width)
+    words = 0 if chunks == 1 else RADIX_PASSES * RADIX_BINS + 2 * chunks
+    return torch.zeros(rows, words, dtype=torch.int32, device=device)
+
+
+def _row_topk(scores: torch.Tensor, idx: torch.Tensor, scratch: torch.Tensor) -> None:
+    """``idx [rows, n]``: each row's ``n`` best columns of ``scores [rows, width]``, ascending (``scratch``:
+    :func:`select_scratch`, zeroed)."""
     from implementations.triton_kernels import decode_kernels as dk
 
     rows, width = scores.shape
-    _launch(dk.row_topk_kernel, scores.device, (rows,), scores, idx, scores.stride(0), idx.stride(0), width,
-            idx.shape[1], **SELECT_CONFIG)  # fmt: skip
+    n = idx.shape[1]
+    chunks = select_chunks(width)
+    if chunks == 1:
+        _launch(dk.row_topk_kernel, scores.device, (rows,), scores, idx, scores.stride(0), idx.stride(0), width, n,
+                **SELECT_CONFIG)  # fmt: skip
+        return
+    grid = (rows, chunks)
+    strides = (scores.stride(0), scratch.stride(0))
+    for p, high in enumerate(dk.RADIX_HIGH):
+        _launch(dk.radix_histogram_kernel, scores.device, grid, scores, scratch, *strides, width, n, p, high,
+                **RADIX_CONFIG)  # fmt: skip
+    _launch(dk.radix_count_kernel, scores.device, grid, scores, scratch, *strides, width, n, **RADIX_CONFIG)
+    _launch(dk.radix_write_kernel, scores.device, grid, scores, scratch, idx, *strides, idx.stride(0), width, n,
+            PRIOR=PRIOR_CHUNKS, **RADIX_CONFIG)  # fmt: skip
 
 
 def _combine(acc, stats, out, ht: int, per: int, relu: bool) -> None:
@@ -165,7 +204,7 @@ def _combine(acc, stats, out, ht: int, per: int, relu: bool) -> None:
 
 
 @torch.library.custom_op(
-    "implementations::triton_page_decode_", mutates_args=("bounds", "table", "acc", "stats", "out")
+    "implementations::triton_page_decode_", mutates_args=("bounds", "table", "select", "acc", "stats", "out")
 )
 def page_decode_(
     q: torch.Tensor,
@@ -174,6 +213,7 @@ def page_decode_(
     summaries: torch.Tensor,
     bounds: torch.Tensor,
     table: torch.Tensor,
+    select: torch.Tensor,
     acc: torch.Tensor,
     stats: torch.Tensor,
     out: torch.Tensor,
@@ -183,8 +223,8 @@ def page_decode_(
 ) -> None:
     """One ``page_topk`` decode step into ``out [B, Hq, Lq, DV]``. Scratch: ``bounds [rows, P]`` float32 and
     ``table [rows, n]`` int32 (rows: ``B·Ht·Lq``, ``Ht`` = K/V heads for a shared table, else query heads; ``n``
-    picked pages per row, 0: the own page only), the splits' ``acc [rows·per, splits, DV]`` and ``stats [rows·per,
-    splits, 2]`` float32."""
+    picked pages per row, 0: the own page only), the row top-k's zeroed ``select`` (:func:`select_scratch` of the
+    bounds), the splits' ``acc [rows·per, splits, DV]`` and ``stats [rows·per, splits, 2]`` float32."""
     from implementations.triton_kernels import decode_kernels as dk
 
     b, hq, lq, d = q.shape
@@ -199,7 +239,7 @@ def page_decode_(
         _launch(dk.page_bounds_kernel, q.device, (_cdiv(pages, BLOCK_P), b * hkv), q, summaries, bounds,
                 *_strides(q), *_strides(summaries), hkv, lq, lk, pages, page_size, groups,
                 CAUSAL=causal, SHARED=ht == hkv and groups > 1, **bounds_config(d))  # fmt: skip
-        _row_topk(bounds, table)
+        _row_topk(bounds, table, select)
     _launch(dk.page_attention_kernel, q.device, (rows, acc.shape[1]), q, k, v, table, acc, stats,
             *_strides(q), *_strides(k), *_strides(v), ht, per, groups, lq, lk, page_size, n, pages_per_split,
             acc.shape[1], CAUSAL=causal, ROUND=q.dtype != torch.float32, HALF_DOT=_half_dot(q),
@@ -208,7 +248,7 @@ def page_decode_(
 
 
 @page_decode_.register_fake
-def _(q, k, v, summaries, bounds, table, acc, stats, out, causal, page_size, pages_per_split) -> None:
+def _(q, k, v, summaries, bounds, table, select, acc, stats, out, causal, page_size, pages_per_split) -> None:
     return None
 
 
@@ -227,20 +267,25 @@ def page_topk_decode(q, k, v, summaries, *, causal: bool, page_size: int, n_top:
     device = q.device
     bounds = torch.empty(rows if n else 0, pages, dtype=torch.float32, device=device)
     table = torch.empty(rows, n, dtype=torch.int32, device=device)
+    select = select_scratch(rows if n else 0, pages, device)
     acc = torch.empty(rows * per, splits, dv, dtype=torch.float32, device=device)
     stats = torch.empty(rows * per, splits, 2, dtype=torch.float32, device=device)
     out = torch.empty(b, hq, lq, dv, dtype=v.dtype, device=device)
-    page_decode_(q, k, v, summaries, bounds, table, acc, stats, out, bool(causal), int(page_size), pages_per_split)
+    page_decode_(q, k, v, summaries, bounds, table, select, acc, stats, out, bool(causal), int(page_size),
+                 pages_per_split)  # fmt: skip
     return out
 
 
-@torch.library.custom_op("implementations::triton_topk_decode_", mutates_args=("scores", "idx", "acc", "stats", "out"))
+@torch.library.custom_op(
+    "implementations::triton_topk_decode_", mutates_args=("scores", "idx", "select", "acc", "stats", "out")
+)
 def topk_decode_(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     scores: torch.Tensor,
     idx: torch.Tensor,
+    select: torch.Tensor,
     acc: torch.Tensor,
     stats: torch.Tensor,
     out: torch.Tensor,
@@ -249,7 +294,8 @@ def topk_decode_(
     per_split: int,
 ) -> None:
     """One ``topk_fast`` decode step into ``out [B, Hq, Lq, DV]``. Scratch: ``scores [B·Hq·Lq, Lk]`` (float32, or
-    the input's half dtype: the ranking), ``idx [B·Hq·Lq, kk]`` int32, the splits' ``acc`` and ``stats``."""
+    the input's half dtype: the ranking), ``idx [B·Hq·Lq, kk]`` int32, the row top-k's zeroed ``select``
+    (:func:`select_scratch`), the splits' ``acc`` and ``stats``."""
     from implementations.triton_kernels import decode_kernels as dk
 
     b, hq, lq, d = q.shape
@@ -260,7 +306,7 @@ def topk_decode_(
     grid = (_cdiv(lk, BLOCK_N), _cdiv(groups * lq, ROWS), b * hkv)
     _launch(dk.decode_scores_kernel, q.device, grid, q, k, scores, *_strides(q), *_strides(k), hkv, groups, lq, lk,
             CAUSAL=causal, HALF_DOT=_half_dot(q), **scores_config(d))  # fmt: skip
-    _row_topk(scores, idx)
+    _row_topk(scores, idx, select)
     _launch(dk.gathered_split_kernel, q.device, (idx.shape[0], acc.shape[1]), scores, idx, v, acc, stats,
             *_strides(v), hq, groups, lq, lk, idx.shape[1], per_split, acc.shape[1], RELU=relu,
             **gathered_config(v.shape[-1]))  # fmt: skip
@@ -268,7 +314,7 @@ def topk_decode_(
 
 
 @topk_decode_.register_fake
-def _(q, k, v, scores, idx, acc, stats, out, causal, relu, per_split) -> None:
+def _(q, k, v, scores, idx, select, acc, stats, out, causal, relu, per_split) -> None:
     return None
 
 
@@ -285,8 +331,9 @@ def topk_fast_decode(q, k, v, *, causal: bool, relu: bool, topk: int, float_scor
     rank_dtype = q.dtype if q.dtype != torch.float32 and not float_scores else torch.float32
     scores = torch.empty(rows, lk, dtype=rank_dtype, device=device)
     idx = torch.empty(rows, kk, dtype=torch.int32, device=device)
+    select = select_scratch(rows, lk, device)
     acc = torch.empty(rows, splits, dv, dtype=torch.float32, device=device)
     stats = torch.empty(rows, splits, 2, dtype=torch.float32, device=device)
     out = torch.empty(b, hq, lq, dv, dtype=v.dtype, device=device)
-    topk_decode_(q, k, v, scores, idx, acc, stats, out, bool(causal), bool(relu), per_split)
+    topk_decode_(q, k, v, scores, idx, select, acc, stats, out, bool(causal), bool(relu), per_split)
     return out

@@ -5,16 +5,19 @@
 Two launch chains, each ending in the same combine:
 
 - ``page_topk``: :func:`page_bounds_kernel` (each page's upper bound of ``q·k`` from its min/max summaries, ``-inf``
-  for pages a row may not pick) → :func:`row_topk_kernel` (each row's best ``n`` pages) →
+  for pages a row may not pick) → the row top-k (each row's best ``n`` pages) →
   :func:`page_attention_kernel` (one program per (table row, split): exact softmax attention over a few chosen pages
   and the row's own page, flash-decoding's partial ``(max, sum, acc)``) → :func:`split_combine_kernel`;
-- ``topk_fast``: :func:`decode_scores_kernel` (every score of the step) → :func:`row_topk_kernel` (each row's exact
-  top-k) → :func:`gathered_split_kernel` (softmax or relu over a split of the selected scores, times the gathered V
+- ``topk_fast``: :func:`decode_scores_kernel` (every score of the step) → the row top-k (each row's exact top-k) → :func:`gathered_split_kernel` (softmax or relu over a split of the selected scores, times the gathered V
   rows) → :func:`split_combine_kernel`.
 
 Layouts (through strides): ``Q [B, Hq, Lq, D]``, ``K [B, Hkv, Lk, D]``, ``V [B, Hkv, Lk, DV]``, ``OUT [B, Hq, Lq,
 DV]``; query head ``h`` reads K/V head ``h // groups``; query ``i`` sits at position ``Lk - Lq + i`` (bottom-right
 causal alignment). Scratch (rows of scores or bounds, tables, partials) is contiguous and allocated by the caller.
+
+The row top-k is one of two, by row length (``decode._row_topk``): :func:`row_topk_kernel`, one program walking a
+short row, or a radix select split over many programs a row (:func:`radix_histogram_kernel` four times,
+:func:`radix_count_kernel`, :func:`radix_write_kernel`), for the long rows of ``topk_fast`` (one per query row).
 
 On CPU tensors the same functions run in Triton's interpreter (``TRITON_INTERPRET=1``), except the native half
 product (``HALF_DOT``: the interpreter's is wrong), replaced there by the same product of the values widened.
@@ -96,6 +99,140 @@ def row_topk_kernel(
         tl.store(IDX + row * stride_ir + at, tl.where(s == float("-inf"), -1, cols), mask=take)
         written += tl.sum(take.to(tl.int32), axis=0)
         seen_ties += tl.sum(tie, axis=0)
+
+
+# The multi-program select: 8-bit digits of 32-bit keys, 4 passes; a row's scratch holds the 4 histograms (256
+# counts each, from 0 on entry) then (above, equal) counts per chunk. The int32 mask of a key's first p digits.
+_RADIX_BINS = tl.constexpr(256)
+_RADIX_PASSES = tl.constexpr(4)
+RADIX_PASSES = 4
+RADIX_BINS = 256
+RADIX_HIGH = (0, -(1 << 24), -(1 << 16), -(1 << 8))
+
+
+@triton.jit
+def _radix_key(s):
+    """Float32 ``s`` as 32 bits whose unsigned order is its order (-0.0 and +0.0 one key): an int32 (a negative
+    float's bits all flipped, a positive's sign bit set); ``^ -2^31`` gives the same order signed."""
+    bits = (s + 0.0).to(tl.int32, bitcast=True)
+    return bits ^ ((bits >> 31) | -2147483648)
+
+
+@triton.jit
+def _radix_threshold(HIST, n, passes):
+    """From a row's first ``passes`` histograms: the leading ``passes`` digits of its ``n``-th largest key
+    (unsigned order, the rest 0), and how many keys sharing those digits are still to pick (``n`` less the
+    keys whose digits are larger). Every program derives it from the 256 x ``passes`` counts: cheaper than a
+    launch that would store it."""
+    bins = tl.arange(0, _RADIX_BINS)
+    prefix = tl.zeros([], tl.int32)
+    want = tl.zeros([], tl.int32) + n
+    for p in range(0, passes):
+        h = tl.load(HIST + p * _RADIX_BINS + bins)
+        at_least = tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # keys with this digit or a larger one
+        # at_least falls with the digit and at_least[0] >= want: the largest digit that keeps want keys
+        digit = tl.sum((at_least >= want).to(tl.int32), axis=0) - 1
+        want -= tl.sum(tl.where(bins > digit, h, 0), axis=0)
+        prefix = prefix | (digit << (24 - 8 * p))
+    return prefix, want
+
+
+@triton.jit
+def _radix_chunk(SCORES, stride_sr, row, chunk, width, CHUNK: tl.constexpr):
+    """A chunk of one row: (its columns, whether each is in the row, float32 scores, unsigned-order keys)."""
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    valid = cols < width
+    s = tl.load(SCORES + row * stride_sr + cols, mask=valid, other=0.0).to(tl.float32)
+    return cols, valid, s, _radix_key(s)
+
+
+@triton.jit
+def radix_histogram_kernel(
+    SCORES,
+    SCRATCH,
+    stride_sr,
+    stride_wr,
+    width,
+    n,
+    passes,
+    high,
+    CHUNK: tl.constexpr,
+):
+    """Pass ``passes`` (0-3) of the multi-program select, one program per (row, chunk of ``CHUNK`` columns): the
+    chunk's keys whose first ``passes`` digits are the n-th largest key's (``high``: :data:`RADIX_HIGH`), counted
+    by their next digit into the row's histogram of this pass (one atomic add a nonzero bin)."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    hist = SCRATCH + row * stride_wr
+    prefix, _ = _radix_threshold(hist, n, passes)
+    _, valid, _, key = _radix_chunk(SCORES, stride_sr, row, chunk, width, CHUNK)
+    match = valid & (((key ^ prefix) & high) == 0)
+    digit = (key >> (24 - 8 * passes)) & 255
+    counts = tl.histogram(digit, _RADIX_BINS, mask=match)
+    bins = tl.arange(0, _RADIX_BINS)
+    tl.atomic_add(hist + passes * _RADIX_BINS + bins, counts, mask=counts > 0, sem="relaxed")
+
+
+@triton.jit
+def radix_count_kernel(
+    SCORES,
+    SCRATCH,
+    stride_sr,
+    stride_wr,
+    width,
+    n,
+    CHUNK: tl.constexpr,
+):
+    """Per (row, chunk): how many of the chunk's keys are above the row's n-th largest key and how many equal it,
+    stored after the row's histograms (what :func:`radix_write_kernel` needs of the chunks before its own)."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    scratch = SCRATCH + row * stride_wr
+    threshold, _ = _radix_threshold(scratch, n, _RADIX_PASSES)
+    _, valid, _, key = _radix_chunk(SCORES, stride_sr, row, chunk, width, CHUNK)
+    signed, at = key ^ -2147483648, threshold ^ -2147483648  # unsigned order as signed int32 compares
+    above = tl.sum((valid & (signed > at)).to(tl.int32), axis=0)
+    equal = tl.sum((valid & (signed == at)).to(tl.int32), axis=0)
+    counts = scratch + _RADIX_PASSES * _RADIX_BINS + 2 * chunk
+    tl.store(counts, above)
+    tl.store(counts + 1, equal)
+
+
+@triton.jit
+def radix_write_kernel(
+    SCORES,
+    SCRATCH,
+    IDX,
+    stride_sr,
+    stride_wr,
+    stride_ir,
+    width,
+    n,
+    CHUNK: tl.constexpr,
+    PRIOR: tl.constexpr,
+):
+    """Per (row, chunk): the chunk's picks (keys above the n-th largest, then those equal to it while the row
+    still wants ties, lowest columns first) written at their place in the row's ascending list, after the picks
+    of the chunks before it (their counts read ``PRIOR`` at a time); ``-1`` for a pick scored ``-inf``."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    scratch = SCRATCH + row * stride_wr
+    threshold, ties = _radix_threshold(scratch, n, _RADIX_PASSES)
+    counts = scratch + _RADIX_PASSES * _RADIX_BINS
+    above_before = tl.zeros([], tl.int32)
+    equal_before = tl.zeros([], tl.int32)
+    for c0 in range(0, chunk, PRIOR):
+        c = c0 + tl.arange(0, PRIOR)
+        above_before += tl.sum(tl.load(counts + 2 * c, mask=c < chunk, other=0), axis=0)
+        equal_before += tl.sum(tl.load(counts + 2 * c + 1, mask=c < chunk, other=0), axis=0)
+    cols, valid, s, key = _radix_chunk(SCORES, stride_sr, row, chunk, width, CHUNK)
+    signed, at = key ^ -2147483648, threshold ^ -2147483648
+    tie = (valid & (signed == at)).to(tl.int32)
+    tie_rank = equal_before + tl.cumsum(tie, axis=0) - 1
+    take = (valid & (signed > at)) | ((tie > 0) & (tie_rank < ties))
+    first = above_before + tl.minimum(equal_before, ties)
+    place = first + tl.cumsum(take.to(tl.int32), axis=0) - 1
+    tl.store(IDX + row * stride_ir + place, tl.where(s == float("-inf"), -1, cols), mask=take)
 
 
 @triton.jit
