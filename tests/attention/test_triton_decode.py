@@ -94,6 +94,16 @@ def test_topk_fast_decode_matches_the_float64_oracle(lq, lk, hq, hkv, topk, caus
     torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
 
 
+def test_topk_fast_decode_through_the_radix_select_matches_the_float64_oracle(monkeypatch):
+    # The step with its row top-k split over 3 programs a row (chunks of 16 of 45 keys), causal rows ending in
+    # -inf scores, grouped-query heads.
+    _radix_select(monkeypatch)
+    q, k, v = _inputs(3, 45, 2, 1, seed=9)
+    got = td.topk_fast_decode(q, k, v, causal=True, relu=False, topk=20, float_scores=False)
+    want = with_repeated_kv(reference_attention)(q.double(), k.double(), v.double(), causal=True, topk=20)
+    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
+
+
 def test_topk_fast_decode_bfloat16_ranks_as_the_cpu_path():
     # float_scores=True: float32 ranking (bf16 x bf16 products are exact in fp32), the keys of the float64 oracle.
     q, k, v = _inputs(2, 45, 4, 2, dtype=torch.bfloat16, d=16, dv=8, seed=11)
@@ -105,7 +115,7 @@ def test_topk_fast_decode_bfloat16_ranks_as_the_cpu_path():
     rows, lk = 2 * 4, 45
     scores, idx = torch.empty(rows, lk, dtype=torch.bfloat16), torch.empty(rows, 6, dtype=torch.int32)
     acc, stats, out = torch.empty(rows, 1, 8), torch.empty(rows, 1, 2), torch.empty(1, 4, 2, 8, dtype=torch.bfloat16)
-    td.topk_decode_(q, k, v, scores, idx, acc, stats, out, True, False, 32)
+    td.topk_decode_(q, k, v, scores, idx, td.select_scratch(rows, lk, "cpu"), acc, stats, out, True, False, 32)
     rounded = (q.float() @ k.float().repeat_interleave(2, dim=1).transpose(-2, -1)).bfloat16().view(rows, lk)
     rounded = rounded.masked_fill(torch.ones(2, lk, dtype=torch.bool).triu(lk - 1).repeat(4, 1), float("-inf"))
     assert torch.equal(scores, rounded)
@@ -120,21 +130,79 @@ def test_topk_fast_decode_bfloat16_ranks_as_the_cpu_path():
     torch.testing.assert_close(out.double(), want, rtol=1e-2, atol=1e-2)
 
 
-def test_row_topk_is_exact_and_breaks_ties_towards_the_lowest_column(monkeypatch):
+def _radix_select(monkeypatch, chunk: int = 16, prior: int = 2) -> None:
+    """Every row top-k through the multi-program radix select, in chunks of ``chunk`` columns (``prior`` chunk
+    counts summed a step: a write program past the first ``prior`` chunks loops)."""
+    monkeypatch.setattr(td, "ONE_PROGRAM_WIDTH", 0)
+    monkeypatch.setattr(td, "SELECT_CHUNK", chunk)
+    monkeypatch.setattr(td, "RADIX_CONFIG", dict(td.RADIX_CONFIG, CHUNK=chunk))
+    monkeypatch.setattr(td, "PRIOR_CHUNKS", prior)
+
+
+def _first_n(scores: torch.Tensor, n: int) -> torch.Tensor:
+    """The exact top-n columns of each row, ties to the lowest column, ascending; -1 for a pick scored -inf."""
+    want = scores.sort(dim=-1, descending=True, stable=True).indices[:, :n].sort(dim=-1).values
+    return torch.where(scores.float().gather(-1, want) == float("-inf"), -1, want)
+
+
+def _tied_rows(rows: int, width: int, seed: int) -> torch.Tensor:
     # Integer scores from a 3-value alphabet (ties at the k-th score in most rows), -0.0 beside +0.0, -inf entries
-    # and a row with fewer finite entries than k (its -inf picks read -1); 3 column blocks of the select.
-    monkeypatch.setattr(td, "SELECT_CONFIG", dict(td.SELECT_CONFIG, BLOCK=16))
-    g = torch.Generator().manual_seed(5)
-    scores = torch.randint(-1, 2, (4, 41), generator=g).float()
+    # and a last row with fewer finite entries than k (its -inf picks read -1).
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randint(-1, 2, (rows, width), generator=g).float()
     scores[0, ::3] = -0.0
     scores[1, 5:9] = float("-inf")
-    scores[3, 3:] = float("-inf")
+    scores[-1, 3:] = float("-inf")
+    return scores
+
+
+def test_row_topk_is_exact_and_breaks_ties_towards_the_lowest_column(monkeypatch):
+    # One program a row, 3 column blocks of 16.
+    monkeypatch.setattr(td, "SELECT_CONFIG", dict(td.SELECT_CONFIG, BLOCK=16))
+    scores = _tied_rows(4, 41, seed=5)
+    assert td.select_chunks(41) == 1 and td.select_scratch(4, 41, "cpu").shape == (4, 0)
     idx = torch.empty(4, 9, dtype=torch.int32)
-    td._row_topk(scores, idx)
-    want = scores.sort(dim=-1, descending=True, stable=True).indices[:, :9].sort(dim=-1).values
-    want = torch.where(scores.gather(-1, want) == float("-inf"), -1, want)
-    assert torch.equal(idx.long(), want)
+    td._row_topk(scores, idx, td.select_scratch(4, 41, "cpu"))
+    assert torch.equal(idx.long(), _first_n(scores, 9))
     assert (idx[3] == -1).sum() == 6
+
+
+@pytest.mark.parametrize("n", [1, 9, 75])
+def test_radix_select_over_many_programs_is_exact_with_ties_across_chunks(monkeypatch, n):
+    # 75 columns in 5 chunks of 16 (the last partial), each chunk a program: ties at the n-th score spread over
+    # chunks (the lowest columns win across program boundaries), k = 1 and k = the row length; the write programs
+    # of chunks 2-4 sum the earlier chunks' counts in two steps.
+    _radix_select(monkeypatch)
+    scores = _tied_rows(3, 75, seed=n)
+    assert td.select_chunks(75) == 5
+    scratch = td.select_scratch(3, 75, "cpu")
+    assert scratch.shape == (3, 4 * 256 + 2 * 5) and not scratch.any()
+    idx = torch.full((3, n), -7, dtype=torch.int32)
+    td._row_topk(scores, idx, scratch)
+    assert torch.equal(idx.long(), _first_n(scores, n))
+    # the histograms count each pass's candidates: pass 0 every column of the row
+    assert torch.equal(scratch[:, :256].sum(dim=1), torch.full((3,), 75, dtype=torch.int32))
+
+
+def test_radix_select_ranks_distinct_floats_and_bfloat16_exactly(monkeypatch):
+    # Random float32 (every digit of the key matters: 4 passes narrow to one key) and bfloat16 scores (the low
+    # 16 bits of every key are 0: the last passes keep all candidates), negative and positive.
+    _radix_select(monkeypatch, chunk=32)
+    g = torch.Generator().manual_seed(7)
+    for scores in (torch.randn(2, 100, generator=g), torch.randn(2, 100, generator=g).bfloat16()):
+        idx = torch.empty(2, 13, dtype=torch.int32)
+        td._row_topk(scores, idx, td.select_scratch(2, 100, "cpu"))
+        assert torch.equal(idx.long(), _first_n(scores, 13))
+
+
+def test_the_row_top_k_takes_one_program_for_short_rows_and_chunks_for_long_ones():
+    assert [td.select_chunks(w) for w in (1, td.ONE_PROGRAM_WIDTH, td.ONE_PROGRAM_WIDTH + 1, 131072)] == [
+        1,
+        1,
+        -(-(td.ONE_PROGRAM_WIDTH + 1) // td.SELECT_CHUNK),
+        131072 // td.SELECT_CHUNK,
+    ]
+    assert td.select_scratch(32, 131072, "cpu").shape == (32, 4 * 256 + 2 * 64)
 
 
 def test_cuda_decode_steps_take_the_triton_ops_under_fake_tensors(monkeypatch):
@@ -152,6 +220,7 @@ def test_cuda_decode_steps_take_the_triton_ops_under_fake_tensors(monkeypatch):
         with LiveBytes(q, k, summaries) as tracker:
             out = page.fn(q, k, k, causal=True, page_size=16, token_budget=256, summaries=summaries)
         rows, pages, n = b * hkv, lk // 16, 256 // 16
+        assert pages <= td.ONE_PROGRAM_WIDTH  # one program a row: no select scratch
         splits, _ = td._splits(rows, n + 1, td.CHUNK_KEYS // 16)
         scratch = rows * pages * 4 + rows * n * 4 + b * hq * splits * (d + 2) * 4
         assert tracker.peak == scratch + out.nbytes
@@ -159,7 +228,9 @@ def test_cuda_decode_steps_take_the_triton_ops_under_fake_tensors(monkeypatch):
             out = fast(q, k, k, causal=True, topk=256)
         rows = b * hq
         splits, _ = td._splits(rows, 256, td.GATHER_CHUNK)
-        assert tracker.peak == rows * lk * 2 + rows * 256 * 4 + rows * splits * (d + 2) * 4 + out.nbytes
+        select = rows * (4 * 256 + 2 * -(-lk // td.SELECT_CHUNK)) * 4  # the radix select's histograms and counts
+        assert lk > td.ONE_PROGRAM_WIDTH
+        assert tracker.peak == rows * lk * 2 + rows * 256 * 4 + select + rows * splits * (d + 2) * 4 + out.nbytes
     assert calls == ["page_topk_decode", "topk_fast_decode"]
     assert out.shape == (b, hq, 1, d) and out.dtype == torch.bfloat16
 
@@ -246,15 +317,19 @@ def test_the_implementations_dispatch_their_decode_steps_to_the_kernels(monkeypa
     assert len(calls) == 2
 
 
-def test_page_table_ties_go_to_the_lowest_pages():
+@pytest.mark.parametrize("radix", [False, True], ids=["one program a row", "radix select, 2 chunks"])
+def test_page_table_ties_go_to_the_lowest_pages(monkeypatch, radix):
     # Every page holds the same 4 keys: every eligible page has the same bound, so the table is the first n of them
     # (causal: pages before the own one, 7), the picks in ascending order; a second K/V head's pages differ.
+    if radix:
+        _radix_select(monkeypatch, chunk=4)
     q, k, v = _inputs(1, 29, 2, 2, seed=4)
     k[:, 0] = k[:, 0, :4].repeat(1, 8, 1)[:, :29]
     rows, n = 2, 3
     bounds, table = torch.empty(rows, 8), torch.empty(rows, n, dtype=torch.int32)
     acc, stats, out = torch.empty(rows, 1, 6), torch.empty(rows, 1, 2), torch.empty(1, 2, 1, 6)
-    td.page_decode_(q, k, v, page_summaries(k, 4), bounds, table, acc, stats, out, True, 4, 16)
+    select = td.select_scratch(rows, 8, "cpu")
+    td.page_decode_(q, k, v, page_summaries(k, 4), bounds, table, select, acc, stats, out, True, 4, 16)
     assert bounds[0, :7].unique().numel() == 1 and bounds[0, 7] == float("-inf")
     assert table[0].tolist() == [0, 1, 2]
     keep = page.selection(q.double(), k.double(), causal=True, page_size=4, token_budget=12)
