@@ -130,6 +130,11 @@ def _resource_usage(cubin: bytes) -> tuple[int, int, int]:
     return registers, max(stack, local), static_shared
 
 
+# The multi-program row top-k (long rows: topk_fast's scores), compiled for both dtypes it reads as the one-program
+# row_topk_kernel is.
+RADIX_KERNELS = ("radix_histogram_kernel", "radix_count_kernel", "radix_write_kernel")
+
+
 @dataclass(frozen=True)
 class DecodeVariant:
     """One compiled configuration of a decode kernel (:mod:`implementations.triton_kernels.decode_kernels`):
@@ -143,7 +148,7 @@ class DecodeVariant:
     @property
     def name(self) -> str:
         what = {
-            "row_topk_kernel": f" scores={self.reads}",
+            **{kernel: f" scores={self.reads}" for kernel in ("row_topk_kernel", *RADIX_KERNELS)},
             "page_bounds_kernel": f" summaries={self.reads}",
             "page_attention_kernel": f" page={self.page_size}",
         }
@@ -157,7 +162,7 @@ def decode_variants() -> list[DecodeVariant]:
     return [
         *(
             DecodeVariant(kernel, reads)
-            for kernel in ("row_topk_kernel", "page_bounds_kernel")
+            for kernel in ("row_topk_kernel", "page_bounds_kernel", *RADIX_KERNELS)
             for reads in ("fp32", "bf16")
         ),
         *(DecodeVariant(kernel) for kernel in kernels),
@@ -175,6 +180,12 @@ def _decode_source(variant: DecodeVariant):
     d = variant.d
     pointers, config = {
         "row_topk_kernel": ({"SCORES": "*" + variant.reads, "IDX": "*i32"}, td.SELECT_CONFIG),
+        "radix_histogram_kernel": ({"SCORES": "*" + variant.reads, "SCRATCH": "*i32"}, td.RADIX_CONFIG),
+        "radix_count_kernel": ({"SCORES": "*" + variant.reads, "SCRATCH": "*i32"}, td.RADIX_CONFIG),
+        "radix_write_kernel": (
+            {"SCORES": "*" + variant.reads, "SCRATCH": "*i32", "IDX": "*i32"},
+            td.RADIX_CONFIG | dict(PRIOR=td.PRIOR_CHUNKS),
+        ),
         "page_bounds_kernel": (
             {"Q": "*bf16", "S": "*" + variant.reads, "BOUNDS": "*fp32"},
             td.bounds_config(d) | dict(CAUSAL=True, SHARED=True),
