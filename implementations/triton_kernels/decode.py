@@ -49,10 +49,12 @@ MAX_SPLITS = 32
 BLOCK_P = 16
 BLOCK_N = 64
 SELECT_BLOCK = 1024
-# The row top-k: rows up to ONE_PROGRAM_WIDTH take one program each (row_topk_kernel: ten serial passes of
-# SELECT_BLOCK columns, ~1.6 us each on an H200: a 2,048-wide row in ~33 us); longer rows are split into chunks of
-# SELECT_CHUNK columns over programs of their own (the radix kernels: seven launches, each a few us whatever the
-# width: on an H200 a 131,072-wide row took ten passes of 128 serial steps, 2 ms, on one program each).
+# The row top-k: rows up to ONE_PROGRAM_WIDTH take one program each (row_topk_kernel: ten walks over the row in
+# serial steps of SELECT_BLOCK columns, each waiting for its load: ~1.6 us a step on an H200, where 32 rows of
+# 131,072 took 2 ms); longer rows are split into chunks of SELECT_CHUNK columns, a program each (the radix
+# kernels: six launches and a fill, a few us each whatever the width). The GPU time model puts the two level
+# between 2,048 and 4,096 columns (8 rows: ~30 us for one program a row at 2,048, ~40 us for the radix chain;
+# at 8,192, page_topk's rows at 128K keys in pages of 16, 108 us against 37 us).
 ONE_PROGRAM_WIDTH = 2 * SELECT_BLOCK
 SELECT_CHUNK = 2048
 # Chunk counts summed per step by a radix write program (those of the chunks before its own).
@@ -169,8 +171,9 @@ def select_scratch(rows: int, width: int, device) -> torch.Tensor:
     from implementations.triton_kernels.decode_kernels import RADIX_BINS, RADIX_PASSES
 
     chunks = select_chunks(width)
-    words = 0 if chunks == 1 else RADIX_PASSES * RADIX_BINS + 2 * chunks
-    return torch.zeros(rows, words, dtype=torch.int32, device=device)
+    if chunks == 1:  # no scratch, and no fill kernel for it
+        return torch.empty(rows, 0, dtype=torch.int32, device=device)
+    return torch.zeros(rows, RADIX_PASSES * RADIX_BINS + 2 * chunks, dtype=torch.int32, device=device)
 
 
 def _row_topk(scores: torch.Tensor, idx: torch.Tensor, scratch: torch.Tensor) -> None:

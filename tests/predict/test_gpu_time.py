@@ -11,6 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from topk_bench.measure.ops import OpCounter
 from topk_bench.predict import kernels, timing
+from topk_bench.predict.kernels import gpus
 from topk_bench.types import DEFAULT_GPU, GpuModel
 
 aten = torch.ops.aten
@@ -271,7 +272,10 @@ def test_the_triton_decode_ops_are_costed_as_the_chain_of_kernels_each_launches(
     # each launch of the chain is a Python call on the host (triton's launcher), as an op dispatch is
     assert bounding.host_ops >= 1 and selecting.host_ops == attending.host_ops == combining.host_ops == 1
     rows = b * hkv  # one table row per K/V head (group_pages), serving 4 query heads
-    assert selecting.bytes == 10 * rows * (lk // page) * 4 + rows * n_top * 4  # ten reads of each row's bounds
+    # 256 pages: one program a row, ten reads of each row's bounds, each a serial walk of blocks of 1024
+    assert decode.select_chunks(lk // page) == 1
+    assert selecting.bytes == 10 * rows * (lk // page) * 4 + rows * n_top * 4
+    assert selecting.blocks == rows and selecting.round_trips == 10
     picked = rows * (n_top + 1) * page * 2 * d * 2  # the picked pages and the own page, K and V, bfloat16
     assert attending.flops == 2 * rows * (hq // hkv) * (n_top + 1) * page * 2 * d
     assert picked < attending.bytes < picked + 2**20  # not the whole cache (4 MiB of it)
@@ -280,10 +284,42 @@ def test_the_triton_decode_ops_are_costed_as_the_chain_of_kernels_each_launches(
         q, k, v = make(b, hq, 1, d, dtype=bf16), make(b, hkv, lk, d, dtype=bf16), make(b, hkv, lk, d, dtype=bf16)
         decode.topk_fast_decode(q, k, v, causal=True, relu=False, topk=kk, float_scores=False)
 
-    scoring, selecting, gathering, _ = recorded(scores)
+    # 4,096 keys: the radix select, 2 chunks a row, its scratch zeroed by torch before the op
+    fill, scoring, *selecting, gathering, _ = recorded(scores)
+    rows, chunks = b * hq, decode.select_chunks(lk)
+    assert chunks == 2 and fill.bytes == rows * (4 * 256 + 2 * chunks) * 4
     assert (scoring.kind, scoring.flops) == (timing.GEMM, 2 * b * hq * lk * d)
-    assert selecting.bytes == 10 * b * hq * lk * 2 + b * hq * kk * 4  # bfloat16 scores, int32 picks
+    assert len(selecting) == 6  # 4 histogram passes, a count, a write
+    assert {(s.kind, s.blocks) for s in selecting} == {(timing.SELECTION, rows * chunks)}
+    assert all(rows * lk * 2 < s.bytes < rows * lk * 2 + 2**17 for s in selecting)  # the scores once each
+    assert [s.round_trips for s in selecting] == [1, 1, 1, 1, 1, 2]  # the write: its chunk, the counts before it
     assert gathering.flops == 2 * b * hq * kk * d
+
+
+def test_a_serial_select_pays_a_round_trip_a_step_and_the_radix_one_does_not():
+    """The row top-k at the H200's measured decode step (32 rows of 131,072 bfloat16 scores, k = 8,192): one
+    program a row walks 10 x 128 steps, each waiting for its load; the radix select's programs wait once or twice.
+    The model costs them apart by those round trips and by the SMs their programs fill."""
+    from implementations.triton_kernels import decode
+    from topk_bench.predict.custom_op_costs import _row_topk
+
+    gpu, constants = gpus.gpu("h200"), timing.Constants.fitted()
+    with FakeTensorMode():
+        scores, idx = torch.empty(32, 131072, dtype=torch.bfloat16), torch.empty(32, 8192, dtype=torch.int32)
+        radix = _row_topk(scores, idx)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(decode, "ONE_PROGRAM_WIDTH", 1 << 30)
+            (serial,) = _row_topk(scores, idx)
+    assert serial.round_trips == 10 * 131072 // decode.SELECT_BLOCK and serial.blocks == 32
+
+    def seconds(costs):
+        kernels = [timing.Kernel("k", c.kind, c.flops, c.bytes, "half", c.blocks, c.lanes, 1, c.round_trips)
+                   for c in costs]  # fmt: skip
+        return sum(timing.kernel_seconds(k, gpu, constants) for k in kernels)
+
+    waits = serial.round_trips * timing.CHAIN_LOAD_BYTES / constants.lane_bytes_per_s
+    assert seconds([serial]) > waits > 0.5e-3  # the serial steps alone: over half a millisecond
+    assert seconds(radix) < seconds([serial]) / 20
 
 
 def test_an_op_counts_every_kernel_its_declaration_lists():

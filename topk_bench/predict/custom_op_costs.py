@@ -12,6 +12,7 @@ time is its bytes at the elementwise kernels' rate, and the prediction warns tha
 from __future__ import annotations
 
 from implementations.triton_kernels import BLOCK_M as SELECT_ROWS  # query rows of one selection program
+from implementations.triton_kernels import decode as triton_decode
 from implementations.triton_kernels.decode import BLOCK_N as DECODE_BLOCK_N  # keys of one scores program
 from implementations.triton_kernels.decode import BLOCK_P as DECODE_BLOCK_P  # pages of one bounds program
 from implementations.triton_kernels.decode import ROWS as DECODE_ROWS  # query rows of one scores program
@@ -80,13 +81,55 @@ def gathered_backward(args, kwargs) -> Cost:
 
 # -- decode steps (implementations/triton_kernels/decode.py): one op, a chain of launches -----------------------
 
-# The row top-k reads its row this many times: 8 radix passes of 4 bits, a count, a write (decode_kernels.py).
-_ROW_TOPK_READS = 10
+# The row top-k's work, in integer instructions a thread issues (decode_kernels.py), declared as FLOPs at 4 FLOPs
+# an instruction: an SM of sm_80/sm_90 issues 64 int32 results a clock against 128 fp32 FMAs (2 FLOPs each), and
+# the selection class is costed at the fp32 peak.
+_INT_OP_FLOPS = 4.0
+# One program a row (row_topk_kernel): 8 passes of 4-bit digits, a count and a write, each a walk over the row in
+# steps of SELECT_BLOCK columns, every step waiting for its load (the running counts carry from step to step).
+# Per column and walk, its key (load, widen, bitcast, shift, and, xor, sign-extend, 64-bit add: 8); per column
+# and candidate digit of a radix pass, an int64 compare and a count (two compares, a select, an add: 4).
+_ONE_PROGRAM_PASSES, _ONE_PROGRAM_WALKS, _ONE_PROGRAM_DIGITS = 8, 10, 16
+_KEY_OPS, _COMPARE_OPS = 8, 4
+# Many programs a row (the radix kernels, each program one chunk): per column, its 32-bit key (6), and in a
+# histogram pass the prefix test and the digit (5) and a shared-memory atomic (4); in the count two compares and
+# two sums (6); in the write the compares, two prefix sums and the store (14). Per program, its threshold from
+# the row's histograms: per histogram, about 10 instructions a bin (a prefix sum, two compares, two sums).
+_RADIX_KEY_OPS, _HISTOGRAM_OPS, _COUNT_OPS, _WRITE_OPS, _BIN_OPS = 6, 9, 6, 14, 10
 
 
-def _row_topk(scores, idx) -> Cost:
-    """One program per row; each reads its row :data:`_ROW_TOPK_READS` times and writes its picks."""
-    return Cost(SELECTION, 0.0, _ROW_TOPK_READS * nbytes(scores) + nbytes(idx), scores.shape[0])
+def _row_topk(scores, idx) -> tuple[Cost, ...]:
+    """The row top-k as :func:`implementations.triton_kernels.decode.select_chunks` runs it: one program a row
+    (10 walks over the row, each a serial loop of loads) or the radix select's six launches of one program per
+    (row, chunk), each reading its chunk once and waiting on one load (the write: and on the earlier chunks'
+    counts, ``PRIOR_CHUNKS`` at a time)."""
+    rows, width = scores.shape
+    chunks = triton_decode.select_chunks(width)
+    if chunks == 1:
+        per_column = _ONE_PROGRAM_WALKS * _KEY_OPS + _ONE_PROGRAM_PASSES * _ONE_PROGRAM_DIGITS * _COMPARE_OPS
+        steps = _ONE_PROGRAM_WALKS * -(-width // triton_decode.SELECT_BLOCK)
+        flops = _INT_OP_FLOPS * per_column * rows * width
+        return (Cost(SELECTION, flops, _ONE_PROGRAM_WALKS * nbytes(scores) + nbytes(idx), rows, round_trips=steps),)
+    from implementations.triton_kernels.decode_kernels import RADIX_BINS, RADIX_PASSES
+
+    programs = rows * chunks
+    columns = float(rows * width)
+
+    def launch(ops_per_column: int, histograms: int, moved: float, round_trips: int = 1) -> Cost:
+        ops = ops_per_column * columns + _BIN_OPS * RADIX_BINS * histograms * programs
+        return Cost(SELECTION, _INT_OP_FLOPS * ops, moved, programs, round_trips=round_trips)
+
+    counts = 2 * 4 * programs  # (above, equal) int32 per chunk
+    chain = [
+        launch(_RADIX_KEY_OPS + _HISTOGRAM_OPS, p, nbytes(scores) + 4 * RADIX_BINS * (p + 1) * programs)
+        for p in range(RADIX_PASSES)
+    ]
+    histograms = 4 * RADIX_BINS * RADIX_PASSES * programs
+    chain.append(launch(_RADIX_KEY_OPS + _COUNT_OPS, RADIX_PASSES, nbytes(scores) + histograms + counts))
+    prior_steps = -(-(chunks - 1) // triton_decode.PRIOR_CHUNKS)
+    moved = nbytes(scores) + histograms + counts * chunks / 2 + nbytes(idx)  # a chunk reads the counts before it
+    chain.append(launch(_RADIX_KEY_OPS + _WRITE_OPS, RADIX_PASSES, moved, round_trips=1 + prior_steps))
+    return tuple(chain)
 
 
 def _combine(acc, stats, out) -> Cost:
@@ -98,7 +141,7 @@ def _combine(acc, stats, out) -> Cost:
 def page_decode(args, kwargs) -> tuple[Cost, ...]:
     """Bounds (when pages are picked), the row top-k of the bounds, split-KV attention over each row's picked
     pages and its own, the combine. The attention reads only the picked pages' K and V rows."""
-    q, k, v, summaries, bounds, table, acc, stats, out, causal, page_size = args[:11]
+    q, k, v, summaries, bounds, table, _select, acc, stats, out, causal, page_size = args[:12]
     b, hq, lq, d = q.shape
     hkv, dv = k.shape[1], v.shape[-1]
     rows, n = table.shape
@@ -116,7 +159,7 @@ def page_decode(args, kwargs) -> tuple[Cost, ...]:
         # Each bound: over d, the larger of q times the page's minimum and maximum, summed (3 FLOPs a term).
         programs = -(-summaries.shape[2] // DECODE_BLOCK_P) * b * hkv
         bounding = Cost(ELEMENTWISE, 3.0 * bounds.numel() * d, nbytes(q) + nbytes(summaries) + nbytes(bounds), programs)
-        chain = [bounding, _row_topk(bounds, table), *chain]
+        chain = [bounding, *_row_topk(bounds, table), *chain]
     return tuple(chain)
 
 
@@ -124,7 +167,7 @@ def page_decode(args, kwargs) -> tuple[Cost, ...]:
 def topk_decode(args, kwargs) -> tuple[Cost, ...]:
     """Every score of the step, the row top-k of the scores, the selected scores' softmax times their gathered V
     rows split across programs, the combine."""
-    q, k, v, scores, idx, acc, stats, out = args[:8]
+    q, k, v, scores, idx, _select, acc, stats, out = args[:9]
     if scores.numel() == 0:
         return ()
     b, hq, lq, d = q.shape
@@ -139,4 +182,4 @@ def topk_decode(args, kwargs) -> tuple[Cost, ...]:
         nbytes(idx) + picked + nbytes(acc) + nbytes(stats),
         rows * acc.shape[1],
     )
-    return (scoring, _row_topk(scores, idx), gathered, _combine(acc, stats, out))
+    return (scoring, *_row_topk(scores, idx), gathered, _combine(acc, stats, out))

@@ -17,7 +17,7 @@ The fake run of a CUDA prediction dispatches the ops CUDA would, with their shap
 - the class (:data:`CLASSES`): GEMM, SDPA forward, SDPA backward, elementwise and reductions, top-k and sort,
   gathers and scatters.
 
-A kernel takes ``floor + max(compute, memory)`` on the device (:func:`device_seconds`):
+A kernel takes ``floor + max(compute, memory) + round trips`` on the device (:func:`device_seconds`):
 
 - compute: ``FLOPs / (peak x efficiency[class] x busy)``, the part's peak for the kernel's dtype
   (:class:`~topk_bench.predict.kernels.gpus.Gpu`: float32 GEMMs on the CUDA cores, as the harness keeps TF32
@@ -25,7 +25,10 @@ A kernel takes ``floor + max(compute, memory)`` on the device (:func:`device_sec
 - memory: ``bytes / bandwidth``, the bandwidth achieved being the least of the part's times the class's
   efficiency, the blocks' (``blocks x`` what one block of a GEMM, or of an attention kernel, streams: a
   kernel of few blocks cannot fill the memory system, and the bandwidth one block sustains is not the part's
-  over its SMs) and the lanes' (``lanes x`` what one thread walking a chain of dependent loads reads).
+  over its SMs) and the lanes' (``lanes x`` what one thread walking a chain of dependent loads reads);
+- round trips: a kernel whose programs wait for their loads one after another (a loop over a row whose every
+  step needs the last one's result: a Triton kernel declares how many its longest program makes) pays each one
+  the time a dependent load of a chain takes (:data:`CHAIN_LOAD_BYTES` at ``lane_bytes_per_s``), on top.
 
 The device runs the kernels one after another on one stream. A CUDA graph's replay takes their sum; an eager
 iteration is that stream fed by the host, which spends ``launch`` on each kernel it issues: a kernel starts
@@ -143,6 +146,7 @@ class Kernel:
     blocks: int = 0  # thread blocks it runs in parallel, where the kernel's tiling says (0: enough for every SM)
     lanes: int = 0  # threads that each walk a chain of dependent loads (0: not such a kernel)
     host_ops: int = 1  # ops the host dispatched since the previous kernel, this one's included (views too)
+    round_trips: int = 0  # dependent memory round trips of its longest program, one after another (declared)
 
 
 # The output tile one thread block of a GEMM computes (CUTLASS's and cuBLAS's usual 128 x 128), and the query
@@ -263,6 +267,7 @@ class Cost:
     bytes: float
     blocks: int = 0
     lanes: int = 0
+    round_trips: int = 0  # the longest program's loads that each wait for the one before (a serial loop)
 
 
 # (args, kwargs) of one call -> its Cost, or one Cost per kernel of an op that launches a chain of them
@@ -332,7 +337,15 @@ def kernels(func, args, kwargs, out, host_ops: int = 1) -> list[Kernel]:
             chain = declared if isinstance(declared, tuple) else (declared,)
             return [
                 Kernel(
-                    name, c.kind, float(c.flops), float(c.bytes), dtype, c.blocks, c.lanes, host_ops if i == 0 else 1
+                    name,
+                    c.kind,
+                    float(c.flops),
+                    float(c.bytes),
+                    dtype,
+                    c.blocks,
+                    c.lanes,
+                    host_ops if i == 0 else 1,
+                    c.round_trips,
                 )
                 for i, c in enumerate(chain)
             ]
@@ -446,6 +459,7 @@ class KernelTable:
     blocks: np.ndarray  # 0: enough for every SM
     lanes: np.ndarray  # 0: no chain of loads
     host_ops: np.ndarray  # ops dispatched before it since the previous kernel, itself included
+    round_trips: np.ndarray  # its longest program's dependent round trips (0: none declared)
 
     @classmethod
     def of(cls, kernels: Iterable[Kernel], gpu: Gpu) -> KernelTable:
@@ -458,14 +472,21 @@ class KernelTable:
             np.array([k.blocks for k in ks], dtype=float),
             np.array([k.lanes for k in ks], dtype=float),
             np.array([k.host_ops for k in ks], dtype=float),
+            np.array([k.round_trips for k in ks], dtype=float),
         )
 
     def __len__(self) -> int:
         return len(self.kind)
 
 
+# What one dependent load of the chains ``lane_bytes_per_s`` was fitted on reads (embedding_bag's float32 rows,
+# one element a step): a round trip takes CHAIN_LOAD_BYTES / lane_bytes_per_s (0.81 us with the H100 fit).
+CHAIN_LOAD_BYTES = 4
+
+
 def device_seconds(table: KernelTable, gpu: Gpu, constants: Constants) -> np.ndarray:
-    """Each kernel's time on the device: ``floor + max(compute, memory)`` (the module's docstring)."""
+    """Each kernel's time on the device: ``floor + max(compute, memory) + round trips`` (the module's
+    docstring)."""
     efficiency = np.array([constants.efficiency[c] for c in CLASSES])[table.kind]
     tiled = table.blocks > 0
     busy = np.where(tiled, np.minimum(1.0, table.blocks / gpu.sm_count), 1.0)
@@ -474,7 +495,8 @@ def device_seconds(table: KernelTable, gpu: Gpu, constants: Constants) -> np.nda
     blocks_cap = np.where(tiled, table.blocks, np.inf) * per_block[table.kind]
     lanes_cap = np.where(table.lanes > 0, table.lanes, np.inf) * constants.lane_bytes_per_s
     bandwidth = np.minimum(gpu.hbm_bytes_per_s * efficiency, np.minimum(blocks_cap, lanes_cap))
-    return constants.floor_s + np.maximum(compute, table.bytes / bandwidth)
+    waits = table.round_trips * (CHAIN_LOAD_BYTES / constants.lane_bytes_per_s)
+    return constants.floor_s + np.maximum(compute, table.bytes / bandwidth) + waits
 
 
 def host_seconds(table: KernelTable, constants: Constants) -> np.ndarray:
