@@ -8,8 +8,9 @@ Two launch chains, each ending in the same combine:
   for pages a row may not pick) → the row top-k (each row's best ``n`` pages) →
   :func:`page_attention_kernel` (one program per (table row, split): exact softmax attention over a few chosen pages
   and the row's own page, flash-decoding's partial ``(max, sum, acc)``) → :func:`split_combine_kernel`;
-- ``topk_fast``: :func:`decode_scores_kernel` (every score of the step) → the row top-k (each row's exact top-k) → :func:`gathered_split_kernel` (softmax or relu over a split of the selected scores, times the gathered V
-  rows) → :func:`split_combine_kernel`.
+- ``topk_fast``: :func:`decode_scores_kernel` (every score of the step) → the row top-k (each row's exact top-k) →
+  :func:`gathered_split_kernel` (softmax or relu over a split of the selected scores, times the gathered V rows) →
+  :func:`split_combine_kernel`.
 
 Layouts (through strides): ``Q [B, Hq, Lq, D]``, ``K [B, Hkv, Lk, D]``, ``V [B, Hkv, Lk, DV]``, ``OUT [B, Hq, Lq,
 DV]``; query head ``h`` reads K/V head ``h // groups``; query ``i`` sits at position ``Lk - Lq + i`` (bottom-right
