@@ -146,12 +146,15 @@ def _first_n(scores: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _tied_rows(rows: int, width: int, seed: int) -> torch.Tensor:
-    # Integer scores from a 3-value alphabet (ties at the k-th score in most rows), -0.0 beside +0.0, -inf entries
-    # and a last row with fewer finite entries than k (its -inf picks read -1).
+    # Integer scores from a 3-value alphabet (ties at the k-th score in most rows), -0.0 beside +0.0, -inf entries,
+    # a row of ties with its few larger scores at its end (picks after ties left out: their place counts only the
+    # ties taken) and a last row with fewer finite entries than k (its -inf picks read -1).
     g = torch.Generator().manual_seed(seed)
     scores = torch.randint(-1, 2, (rows, width), generator=g).float()
     scores[0, ::3] = -0.0
     scores[1, 5:9] = float("-inf")
+    scores[2] = 0.0
+    scores[2, -6::2] = 1.0
     scores[-1, 3:] = float("-inf")
     return scores
 
@@ -161,9 +164,10 @@ def test_row_topk_is_exact_and_breaks_ties_towards_the_lowest_column(monkeypatch
     monkeypatch.setattr(td, "SELECT_CONFIG", dict(td.SELECT_CONFIG, BLOCK=16))
     scores = _tied_rows(4, 41, seed=5)
     assert td.select_chunks(41) == 1 and td.select_scratch(4, 41, "cpu").shape == (4, 0)
-    idx = torch.empty(4, 9, dtype=torch.int32)
+    padded = torch.full((4, 10), -7, dtype=torch.int32)  # a guard column after each row: no pick past k
+    idx = padded[:, :9]
     td._row_topk(scores, idx, td.select_scratch(4, 41, "cpu"))
-    assert torch.equal(idx.long(), _first_n(scores, 9))
+    assert torch.equal(idx.long(), _first_n(scores, 9)) and (padded[:, 9] == -7).all()
     assert (idx[3] == -1).sum() == 6
 
 
@@ -173,15 +177,17 @@ def test_radix_select_over_many_programs_is_exact_with_ties_across_chunks(monkey
     # chunks (the lowest columns win across program boundaries), k = 1 and k = the row length; the write programs
     # of chunks 2-4 sum the earlier chunks' counts in two steps.
     _radix_select(monkeypatch)
-    scores = _tied_rows(3, 75, seed=n)
+    scores = _tied_rows(4, 75, seed=n)
     assert td.select_chunks(75) == 5
-    scratch = td.select_scratch(3, 75, "cpu")
-    assert scratch.shape == (3, 4 * 256 + 2 * 5) and not scratch.any()
-    idx = torch.full((3, n), -7, dtype=torch.int32)
+    scratch = td.select_scratch(4, 75, "cpu")
+    assert scratch.shape == (4, 4 * 256 + 2 * 5) and not scratch.any()
+    padded = torch.full((4, n + 1), -7, dtype=torch.int32)  # a guard column after each row: no pick past n
+    idx = padded[:, :n]
     td._row_topk(scores, idx, scratch)
     assert torch.equal(idx.long(), _first_n(scores, n))
+    assert (padded[:, n] == -7).all()
     # the histograms count each pass's candidates: pass 0 every column of the row
-    assert torch.equal(scratch[:, :256].sum(dim=1), torch.full((3,), 75, dtype=torch.int32))
+    assert torch.equal(scratch[:, :256].sum(dim=1), torch.full((4,), 75, dtype=torch.int32))
 
 
 def test_radix_select_ranks_distinct_floats_and_bfloat16_exactly(monkeypatch):
