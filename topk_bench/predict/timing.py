@@ -479,8 +479,9 @@ class KernelTable:
         return len(self.kind)
 
 
-# What one dependent load of the chains ``lane_bytes_per_s`` was fitted on reads (embedding_bag's float32 rows,
-# one element a step): a round trip takes CHAIN_LOAD_BYTES / lane_bytes_per_s (0.81 us with the H100 fit).
+# What one dependent load of the chains ``lane_bytes_per_s`` was fitted on reads: one element of embedding_bag's
+# weight a step, float32 in most of the fitted rows (bfloat16 in the CUDA-graph decode steps). A round trip takes
+# CHAIN_LOAD_BYTES / lane_bytes_per_s: 0.81 us with the H100 fit.
 CHAIN_LOAD_BYTES = 4
 
 
