@@ -54,7 +54,7 @@ SELECT_BLOCK = 1024
 # 131,072 took 2 ms); longer rows are split into chunks of SELECT_CHUNK columns, a program each (the radix
 # kernels: six launches and a fill, a few us each whatever the width). The GPU time model puts the two level
 # between 2,048 and 4,096 columns (8 rows: ~30 us for one program a row at 2,048, ~40 us for the radix chain;
-# at 8,192, page_topk's rows at 128K keys in pages of 16, 108 us against 37 us).
+# at 8,192, page_topk's rows at 128K keys in pages of 16, 108 us against 42 us).
 ONE_PROGRAM_WIDTH = 2 * SELECT_BLOCK
 SELECT_CHUNK = 2048
 # Chunk counts summed per step by a radix write program (those of the chunks before its own).
