@@ -302,6 +302,9 @@ def test_a_measured_row_is_predicted_on_the_path_it_records():
     assert environment({"case_id": "x"}) == BEFORE_CODE_PATH == {triton: "0", torch_path: "bags"}
     row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=triton:3.4.0"}
     assert environment(row) == {triton: "1", torch_path: "batched"}
+    # The torch path where the measured defaults chose it (implementations/triton_kernels/defaults.py).
+    row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=torch:default (faster on an H200)"}
+    assert environment(row) == {triton: "0", torch_path: "batched"}
     # Written after code_path, before the cuda_torch pair: the bags path.
     row = {"code_path": "decode_tiles=64MiB;triton_kernels=torch:disabled by TOPK_BENCH_TRITON=0"}
     assert environment(row) == {triton: "0", torch_path: "bags"}
