@@ -50,19 +50,18 @@ def switch() -> str | None:
 
 def declined(impl: str, operation: str) -> str | None:
     """Why ``impl``'s ``operation`` (:data:`TRAINING` or :data:`DECODE`) does not take the kernels whatever the call
-    (None: it does where they support it): disabled by :data:`ENV`, or the torch path by :data:`DEFAULTS`."""
+    (None: it does where they support it): disabled by :data:`ENV`, or the torch path by :data:`DEFAULTS` (an
+    operation it does not list takes the kernels)."""
     value = switch()
     if value == DISABLE:
         return f"disabled by {ENV}=0"
-    if value is None and DEFAULTS[(impl, operation)] == TORCH:
+    if value is None and DEFAULTS.get((impl, operation), TRITON) == TORCH:
         return DEFAULT_TORCH
     return None
 
 
 def declined_for(impl: str) -> str | None:
-    """:func:`declined` for all of ``impl``'s operations (what its ``code_path`` says): the reason when none of them
-    takes the kernels, else None."""
-    reasons = [declined(impl, operation) for name, operation in DEFAULTS if name == impl]
-    if reasons and all(reasons):
-        return reasons[0]
-    return None
+    """:func:`declined` for all of ``impl``'s operations in :data:`DEFAULTS` (what its ``code_path`` says): the
+    reason when none of them takes the kernels, else None."""
+    reasons = [declined(impl, operation) for name, operation in DEFAULTS if name == impl] or [declined(impl, "")]
+    return reasons[0] if all(reasons) else None

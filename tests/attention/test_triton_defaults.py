@@ -50,7 +50,9 @@ def _decode_call():
     return (torch.empty(1, 4, 1, 8), torch.empty(1, 2, 300, 8), torch.empty(1, 2, 300, 8))
 
 
-def test_the_table_covers_each_operation_the_kernels_serve_and_one_path_per_implementation():
+def test_the_table_covers_each_operation_the_kernels_serve_and_one_path_per_implementation(unset):
+    # Not in the table: the kernels where they serve the call, as before the table.
+    assert defaults.declined_for("a_plugin") is None
     assert set(defaults.DEFAULTS) == {("topk_fast", "training"), ("topk_fast", "decode"), ("page_topk", "decode")}
     # code_path has one triton_kernels value per implementation: its operations must agree to say which ran.
     for impl in {name for name, _ in defaults.DEFAULTS}:
@@ -127,6 +129,7 @@ def test_one_forces_the_kernels_wherever_they_take_the_call(monkeypatch):
 
 def test_zero_disables_them_everywhere(monkeypatch, recwarn):
     monkeypatch.setenv(defaults.ENV, "0")
+    assert defaults.declined_for("a_plugin") == "disabled by TOPK_BENCH_TRITON=0"  # in the table or not
     options = dict(causal=True, page_size=16, group_pages=True, chunk_size=64)
     with FakeTensorMode(), hardware.target("cuda"):
         assert td.page_topk_unsupported(*_decode_call(), **options) == "disabled by TOPK_BENCH_TRITON=0"
