@@ -64,8 +64,9 @@ def per_sample_weights_backward(grad, table, indices, offsets, offset2bag) -> to
 
     A CUDA target in a dtype the op's CUDA kernel lacks (:data:`NO_CUDA_KERNEL`: bfloat16) runs it on float32 copies
     of ``grad`` and ``table`` and rounds the result once to the dtype: what the kernel does for float16 (float32 sums
-    of the products; bfloat16 products are exact in float32), at the cost of the two copies (a causal BERT-base
-    layer's backward at 16K: 48 MiB of V, 32 MiB of dout per group of 8 heads) and one float32 result.
+    of the products; bfloat16 products are exact in float32), at the cost of the two copies and a float32 result
+    (a causal BERT-base layer's backward at 16K, k = 128, per group of 8 heads: 48 MiB of V, 32 MiB of dout, 64 MiB
+    of products).
     """
     op = torch.ops.aten._embedding_bag_per_sample_weights_backward
     if device_kind(grad) == "cuda" and grad.dtype in NO_CUDA_KERNEL[op.default.name()]:
