@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from implementations import cuda_torch
 from implementations.decode import use_decode_path
 from implementations.hardware import native_half_matmul
 from implementations.masking import query_positions, stat_dtype
@@ -58,15 +59,14 @@ def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
 def _dots(x2, table2, rows):
     """``x2[r] · table2[rows[r, m]]`` for every entry, ``[R, M]``, without gathering the rows.
 
-    The per-sample-weights gradient of ``embedding_bag`` is exactly this sampled product.
+    The per-sample-weights gradient of ``embedding_bag`` is exactly this sampled product (bfloat16 on CUDA: from
+    float32 copies, :func:`implementations.cuda_torch.per_sample_weights_backward`).
     """
     r, m = rows.shape
     flat = rows.reshape(-1)
     offsets = torch.arange(0, r * m, m, dtype=rows.dtype, device=rows.device)
     bag_of = torch.arange(r, dtype=rows.dtype, device=rows.device).repeat_interleave(m)
-    return torch.ops.aten._embedding_bag_per_sample_weights_backward(x2, table2, flat, offsets, bag_of, 0, -1).view(
-        r, m
-    )
+    return cuda_torch.per_sample_weights_backward(x2, table2, flat, offsets, bag_of).view(r, m)
 
 
 def _weights(q2, k2, rows, allowed, empty):

@@ -13,6 +13,10 @@ in fewer, larger kernels, chosen for the GPU (docs/GPU.md, "The torch path on CU
   :data:`SCORE_TILE_BYTES` (never more rows than its ``chunk_size``, which bounds its memory) and runs its backward
   in groups of up to :data:`BACKWARD_ENTRIES` selected entries.
 
+Both torch paths on CUDA avoid the aten ops whose CUDA kernel lacks the inputs' dtype (:data:`NO_CUDA_KERNEL`):
+:func:`per_sample_weights_backward` computes the sampled products of ``topk_fast``'s backward and of the block-sparse
+attention (``page_topk``, ``block_topk``, ``dsa``, ``nsa``) from float32 copies in bfloat16.
+
 The CPU paths never read this. ``TOPK_BENCH_CUDA_TORCH=bags`` selects the measured path (read at every call, as
 ``TOPK_BENCH_TRITON``); the row's ``code_path`` says which ran (``cuda_torch=batched`` or ``cuda_torch=bags``).
 """
@@ -45,6 +49,29 @@ SCORE_TILE_BYTES = 1 << 30
 # stay under ~0.5 GiB, and a causal BERT-base layer (12 heads, k=128) at 8K runs one group, at 16K two, not 3 and 6
 # (predicted peaks: docs/GPU.md).
 BACKWARD_ENTRIES = 1 << 24
+
+
+# Aten ops of the torch paths whose CUDA kernel lacks a dtype, and those dtypes: CUDA dispatches them on
+# AT_DISPATCH_FLOATING_TYPES_AND_HALF, not ..._AND2(Half, BFloat16) (aten/src/ATen/native/cuda/EmbeddingBag.cu,
+# torch 2.0 to 2.13). The rest of the paths' ops (embedding_bag's forward, index_select, sort, searchsorted, topk and
+# amax of int16 ranks, matmul, softmax) have CUDA kernels for float16 and bfloat16.
+NO_CUDA_KERNEL = {"aten::_embedding_bag_per_sample_weights_backward": (torch.bfloat16,)}
+
+
+def per_sample_weights_backward(grad, table, indices, offsets, offset2bag) -> torch.Tensor:
+    """``aten._embedding_bag_per_sample_weights_backward`` (mode sum, no padding): ``grad[offset2bag[i]] ·
+    table[indices[i]]`` for every entry ``i``, in ``grad``'s dtype: the sampled product, no row gathered.
+
+    A CUDA target in a dtype the op's CUDA kernel lacks (:data:`NO_CUDA_KERNEL`: bfloat16) runs it on float32 copies
+    of ``grad`` and ``table`` and rounds the result once to the dtype: what the kernel does for float16 (float32 sums
+    of the products; bfloat16 products are exact in float32), at the cost of the two copies and a float32 result
+    (a causal BERT-base layer's backward at 16K, k = 128, per group of 8 heads: 48 MiB of V, 32 MiB of dout, 64 MiB
+    of products).
+    """
+    op = torch.ops.aten._embedding_bag_per_sample_weights_backward
+    if device_kind(grad) == "cuda" and grad.dtype in NO_CUDA_KERNEL[op.default.name()]:
+        return op(grad.float(), table.float(), indices, offsets, offset2bag, 0, -1).to(grad.dtype)
+    return op(grad, table, indices, offsets, offset2bag, 0, -1)
 
 
 def row_tile(score_bytes_per_row: int, least: int) -> int:

@@ -9,7 +9,8 @@ An implementation declares which of these choices it makes (``Implementation.mac
   ``float32_copies`` (an AVX2-only CPU emulates half GEMMs: :mod:`implementations.hardware`);
 - ``decode_tiles``: the bytes of the key tiles of a decode step (:mod:`implementations.decode`), by target;
 - ``triton_kernels``: the Triton kernels (:mod:`implementations.triton_kernels`) on a CUDA target,
-  ``triton:<version>``, or ``torch:<why not>`` (triton not importable, ``TOPK_BENCH_TRITON=0``);
+  ``triton:<version>``, or ``torch:<why not>`` (the torch path measured faster for the implementation,
+  ``TOPK_BENCH_TRITON=0``, triton not importable: :mod:`implementations.triton_kernels.defaults`);
 - ``cuda_torch``: the torch path on a CUDA target (:mod:`implementations.cuda_torch`), ``batched`` or ``bags``
   (``TOPK_BENCH_CUDA_TORCH=bags``: the path the committed H100 measurements ran).
 
@@ -32,29 +33,29 @@ CHOICES = (NATIVE_KERNELS, HALF_PRODUCTS, DECODE_TILES, TRITON_KERNELS, CUDA_TOR
 FALLBACK = "torch:"  # how a native_kernels value that is not the compiled kernels starts
 
 
-def _native_kernels(device_type: str, dtype: torch.dtype) -> str:
+def _native_kernels(impl: str, device_type: str, dtype: torch.dtype) -> str:
     if device_type != "cpu":
         return ""  # CPU kernels: nothing to say of another target
     status = native.status()
     return f"built:{status.key}" if status.built else f"{FALLBACK}{status.reason}"
 
 
-def _half_products(device_type: str, dtype: torch.dtype) -> str:
+def _half_products(impl: str, device_type: str, dtype: torch.dtype) -> str:
     if dtype not in (torch.float16, torch.bfloat16) or device_type != "cpu":
         return ""  # full precision, or an accelerator: its own half products
     return "native" if hardware.multiplies_natively(dtype, device_type) else "float32_copies"
 
 
-def _decode_tiles(device_type: str, dtype: torch.dtype) -> str:
+def _decode_tiles(impl: str, device_type: str, dtype: torch.dtype) -> str:
     tile = decode.DECODE_TILE_BYTES if device_type == "cpu" else decode.DECODE_TILE_BYTES_CUDA
     return f"{tile >> 20}MiB"
 
 
-def _triton_kernels(device_type: str, dtype: torch.dtype) -> str:
-    return triton_kernels.status() if device_type == "cuda" else ""  # CUDA kernels: nothing to say of the CPU
+def _triton_kernels(impl: str, device_type: str, dtype: torch.dtype) -> str:
+    return triton_kernels.status(impl) if device_type == "cuda" else ""  # CUDA kernels: nothing to say of the CPU
 
 
-def _cuda_torch(device_type: str, dtype: torch.dtype) -> str:
+def _cuda_torch(impl: str, device_type: str, dtype: torch.dtype) -> str:
     return cuda_torch.path() if device_type == "cuda" else ""  # read by CUDA targets only
 
 
@@ -72,7 +73,7 @@ def code_path(impl: str | registry.Implementation, *, device: str, dtype: torch.
     of ``dtype``, as ``key=value;...``; empty when it makes none there. Builds the native kernels on first call."""
     spec = registry.spec(impl) if isinstance(impl, str) else impl
     device_type = torch.device(device).type
-    values = {choice: _REPORTERS[choice](device_type, dtype) for choice in spec.machine_choices}
+    values = {choice: _REPORTERS[choice](spec.name, device_type, dtype) for choice in spec.machine_choices}
     return ";".join(f"{choice}={value}" for choice, value in sorted(values.items()) if value)
 
 

@@ -401,9 +401,7 @@ def _backward_group(dout_g, q_g, k2, v2, top, idx, relu, keys, grads, safe=False
     offsets = torch.arange(0, rows * kk, kk, dtype=index_dtype, device=device)
     bag_of = torch.arange(rows, dtype=index_dtype, device=device).repeat_interleave(kk)
     # dW[r, t] = dout[r] · V[idx[r, t]]: the per-sample-weights gradient of out = bag(W, V).
-    ds = upcast(
-        torch.ops.aten._embedding_bag_per_sample_weights_backward(dout_g, v2, flat, offsets, bag_of, 0, -1)
-    ).view(rows, kk)
+    ds = upcast(cuda_torch.per_sample_weights_backward(dout_g, v2, flat, offsets, bag_of)).view(rows, kk)
     del bag_of, offsets
     if dropout:  # ds was the gradient w.r.t. the dropped weights
         ds = ds * keep / (1.0 - dropout)

@@ -53,6 +53,11 @@
 #   KV_TIMERS    the kv step's timers (default "cudagraph events"); FAST_DTYPES the fast step's ("float32 bfloat16")
 #   KV_ROUNDS    rounds of the kv step (default 3: kv_targets' 5 do not fit beside events in one call)
 #   FAST_SUITE, COMPILED_SUITE  the suites of the fast and compiled steps (defaults above)
+#   PATHS        the CUDA paths the kv, fast and compiled steps measure, each in turn: "default" (TOPK_BENCH_TRITON
+#                as given; unset: the per-operation defaults of implementations/triton_kernels/defaults.py),
+#                "triton" (TOPK_BENCH_TRITON=1: the Triton kernels wherever they take the call), "torch"
+#                (TOPK_BENCH_TRITON=0). Default "default"; PHASE=3: "default triton", the two side by side in one
+#                call. A path other than "default" suffixes its logs, folders and kept CSVs with -PATH
 #   ALLOW_CPU=1  dry run without CUDA (device cpu): tests this script itself, proves nothing about GPUs
 # Exit status: 0 every check of the call passed, 1 some check failed, 2 no usable torch (with CUDA).
 set -uo pipefail
@@ -68,6 +73,15 @@ case $PHASE in
     *) echo "PHASE must be 1, 2 or 3, got '$PHASE'" >&2; exit 2 ;;
 esac
 STEPS=${STEPS:-$DEFAULT_STEPS}
+DEFAULT_PATHS=default
+[ "$PHASE" = 3 ] && DEFAULT_PATHS="default triton"
+PATHS=${PATHS:-$DEFAULT_PATHS}
+for path in $PATHS; do
+    case $path in
+        default | triton | torch) ;;
+        *) echo "PATHS: each must be default, triton or torch, got '$path'" >&2; exit 2 ;;
+    esac
+done
 BUDGET_S=${BUDGET_S:-$DEFAULT_BUDGET}
 MHA_MAX_SEQ=${MHA_MAX_SEQ:-65536}
 MHA_MIN_SEQ=${MHA_MIN_SEQ:-0}
@@ -129,8 +143,17 @@ logged() {
     return "$rc"
 }
 report() { "$PY" "$ROOT/scripts/gpu_report.py" "$@" 2>&1 | tee -a "$SUMMARY"; return "${PIPESTATUS[0]}"; }
+# on_path PATH: set PENV (the command prefix that selects PATH: `env`, with TOPK_BENCH_TRITON for triton and torch),
+# SFX (the suffix of its logs, folders and CSVs) and ON (how the summary names it)
+on_path() {
+    case $1 in
+        default) PENV=(env); SFX=""; ON="" ;;
+        triton) PENV=(env TOPK_BENCH_TRITON=1); SFX="-triton"; ON=" (TOPK_BENCH_TRITON=1)" ;;
+        torch) PENV=(env TOPK_BENCH_TRITON=0); SFX="-torch"; ON=" (TOPK_BENCH_TRITON=0)" ;;
+    esac
+}
 
-say "gpu_acceptance phase $PHASE: $(date -u +%FT%TZ) root=$ROOT python=$PY steps='$STEPS' budget=${BUDGET_S}s"
+say "gpu_acceptance phase $PHASE: $(date -u +%FT%TZ) root=$ROOT python=$PY steps='$STEPS' paths='$PATHS' budget=${BUDGET_S}s"
 
 # ---------------------------------------------------------------- torch with CUDA?
 if ! "$PY" -c 'import torch; print(torch.cuda.is_available())' >"$WORK/env.out" 2>"$WORK/env.err"; then
@@ -381,17 +404,20 @@ EOF2
     say "      the host launches one op in $DISPATCH_S s"
     for timer in $KV_TIMERS; do
         [ "$DEV" = cpu ] && [ "$timer" = cudagraph ] && continue  # the CPU has one timer
-        logged "kv_$timer" "$(cap 300)" "${TB[@]}" run suites/kv_targets.toml --device "$DEV" --out "$WORK/kv-$timer" \
-            --no-resume --timer "$timer" --rounds "$KV_ROUNDS"
-        rc=$?
-        keep "$WORK/kv-$timer" "kv_targets-$timer.csv"
-        if report status "$WORK/kv-$timer" ok && [ "$rc" -eq 0 ]; then
-            pass "kv_targets with timer = $timer: every case ok (times and ratios to dense below)"
-        else
-            fail "kv_targets with timer = $timer (kv_$timer.log)"
-        fi
-        report times "$WORK/kv-$timer" "$DISPATCH_S"
-        snap
+        for path in $PATHS; do
+            on_path "$path"
+            logged "kv_$timer$SFX" "$(cap 300)" "${PENV[@]}" "${TB[@]}" run suites/kv_targets.toml --device "$DEV" \
+                --out "$WORK/kv-$timer$SFX" --no-resume --timer "$timer" --rounds "$KV_ROUNDS"
+            rc=$?
+            keep "$WORK/kv-$timer$SFX" "kv_targets-$timer$SFX.csv"
+            if report status "$WORK/kv-$timer$SFX" ok && [ "$rc" -eq 0 ]; then
+                pass "kv_targets with timer = $timer$ON: every case ok (times and ratios to dense below)"
+            else
+                fail "kv_targets with timer = $timer$ON (kv_$timer$SFX.log)"
+            fi
+            report times "$WORK/kv-$timer$SFX" "$DISPATCH_S"
+            snap
+        done
     done
 fi
 
@@ -412,16 +438,20 @@ for step in fast compiled; do
     [ $step = compiled ] && DTYPES="bfloat16 float32"   # compilation takes long: the dtype users run first
     for dtype in $DTYPES; do
         V=$(variant "$SUITE" "$dtype")
-        logged "${step}_$dtype" "$(cap 200)" "${TB[@]}" run "$V" --device "$DEV" --out "$WORK/$step-$dtype" --no-resume
-        rc=$?
-        keep "$WORK/$step-$dtype" "$(basename "$V" .toml).csv"
-        if report status "$WORK/$step-$dtype" ok,over_budget,oom,skipped && [ "$rc" -eq 0 ]; then
-            pass "$(basename "$SUITE") in $dtype on $DEV"
-        else
-            fail "$(basename "$SUITE") in $dtype on $DEV (${step}_$dtype.log)"
-        fi
-        report times "$WORK/$step-$dtype"
-        snap
+        for path in $PATHS; do
+            on_path "$path"
+            logged "${step}_$dtype$SFX" "$(cap 200)" "${PENV[@]}" "${TB[@]}" run "$V" --device "$DEV" \
+                --out "$WORK/$step-$dtype$SFX" --no-resume
+            rc=$?
+            keep "$WORK/$step-$dtype$SFX" "$(basename "$V" .toml)$SFX.csv"
+            if report status "$WORK/$step-$dtype$SFX" ok,over_budget,oom,skipped && [ "$rc" -eq 0 ]; then
+                pass "$(basename "$SUITE") in $dtype on $DEV$ON"
+            else
+                fail "$(basename "$SUITE") in $dtype on $DEV$ON (${step}_$dtype$SFX.log)"
+            fi
+            report times "$WORK/$step-$dtype$SFX"
+            snap
+        done
     done
 done
 

@@ -13,6 +13,8 @@ scores).
 - The ops write into tensors the caller allocated; their fake kernels allocate nothing, so ``FakeTensorMode`` (the
   predict backend, ``--device cuda``) sees every byte a real run allocates.
 - CPU tensors run the same kernels in Triton's interpreter (how the tests hold them to the float64 oracle).
+- Taken where :mod:`.defaults` chooses them: ``TOPK_BENCH_TRITON=1``; unset, its table keeps ``topk_fast``'s
+  training on the torch path (faster on an H200).
 - Not here (:func:`unsupported` says why, the caller keeps its torch path): decode steps, dropout, key padding,
   float64, ``topk > MAX_TOPK``, head sizes over ``MAX_HEAD_DIM`` and a machine without an importable
   ``triton``.
@@ -23,13 +25,13 @@ Importable without triton (:func:`status` then says why not).
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 
 import torch
 
 from implementations.hardware import device_kind
 from implementations.masking import causal_offset
+from implementations.triton_kernels import defaults
 
 # Largest k the selection takes: its running set is K_PAD = 128 int64 keys per query row, sorted in registers, 8
 # warps (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90). K_PAD = 256 spilled 8-744 B a thread with
@@ -44,15 +46,17 @@ BLOCK_D = 16
 # Query rows per selection program (tl.dot's minimum tile side).
 BLOCK_M = 16
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# "0": keep the torch path on CUDA (what the committed H100 measurements ran: tests/data/README.md).
-DISABLE_ENV = "TOPK_BENCH_TRITON"
+# The switch: 1 forces the kernels wherever they take the call, 0 disables them, unset leaves it to the table of
+# measured defaults (:mod:`.defaults`).
+DISABLE_ENV = defaults.ENV
 
 
-def _import_error() -> str | None:
-    """Why the kernels cannot be used (None: they can). The switch is read at every call, the import tried once."""
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        return f"disabled by {DISABLE_ENV}=0"
-    return _import_failure()
+def _why_not(impl: str, operation: str | None = None) -> str | None:
+    """Why the kernels do not take ``impl``'s ``operation`` (``defaults.TRAINING`` or ``defaults.DECODE``; None: any
+    of its operations) before their limits are checked (None: they may): the switch or the table of
+    :mod:`.defaults`, then a missing triton. Read at every call; the import is tried once."""
+    why = defaults.declined_for(impl) if operation is None else defaults.declined(impl, operation)
+    return why if why is not None else _import_failure()
 
 
 @functools.cache
@@ -66,9 +70,16 @@ def _import_failure() -> str | None:
     return None
 
 
-def status() -> str:
-    """``triton:<version>`` when the kernels can run, else ``torch:<why not>`` (for provenance)."""
-    why = _import_error()
+def _missing_triton(why: str) -> bool:
+    """Whether :func:`_why_not` said that triton does not import (the kernels were chosen: a fallback worth a
+    warning), not that they were declined."""
+    return why == _import_failure()
+
+
+def status(impl: str) -> str:
+    """``triton:<version>`` when the kernels take ``impl``'s CUDA calls (where they support them), else
+    ``torch:<why not>`` (for provenance: the row's ``code_path``)."""
+    why = _why_not(impl)
     if why is not None:
         return f"torch:{why}"
     import triton
@@ -82,13 +93,14 @@ def _warn_fallback(why: str) -> None:
 
 
 def unsupported(q, k, v, *, topk: int, dropout: float, key_padding_mask) -> str | None:
-    """Why the Triton path does not take this call (None: it does). Only CUDA inputs are candidates; a missing
-    triton is said once per process (a warning), the rest silently (they are documented limits)."""
+    """Why the Triton path does not take this training call (None: it does). Only CUDA inputs are candidates; a
+    missing triton, where the kernels were chosen, is said once per process (a warning), the rest silently (asked
+    for, or documented limits)."""
     if device_kind(q) != "cuda":
         return "not a CUDA tensor"
-    why = _import_error()
+    why = _why_not("topk_fast", defaults.TRAINING)
     if why is not None:
-        if not why.startswith("disabled"):  # asked for: nothing to say
+        if _missing_triton(why):
             _warn_fallback(why)
         return why
     if dropout:

@@ -17,7 +17,8 @@ allocates. CPU tensors run the same kernels in Triton's interpreter (how the tes
 
 Not here (``*_unsupported`` says why, the caller keeps its torch path): CPU tensors, float64, key padding, head sizes
 over ``MAX_HEAD_DIM``, pages over ``MAX_PAGE_SIZE`` keys, more than ``ROWS`` query heads per page table, calls that
-are not decode steps, and a machine without an importable ``triton``. Importable without triton.
+are not decode steps, calls :mod:`.defaults` leaves to the torch path (``topk_fast``'s, unless
+``TOPK_BENCH_TRITON=1``) and a machine without an importable ``triton``. Importable without triton.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from implementations.decode import use_decode_path
 from implementations.hardware import device_kind
-from implementations.triton_kernels import _cdiv, _import_error, _launcher, _pow2
+from implementations.triton_kernels import _cdiv, _launcher, _missing_triton, _pow2, _why_not, defaults
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Largest head size (a program holds a [ROWS, D] query tile and [D, keys] key tiles).
@@ -69,9 +70,9 @@ def _warn_fallback(name: str, why: str) -> None:
 def _common(name: str, q, k, v) -> str | None:
     if device_kind(q) != "cuda":
         return "not a CUDA tensor"
-    why = _import_error()
+    why = _why_not(name, defaults.DECODE)
     if why is not None:
-        if not why.startswith("disabled"):  # asked for: nothing to say
+        if _missing_triton(why):  # the kernels were chosen (asked for, or the default): say it once
             _warn_fallback(name, why)
         return why
     if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:

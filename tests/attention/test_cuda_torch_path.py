@@ -6,6 +6,8 @@ the H100 measured, its provenance, and ``--predict --device cuda`` of both paths
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 import implementations
 from attention_reference import qkv_gqa, reference_attention, with_repeated_kv
@@ -107,6 +109,72 @@ def test_training_tiles_and_groups_follow_the_path_and_match_the_float64_oracle(
         for name, got, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), (want, *want_grads)):
             where = f"{path} {name}"
             torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4, msg=lambda m, w=where: f"{w}: {m}")
+
+
+class _AtenOps(TorchDispatchMode):
+    """Every aten op run while active (backward included), with the dtype of its first tensor argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        first = next((t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)), None)
+        self.seen.add((func._schema.name, None if first is None else first.dtype))
+        return func(*args, **(kwargs or {}))
+
+
+SAMPLED = "aten::_embedding_bag_per_sample_weights_backward"
+# Training calls of every implementation whose torch path on CUDA computes sampled products: topk_fast's backward,
+# the block-sparse attention's forward and backward (page_topk's prefill, block_topk, dsa, nsa share it).
+TRAINING_CALLS = [
+    ("topk_fast", dict(topk=16)),
+    ("page_topk", dict(page_size=4, token_budget=32)),
+    ("block_topk", dict(block_size=4, topk_blocks=4)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("impl, options", TRAINING_CALLS)
+def test_half_training_on_cuda_calls_no_op_that_lacks_a_cuda_kernel_for_its_dtype(cuda, impl, options, dtype):
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in qkv_gqa(96, 96, 4, 2, d=16, dv=8, b=1, seed=2))
+    lacking = {(name, dt) for name, dtypes in cuda_torch.NO_CUDA_KERNEL.items() for dt in dtypes}
+    assert (SAMPLED, torch.bfloat16) in lacking
+    for path in cuda_torch.PATHS:
+        cuda.setenv(cuda_torch.ENV, path)
+        with _AtenOps() as ops:
+            out = implementations.get(impl)(q, k, v, causal=True, **options)
+            torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        assert not ops.seen & lacking, (path, ops.seen & lacking)
+        # The sampled product ran (the mode sees the backward): in float32 copies for bf16, in float16 natively.
+        assert (SAMPLED, torch.float32 if dtype == torch.bfloat16 else dtype) in ops.seen, path
+
+
+def test_the_sampled_product_keeps_the_cpus_op_and_dtype():
+    q, k, v = (t.detach().bfloat16().requires_grad_() for t in qkv_gqa(96, 96, 4, 2, d=16, dv=8, b=1, seed=2))
+    with _AtenOps() as ops:
+        out = fast(q, k, v, causal=True, topk=16)
+        torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert (SAMPLED, torch.bfloat16) in ops.seen and (SAMPLED, torch.float32) not in ops.seen
+
+
+@pytest.mark.parametrize("path", cuda_torch.PATHS)
+def test_bf16_training_matches_the_float64_oracle(cuda, path):
+    # Ranked by float32 scores (float_scores): the keys the float64 oracle keeps. Weights, dS and the bags' sums are
+    # rounded to bf16 on the way: within 2^-8 of each result's largest magnitude here (0.74-0.92 of it), checked at
+    # twice that.
+    cuda.setenv(cuda_torch.ENV, path)
+    q, k, v = (t.detach().bfloat16().requires_grad_() for t in qkv_gqa(300, 300, 4, 2, d=16, dv=8, b=1, seed=4))
+    want_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    want = with_repeated_kv(reference_attention)(*want_leaves, causal=True, topk=16)
+    ramp = torch.linspace(-1, 1, want.numel(), dtype=torch.float64).reshape(want.shape)
+    want_grads = torch.autograd.grad(want, want_leaves, ramp)
+    out = fast(q, k, v, causal=True, topk=16, float_scores=True)
+    grads = torch.autograd.grad(out, (q, k, v), ramp.bfloat16())
+    for name, got, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), (want, *want_grads)):
+        assert got.dtype == torch.bfloat16, name
+        scale = ref.abs().max().item()
+        torch.testing.assert_close(got.double(), ref, rtol=0, atol=2**-7 * scale, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_tiles_grow_while_their_scores_fit_the_bound():
@@ -234,6 +302,9 @@ def test_a_measured_row_is_predicted_on_the_path_it_records():
     assert environment({"case_id": "x"}) == BEFORE_CODE_PATH == {triton: "0", torch_path: "bags"}
     row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=triton:3.4.0"}
     assert environment(row) == {triton: "1", torch_path: "batched"}
+    # The torch path where the measured defaults chose it (implementations/triton_kernels/defaults.py).
+    row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=torch:default (faster on an H200)"}
+    assert environment(row) == {triton: "0", torch_path: "batched"}
     # Written after code_path, before the cuda_torch pair: the bags path.
     row = {"code_path": "decode_tiles=64MiB;triton_kernels=torch:disabled by TOPK_BENCH_TRITON=0"}
     assert environment(row) == {triton: "0", torch_path: "bags"}

@@ -16,7 +16,15 @@ from implementations.page_topk import page_summaries
 from implementations.triton_kernels import decode as td
 from live_bytes import LiveBytes
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
+
+
+@pytest.fixture
+def kernels_forced(monkeypatch):
+    """TOPK_BENCH_TRITON=1: the kernels wherever they take the call (unset, the measured defaults keep
+    topk_fast's decode steps on the torch path: tests/attention/test_triton_defaults.py)."""
+    monkeypatch.setenv(tk.DISABLE_ENV, "1")
+
 
 page = implementations.spec("page_topk")
 fast = implementations.get("topk_fast")
@@ -275,8 +283,8 @@ def test_decode_kernels_fall_back_with_one_warning_or_silently_when_disabled(mon
         monkeypatch.setenv(tk.DISABLE_ENV, "0")
         assert td.topk_fast_unsupported(q, q, q, key_padding_mask=None) == "disabled by TOPK_BENCH_TRITON=0"
         assert not recwarn.list
-        monkeypatch.delenv(tk.DISABLE_ENV)
-        monkeypatch.setattr(td, "_import_error", lambda: "triton not importable (ImportError: x)")
+        monkeypatch.delenv(tk.DISABLE_ENV)  # page_topk's decode steps: the kernels by default
+        monkeypatch.setattr(tk, "_import_failure", lambda: "triton not importable (ImportError: x)")
         td._warn_fallback.cache_clear()
         try:
             with pytest.warns(RuntimeWarning, match=r"page_topk: triton not importable \(ImportError: x\)") as rec:

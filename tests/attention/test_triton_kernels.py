@@ -12,7 +12,15 @@ from attention_reference import qkv_gqa, reference_attention, with_repeated_kv
 from implementations import hardware
 from implementations import triton_kernels as tk
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
+
+
+@pytest.fixture
+def kernels_forced(monkeypatch):
+    """TOPK_BENCH_TRITON=1: the kernels wherever they take the call (unset, the measured defaults keep
+    topk_fast's training calls on the torch path: tests/attention/test_triton_defaults.py)."""
+    monkeypatch.setenv(tk.DISABLE_ENV, "1")
+
 
 fast = implementations.get("topk_fast")
 
@@ -175,7 +183,9 @@ def test_what_the_triton_path_leaves_to_torch(kw, why):
 
 
 def test_a_cuda_machine_without_triton_falls_back_with_one_warning(monkeypatch):
-    monkeypatch.setattr(tk, "_import_error", lambda: "triton not importable (ModuleNotFoundError: No module named 'x')")
+    monkeypatch.setattr(
+        tk, "_import_failure", lambda: "triton not importable (ModuleNotFoundError: No module named 'x')"
+    )
     tk._warn_fallback.cache_clear()
     try:
         with FakeTensorMode(), hardware.target("cuda"):
@@ -184,7 +194,7 @@ def test_a_cuda_machine_without_triton_falls_back_with_one_warning(monkeypatch):
                 for _ in range(3):
                     fast(q, q, q, causal=True, topk=4, chunk_size=8)
         assert len(record) == 1
-        assert tk.status() == "torch:triton not importable (ModuleNotFoundError: No module named 'x')"
+        assert tk.status("topk_fast") == "torch:triton not importable (ModuleNotFoundError: No module named 'x')"
     finally:
         tk._warn_fallback.cache_clear()
 
@@ -194,7 +204,7 @@ def test_disabled_on_purpose_falls_back_silently(monkeypatch, recwarn):
     with FakeTensorMode(), hardware.target("cuda"):
         q = torch.empty(1, 2, 30, 8)
         assert tk.unsupported(q, q, q, topk=4, dropout=0.0, key_padding_mask=None) == "disabled by TOPK_BENCH_TRITON=0"
-    assert tk.status() == "torch:disabled by TOPK_BENCH_TRITON=0"
+    assert tk.status("topk_fast") == "torch:disabled by TOPK_BENCH_TRITON=0"
     assert not recwarn.list
 
 

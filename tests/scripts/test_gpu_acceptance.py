@@ -7,6 +7,7 @@ import csv
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,30 @@ def acceptance(tmp_path: Path, **env) -> tuple[int, str]:
 def test_a_phase_that_does_not_exist_is_refused(tmp_path):
     code, text = acceptance(tmp_path, PHASE="4")
     assert code == 2 and "PHASE must be 1, 2 or 3" in text
+
+
+def test_a_path_that_does_not_exist_is_refused(tmp_path):
+    code, text = acceptance(tmp_path, PHASE="3", PATHS="default fast")
+    assert code == 2 and "PATHS: each must be default, triton or torch, got 'fast'" in text
+
+
+@pytest.mark.slow  # a tiny suite measured three times on the CPU (a child per case)
+def test_each_path_is_measured_in_turn_and_kept_under_its_own_name(tmp_path):
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(
+        'name = "tiny"\nworkload = "mha"\ncausal = true\ndtype = "float32"\nrepeats = 2\nwarmup = 1\n'
+        "[shape]\nd_model = 32\nheads = 2\n[sweep]\nseq_len = [128]\n"
+        '[[impl]]\nname = "topk_fast"\ntopk = 16\nchunk_size = 64\n'
+    )
+    code, summary = acceptance(tmp_path, ALLOW_CPU="1", PHASE="3", STEPS="install fast", FAST_SUITE=str(suite),
+                               FAST_DTYPES="float32", PATHS="default triton torch")  # fmt: skip
+    assert code == 0, summary
+    assert "paths='default triton torch'" in summary
+    for on in ("", " (TOPK_BENCH_TRITON=1)", " (TOPK_BENCH_TRITON=0)"):
+        assert f"PASS  tiny.toml in float32 on cpu{on}\n" in summary
+    with tarfile.open(tmp_path / "out" / "csv-3.tar.gz") as kept:
+        names = {Path(name).name for name in kept.getnames()}
+    assert {"tiny-float32.csv", "tiny-float32-triton.csv", "tiny-float32-torch.csv"} <= names
 
 
 @pytest.mark.slow  # a template and its children (a tiny suite measured on the CPU)

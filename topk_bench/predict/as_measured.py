@@ -1,8 +1,9 @@
 """The code path a committed measurement ran, as the environment that makes the implementations take it again.
 
 A CUDA prediction compared with a measured row must predict the code that row ran (its ``code_path`` column:
-docs/CONTRACTS.md), not today's default: ``TOPK_BENCH_TRITON`` (topk_fast's Triton kernels) and
-``TOPK_BENCH_CUDA_TORCH`` (the torch path on CUDA, :mod:`implementations.cuda_torch`).
+docs/CONTRACTS.md), not today's default: ``TOPK_BENCH_TRITON`` (the Triton kernels: ``1`` where the row says
+``triton:<version>``, ``0`` where it says ``torch:<why>``, whatever :mod:`implementations.triton_kernels.defaults`
+chooses today) and ``TOPK_BENCH_CUDA_TORCH`` (the torch path on CUDA, :mod:`implementations.cuda_torch`).
 """
 
 import contextlib

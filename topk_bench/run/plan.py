@@ -202,9 +202,12 @@ def code_paths_of(cases: list[Case]) -> dict[str, dict[str, str]]:
         for case in cases:
             by_dtype = paths.setdefault(case.impl, {})
             if str(case.dtype) not in by_dtype:
-                by_dtype[str(case.dtype)] = metadata.code_path(
-                    case.impl, case.ff_impl, case.device, case.dtype.to_torch()
-                )
+                try:
+                    by_dtype[str(case.dtype)] = metadata.code_path(
+                        case.impl, case.ff_impl, case.device, case.dtype.to_torch()
+                    )
+                except ValueError as exc:  # a switch of the implementations' (TOPK_BENCH_TRITON=yes): it names it
+                    raise BadInput(str(exc)) from None
     return paths
 
 
