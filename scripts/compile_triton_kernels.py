@@ -85,7 +85,7 @@ def _source(variant: Variant):
     t = "*" + _TL[variant.dtype]
     if variant.kernel == "topk_select_kernel":
         config = tk.select_config(variant.topk, variant.d)
-        pointers = {"Q": t, "K": t, "IDX": "*i32"}
+        pointers = {"Q": t, "K": t, "IDX": "*i32", "BUF": "*i64"}
         flags = dict(CAUSAL=variant.causal, ROUND=variant.dtype != torch.float32)
     else:
         config = tk.gathered_config(variant.d, variant.dv)
