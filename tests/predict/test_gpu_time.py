@@ -4,6 +4,7 @@ catalogue it shares with the memory budget; the budget of a CUDA prediction; lau
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -243,7 +244,9 @@ def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
     assert (select.op, select.kind) == ("triton_topk_select_", timing.ATTENTION_FWD)
     assert select.flops == 2 * heads * lq * lk * d  # every score
     assert select.blocks == (lq // 16) * heads
-    assert select.bytes == (heads * lq * d + kv_heads * lk * d) * 4 + heads * lq * kk * 4
+    # Q, K, the indices, and each row's candidates written and read back: kk (1 + ln(Lk / kk)) int64 keys
+    candidates = heads * lq * kk * (1 + math.log(lk / kk)) * 8 * 2
+    assert select.bytes == pytest.approx((heads * lq * d + kv_heads * lk * d) * 4 + heads * lq * kk * 4 + candidates)
     assert forward.flops == 2 * heads * lq * kk * (d + d)  # the selected scores and their product with V
     # Q, the indices, the selected K and V rows (not the whole K and V), the output and the row's log-sum-exp
     rows = heads * lq
