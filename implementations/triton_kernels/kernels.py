@@ -196,7 +196,8 @@ def topk_select_kernel(
                               HALF_DOT)  # fmt: skip
             hit = key > threshold[:, None]
             hits = tl.sum(hit.to(tl.int32), axis=1)
-            if tl.max(hits, axis=0) > 0:  # most blocks, once the thresholds are up: one compare a score
+            # A block that no row's threshold lets through (most, once the thresholds are up) costs its compares.
+            if tl.max(hits, axis=0) > 0:
                 if tl.max(count + hits, axis=0) > CAP:
                     count, threshold = _shrink(BUF, rows_at, count, kk, CAP, BLOCK_N)
                     hit = key > threshold[:, None]
