@@ -31,9 +31,9 @@ import torch
 from implementations.hardware import device_kind
 from implementations.masking import causal_offset
 
-# Largest k the selection takes: its picks, K_PAD = 128 int64 keys a query row, are sorted once in registers at the
-# end (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90; docs/triton.md).
-MAX_TOPK = 128
+# Largest k the selection takes: its picks, K_PAD = 256 int64 keys a query row, are sorted once in registers at the
+# end (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90, 254 registers on sm_80; docs/triton.md).
+MAX_TOPK = 256
 # Largest head size compiled and checked. The selection's score product walks the head BLOCK_D at a time: its K
 # slice does not grow with the head size, its registers little (202-213 at d = 64, 223-255 at d = 128).
 MAX_HEAD_DIM = 128
@@ -47,8 +47,8 @@ BLOCK_M = 16
 # after every cut to k).
 BLOCK_N = 64
 # Most selection programs launched: each walks tiles of BLOCK_M rows in turn, with one candidate buffer
-# ([BLOCK_M, CAP] int64: 32 KiB at k = 128) of a scratch tensor the caller allocates: 16 MiB at most, whatever the
-# length (about 4 waves of an H100's 132 SMs).
+# ([BLOCK_M, CAP] int64: 32 KiB at k = 128, 64 KiB at 256) of a scratch tensor the caller allocates: 16 MiB (32 MiB)
+# at most, whatever the length (about 4 waves of an H100's 132 SMs).
 SELECT_PROGRAMS = 512
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # "0": keep the torch path on CUDA (what the committed H100 measurements ran: tests/data/README.md).
