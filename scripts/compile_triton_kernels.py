@@ -2,9 +2,9 @@
 
 Triton's own compiler and its bundled ptxas build every kernel of :mod:`implementations.triton_kernels.kernels` in
 the configurations the launcher picks for its largest shapes (head sizes 64 and 128, as BERT-base's and
-Llama-3-8B's; float32 and bfloat16; the largest k it takes, 256, and the selection at the default 128 too). Prints a table per kernel (registers,
-spill bytes, shared memory per architecture) and exits 1 on a compile error, a spill, or shared memory over the
-part's per-block limit.
+Llama-3-8B's; float32 and bfloat16; the largest k it takes, 256, and the selection at the default 128 too). Prints
+a table per kernel (registers, spill bytes, shared memory per architecture) and exits 1 on a compile error, a
+spill, or shared memory over the part's per-block limit.
 
     .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
 
