@@ -84,8 +84,8 @@ def test_k128_matches_the_float64_oracle():
 @pytest.mark.slow
 def test_k200_selection_cuts_a_512_key_buffer_exactly():
     # k in 129..256: K_PAD = 256, buffers of CAP = 512 keys. 600 keys: the buffer fills after 8 blocks of 64 and is
-    # cut before the 9th, then once more at the end; the picks are the stable sort's first 200. Slow: ~25-50 s in
-    # the interpreter (a cut reads 8 chunks a pass; the final sort of 16 x 256).
+    # cut before the 9th, then once more at the end; the picks are the stable sort's first 200. Slow: 9 s in the
+    # interpreter at a load of 2, 54 s at 5 (a cut reads 8 chunks a pass; the final sort of 16 x 256).
     config = tk.select_config(200, 16)
     assert (config["K_PAD"], config["CAP"]) == (256, 512)
     q, k = (t.detach().float()[0] for t in qkv_gqa(3, 600, 1, 1, d=16, dv=16, b=1, seed=200)[:2])
