@@ -35,7 +35,7 @@ from implementations.masking import causal_offset
 # end (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90, 254 registers on sm_80; docs/triton.md).
 MAX_TOPK = 256
 # Largest head size compiled and checked. The selection's score product walks the head BLOCK_D at a time: its K
-# slice does not grow with the head size, its registers little (202-213 at d = 64, 223-255 at d = 128).
+# slice does not grow with the head size, its registers little (216-254 at d = 64, 227-254 at d = 128).
 MAX_HEAD_DIM = 128
 # Head-dim slice of the selection's score product (tl.dot's minimum depth): a BLOCK_D x K_PAD slice of K live at a
 # time. The whole K tile at once (the FMA product of float32 holds its operands in every thread) spilled at d = 128.
@@ -177,6 +177,12 @@ def topk_select_(
     warps = config.pop("num_warps")
     if scratch is None:
         scratch = select_scratch(q, kk)
+    if (
+        scratch.dtype != torch.int64
+        or tuple(scratch.shape[1:]) != (BLOCK_M, config["CAP"])
+        or not scratch.is_contiguous()
+    ):
+        raise ValueError(f"topk_select_: scratch must be contiguous int64 [programs, {BLOCK_M}, {config['CAP']}]")
     _launcher(kernels.topk_select_kernel, q.device)[(scratch.shape[0],)](
         q, k, indices, scratch, *_strides(q, 3), *_strides(k, 3), *_strides(indices, 2),
         lq, lk, causal_offset(lq, lk), heads, groups, kk,

@@ -210,6 +210,13 @@ def test_the_walk_from_the_diagonal_covers_both_sides_when_not_causal(monkeypatc
     assert torch.equal(_select(q, k, 10, scratch=scratch), want)
 
 
+def test_a_scratch_of_another_shape_is_refused():
+    q = torch.zeros(1, 16, 16)
+    idx = torch.empty(1, 16, 3, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"scratch must be contiguous int64 \[programs, 16, 128\]"):
+        tk.topk_select_(q, q, idx, False, False, 1, torch.empty(1, 16, 64, dtype=torch.int64))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_k_equal_to_the_keys_returns_every_key_by_score(causal):
     # k = Lk = 37 (K_PAD = 64): all keys, by score descending; causal rows seeing fewer keys pick the masked ones
