@@ -1,7 +1,9 @@
 """Simulate topk_select_kernel's walk on random scores, in torch on the CPU: the candidates a row appends and the
 cuts a 16-row tile makes (docs/triton.md, "The exact top-k"). The kernel's rules: blocks of 64 keys from the
 diagonal back, a key appended when it beats its row's threshold, every row cut to its top-k when a block would
-overflow some row's buffer of CAP keys (the threshold then rises to its k-th key).
+overflow some row's buffer of CAP keys: in the kernel to between k and ``(k + CAP - 64) // 2`` keys (a loose cut);
+simulated both ways, to exactly k (the fewest cuts) and to ``keep`` keys (the most), the threshold then the kept
+set's lowest key.
 
     .venv/bin/python scripts/simulate_select_walk.py
 """
@@ -14,7 +16,7 @@ import torch
 
 
 def walk(
-    n: int, dtype: torch.dtype, k: int = 128, block: int = 64, cap: int = 256, rows: int = 16
+    n: int, dtype: torch.dtype, keep: int, k: int = 128, block: int = 64, cap: int = 256, rows: int = 16
 ) -> tuple[float, int]:
     """(candidates appended a row, cuts) for one tile of ``rows`` query rows walking ``n`` keys (d = 64)."""
     g = torch.Generator().manual_seed(0)
@@ -32,7 +34,7 @@ def walk(
             cuts += 1
             for r in range(rows):
                 if len(held[r]) >= k:
-                    held[r] = held[r].topk(k).values
+                    held[r] = held[r].topk(min(keep, len(held[r]))).values
                     threshold[r] = held[r].min()
             hit = keys > threshold[:, None]
         for r in range(rows):
@@ -44,9 +46,13 @@ def walk(
 def main() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         for n in (16384, 65536):
-            per_row, cuts = walk(n, dtype)
             estimate = 128 * (1 + math.log(n / 128))
-            print(f"{dtype} n={n}: {per_row:.0f} candidates a row (k (1 + ln(n/k)) = {estimate:.0f}), {cuts} cuts")
+            for keep in (128, (128 + 256 - 64) // 2):
+                per_row, cuts = walk(n, dtype, keep)
+                print(
+                    f"{dtype} n={n} cut to {keep}: {per_row:.0f} candidates a row "
+                    f"(k (1 + ln(n/k)) = {estimate:.0f}), {cuts} cuts"
+                )
 
 
 if __name__ == "__main__":

@@ -77,37 +77,37 @@ def _count_at_least(BUF, rows_at, count, trial, CAP: tl.constexpr, CHUNK: tl.con
 
 
 @triton.jit
-def _kth_largest(BUF, rows_at, count, kk, CAP: tl.constexpr, CHUNK: tl.constexpr):
-    """Per row, of its candidates (distinct keys above ``_LOWEST``): a key ``t`` with exactly ``kk`` candidates
-    ``>= t``, the ``kk``-th largest or a lower one (``_LOWEST`` for a row with fewer). A binary radix select, one bit
-    a pass from the top, nothing sorted: the largest prefix that ``kk`` candidates still reach. The score's 32 bits
-    first; the column's only where a row's ``kk``-th score is tied past ``kk`` (what a bfloat16 ranking often is)."""
+def _kth_largest(BUF, rows_at, count, kk, limit, CAP: tl.constexpr, CHUNK: tl.constexpr):
+    """Per row, of its candidates (distinct keys above ``_LOWEST``): a key ``t`` that at least ``kk`` and at most
+    ``limit`` candidates reach (``>= t``): a lower bound of the row's ``kk``-th largest (``_LOWEST`` for a row with
+    fewer than ``kk``). ``limit = kk``: exactly ``kk`` reach it (the final cut); larger: a looser cut, fewer passes.
+    A binary radix select, one bit a pass from the top, nothing sorted: the largest prefix that ``kk`` candidates
+    still reach, stopped once every row is within ``limit``. The score's 31 bits below the sign first, then the
+    column's only where a row's ``kk``-th score is tied past ``limit`` (what a bfloat16 ranking often is)."""
     zero = tl.zeros(count.shape, tl.int64)
     one = zero + 1
     reach = _count_at_least(BUF, rows_at, count, zero, CAP, CHUNK)
     at = tl.where(reach >= kk, zero, tl.full(count.shape, _LOWEST, tl.int64))
     reach = tl.where(reach >= kk, reach, count)  # candidates >= at
-    for i in range(0, 31):
-        trial = at + (one << (62 - i))
+    bit = tl.full([], 62, tl.int32)
+    # Bits 62..32 hold the score, 30..0 the column (bit 31 of the column part is 0: _TIE - column).
+    while (tl.max(tl.where(count >= kk, reach, 0), axis=0) > limit) & (bit >= 0):
+        trial = at + (one << bit)
         n = _count_at_least(BUF, rows_at, count, trial, CAP, CHUNK)
         at = tl.where(n >= kk, trial, at)
         reach = tl.where(n >= kk, n, reach)
-    if tl.max(tl.where(count >= kk, reach, kk), axis=0) > kk:  # ties at some row's kk-th score
-        for i in range(0, 31):
-            trial = at + (one << (30 - i))  # bit 31 of the column part is 0: _TIE - column
-            n = _count_at_least(BUF, rows_at, count, trial, CAP, CHUNK)
-            at = tl.where(n >= kk, trial, at)
+        bit = tl.where(bit == 32, 30, bit - 1)
     return at
 
 
 @triton.jit
-def _shrink(BUF, rows_at, count, kk, CAP: tl.constexpr, CHUNK: tl.constexpr):
-    """Each row's candidates ``BUF[rows_at + 0 .. count)`` cut to its ``kk`` largest, compacted in place in their
-    order; returns ``(count, threshold)``: the new counts and each row's threshold from now on (a key must beat it:
-    :func:`_kth_largest`'s key, a lower bound of the row's final ``kk``-th; ``_LOWEST`` for a row with fewer, which
-    keeps them all)."""
+def _shrink(BUF, rows_at, count, kk, limit, CAP: tl.constexpr, CHUNK: tl.constexpr):
+    """Each row's candidates ``BUF[rows_at + 0 .. count)`` cut to between its ``kk`` and ``limit`` largest (exactly
+    ``kk`` when ``limit = kk``), compacted in place in their order; returns ``(count, threshold)``: the new counts
+    and each row's threshold from now on (a key must beat it: :func:`_kth_largest`'s key, a lower bound of the
+    row's final ``kk``-th; ``_LOWEST`` for a row with fewer than ``kk``, which keeps them all)."""
     tl.debug_barrier()  # the appends by every thread of the program are visible
-    threshold = _kth_largest(BUF, rows_at, count, kk, CAP, CHUNK)
+    threshold = _kth_largest(BUF, rows_at, count, kk, limit, CAP, CHUNK)
     kept = tl.zeros(count.shape, tl.int32)
     for c0 in range(0, tl.max(count, axis=0), CHUNK):
         at = c0 + tl.arange(0, CHUNK)
@@ -199,14 +199,15 @@ def topk_select_kernel(
             # A block that no row's threshold lets through (most, once the thresholds are up) costs its compares.
             if tl.max(hits, axis=0) > 0:
                 if tl.max(count + hits, axis=0) > CAP:
-                    count, threshold = _shrink(BUF, rows_at, count, kk, CAP, BLOCK_N)
+                    # A loose cut: to at most half-way between kk and a full buffer less a block.
+                    count, threshold = _shrink(BUF, rows_at, count, kk, (kk + CAP - BLOCK_N) // 2, CAP, BLOCK_N)
                     hit = key > threshold[:, None]
                     hits = tl.sum(hit.to(tl.int32), axis=1)
                 to = count[:, None] + tl.cumsum(hit.to(tl.int32), axis=1) - 1
                 tl.store(BUF + rows_at[:, None] + to, key, mask=hit)
                 count += hits
         if tl.max(count, axis=0) > kk:
-            count, threshold = _shrink(BUF, rows_at, count, kk, CAP, BLOCK_N)
+            count, threshold = _shrink(BUF, rows_at, count, kk, kk, CAP, BLOCK_N)
         tl.debug_barrier()
         t = tl.arange(0, K_PAD)
         best = tl.load(BUF + rows_at[:, None] + t[None, :], mask=t[None, :] < count[:, None], other=_LOWEST)
