@@ -2,9 +2,9 @@
 
 Triton's own compiler and its bundled ptxas build every kernel of :mod:`implementations.triton_kernels.kernels` in
 the configurations the launcher picks for its largest shapes (head sizes 64 and 128, as BERT-base's and
-Llama-3-8B's; float32 and bfloat16; the largest k it takes, the default 128). Prints a table per kernel (registers,
-spill bytes, shared memory per architecture) and exits 1 on a compile error, a spill, or shared memory over the
-part's per-block limit.
+Llama-3-8B's; float32 and bfloat16; the largest k it takes, 256, and the selection at the default 128 too). Prints
+a table per kernel (registers, spill bytes, shared memory per architecture) and exits 1 on a compile error, a
+spill, or shared memory over the part's per-block limit.
 
     .venv/bin/python scripts/compile_triton_kernels.py [--arch 80 90]
 
@@ -56,16 +56,20 @@ class Variant:
 
 
 def variants() -> list[Variant]:
-    """Each kernel for float32 and bfloat16 at the largest k the launcher takes, causal softmax (relu and non-causal
+    """Each kernel for float32 and bfloat16 at the largest k the launcher takes (the selection at k = 128 too),
+    causal softmax (relu and non-causal
     calls switch a few element-wise lines, no tile), at head sizes 64 (BERT-base) and 128 (Llama-3-8B, the largest
     it takes): the selection walks the head 16 at a time (d = 128 unrolls the most slices); the gathered kernels'
     tiles are ``CHUNK`` x d gathered rows (``CHUNK`` 32 up to d = 64, 16 above), their code does not depend on k."""
     from implementations import triton_kernels as tk
 
     kernels = ("topk_select_kernel", "gathered_forward_kernel", "gathered_backward_kernel")
+    # The selection also at the default k = 128: its buffer and final sort are sized by k.
+    topks = {"topk_select_kernel": sorted({128, tk.MAX_TOPK})}
     return [
-        Variant(kernel, dtype, d, d, tk.MAX_TOPK)
+        Variant(kernel, dtype, d, d, topk)
         for kernel in kernels
+        for topk in topks.get(kernel, [tk.MAX_TOPK])
         for d in (64, tk.MAX_HEAD_DIM)
         for dtype in (torch.float32, torch.bfloat16)
     ]
@@ -85,7 +89,7 @@ def _source(variant: Variant):
     t = "*" + _TL[variant.dtype]
     if variant.kernel == "topk_select_kernel":
         config = tk.select_config(variant.topk, variant.d)
-        pointers = {"Q": t, "K": t, "IDX": "*i32"}
+        pointers = {"Q": t, "K": t, "IDX": "*i32", "BUF": "*i64"}
         flags = dict(CAUSAL=variant.causal, ROUND=variant.dtype != torch.float32)
     else:
         config = tk.gathered_config(variant.d, variant.dv)

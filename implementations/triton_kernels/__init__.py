@@ -33,18 +33,25 @@ from implementations.hardware import device_kind
 from implementations.masking import causal_offset
 from implementations.triton_kernels import defaults
 
-# Largest k the selection takes: its running set is K_PAD = 128 int64 keys per query row, sorted in registers, 8
-# warps (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90). K_PAD = 256 spilled 8-744 B a thread with
-# 8, 16 or 32 warps, 1 or 3 stages (docs/triton.md).
-MAX_TOPK = 128
+# Largest k the selection takes: its picks, K_PAD = 256 int64 keys a query row, are sorted once in registers at the
+# end (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90, 254 registers on sm_80; docs/triton.md).
+MAX_TOPK = 256
 # Largest head size compiled and checked. The selection's score product walks the head BLOCK_D at a time: its K
-# slice does not grow with the head size, its registers little (202-213 at d = 64, 223-255 at d = 128).
+# slice does not grow with the head size, its registers little (216-254 at d = 64, 227-254 at d = 128).
 MAX_HEAD_DIM = 128
 # Head-dim slice of the selection's score product (tl.dot's minimum depth): a BLOCK_D x K_PAD slice of K live at a
 # time. The whole K tile at once (the FMA product of float32 holds its operands in every thread) spilled at d = 128.
 BLOCK_D = 16
-# Query rows per selection program (tl.dot's minimum tile side).
+# Query rows per selection tile (tl.dot's minimum tile side).
 BLOCK_M = 16
+# Keys per block of the selection's walk: one BLOCK_M x BLOCK_N score tile, one compare a score against the rows'
+# thresholds; a row's candidate buffer holds CAP = K_PAD + BLOCK_N rounded up to a power of two (room for a block
+# after every cut to k).
+BLOCK_N = 64
+# Most selection programs launched: each walks tiles of BLOCK_M rows in turn, with one candidate buffer
+# ([BLOCK_M, CAP] int64: 32 KiB at k = 128, 64 KiB at 256) of a scratch tensor the caller allocates: 16 MiB (32 MiB)
+# at most, whatever the length (about 4 waves of an H100's 132 SMs).
+SELECT_PROGRAMS = 512
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # The switch: 1 forces the kernels wherever they take the call, 0 disables them, unset leaves it to the table of
 # measured defaults (:mod:`.defaults`).
@@ -123,7 +130,16 @@ def _pow2(n: int, floor: int = 16) -> int:
 def select_config(kk: int, d: int) -> dict:
     """Constexprs and launch options of ``topk_select_kernel`` for top-``kk`` of head size ``d``."""
     k_pad = _pow2(kk)
-    return dict(D=d, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, K_PAD=k_pad, num_warps=8)
+    cap = _pow2(k_pad + BLOCK_N)
+    return dict(D=d, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, K_PAD=k_pad, CAP=cap, num_warps=8)
+
+
+def select_scratch(q: torch.Tensor, kk: int) -> torch.Tensor:
+    """The selection's candidate buffers for ``q [heads, Lq, D]`` and top-``kk``: ``[programs, BLOCK_M, CAP]``
+    int64, one per program (at most :data:`SELECT_PROGRAMS`), uninitialised."""
+    tiles = _cdiv(q.shape[1], BLOCK_M) * q.shape[0]
+    cap = select_config(kk, q.shape[-1])["CAP"]
+    return torch.empty(min(tiles, SELECT_PROGRAMS), BLOCK_M, cap, dtype=torch.int64, device=q.device)
 
 
 def gathered_config(d: int, dv: int) -> dict:
@@ -149,13 +165,20 @@ def _strides(t: torch.Tensor, n: int) -> tuple[int, ...]:
     return tuple(t.stride())[:n]
 
 
-@torch.library.custom_op("implementations::triton_topk_select_", mutates_args=("indices",))
+@torch.library.custom_op("implementations::triton_topk_select_", mutates_args=("indices", "scratch"))
 def topk_select_(
-    q: torch.Tensor, k: torch.Tensor, indices: torch.Tensor, causal: bool, round_scores: bool, groups: int
+    q: torch.Tensor,
+    k: torch.Tensor,
+    indices: torch.Tensor,
+    causal: bool,
+    round_scores: bool,
+    groups: int,
+    scratch: torch.Tensor | None = None,
 ) -> None:
     """``indices [heads, Lq, kk]``: each query row's top-``kk`` keys as global key rows (``kv·Lk + j``), by score
     descending (ties: lowest ``j`` first). ``q [heads, Lq, D]``, ``k [kv_heads, Lk, D]``; ``round_scores``: rank by
-    the product rounded to the input dtype."""
+    the product rounded to the input dtype; ``scratch``: the candidate buffers (:func:`select_scratch`; ``None``:
+    allocated here, for direct calls: the training path passes its own, so that fake tensors see it)."""
     from implementations.triton_kernels import kernels
 
     heads, lq, d = q.shape
@@ -164,17 +187,24 @@ def topk_select_(
         return
     config = select_config(kk, d)
     warps = config.pop("num_warps")
-    grid = (_cdiv(lq, BLOCK_M), heads)
-    _launcher(kernels.topk_select_kernel, q.device)[grid](
-        q, k, indices, *_strides(q, 3), *_strides(k, 3), *_strides(indices, 2),
-        lq, lk, causal_offset(lq, lk), groups, kk,
+    if scratch is None:
+        scratch = select_scratch(q, kk)
+    if (
+        scratch.dtype != torch.int64
+        or tuple(scratch.shape[1:]) != (BLOCK_M, config["CAP"])
+        or not scratch.is_contiguous()
+    ):
+        raise ValueError(f"topk_select_: scratch must be contiguous int64 [programs, {BLOCK_M}, {config['CAP']}]")
+    _launcher(kernels.topk_select_kernel, q.device)[(scratch.shape[0],)](
+        q, k, indices, scratch, *_strides(q, 3), *_strides(k, 3), *_strides(indices, 2),
+        lq, lk, causal_offset(lq, lk), heads, groups, kk,
         CAUSAL=causal, ROUND=round_scores, HALF_DOT=q.device.type == "cuda" and q.dtype != torch.float32,
         num_warps=warps, **config,
     )  # fmt: skip
 
 
 @topk_select_.register_fake
-def _(q, k, indices, causal, round_scores, groups) -> None:
+def _(q, k, indices, causal, round_scores, groups, scratch=None) -> None:
     return None
 
 
@@ -268,7 +298,7 @@ class _TritonTopk(torch.autograd.Function):
         heads = q3.shape[0]
         index_dtype = torch.int32 if k3.shape[0] * lk < 2**31 else torch.int64
         idx = torch.empty(heads, lq, kk, dtype=index_dtype, device=q.device)
-        topk_select_(q3, k3, idx, causal, round_scores, groups)
+        topk_select_(q3, k3, idx, causal, round_scores, groups, select_scratch(q3, kk))
         out = torch.empty(heads, lq, v3.shape[-1], dtype=v.dtype, device=q.device)
         lse = torch.empty(heads, lq, dtype=torch.float32, device=q.device)
         gathered_forward_(q3, k3, v3, idx, out, lse, causal, relu, round_scores, groups)

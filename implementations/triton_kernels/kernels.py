@@ -25,15 +25,17 @@ _TIE = tl.constexpr(2147483647)
 
 
 @triton.jit
-def _block_keys(Q, K, head, kv, rows, start, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd, Lq, Lk,
-                offset, D: tl.constexpr, BLOCK_D: tl.constexpr, K_PAD: tl.constexpr, CAUSAL: tl.constexpr,
+def _block_keys(Q, K, head, kv, rows, start, lo, hi, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd,
+                Lq, offset, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                 ROUND: tl.constexpr, HALF_DOT: tl.constexpr):  # fmt: skip
-    """The selection keys of one block of ``K_PAD`` keys for the query rows ``rows`` (``_LOWEST`` past Lk).
+    """The selection keys of the ``BLOCK_N`` keys from ``start`` for the query rows ``rows``; ``_LOWEST`` outside the
+    walked columns ``[lo, hi)`` (never a candidate).
 
     The score tile is summed over ``BLOCK_D``-wide slices of the head (Q's slice loaded again for each block), so that
-    no more than a ``BLOCK_D x K_PAD`` slice of K is live at a time, whatever the head size."""
-    cols = start + tl.arange(0, K_PAD)
-    s = tl.zeros([rows.shape[0], K_PAD], tl.float32)
+    no more than a ``BLOCK_D x BLOCK_N`` slice of K is live at a time, whatever the head size."""
+    cols = start + tl.arange(0, BLOCK_N)
+    walked = (cols >= lo) & (cols < hi)
+    s = tl.zeros([rows.shape[0], BLOCK_N], tl.float32)
     for d0 in tl.static_range(0, D, BLOCK_D):
         d = d0 + tl.arange(0, BLOCK_D)
         q = tl.load(
@@ -43,7 +45,7 @@ def _block_keys(Q, K, head, kv, rows, start, stride_qh, stride_qm, stride_qd, st
         )
         kt = tl.load(
             K + kv * stride_kh + cols[None, :] * stride_kn + d[:, None] * stride_kd,
-            mask=(cols[None, :] < Lk) & (d[:, None] < D),
+            mask=walked[None, :] & (d[:, None] < D),
             other=0.0,
         )
         if HALF_DOT:  # half inputs on the GPU: the native product, fp32 accumulation
@@ -53,14 +55,71 @@ def _block_keys(Q, K, head, kv, rows, start, stride_qh, stride_qm, stride_qd, st
     if ROUND:  # ranked as dense attention in the input dtype rounds its scores
         s = rounded(s, K.dtype.element_ty).to(tl.float32)
     s = s + 0.0  # -0.0 to +0.0: equal scores get equal keys
-    allowed = cols[None, :] < Lk
     if CAUSAL:
-        allowed = allowed & (cols[None, :] <= rows[:, None] + offset)
-    s = tl.where(allowed, s, float("-inf"))
+        s = tl.where(cols[None, :] <= rows[:, None] + offset, s, float("-inf"))
     bits = s.to(tl.int32, bitcast=True)
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
     key = (ordered.to(tl.int64) << 32) | (-cols[None, :] + _TIE).to(tl.int64)  # tensor first (interpreter)
-    return tl.where(cols[None, :] < Lk, key, _LOWEST)
+    return tl.where(walked[None, :], key, _LOWEST)
+
+
+@triton.jit
+def _count_at_least(BUF, rows_at, count, trial, CAP: tl.constexpr, CHUNK: tl.constexpr):
+    """Per row: how many of its candidates ``BUF[rows_at + 0 .. count)`` are ``>= trial``. Read ``CHUNK`` at a time
+    (from L1: the program's own buffer) rather than held whole: the score product's operands stay live across a
+    cut, and a ``[BLOCK_M, CAP]`` tile of int64 next to them spilled."""
+    n = tl.zeros(count.shape, tl.int32)
+    for c0 in range(0, tl.max(count, axis=0), CHUNK):
+        at = c0 + tl.arange(0, CHUNK)
+        cand = tl.load(BUF + rows_at[:, None] + at[None, :], mask=at[None, :] < count[:, None], other=_LOWEST)
+        n += tl.sum((cand >= trial[:, None]).to(tl.int32), axis=1)
+    return n
+
+
+@triton.jit
+def _kth_largest(BUF, rows_at, count, kk, limit, CAP: tl.constexpr, CHUNK: tl.constexpr):
+    """Per row, of its candidates (distinct keys above ``_LOWEST``): a key ``t`` that at least ``kk`` and at most
+    ``limit`` candidates reach (``>= t``): a lower bound of the row's ``kk``-th largest (``_LOWEST`` for a row with
+    fewer than ``kk``). ``limit = kk``: exactly ``kk`` reach it (the final cut); larger: a looser cut, fewer passes.
+    A binary radix select, one bit a pass from the top, nothing sorted: the largest prefix that ``kk`` candidates
+    still reach, stopped once every row is within ``limit``. The score's 31 bits below the sign first, then the
+    column's only where a row's ``kk``-th score is tied past ``limit`` (what a bfloat16 ranking often is)."""
+    zero = tl.zeros(count.shape, tl.int64)
+    one = zero + 1
+    reach = _count_at_least(BUF, rows_at, count, zero, CAP, CHUNK)
+    at = tl.where(reach >= kk, zero, tl.full(count.shape, _LOWEST, tl.int64))
+    reach = tl.where(reach >= kk, reach, count)  # candidates >= at
+    bit = tl.full([], 62, tl.int32)
+    # Bits 62..32 hold the score, 30..0 the column (bit 31 of the column part is 0: _TIE - column).
+    while (tl.max(tl.where(count >= kk, reach, 0), axis=0) > limit) & (bit >= 0):
+        trial = at + (one << bit)
+        n = _count_at_least(BUF, rows_at, count, trial, CAP, CHUNK)
+        at = tl.where(n >= kk, trial, at)
+        reach = tl.where(n >= kk, n, reach)
+        bit = tl.where(bit == 32, 30, bit - 1)
+    return at
+
+
+@triton.jit
+def _shrink(BUF, rows_at, count, kk, limit, CAP: tl.constexpr, CHUNK: tl.constexpr):
+    """Each row's candidates ``BUF[rows_at + 0 .. count)`` cut to between its ``kk`` and ``limit`` largest (exactly
+    ``kk`` when ``limit = kk``), compacted in place in their order; returns ``(count, threshold)``: the new counts
+    and each row's threshold from now on (a key must beat it: :func:`_kth_largest`'s key, a lower bound of the
+    row's final ``kk``-th; ``_LOWEST`` for a row with fewer than ``kk``, which keeps them all)."""
+    tl.debug_barrier()  # the appends by every thread of the program are visible
+    threshold = _kth_largest(BUF, rows_at, count, kk, limit, CAP, CHUNK)
+    kept = tl.zeros(count.shape, tl.int32)
+    for c0 in range(0, tl.max(count, axis=0), CHUNK):
+        at = c0 + tl.arange(0, CHUNK)
+        held = at[None, :] < count[:, None]
+        cand = tl.load(BUF + rows_at[:, None] + at[None, :], mask=held, other=_LOWEST)
+        keep = held & (cand >= threshold[:, None])
+        to = kept[:, None] + tl.cumsum(keep.to(tl.int32), axis=1) - 1
+        tl.debug_barrier()  # every thread has read this chunk before any of it is overwritten (to <= at)
+        tl.store(BUF + rows_at[:, None] + to, cand, mask=keep)
+        kept += tl.sum(keep.to(tl.int32), axis=1)
+    tl.debug_barrier()
+    return kept, threshold
 
 
 @triton.jit
@@ -68,6 +127,7 @@ def topk_select_kernel(
     Q,
     K,
     IDX,
+    BUF,
     stride_qh,
     stride_qm,
     stride_qd,
@@ -79,55 +139,87 @@ def topk_select_kernel(
     Lq,
     Lk,
     offset,
+    heads,
     groups,
     kk,
     D: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
     K_PAD: tl.constexpr,
+    CAP: tl.constexpr,
     CAUSAL: tl.constexpr,
     ROUND: tl.constexpr,
     HALF_DOT: tl.constexpr,
 ):
-    """The ``kk`` highest scores of ``BLOCK_M`` query rows, exactly, without sorting a row.
+    """The ``kk`` highest scores of each query row, exactly, with no sort or merge per key block.
 
     Every score becomes one int64 key: its float32 bits made monotone (a negative float's magnitude bits flipped)
-    above ``_TIE - column``. Keys are distinct, so "the ``K_PAD`` largest keys" is one set: the scores' top-k with
-    ties at the k-th value broken towards the lowest column. Each row keeps its ``K_PAD`` largest keys so far,
-    sorted descending; a block of ``K_PAD`` scores merges in by the bitonic split (``max(a descending, b
-    ascending)`` is the top half of ``a ∪ b``, then one sort), and a block none of whose keys beats a row's lowest
-    kept key is skipped (the running threshold). The score tile never leaves the chip.
+    above ``_TIE - column``. Keys are distinct, so "the ``kk`` largest keys" is one set: the scores' top-k with ties
+    at the k-th value broken towards the lowest column.
+
+    A program takes tiles of ``BLOCK_M`` query rows of one head (persistent: tile ``pid``, ``pid + programs``, ...,
+    the longest causal tiles first) and walks their key blocks from the diagonal outwards: back to key 0, then (not
+    causal) forwards to ``Lk``: the nearest keys first, which raise the threshold early. Each row keeps a threshold
+    (its ``kk``-th largest key so far: a lower bound of the final one) and appends the keys that beat it to its
+    candidate buffer (``BUF [programs, BLOCK_M, CAP]``, int64, allocated by the caller; positions by a prefix sum of
+    the row's hits). A block that would overflow a row's buffer first cuts every row to its ``kk`` largest by
+    :func:`_kth_largest` (and raises the thresholds); the end cuts once more, and one sort of ``K_PAD`` keys a row
+    orders the ``kk`` picks. Per score: one compare. The score tile never leaves the chip.
     """
-    pid_m = tl.program_id(0)
-    head = tl.program_id(1)
-    kv = head // groups
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if CAUSAL:
-        # Keys the block's last row sees, but at least kk (a row sees fewer: it picks masked ones, weight 0).
-        last = tl.minimum(pid_m * BLOCK_M + BLOCK_M, Lq) + offset
-        hi = tl.minimum(tl.maximum(last, kk), Lk)
-    else:
-        hi = Lk
-    best = tl.sort(
-        _block_keys(Q, K, head, kv, rows, 0, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd, Lq, Lk,
-                    offset, D, BLOCK_D, K_PAD, CAUSAL, ROUND, HALF_DOT),
-        dim=1,
-        descending=True,
-    )  # fmt: skip
-    for start in range(K_PAD, hi, K_PAD):
-        key = _block_keys(Q, K, head, kv, rows, start, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn,
-                          stride_kd, Lq, Lk, offset, D, BLOCK_D, K_PAD, CAUSAL, ROUND, HALF_DOT)  # fmt: skip
-        gain = tl.max(key, axis=1) > tl.min(best, axis=1)
-        if tl.max(gain.to(tl.int32), axis=0) > 0:
-            best = tl.sort(tl.maximum(best, tl.sort(key, dim=1)), dim=1, descending=True)
-    cols = -(best & 0x7FFFFFFF).to(tl.int32) + _TIE
-    t = tl.arange(0, K_PAD)
-    rows_of_keys = kv.to(tl.int64) * Lk + cols.to(tl.int64)
-    tl.store(
-        IDX + head * stride_ih + rows[:, None] * stride_im + t[None, :],
-        rows_of_keys.to(IDX.dtype.element_ty),
-        mask=(rows[:, None] < Lq) & (t[None, :] < kk),
-    )
+    programs = tl.num_programs(0)
+    blocks_m = tl.cdiv(Lq, BLOCK_M)
+    r = tl.arange(0, BLOCK_M)
+    rows_at = (tl.program_id(0) * BLOCK_M + r).to(tl.int64) * CAP
+    for tile in range(tl.program_id(0), blocks_m * heads, programs):
+        pid_m = blocks_m - 1 - tile // heads  # the longest causal tiles first: programs finish together
+        head = tile % heads
+        kv = head // groups
+        rows = pid_m * BLOCK_M + r
+        # The diagonal: keys the tile's last row sees (causal: all it walks), but at least kk (a row seeing fewer
+        # picks masked ones, weight 0).
+        diagonal = tl.minimum(tl.maximum(tl.minimum(pid_m * BLOCK_M + BLOCK_M, Lq) + offset, kk), Lk)
+        back = tl.cdiv(diagonal, BLOCK_N)
+        if CAUSAL:
+            n_blocks = back
+        else:
+            n_blocks = back + tl.cdiv(Lk - diagonal, BLOCK_N)
+        count = tl.zeros([BLOCK_M], tl.int32)
+        threshold = tl.full([BLOCK_M], _LOWEST, tl.int64)
+        for j in range(0, n_blocks):
+            down = j < back  # from the diagonal back to key 0, then (not causal) from it forwards to Lk
+            start = tl.where(down, diagonal - (j + 1) * BLOCK_N, diagonal + (j - back) * BLOCK_N)
+            lo = tl.where(down, 0, diagonal)
+            hi = tl.where(down, diagonal, Lk)
+            key = _block_keys(Q, K, head, kv, rows, start, lo, hi, stride_qh, stride_qm, stride_qd, stride_kh,
+                              stride_kn, stride_kd, Lq, offset, D, BLOCK_D, BLOCK_N, CAUSAL, ROUND,
+                              HALF_DOT)  # fmt: skip
+            hit = key > threshold[:, None]
+            hits = tl.sum(hit.to(tl.int32), axis=1)
+            # A block that no row's threshold lets through (most, once the thresholds are up) costs its compares.
+            if tl.max(hits, axis=0) > 0:
+                if tl.max(count + hits, axis=0) > CAP:
+                    # A loose cut: to at most half-way between kk and a full buffer less a block.
+                    count, threshold = _shrink(BUF, rows_at, count, kk, (kk + CAP - BLOCK_N) // 2, CAP, BLOCK_N)
+                    hit = key > threshold[:, None]
+                    hits = tl.sum(hit.to(tl.int32), axis=1)
+                to = count[:, None] + tl.cumsum(hit.to(tl.int32), axis=1) - 1
+                tl.store(BUF + rows_at[:, None] + to, key, mask=hit)
+                count += hits
+        if tl.max(count, axis=0) > kk:
+            count, threshold = _shrink(BUF, rows_at, count, kk, kk, CAP, BLOCK_N)
+        tl.debug_barrier()
+        t = tl.arange(0, K_PAD)
+        best = tl.load(BUF + rows_at[:, None] + t[None, :], mask=t[None, :] < count[:, None], other=_LOWEST)
+        best = tl.sort(best, dim=1, descending=True)
+        cols = -(best & 0x7FFFFFFF).to(tl.int32) + _TIE
+        rows_of_keys = kv.to(tl.int64) * Lk + cols.to(tl.int64)
+        tl.store(
+            IDX + head * stride_ih + rows[:, None] * stride_im + t[None, :],
+            rows_of_keys.to(IDX.dtype.element_ty),
+            mask=(rows[:, None] < Lq) & (t[None, :] < kk),
+        )
+        tl.debug_barrier()  # the next tile's appends come after every thread has read this one's picks
 
 
 @triton.jit

@@ -89,6 +89,17 @@ def test_k128_matches_the_float64_oracle():
     _close(_run(q, k, v, groups=1, float_scores=False, **kw), _oracle(q, k, v, groups=1, **kw), atol=2e-5)
 
 
+@pytest.mark.slow
+def test_k200_selection_cuts_a_512_key_buffer_exactly():
+    # k in 129..256: K_PAD = 256, buffers of CAP = 512 keys. 600 keys: the buffer fills after 8 blocks of 64 and is
+    # cut before the 9th, then once more at the end; the picks are the stable sort's first 200. Slow: 9 s in the
+    # interpreter at a load of 2, 54 s at 5 (a cut reads 8 chunks a pass; the final sort of 16 x 256).
+    config = tk.select_config(200, 16)
+    assert (config["K_PAD"], config["CAP"]) == (256, 512)
+    q, k = (t.detach().float()[0] for t in qkv_gqa(3, 600, 1, 1, d=16, dv=16, b=1, seed=200)[:2])
+    assert torch.equal(_select(q, k, 200), _stable_top(q @ k.transpose(-2, -1), 200))
+
+
 def test_bfloat16_with_float32_ranking_matches_the_float64_oracle():
     # bf16 inputs, fp32 accumulation everywhere; float_scores ranks by the exact products (bf16 x bf16 is exact in
     # fp32), the keys the oracle keeps. The gradients come back in bf16.
@@ -139,6 +150,119 @@ def test_negative_zero_ties_with_zero():
     idx = torch.empty(1, 1, 2, dtype=torch.int32)
     tk.topk_select_(q, k, idx, False, False, 1)
     assert idx.flatten().tolist() == [1, 2]
+
+
+def _select(q, k, kk, causal=False, round_scores=False, scratch=None):
+    """The kernel's picks (global key rows) for ``q [heads, Lq, D]``, ``k [heads, Lk, D]`` (one query head per K/V
+    head)."""
+    idx = torch.empty(q.shape[0], q.shape[1], kk, dtype=torch.int32)
+    tk.topk_select_(q, k, idx, causal, round_scores, 1, scratch)
+    return idx.long() - torch.arange(q.shape[0]).view(-1, 1, 1) * k.shape[1]
+
+
+def _stable_top(scores, kk, causal=False):
+    """Each row's top-``kk`` by score descending, ties to the lowest key (a stable sort); causal: bottom-right."""
+    if causal:
+        lq, lk = scores.shape[-2:]
+        allowed = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.sort(dim=-1, descending=True, stable=True).indices[..., :kk]
+
+
+def _ramp_keys(lk, score_of_column, d=16):
+    """``q`` = e0 and ``k[j]`` = score_of_column(j) e0: the score of key j is exactly ``score_of_column(j)``."""
+    q = torch.zeros(1, 2, d)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, lk, d)
+    k[0, :, 0] = score_of_column(torch.arange(lk)).float()
+    return q, k
+
+
+def test_candidate_buffers_overflow_and_are_cut_several_times():
+    # Scores rising away from the diagonal: the walk (the diagonal back to key 0) meets ever better keys, every one
+    # beats the threshold and is appended. k = 3: K_PAD = 16, a buffer of CAP = 128 keys a row; 330 keys in 6 blocks
+    # of 64: full after 2, cut before the 3rd and the 5th (3 + 64 + 64 > 128), and once more at the end.
+    config = tk.select_config(3, 16)
+    assert (config["K_PAD"], config["CAP"], config["BLOCK_N"]) == (16, 128, 64)
+    q, k = _ramp_keys(330, lambda j: -j)
+    assert _select(q, k, 3).tolist() == [[[0, 1, 2]] * 2]
+
+
+def test_ties_at_the_threshold_across_cuts_go_to_the_lowest_keys():
+    # Scores in runs of 10 equal values, rising towards key 0: k = 15 ends inside a run (all 10 of run 0, then keys
+    # 10..14 of run 1), and every cut finds more than k keys at or above its k-th score (the column bits decide).
+    q, k = _ramp_keys(200, lambda j: -(j // 10))
+    assert torch.equal(_select(q, k, 15)[0, 0], torch.arange(15))
+    # The same on integer scores of a 3-value alphabet, 200 keys (cuts with ties at every threshold), causal too.
+    g = torch.Generator().manual_seed(11)
+    q = torch.randint(-1, 2, (1, 16, 16), generator=g).float()
+    k = torch.randint(-1, 2, (1, 200, 16), generator=g).float()
+    for causal in (False, True):
+        assert torch.equal(_select(q, k, 20, causal), _stable_top(q @ k.transpose(-2, -1), 20, causal))
+
+
+@pytest.mark.parametrize("programs", [1, tk.SELECT_PROGRAMS])
+def test_the_walk_from_the_diagonal_covers_both_sides_when_not_causal(monkeypatch, programs):
+    # More query rows than keys, not causal: tile 0's diagonal is key 16 + (150 - 48) = 118, so its walk goes back to
+    # key 0, then forwards over keys 118..149 (where its rows' best keys are put). One program walking every tile in
+    # turn reuses its buffer: garbage left in it (here: the largest key there is) must never be read.
+    monkeypatch.setattr(tk, "SELECT_PROGRAMS", programs)
+    q, k = (t.detach().float() for t in qkv_gqa(48, 150, 1, 1, d=16, dv=16, b=1, seed=21)[:2])
+    q, k = q[0], k[0]
+    k[:, 140:] += q.mean(dim=1, keepdim=True)  # the best keys past the first tile's diagonal
+    scratch = tk.select_scratch(q, 10).fill_(2**63 - 1)
+    assert scratch.shape == (min(programs, 3), tk.BLOCK_M, 128)
+    scores = q @ k.transpose(-2, -1)
+    want = _stable_top(scores, 10)
+    assert (want[:, :16] >= 118).any()  # tile 0 picks keys ahead of its diagonal
+    assert torch.equal(_select(q, k, 10, scratch=scratch), want)
+
+
+def test_a_scratch_of_another_shape_is_refused():
+    q = torch.zeros(1, 16, 16)
+    idx = torch.empty(1, 16, 3, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"scratch must be contiguous int64 \[programs, 16, 128\]"):
+        tk.topk_select_(q, q, idx, False, False, 1, torch.empty(1, 16, 64, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_k_equal_to_the_keys_returns_every_key_by_score(causal):
+    # k = Lk = 37 (K_PAD = 64): all keys, by score descending; causal rows seeing fewer keys pick the masked ones
+    # (score -inf) last, lowest key first.
+    q, k = (t.detach().float()[0] for t in qkv_gqa(5, 37, 1, 1, d=16, dv=16, b=1, seed=37)[:2])
+    want = _stable_top(q @ k.transpose(-2, -1), 37, causal)
+    assert torch.equal(_select(q, k, 37, causal), want)
+
+
+def test_bfloat16_rounded_ranking_ties_across_cuts_exactly():
+    # Inputs in quarters: every product and fp32 sum is exact, then rounded to bf16 (8 significant bits) as the
+    # kernel ranks half inputs: many scores tie after rounding. 200 keys fill a 128-key buffer (k = 20): cuts with
+    # ties at the threshold; the picks are the stable sort of the rounded scores.
+    g = torch.Generator().manual_seed(16)
+    q = (torch.randint(-8, 9, (1, 16, 16), generator=g) / 4).bfloat16()
+    k = (torch.randint(-8, 9, (1, 200, 16), generator=g) / 4).bfloat16()
+    rounded = (q.float() @ k.float().transpose(-2, -1)).bfloat16().float()
+    assert (rounded != q.float() @ k.float().transpose(-2, -1)).any()  # rounding does make ties
+    for causal in (False, True):
+        assert torch.equal(_select(q, k, 20, causal, round_scores=True), _stable_top(rounded, 20, causal))
+
+
+def test_the_selection_scratch_is_allocated_by_torch_and_bounded():
+    # --predict --device cuda sees the candidate buffers: the training forward's peak is the indices plus the larger
+    # of the scratch (alive during the selection) and the output with its log-sum-exp, to the byte. The scratch is
+    # one [BLOCK_M, CAP] int64 buffer per program: at most SELECT_PROGRAMS, whatever the length.
+    from live_bytes import LiveBytes
+
+    heads, lq, d, kk = 4, 300, 64, 128
+    with FakeTensorMode(), hardware.target("cuda"):
+        q, k, v = (torch.randn(1, heads, lq, d, requires_grad=True) for _ in range(3))
+        with LiveBytes(q, k, v) as tracker:
+            out = tk.topk_attention(q, k, v, causal=True, relu=False, topk=kk, groups=1, float_scores=False)
+        scratch = heads * -(-lq // 16) * 16 * 256 * 8
+        assert tk.select_scratch(q[0], kk).nbytes == scratch
+        assert tracker.peak == heads * lq * kk * 4 + max(scratch, out.nbytes + heads * lq * 4)
+        huge = torch.empty(32, 65536, d)
+        assert tk.select_scratch(huge, kk).nbytes == tk.SELECT_PROGRAMS * 16 * 256 * 8  # 16 MiB
 
 
 @pytest.mark.parametrize("topk, d", [(64, 64), (128, 64), (tk.MAX_TOPK, tk.MAX_HEAD_DIM)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -228,6 +229,26 @@ def test_the_fitted_constants_are_global_and_the_split_keeps_cases_apart():
 # -- custom ops: their costs, declared ----------------------------------------------------------------------
 
 
+def test_the_selection_runs_at_most_its_persistent_programs_and_costs_its_candidates():
+    import implementations.triton_kernels as tk
+    from topk_bench.predict.custom_op_costs import expected_candidates
+
+    heads, n, d, kk = 12, 65536, 64, 128  # BERT-base at 64K: 49,152 tiles of 16 rows, on 512 programs
+
+    def body(make):
+        q, k = make(heads, n, d), make(heads, n, d)
+        idx = torch.empty(heads, n, kk, dtype=torch.int32)
+        tk.topk_select_(q, k, idx, True, False, 1, tk.select_scratch(q, kk))
+
+    (select,) = recorded(body)
+    assert select.blocks == tk.SELECT_PROGRAMS < heads * n // 16
+    seen = n * timing.causal_share(n, n)
+    assert expected_candidates(seen, kk) == pytest.approx(kk * (1 + math.log(seen / kk)))
+    assert expected_candidates(100, kk) == 100  # fewer keys than k: every one
+    moved = 2 * heads * n * d * 4 + heads * n * kk * 4 + heads * n * expected_candidates(seen, kk) * 8 * 2
+    assert select.bytes == pytest.approx(moved)
+
+
 def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
     import implementations.triton_kernels as tk
 
@@ -246,7 +267,9 @@ def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
     assert (select.op, select.kind) == ("triton_topk_select_", timing.ATTENTION_FWD)
     assert select.flops == 2 * heads * lq * lk * d  # every score
     assert select.blocks == (lq // 16) * heads
-    assert select.bytes == (heads * lq * d + kv_heads * lk * d) * 4 + heads * lq * kk * 4
+    # Q, K, the indices, and each row's candidates written and read back: kk (1 + ln(Lk / kk)) int64 keys
+    candidates = heads * lq * kk * (1 + math.log(lk / kk)) * 8 * 2
+    assert select.bytes == pytest.approx((heads * lq * d + kv_heads * lk * d) * 4 + heads * lq * kk * 4 + candidates)
     assert forward.flops == 2 * heads * lq * kk * (d + d)  # the selected scores and their product with V
     # Q, the indices, the selected K and V rows (not the whole K and V), the output and the row's log-sum-exp
     rows = heads * lq

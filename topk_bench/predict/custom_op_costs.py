@@ -11,7 +11,10 @@ time is its bytes at the elementwise kernels' rate, and the prediction warns tha
 
 from __future__ import annotations
 
-from implementations.triton_kernels import BLOCK_M as SELECT_ROWS  # query rows of one selection program
+import math
+
+from implementations.triton_kernels import BLOCK_M as SELECT_ROWS  # query rows of one selection tile
+from implementations.triton_kernels import SELECT_PROGRAMS  # most selection programs (each walks tiles in turn)
 from implementations.triton_kernels import decode as triton_decode
 from implementations.triton_kernels.decode import BLOCK_N as DECODE_BLOCK_N  # keys of one scores program
 from implementations.triton_kernels.decode import BLOCK_P as DECODE_BLOCK_P  # pages of one bounds program
@@ -38,16 +41,26 @@ def _causal(lq: int, lk: int, causal: bool) -> float:
     return causal_share(lq, lk) if causal else 1.0
 
 
+def expected_candidates(seen: float, kk: int) -> float:
+    """Keys a row appends to its candidate buffer when it walks ``seen`` keys for its top-``kk``, scores in random
+    order: all of the first ``kk``, then the i-th key with probability ``kk / i`` (it beats the running ``kk``-th):
+    ``kk (1 + ln(seen / kk))``. Walking from the diagonal, keys nearer a query usually score higher: fewer."""
+    return float(seen) if seen <= kk else kk * (1.0 + math.log(seen / kk))
+
+
 @register_cost("implementations::triton_topk_select_")
 def topk_select(args, kwargs) -> Cost:
-    """Every score of a block of query rows (QK^T on chip, causal tiles skipped), the row top-k kept in
-    registers: the FLOPs of the full product; reads Q and K (K once per block of rows, from L2 after the first:
-    counted once), writes the indices."""
+    """Every score of a tile of query rows (QK^T on chip, causal blocks skipped) compared once with its row's
+    threshold: the FLOPs of the full product; reads Q and K (K once per tile, from L2 after the first: counted
+    once), writes the indices, and each row's candidates (:func:`expected_candidates`, int64) written once and read
+    back once (the cuts' other reads hit L1). Grid: the persistent programs (at most ``SELECT_PROGRAMS``)."""
     q, k, indices, causal = args[:4]
-    heads, lq, d, lk, _ = _shapes(q, k, indices)
-    flops = 2.0 * heads * lq * lk * d * _causal(lq, lk, causal)
-    blocks = -(-lq // SELECT_ROWS) * heads
-    return Cost(ATTENTION_FWD, flops, nbytes(q) + nbytes(k) + nbytes(indices), blocks)
+    heads, lq, d, lk, kk = _shapes(q, k, indices)
+    share = _causal(lq, lk, causal)
+    flops = 2.0 * heads * lq * lk * d * share
+    candidates = 2 * 8 * heads * lq * expected_candidates(lk * share, kk)
+    blocks = min(-(-lq // SELECT_ROWS) * heads, SELECT_PROGRAMS)
+    return Cost(ATTENTION_FWD, flops, nbytes(q) + nbytes(k) + nbytes(indices) + candidates, blocks)
 
 
 def _gathered(q, k, v, indices) -> tuple[float, float]:
