@@ -7,7 +7,7 @@ says once how to reach `topk-bench`. Slow: in a copy of the repository, the quic
 stand-in for the virtual environment's `topk-bench`), then, each in a new shell that does what the README
 says (`source .venv/bin/activate`), every command that is cheap enough for a test, the README's first, then
 the pages' in the order of the site's nav (mkdocs.yml); the others are listed below with why they are only
-parsed.
+parsed. The commands whose files are their own (BESIDE) run in a second lane at the same time, in their order.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,21 @@ RUN = (
     "topk-bench run suites/demo_time.toml --device cpu --out results/demo --remeasure",
     "topk-bench profile suites/smoke.toml",
     "topk-bench run suites/paper/mha_cpu.toml --predict",
+)
+# Run commands that share no file with another (they write nothing, or only under an --out of their own outside
+# results/, and read nothing another command writes): a second lane runs them beside the others, in the pages'
+# order (the regression page's three, which share /tmp/ci-predicted, one after another), each as written in a
+# new shell like the rest. On 2 cores each lane has a core; the measured runs' rows then say `busy`, which the
+# commands that read them (compare, --remeasure) take as a user's busy machine. Any other run command goes in
+# the main lane, in order: a new one is only beside when it is added here.
+BESIDE = (
+    "topk-bench doctor",  # both doctors: they write nothing into the copy
+    "topk-bench run suites/smoke.toml --out /tmp/r",
+    "rm -rf /tmp/ci-predicted && topk-bench run suites/ci.toml --predict --out /tmp/ci-predicted",
+    "topk-bench compare baselines/ci-predicted.csv /tmp/ci-predicted",
+    "cp /tmp/ci-predicted/ci.csv baselines/ci-predicted.csv",
+    "topk-bench run suites/mha.toml --predict --set seq_len=131072 --out /tmp/mha128k",
+    "topk-bench run suites/paper/mha_cpu.toml --predict --out results-cpu-pred",
 )
 PAPER_PREDICTED = "a figure of the paper predicted at full scale: 95 to 1016 s each on 2 cores (docs/REPRODUCTION.md)"
 PARSED_ONLY = {
@@ -328,26 +344,67 @@ def _shell(root: Path, command: str, activate: bool = True) -> subprocess.Comple
     return subprocess.run(["bash", "-c", line], cwd=root, env=env, capture_output=True, text=True, timeout=900)
 
 
+def beside(command: str) -> bool:
+    """Whether ``command`` runs in the second lane (BESIDE)."""
+    return command.startswith(BESIDE)
+
+
+def _judge(command: str, done: subprocess.CompletedProcess) -> None:
+    """A command of the pages ran as written: exit 0 (a time compare: 0 or 1), no traceback."""
+    # The loop's compare judges times (its suite's repeats let it): a busy machine may make one worse, exit 1.
+    judges = command.startswith("topk-bench compare results/first")
+    assert done.returncode in ((0, 1) if judges else (0,)), (
+        f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    )
+    assert not judges or "need 7 a side" not in done.stdout, done.stdout[-2000:]
+    assert "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
+
+
+def _in_order(root: Path, lane: list[str]) -> list[tuple[str, subprocess.CompletedProcess]]:
+    """Each command of ``lane`` in a new shell, one after another; stops after the first that fails."""
+    done = []
+    for command in lane:
+        done.append((command, _shell(root, command)))
+        try:
+            _judge(*done[-1])
+        except AssertionError:
+            break
+    return done
+
+
+def test_the_second_lanes_commands_are_run_commands_of_the_pages_and_share_no_output():
+    found = {command for _, command in all_commands() if kind(command) == "run"}
+    assert all(any(command.startswith(start) for command in found) for start in BESIDE), BESIDE
+    lane = [command for command in dict.fromkeys(c for _, c in all_commands()) if kind(command) == "run"]
+    for command in filter(beside, lane):
+        argvs = _topk_bench_argvs(command)
+        outs = [argv[argv.index("--out") + 1] for argv in argvs if "--out" in argv]
+        # Its own folder, not one the main lane's `show results/` or `plot results/` read; or no output at all.
+        assert all(not out.startswith("results/") for out in outs), command
+        assert outs or all(argv[0] in ("doctor", "compare") for argv in argvs) or command.startswith("cp "), command
+        for other in (c for c in lane if not beside(c)):
+            assert not any(out.rstrip("/") in other for out in outs), f"{other!r} reads {command!r}'s output"
+
+
 @pytest.mark.slow
 def test_after_the_quick_start_every_cheap_command_of_the_pages_runs_as_written_in_a_new_shell(clone):
-    ran, waiting = [], []
+    lanes: dict[bool, list[str]] = {False: [], True: []}
+    waiting = []
     for _, command in all_commands():
-        if kind(command) != "run" or command in ran:  # a command two pages give runs once
+        if kind(command) != "run" or command in lanes[beside(command)]:  # a command two pages give runs once
             continue
         pending = [flag for argv in _topk_bench_argvs(command) for flag in _missing_flags(argv)]
         if pending:
             waiting.append(f"{command} (needs {', '.join(PENDING[f] for f in pending)})")
             continue
-        done = _shell(clone, command)
-        # The loop's compare judges times (its suite's repeats let it): a busy machine may make one worse, exit 1.
-        judges = command.startswith("topk-bench compare results/first")
-        assert done.returncode in ((0, 1) if judges else (0,)), (
-            f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-        )
-        assert not judges or "need 7 a side" not in done.stdout, done.stdout[-2000:]
-        assert "Traceback" not in done.stderr, f"{command}\n{done.stderr[-2000:]}"
-        ran.append(command)
-    assert len(ran) >= 20, ran
+        lanes[beside(command)].append(command)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        second = pool.submit(_in_order, clone, lanes[True])
+        first = _in_order(clone, lanes[False])
+        for command, done in [*first, *second.result()]:
+            _judge(command, done)
+    ran = [command for command, _ in [*first, *second.result()]]
+    assert len(ran) >= 20 and len(ran) == len(lanes[False]) + len(lanes[True]), ran
     # What the commands left: the README's loop drew its suite, plot results/ drew the demo's folder into
     # plots/demo/, the plug-in's suite ran.
     assert (clone / "plots" / "first" / "first-cpu-measured.png").exists()

@@ -10,6 +10,8 @@ import time
 import implementations
 from implementations import Implementation
 
+SLEEPING = "test_sleeps: called, sleeping for an hour"
+
 
 def exits_at_once(q, k, v, *, causal=False, activation="softmax"):
     os._exit(0)
@@ -20,6 +22,7 @@ def raises_system_exit(q, k, v, *, causal=False, activation="softmax"):
 
 
 def sleeps(q, k, v, *, causal=False, activation="softmax"):
+    print(SLEEPING, flush=True)  # the doctor's message quotes it: the hang it cut was this call's
     time.sleep(3600)
     return q
 

@@ -135,8 +135,8 @@ def test_times_are_put_against_the_fastest_dense_case(tmp_path, capsys):
     assert "0.500x dense" in out and "1.000x dense" in out and "ops   134" in out
 
 
-def acceptance(tmp_path: Path, **env) -> tuple[int, str]:
-    out = tmp_path / "out"
+def acceptance(tmp_path: Path, out_name: str = "out", **env) -> tuple[int, str]:
+    out = tmp_path / out_name
     result = subprocess.run(
         ["bash", str(ROOT / "scripts/gpu_acceptance.sh")],
         cwd=ROOT,
@@ -180,13 +180,21 @@ def test_each_path_is_measured_in_turn_and_kept_under_its_own_name(tmp_path):
 
 @pytest.mark.slow  # a template and its children (a tiny suite measured on the CPU)
 def test_the_fork_check_passes_here_and_fails_when_a_case_starts_a_fresh_interpreter(tmp_path):
-    code, summary = acceptance(tmp_path, ALLOW_CPU="1", STEPS="install forks")
+    from concurrent.futures import ThreadPoolExecutor
+
+    # The two calls share nothing (each its own OUT and work folder), so they run at once: mostly interpreter
+    # starts, which two cores take side by side.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # Each case a fresh interpreter (as the last H100 run had it): the check says so.
+        fresh = pool.submit(
+            acceptance, tmp_path, "fresh", ALLOW_CPU="1", STEPS="install forks", TOPK_BENCH_FRESH_INTERPRETER="1"
+        )
+        code, summary = acceptance(tmp_path, ALLOW_CPU="1", STEPS="install forks")
+        fresh_code, fresh_summary = fresh.result()
     assert code == 0, summary
     assert "PASS  forks: every case's child forked from the warm template" in summary
     assert (tmp_path / "out/gpu_check-1.tar.gz").is_file()
-    # Each case a fresh interpreter (as the last H100 run had it): the check says so.
-    code, summary = acceptance(tmp_path, ALLOW_CPU="1", STEPS="install forks", TOPK_BENCH_FRESH_INTERPRETER="1")
-    assert code == 1 and "FAIL  forks: the template did not fork in this build" in summary
+    assert fresh_code == 1 and "FAIL  forks: the template did not fork in this build" in fresh_summary
 
 
 def test_host_bound_is_said_of_events_timings_only(tmp_path, capsys):

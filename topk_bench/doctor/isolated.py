@@ -6,7 +6,8 @@ the doctor with exit code 0 and nothing said, and a function that sleeps would h
 it. So its agreement and peak checks run in a fresh interpreter
 (``python -m topk_bench.doctor.isolated``: CUDA works there, which a fork of a process
 that has used CUDA would not), within :data:`LIMIT_S`; a process that ends without its
-checks, or runs past the limit (killed, with whatever it started), fails them, by name.
+checks, or runs past the limit (killed, with whatever it started), fails them, by name, with the last
+lines it printed (where it stopped).
 """
 
 from __future__ import annotations
@@ -65,23 +66,26 @@ def _in_child(name: str, device: str, plugins: tuple[str, ...], limit_s: float) 
             log, _ = proc.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # its process group: whatever it started dies with it
-            proc.communicate()
-            return [
-                Check(f"agreement: {name}", Result.FAIL, f"did not finish within {limit_s:g} s (killed): does it hang?")
-            ]
+            log, _ = proc.communicate()
+            hung = f"did not finish within {limit_s:g} s (killed): does it hang?"
+            return [Check(f"agreement: {name}", Result.FAIL, hung + _log_tail(log))]
         if result.exists():
             return [Check(c["name"], Result(c["result"]), c["detail"]) for c in json.loads(result.read_text())]
     code = proc.returncode
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    tail = " | ".join(line.strip() for line in log.decode(errors="replace").splitlines() if line.strip())
     return [
         Check(
             f"agreement: {name}",
             Result.FAIL,
-            f"its process ended ({how}) before the check did: does it call sys.exit or os._exit?"
-            + (f" Log: {tail[-_LOG_TAIL:]}" if tail else ""),
+            f"its process ended ({how}) before the check did: does it call sys.exit or os._exit?" + _log_tail(log),
         )
     ]
+
+
+def _log_tail(log: bytes) -> str:
+    """The last of what the child printed, on one line (where it stopped, when a plug-in says what it does)."""
+    tail = " | ".join(line.strip() for line in log.decode(errors="replace").splitlines() if line.strip())
+    return f" Log: {tail[-_LOG_TAIL:]}" if tail else ""
 
 
 def main(argv: list[str] | None = None) -> int:
