@@ -1,8 +1,8 @@
 # The two entry points a new user needs (see README):
 #   make demo   set up, predict Fig. 1's memory at full scale, measure CPU times at small sizes, render both
-#   make test   set up, run the test suite: 49 min 21 s from a clean clone on 2 cores (Xeon, AVX-512, load ~1.5)
+#   make test   set up, run the test suite: 28 min 3 s from a clean clone on 2 cores (Xeon, AVX-512, load ~1.5)
 # and, for the development loop, `make test-fast`: the tests not marked slow (no child processes
-# beyond a few, no Slurm cluster), 8 min 2 s on the same 2 cores. `make figures` redraws
+# beyond a few, no Slurm cluster), 8 min 34 s on the same 2 cores. `make figures` redraws
 # the figures of README.md and docs/ from the CSVs in docs/figures/data/; `make check-figures` fails when they
 # are not what `topk-bench plot` draws today (tests/report/test_docs_figures.py runs the same check). `make docs`
 # builds the documentation site (mkdocs.yml, docs/) into site/, failing on any broken link or anchor. `make lint`:
