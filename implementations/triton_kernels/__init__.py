@@ -134,7 +134,7 @@ def select_config(kk: int, d: int) -> dict:
     return dict(D=d, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, K_PAD=k_pad, CAP=cap, num_warps=8)
 
 
-def select_scratch(q: torch.Tensor, kk: int) -> torch.Tensor:
+def candidate_buffers(q: torch.Tensor, kk: int) -> torch.Tensor:
     """The selection's candidate buffers for ``q [heads, Lq, D]`` and top-``kk``: ``[programs, BLOCK_M, CAP]``
     int64, one per program (at most :data:`SELECT_PROGRAMS`), uninitialised."""
     tiles = _cdiv(q.shape[1], BLOCK_M) * q.shape[0]
@@ -177,7 +177,7 @@ def topk_select_(
 ) -> None:
     """``indices [heads, Lq, kk]``: each query row's top-``kk`` keys as global key rows (``kv·Lk + j``), by score
     descending (ties: lowest ``j`` first). ``q [heads, Lq, D]``, ``k [kv_heads, Lk, D]``; ``round_scores``: rank by
-    the product rounded to the input dtype; ``scratch``: the candidate buffers (:func:`select_scratch`; ``None``:
+    the product rounded to the input dtype; ``scratch``: the candidate buffers (:func:`candidate_buffers`; ``None``:
     allocated here, for direct calls: the training path passes its own, so that fake tensors see it)."""
     from implementations.triton_kernels import kernels
 
@@ -188,7 +188,7 @@ def topk_select_(
     config = select_config(kk, d)
     warps = config.pop("num_warps")
     if scratch is None:
-        scratch = select_scratch(q, kk)
+        scratch = candidate_buffers(q, kk)
     if (
         scratch.dtype != torch.int64
         or tuple(scratch.shape[1:]) != (BLOCK_M, config["CAP"])
@@ -298,7 +298,7 @@ class _TritonTopk(torch.autograd.Function):
         heads = q3.shape[0]
         index_dtype = torch.int32 if k3.shape[0] * lk < 2**31 else torch.int64
         idx = torch.empty(heads, lq, kk, dtype=index_dtype, device=q.device)
-        topk_select_(q3, k3, idx, causal, round_scores, groups, select_scratch(q3, kk))
+        topk_select_(q3, k3, idx, causal, round_scores, groups, candidate_buffers(q3, kk))
         out = torch.empty(heads, lq, v3.shape[-1], dtype=v.dtype, device=q.device)
         lse = torch.empty(heads, lq, dtype=torch.float32, device=q.device)
         gathered_forward_(q3, k3, v3, idx, out, lse, causal, relu, round_scores, groups)

@@ -210,7 +210,7 @@ def test_the_walk_from_the_diagonal_covers_both_sides_when_not_causal(monkeypatc
     q, k = (t.detach().float() for t in qkv_gqa(48, 150, 1, 1, d=16, dv=16, b=1, seed=21)[:2])
     q, k = q[0], k[0]
     k[:, 140:] += q.mean(dim=1, keepdim=True)  # the best keys past the first tile's diagonal
-    scratch = tk.select_scratch(q, 10).fill_(2**63 - 1)
+    scratch = tk.candidate_buffers(q, 10).fill_(2**63 - 1)
     assert scratch.shape == (min(programs, 3), tk.BLOCK_M, 128)
     scores = q @ k.transpose(-2, -1)
     want = _stable_top(scores, 10)
@@ -259,10 +259,10 @@ def test_the_selection_scratch_is_allocated_by_torch_and_bounded():
         with LiveBytes(q, k, v) as tracker:
             out = tk.topk_attention(q, k, v, causal=True, relu=False, topk=kk, groups=1, float_scores=False)
         scratch = heads * -(-lq // 16) * 16 * 256 * 8
-        assert tk.select_scratch(q[0], kk).nbytes == scratch
+        assert tk.candidate_buffers(q[0], kk).nbytes == scratch
         assert tracker.peak == heads * lq * kk * 4 + max(scratch, out.nbytes + heads * lq * 4)
         huge = torch.empty(32, 65536, d)
-        assert tk.select_scratch(huge, kk).nbytes == tk.SELECT_PROGRAMS * 16 * 256 * 8  # 16 MiB
+        assert tk.candidate_buffers(huge, kk).nbytes == tk.SELECT_PROGRAMS * 16 * 256 * 8  # 16 MiB
 
 
 @pytest.mark.parametrize("topk, d", [(64, 64), (128, 64), (tk.MAX_TOPK, tk.MAX_HEAD_DIM)])

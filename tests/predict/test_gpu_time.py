@@ -238,7 +238,7 @@ def test_the_selection_runs_at_most_its_persistent_programs_and_costs_its_candid
     def body(make):
         q, k = make(heads, n, d), make(heads, n, d)
         idx = torch.empty(heads, n, kk, dtype=torch.int32)
-        tk.topk_select_(q, k, idx, True, False, 1, tk.select_scratch(q, kk))
+        tk.topk_select_(q, k, idx, True, False, 1, tk.candidate_buffers(q, kk))
 
     (select,) = recorded(body)
     assert select.blocks == tk.SELECT_PROGRAMS < heads * n // 16

@@ -342,10 +342,10 @@ def kernels(func, args, kwargs, out, host_ops: int = 1) -> list[Kernel]:
                     float(c.flops),
                     float(c.bytes),
                     dtype,
-                    c.blocks,
-                    c.lanes,
-                    host_ops if i == 0 else 1,
-                    c.round_trips,
+                    blocks=c.blocks,
+                    lanes=c.lanes,
+                    host_ops=host_ops if i == 0 else 1,
+                    round_trips=c.round_trips,
                 )
                 for i, c in enumerate(chain)
             ]
