@@ -153,6 +153,21 @@ on_path() {
     esac
 }
 
+# measured NAME SECS DIR CSV STATUSES WHAT OK_NOTE -- COMMAND...: COMMAND on the path on_path chose, its results in
+# DIR (kept as CSV): PASS "WHAT OK_NOTE" when it exits 0 and every row has one of STATUSES, else FAIL naming its log
+measured() {
+    local name=$1 secs=$2 dir=$3 csv=$4 statuses=$5 what=$6 ok_note=$7 rc
+    shift 8
+    logged "$name" "$secs" "${PENV[@]}" "$@" --out "$dir" --no-resume
+    rc=$?
+    keep "$dir" "$csv"
+    if report status "$dir" "$statuses" && [ "$rc" -eq 0 ]; then
+        pass "$what$ok_note"
+    else
+        fail "$what ($name.log)"
+    fi
+}
+
 say "gpu_acceptance phase $PHASE: $(date -u +%FT%TZ) root=$ROOT python=$PY steps='$STEPS' paths='$PATHS' budget=${BUDGET_S}s"
 
 # ---------------------------------------------------------------- torch with CUDA?
@@ -406,15 +421,9 @@ EOF2
         [ "$DEV" = cpu ] && [ "$timer" = cudagraph ] && continue  # the CPU has one timer
         for path in $PATHS; do
             on_path "$path"
-            logged "kv_$timer$SFX" "$(cap 300)" "${PENV[@]}" "${TB[@]}" run suites/kv_targets.toml --device "$DEV" \
-                --out "$WORK/kv-$timer$SFX" --no-resume --timer "$timer" --rounds "$KV_ROUNDS"
-            rc=$?
-            keep "$WORK/kv-$timer$SFX" "kv_targets-$timer$SFX.csv"
-            if report status "$WORK/kv-$timer$SFX" ok && [ "$rc" -eq 0 ]; then
-                pass "kv_targets with timer = $timer$ON: every case ok (times and ratios to dense below)"
-            else
-                fail "kv_targets with timer = $timer$ON (kv_$timer$SFX.log)"
-            fi
+            measured "kv_$timer$SFX" "$(cap 300)" "$WORK/kv-$timer$SFX" "kv_targets-$timer$SFX.csv" ok \
+                "kv_targets with timer = $timer$ON" ": every case ok (times and ratios to dense below)" -- \
+                "${TB[@]}" run suites/kv_targets.toml --device "$DEV" --timer "$timer" --rounds "$KV_ROUNDS"
             report times "$WORK/kv-$timer$SFX" "$DISPATCH_S"
             snap
         done
@@ -440,15 +449,9 @@ for step in fast compiled; do
         V=$(variant "$SUITE" "$dtype")
         for path in $PATHS; do
             on_path "$path"
-            logged "${step}_$dtype$SFX" "$(cap 200)" "${PENV[@]}" "${TB[@]}" run "$V" --device "$DEV" \
-                --out "$WORK/$step-$dtype$SFX" --no-resume
-            rc=$?
-            keep "$WORK/$step-$dtype$SFX" "$(basename "$V" .toml)$SFX.csv"
-            if report status "$WORK/$step-$dtype$SFX" ok,over_budget,oom,skipped && [ "$rc" -eq 0 ]; then
-                pass "$(basename "$SUITE") in $dtype on $DEV$ON"
-            else
-                fail "$(basename "$SUITE") in $dtype on $DEV$ON (${step}_$dtype$SFX.log)"
-            fi
+            measured "${step}_$dtype$SFX" "$(cap 200)" "$WORK/$step-$dtype$SFX" "$(basename "$V" .toml)$SFX.csv" \
+                ok,over_budget,oom,skipped "$(basename "$SUITE") in $dtype on $DEV$ON" "" -- \
+                "${TB[@]}" run "$V" --device "$DEV"
             report times "$WORK/$step-$dtype$SFX"
             snap
         done
