@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 def run_suite(path: str | Path, **overrides: Any):
     """Run (or resume) a suite and return its CSV as a pandas DataFrame.
 
-    ``overrides``: ``out``, ``device``, ``predict``, ``repeats``, ``warmup``, ``warmup_s``, ``timer``,
+    ``overrides``: ``out``, ``device``, ``predict``, ``repeats``, ``warmup``, ``warmup_s``, ``min_sample_s``, ``timer``,
     ``flush_l2``, ``rounds``, ``threads``, ``remeasure``, ``gpu``, ``max_memory_gib``, ``max_case_seconds``,
     ``executor``, ``jobs``, ``config``, ``resume`` (default True), ``progress``
     (default False), ``yes`` (a suite of more cases than ``max_cases``, more rounds than 1000), ``append``

@@ -33,6 +33,7 @@ class Measuring:
     dtype: DType
     warmup: int
     warmup_s: float  # the warm-up lasts at least this long too (ours)
+    min_sample_s: float  # each timed sample runs the iteration back to back until it lasts this long (ours)
     repeats: int
     timer: Timer | None  # measured on CUDA: events (None: the default) or cudagraph; None elsewhere
     flush_l2: bool  # the device's cache flushed between timed iterations (measured runs)
@@ -47,6 +48,7 @@ class Measuring:
             "dtype": self.dtype,
             "warmup": self.warmup,
             "warmup_s": self.warmup_s,
+            "min_sample_s": self.min_sample_s,
             "repeats": self.repeats,
             "timer": self.timer,
             "flush_l2": self.flush_l2,
@@ -88,7 +90,10 @@ class Case:
     # Our protocol warms up until both: ``warmup`` untimed iterations (the profiling one included) and
     # ``warmup_s`` seconds of them (measure/iterations.py).
     warmup_s: float = 0.0
-    # How a measured CUDA case is timed (None: the device's default, events; the CPU: perf_counter), and
+    # Each timed sample runs the iteration back to back until it lasts at least this long, its time their mean
+    # (0: one iteration a sample); the count is fixed once, after the warm-up (measure/iterations.py).
+    min_sample_s: float = 0.0
+    # How a measured case is timed (None: the device's default, CUDA events, the CPU's perf_counter), and
     # whether the device's cache is flushed between timed iterations (outside the timing).
     timer: Timer | None = None
     flush_l2: bool = False
@@ -191,7 +196,7 @@ class Case:
             key["quality"] = list(self.quality)
         if self.gpu and self.gpu is not DEFAULT_GPU:  # the default GPU counts as none
             key["gpu"] = self.gpu
-        if self.timer is Timer.CUDAGRAPH:  # a graph replay's time is another quantity than events'
+        if self.timer in (Timer.CUDAGRAPH, Timer.PROCESS_TIME):  # another quantity than the default timer's
             key["timer"] = self.timer
         if self.flush_l2:
             key["flush_l2"] = True

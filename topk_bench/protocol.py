@@ -32,6 +32,7 @@ class Protocol:
     warmup: int | None = None
     repeats: int | None = None
     warmup_s: float | None = None
+    min_sample_s: float | None = None
     timer: str | None = None
     flush_l2: bool | None = None
     # Cases may compile their attention (torch.compile once, before the timed iterations).
@@ -44,8 +45,8 @@ class Protocol:
     owned_options: tuple[str, ...] = ()
 
     def fixed_value_problem(self, setting: str, value: object) -> str | None:
-        """Why ``value`` of ``setting`` (``warmup``, ``repeats``, ``warmup_s``, ``timer``, ``flush_l2``) contradicts
-        this protocol, or None."""
+        """Why ``value`` of ``setting`` (``warmup``, ``repeats``, ``warmup_s``, ``min_sample_s``, ``timer``,
+        ``flush_l2``) contradicts this protocol, or None."""
         fixed = getattr(self, setting)
         if value is None or fixed is None or value == fixed:
             return None
@@ -64,6 +65,7 @@ PAPER = Protocol(
     warmup=0,
     repeats=3,
     warmup_s=0.0,
+    min_sample_s=0.0,
     timer="events",
     flush_l2=False,
     compiles=False,
@@ -86,6 +88,7 @@ _WHY_FIXED = {
     "warmup": "the first, cold iteration is timed",
     "repeats": "the time is the mean of 3 runs",
     "warmup_s": "the first, cold iteration is timed",
+    "min_sample_s": "each timed iteration runs alone, on a model built for it",
     "timer": "each eager iteration is timed as theirs was",
     "flush_l2": "theirs flushed no cache",
 }

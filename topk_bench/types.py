@@ -112,17 +112,33 @@ DEFAULT_GPU = GpuModel.H100_SXM  # what a CUDA prediction models unless told: th
 
 
 class Timer(Word):
-    """How a measured iteration is timed: ``perf_counter`` on the CPU; on CUDA, events around each eager
-    iteration (``events``, the default) or around each replay of one iteration captured in a CUDA graph
-    (``cudagraph``: no host dispatch in the time). A suite and ``--timer`` choose the CUDA one."""
+    """How a measured iteration is timed. On the CPU: wall time (``perf_counter``, the default), or the CPU
+    seconds of the process (``process_time``: what the iteration cost, whatever else the machine runs; with one
+    thread, its time free of descheduling). On CUDA: events around each eager iteration (``events``, the
+    default) or around each replay of one iteration captured in a CUDA graph (``cudagraph``: no host dispatch in
+    the time). A suite and ``--timer`` choose; a timer of the other device is noted and left out."""
 
     PERF_COUNTER = "perf_counter"
+    PROCESS_TIME = "process_time"
     EVENTS = "events"
     CUDAGRAPH = "cudagraph"
 
     @classmethod
     def cuda_choices(cls) -> tuple[str, ...]:
         return (cls.EVENTS.value, cls.CUDAGRAPH.value)
+
+    @classmethod
+    def cpu_choices(cls) -> tuple[str, ...]:
+        return (cls.PERF_COUNTER.value, cls.PROCESS_TIME.value)
+
+    @classmethod
+    def choices(cls) -> tuple[str, ...]:
+        """What a suite's ``timer`` and ``--timer`` take: the CUDA timers, then the CPU's."""
+        return (*cls.cuda_choices(), *cls.cpu_choices())
+
+    @property
+    def device_kind(self) -> DeviceKind:
+        return DeviceKind.CPU if self.value in self.cpu_choices() else DeviceKind.CUDA
 
 
 class DType(Word):

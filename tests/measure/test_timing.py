@@ -354,7 +354,7 @@ def test_a_cuda_timer_asked_of_a_cpu_run_is_said_and_left_out(tmp_path):
     measured = plan(path, Flags(device="cpu", out=tmp_path / "o"))
     (case,) = measured.cases
     assert (case.timer, case.flush_l2, case.warmup_s) == (None, True, 0.5)  # the CPU flushes its own cache
-    assert any("a CUDA timer; the CPU times each iteration with perf_counter" in n for n in measured.notes)
+    assert any("timer = cudagraph: a CUDA timer; this CPU run uses perf_counter" in n for n in measured.notes)
     # A prediction times nothing: neither enters its case (nor its id).
     (predicted,) = plan(path, Flags(predict=True, device="cuda", out=tmp_path / "o")).cases
     (tmp_path / "p").mkdir()
@@ -371,9 +371,26 @@ def test_a_measured_cuda_run_keeps_the_timer_asked(tmp_path):
     from topk_bench.suite.settings import Settings
 
     suite = read_suite(timing_suite(tmp_path, 'timer = "cudagraph"'))
-    assert resolve._timing(suite, resolve.Flags(), Settings(), "cuda") == (0.025, Timer.CUDAGRAPH, False, [])
+    timing = resolve.Timing(warmup_s=0.025, min_sample_s=0.0, timer=Timer.CUDAGRAPH, flush_l2=False)
+    assert resolve._timing(suite, resolve.Flags(), Settings(), "cuda") == (timing, [])
     flags = resolve.Flags(timer="events", flush_l2=True)
-    assert resolve._timing(suite, flags, Settings(), "cuda") == (0.025, Timer.EVENTS, True, [])
+    assert resolve._timing(suite, flags, Settings(), "cuda") == (replace(timing, timer=Timer.EVENTS, flush_l2=True), [])
+
+
+def test_a_cpu_timer_asked_of_a_cuda_run_is_said_and_left_out(tmp_path):
+    from topk_bench.run import resolve
+    from topk_bench.suite.load import read_suite
+    from topk_bench.suite.settings import Settings
+
+    suite = read_suite(timing_suite(tmp_path, 'timer = "process_time"\nmin_sample_s = 0.05'))
+    timing, notes = resolve._timing(suite, resolve.Flags(), Settings(), "cuda")
+    assert (timing.timer, timing.min_sample_s) == (None, 0.05)
+    assert notes == ["timer = process_time: a CPU timer; this CUDA run uses events"]
+    timing, notes = resolve._timing(suite, resolve.Flags(), Settings(), "cpu")
+    assert (timing.timer, notes) == (Timer.PROCESS_TIME, [])
+    # A prediction times nothing: no timer, no sample length.
+    timing, _ = resolve._timing(suite, resolve.Flags(predict=True), Settings(), "cpu")
+    assert (timing.timer, timing.min_sample_s) == (None, 0.0)
 
 
 def test_timer_and_flush_enter_a_case_id_only_when_set():
@@ -385,10 +402,49 @@ def test_timer_and_flush_enter_a_case_id_only_when_set():
         replace(case, flush_l2=True).case_id,
         replace(case, compile=True).case_id,
         replace(case, compile=True, compile_mode="max-autotune").case_id,
+        replace(case, device="cpu", timer=Timer.PROCESS_TIME).case_id,
     }
-    assert len(ids) == 5
-    # Warm-up settings are no part of what a case is (re-running with another warm-up resumes).
-    assert case.case_id == replace(case, warmup=7, warmup_s=1.0).case_id
+    assert len(ids) == 6
+    # CPU seconds are another quantity than wall seconds; perf_counter is the CPU's default, spelled out.
+    cpu = replace(case, device="cpu")
+    assert cpu.case_id == replace(cpu, timer=Timer.PERF_COUNTER).case_id
+    # Warm-up and sample settings are no part of what a case is (re-running with another warm-up resumes).
+    assert case.case_id == replace(case, warmup=7, warmup_s=1.0, min_sample_s=0.05).case_id
+
+
+def test_a_sample_runs_the_iteration_back_to_back_until_it_lasts_min_sample_s(runtime):
+    # 10 ms an iteration, 35 ms a sample: 4 iterations each (the untimed one after the reset counts them),
+    # 3 samples of 4, each their mean, read after one synchronisation.
+    steps, samples = run(make_case(min_sample_s=0.035), runtime)
+    assert steps.loops == 4
+    reset = runtime.calls.index(("reset_peak",))
+    after = runtime.calls[reset + 1 :]
+    # The untimed iteration is timed by the host's clock, which waits for the device before each reading.
+    assert after[:3] == [("sync",), ("iteration", "untimed", "current"), ("sync",)]
+    timed = after[3 : after.index(("sync",), 3)]
+    assert timed == [("iteration", "timed", "current"), ("record",), ("record",), ("record",)] * 12
+    assert samples == [pytest.approx((STEP_S, 0.0))] * 3
+
+
+@pytest.mark.parametrize(
+    ("min_sample_s", "iteration_s", "loops"),
+    [(0, 0.01, 1), (0.05, 0.01, 5), (0.05, 0.011, 5), (0.05, 0.2, 1), (0.05, 0.0, 10_000), (60, 1e-6, 10_000)],
+)
+def test_loops_are_the_fewest_iterations_that_last_the_sample(min_sample_s, iteration_s, loops):
+    assert iterations.loops_for(min_sample_s, iteration_s) == loops
+
+
+def test_a_cpu_case_timed_by_process_time_reads_the_process_clock_and_says_so(monkeypatch):
+    from topk_bench.child.execute import execute
+    from topk_bench.results import columns as col
+
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(backends.time, "process_time", lambda: float(next(ticks)))
+    case = make_case(device="cpu", timer="process_time", warmup=1, warmup_s=0.0, repeats=3)
+    m = execute(case)
+    # The stand-in process clock ticks once a reading: 1 s forward, 1 s backward (mha: fwd_bwd).
+    assert m.status == "ok" and m.times_s == [2.0, 2.0, 2.0]
+    assert m.extra[col.TIMER] == Timer.PROCESS_TIME and m.extra[col.LOOPS] == 1
 
 
 def test_a_cudagraph_case_read_from_json_is_replayed_and_its_row_counts_the_replays(runtime, monkeypatch):

@@ -149,7 +149,7 @@ CASES = [
         "an unknown timer",
         lambda s: s.replace('name = "bad"', 'name = "bad"\ntimer = "wallclock"'),
         "timer",
-        "'events' or 'cudagraph'",
+        "'events', 'cudagraph', 'perf_counter' or 'process_time'",
     ),
     (
         "a flush that is no boolean",

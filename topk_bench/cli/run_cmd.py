@@ -70,12 +70,20 @@ def run(
         metavar="S",
         help="... and at least this many seconds of them (default: bench.toml's, 0.025).",
     ),
+    min_sample_s: float | None = typer.Option(
+        None,
+        "--min-sample-s",
+        metavar="S",
+        help="Each timed sample runs the iteration back to back until it lasts S seconds, its time their mean "
+        "(default: the suite's, else bench.toml's, 0: one iteration a sample).",
+    ),
     timer: str | None = typer.Option(
         None,
         "--timer",
-        metavar="events|cudagraph",
-        help="How CUDA times an iteration: CUDA events around it (default), or around a replay of it captured in a "
-        "CUDA graph (no host dispatch in the time). The CPU uses perf_counter.",
+        metavar="TIMER",
+        help="How an iteration is timed. CUDA: events (around it, the default) or cudagraph (around a replay of it "
+        "captured in a CUDA graph: no host dispatch in the time). CPU: perf_counter (wall, the default) or "
+        "process_time (the process's CPU seconds: free of descheduling on a busy machine).",
     ),
     flush_l2: bool | None = typer.Option(
         None,
@@ -181,6 +189,7 @@ def run(
         repeats=repeats,
         warmup=warmup,
         warmup_s=warmup_s,
+        min_sample_s=min_sample_s,
         timer=timer,
         flush_l2=flush_l2,
         max_memory_gib=max_memory,

@@ -1,8 +1,8 @@
 """Peak memory and time of one case measured in this process, on the CPU or on CUDA, with one result shape.
 
 - ``cpu``: peak = live tensor bytes (:class:`~topk_bench.measure.memory.LiveBytes`) of the
-  profiling iteration; time = ``perf_counter`` of the timed iterations, which run untracked
-  (the tracker's per-op cost would otherwise inflate small shapes).
+  profiling iteration; time = ``perf_counter`` (or, ``timer = "process_time"``, the process's CPU seconds) of
+  the timed iterations, which run untracked (the tracker's per-op cost would otherwise inflate small shapes).
 - ``cuda``: baseline after the build; under our protocol warm-up, the workspace it left,
   ``empty_cache`` and ``reset_peak_memory_stats``; under the paper's no warm-up and no reset;
   ``max_memory_allocated`` / ``max_memory_reserved`` over the measured iterations, CUDA events around
@@ -58,6 +58,7 @@ def _measured_columns(case: Case, steps: CpuSteps | CudaSteps) -> dict:
     columns = {
         col.TIMER: Timer.CUDAGRAPH if steps.graph_replays else steps.timer,
         col.GRAPH_REPLAYS: steps.graph_replays,
+        col.LOOPS: steps.loops,
         col.FLUSH_L2: case.flush_l2,
         col.RAN_DTYPE: steps.ran_dtype,
         col.COMPILED: None if steps.compiled_graphs is None else steps.compiled_graphs > 0,
@@ -68,11 +69,19 @@ def _measured_columns(case: Case, steps: CpuSteps | CudaSteps) -> dict:
     return columns
 
 
+# The CPU's clocks, by timer: wall time, or the CPU seconds of every thread of the process (``time``'s functions,
+# looked up when a case starts).
+CPU_CLOCKS = {Timer.PERF_COUNTER: "perf_counter", Timer.PROCESS_TIME: "process_time"}
+
+
 class CpuSteps(iterations.Steps[Workload]):
-    """Live bytes, FLOPs and ops from the profiling iteration, times from ``perf_counter``."""
+    """Live bytes, FLOPs and ops from the profiling iteration, times from the case's CPU clock (``perf_counter``
+    unless it asks ``process_time``)."""
 
     def __init__(self, case: Case, budget: Budget):
         self.case, self.budget = case, budget
+        self.timer = case.timer if case.timer in CPU_CLOCKS else Timer.PERF_COUNTER
+        self.clock: Callable[[], float] = getattr(time, CPU_CLOCKS[self.timer])
         self.tracker: LiveBytes | AllocatorBytes | None = None
         self.flops: int | None = None
         self.counted = OpCount()
@@ -122,7 +131,7 @@ class CpuSteps(iterations.Steps[Workload]):
         iteration(wl, self.case)
 
     def timed(self, wl: Workload) -> iterations.Pending:
-        sample = iteration(wl, self.case, time.perf_counter, self.losses)
+        sample = iteration(wl, self.case, self.clock, self.losses)
         return lambda: sample
 
     def flush(self) -> None:

@@ -10,16 +10,18 @@ run, and in what order:
   profiling one included) and ``warmup_s`` seconds of the others have run (triton.testing.do_bench warms
   up for 25 ms). The measured region starts (peaks restart), and its first iteration is untimed: on CUDA
   the cache was just emptied, so that iteration's blocks come from ``cudaMalloc``, which no timed one
-  should pay (an H100's first sample was 1.3 to 3.9x the median). Then ``repeats`` timed iterations, back
-  to back: each sample is read once all have run (CUDA: one synchronisation at the end, so the device
-  never waits for the host between them), and the row keeps every sample and their quantiles (median,
-  interquartile range). When the timing needs a pass of its own (``timer = "cudagraph"``, ``flush_l2``),
-  those eager iterations are the memory pass (the peaks are theirs, as without it), and the timing pass
-  follows: the iteration captured in a CUDA graph (graphs allocate from a private pool: their memory is
-  not the eager peak), then ``repeats`` samples, each a graph replay or an eager iteration, each after the
-  device's cache is flushed (outside its timing). A device that captures no graph (the CPU) times eager
-  iterations instead, and the row says so: what ran (timer, graph replays, dtype, whether the attention was
-  compiled) is kept on the steps for the row, whatever the case asked (:mod:`topk_bench.child.as_asked`).
+  should pay (an H100's first sample was 1.3 to 3.9x the median); its time also fixes ``loops``, the
+  iterations of each sample (``min_sample_s``: a sample lasts at least that long, as pyperf's and timeit's
+  calibrated loops, so that a step of a millisecond is not judged by where one descheduling fell). Then
+  ``repeats`` samples, back to back, each ``loops`` timed iterations and their mean: each is read once all
+  have run (CUDA: one synchronisation at the end, so the device never waits for the host between them), and
+  the row keeps every sample and their quantiles (median, interquartile range). When the timing needs a pass of its
+  own (``timer = "cudagraph"``, ``flush_l2``), those eager iterations are the memory pass (the peaks are theirs, as
+  without it), and the timing pass follows: the iteration captured in a CUDA graph (graphs allocate from a private
+  pool: their memory is not the eager peak), then ``repeats`` samples, each a graph replay or an eager iteration, each
+  after the device's cache is flushed (outside its timing). A device that captures no graph (the CPU) times eager
+  iterations instead, and the row says so: what ran (timer, graph replays, dtype, whether the attention was compiled)
+  is kept on the steps for the row, whatever the case asked (:mod:`topk_bench.child.as_asked`).
 - ``paper``, the authors' loop: ``repeats`` (3) timed iterations, each on a model and inputs built just
   before it, outside the timed region, and released before the next is built. No warm-up: the first
   timed iteration is cold. Peaks are never reset, and are read after the last timed iteration. The
@@ -32,6 +34,7 @@ timed one, in either protocol.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
@@ -77,6 +80,8 @@ class Steps(Generic[W]):
     compiled_graphs: int | None = None
     # The dtype of the built workload's floating-point inputs (or, without any, its parameters).
     ran_dtype: str | None = None
+    # Timed iterations in each sample (min_sample_s), each sample their mean.
+    loops: int = 1
     # What the case's threads got of the machine around each timed iteration (set by :func:`run`).
     contention: Sampler
 
@@ -179,7 +184,10 @@ def _ours(case: Case, steps: Steps[W]) -> list[Sample]:
     _warm_up(case, steps, wl)
     wl.clear_grads()
     steps.start(wl, reset_peak=True)
+    start = steps.now() if case.min_sample_s > 0 else 0.0  # (on CUDA a synchronisation: only when it is needed)
     steps.warm_up(wl)  # untimed: the first iteration after the reset allocates what the timed ones reuse
+    if case.min_sample_s > 0:
+        steps.loops = loops_for(case.min_sample_s, steps.now() - start)
     samples = _back_to_back(case, steps, lambda: _timed(steps, wl))
     steps.finish(wl)
     if own_timing_pass(case, steps):
@@ -196,16 +204,37 @@ def _warm_up(case: Case, steps: Steps[W], wl: W) -> None:
         done += 1
 
 
+# Iterations of one sample at most: a step the clock saw take no time must not loop for ever.
+MAX_LOOPS = 10_000
+
+
+def loops_for(min_sample_s: float, iteration_s: float) -> int:
+    """Iterations a sample needs to last ``min_sample_s``, one iteration taking ``iteration_s`` (1 to
+    :data:`MAX_LOOPS`)."""
+    if min_sample_s <= 0 or iteration_s >= min_sample_s:
+        return 1
+    if iteration_s <= 0:
+        return MAX_LOOPS
+    return min(MAX_LOOPS, math.ceil(min_sample_s / iteration_s))
+
+
 def _back_to_back(case: Case, steps: Steps[Any], run: Callable[[], Pending], flush: bool = False) -> list[Sample]:
-    """``repeats`` timed iterations (``run``) queued back to back (each after a cache flush when asked), then
-    one synchronisation, then their samples."""
+    """``repeats`` samples of ``steps.loops`` timed iterations (``run``) each, queued back to back (each
+    iteration after a cache flush when asked), then one synchronisation, then each sample: the mean of its
+    iterations."""
     pending = []
-    for _ in range(case.repeats):
+    for _ in range(case.repeats * steps.loops):
         if flush:
             steps.flush()
         pending.append(run())
     steps.sync()
-    return [read() for read in pending]
+    reads = [read() for read in pending]
+    loops = steps.loops
+    return [_mean(reads[i : i + loops]) for i in range(0, len(reads), loops)]
+
+
+def _mean(reads: list[Sample]) -> Sample:
+    return sum(f for f, _ in reads) / len(reads), sum(b for _, b in reads) / len(reads)
 
 
 def _timing_pass(case: Case, steps: Steps[W], wl: W) -> list[Sample]:

@@ -137,10 +137,13 @@ RUNNABLE = Column(
 )
 CONTENTION_COLUMNS: tuple[Column, ...] = (THREADS, CPU_WAIT, CPU_SHARE, PREEMPT_PER_S, RUNNABLE)
 # How the time was taken: measured rows only.
-TIMER = Column("timer", "perf_counter (CPU), events or cudagraph (CUDA): what timed each sample", T)
+TIMER = Column("timer", "perf_counter or process_time (CPU), events or cudagraph (CUDA): what timed each sample", T)
 FLUSH_L2 = Column("flush_l2", "True when the device's cache was flushed before each timed iteration", T)
 # What the child measured with, as it found it (not what the case asked: a difference makes the row not_as_asked).
 GRAPH_REPLAYS = Column("graph_replays", "how many of the timed samples were replays of a captured CUDA graph", M)
+LOOPS = Column(
+    "loops", "timed iterations in each sample (min_sample_s): each of times_s is their mean, seconds per iteration", M
+)
 RAN_DTYPE = Column("ran_dtype", "the dtype the built workload ran in (its floating-point inputs')", T)
 COMPILED = Column(
     "compiled",
@@ -211,6 +214,7 @@ CONTEXT_COLUMNS: tuple[Column, ...] = (
     *CONTENTION_COLUMNS,
     TIMER,
     GRAPH_REPLAYS,
+    LOOPS,
     FLUSH_L2,
     RAN_DTYPE,
     COMPILED,

@@ -29,7 +29,7 @@ from typing import Any
 
 from topk_bench import workloads
 from topk_bench.case import Case
-from topk_bench.measure.iterations import compiles, own_timing_pass
+from topk_bench.measure.iterations import compiles, loops_for, own_timing_pass
 from topk_bench.protocol import PAPER
 from topk_bench.results import columns as col
 from topk_bench.suite.settings import ExecutorSettings
@@ -160,11 +160,12 @@ def iteration_seconds(case: Case, traffic: workloads.Traffic | None, op_count: f
 
 def iterations(case: Case, iteration_s: float) -> float:
     """Iterations a measured case runs (:mod:`topk_bench.measure.iterations`): the profiling one, the warm-up
-    (by count and by time), the untimed one after the reset, the timed ones (twice with a timing pass)."""
+    (by count and by time), the untimed one after the reset, the timed ones (``loops`` a sample; twice with a
+    timing pass)."""
     if case.protocol == PAPER.name:
         return case.repeats + 1
     warm_up = max(case.warmup - 1, case.warmup_s / iteration_s if iteration_s > 0 else 0.0, 0.0)
-    timed = case.repeats * (2 if own_timing_pass(case) else 1)
+    timed = case.repeats * loops_for(case.min_sample_s, iteration_s) * (2 if own_timing_pass(case) else 1)
     return 1 + warm_up + 1 + timed
 
 

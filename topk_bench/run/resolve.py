@@ -27,7 +27,17 @@ from topk_bench.run import devices
 from topk_bench.suite import overrides
 from topk_bench.suite.schema import Suite
 from topk_bench.suite.settings import ExecutorSettings, Settings
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, WarmupSeconds, check_flag
+from topk_bench.suite.values import (
+    AtLeastOne,
+    AtLeastZero,
+    GiB,
+    Jobs,
+    SampleSeconds,
+    Seconds,
+    Threads,
+    WarmupSeconds,
+    check_flag,
+)
 from topk_bench.types import DEFAULT_GPU, DeviceKind, DType, GpuModel, Method, Timer
 from topk_bench.units import GIB
 
@@ -46,6 +56,7 @@ class Flags:
     repeats: int | None = None
     warmup: int | None = None
     warmup_s: float | None = None
+    min_sample_s: float | None = None
     timer: str | None = None
     flush_l2: bool | None = None
     rounds: int | None = None
@@ -71,8 +82,9 @@ class Flags:
         check_flag("--repeats", self.repeats, AtLeastOne)
         check_flag("--warmup", self.warmup, AtLeastZero)
         check_flag("--warmup-s", self.warmup_s, WarmupSeconds)
-        if self.timer is not None and self.timer not in Timer.cuda_choices():
-            raise BadInput(f"expected {' or '.join(Timer.cuda_choices())}, got {self.timer!r}", key="--timer")
+        check_flag("--min-sample-s", self.min_sample_s, SampleSeconds)
+        if self.timer is not None and self.timer not in Timer.choices():
+            raise BadInput(f"expected one of {', '.join(Timer.choices())}, got {self.timer!r}", key="--timer")
         check_flag("--rounds", self.rounds, AtLeastOne)
         check_flag("--max-memory", self.max_memory_gib, GiB)
         check_flag("--max-case-seconds", self.max_case_seconds, Seconds)
@@ -188,6 +200,7 @@ def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, in
         ("--warmup", "warmup"),
         ("--repeats", "repeats"),
         ("--warmup-s", "warmup_s"),
+        ("--min-sample-s", "min_sample_s"),
         ("--timer", "timer"),
         ("--flush-l2", "flush_l2"),
     ):
@@ -209,25 +222,39 @@ def _iterations(suite: Suite, flags: Flags, settings: Settings) -> tuple[int, in
     return warmup, repeats, rounds, notes
 
 
-def _timing(
-    suite: Suite, flags: Flags, settings: Settings, device_: str
-) -> tuple[float, Timer | None, bool, list[str]]:
-    """(warmup_s, timer, flush_l2, notes): how a measured case is timed. A prediction times nothing (its memory
-    is the eager iterations', whatever the timer); the CPU has one timer, perf_counter."""
+@dataclass(frozen=True)
+class Timing:
+    """How a measured case is timed: the warm-up's seconds, each sample's, the timer (None: the device's
+    default), the cache flush."""
+
+    warmup_s: float
+    min_sample_s: float
+    timer: Timer | None
+    flush_l2: bool
+
+
+def _timing(suite: Suite, flags: Flags, settings: Settings, device_: str) -> tuple[Timing, list[str]]:
+    """(how a measured case is timed, notes). A prediction times nothing (its memory is the eager iterations',
+    whatever the timer); a timer of the other device is left out, and the notes say so."""
     fixed = suite.measured_by
-    warmup_s = fixed.warmup_s if fixed.warmup_s is not None else layered("warmup_s", flags, suite, settings)
+
+    def setting(name: str) -> Any:
+        value = getattr(fixed, name)
+        return value if value is not None else layered(name, flags, suite, settings)
+
+    warmup_s, min_sample_s = setting("warmup_s"), setting("min_sample_s")
     asked = layered("timer", flags, suite, None)
     flush = bool(layered("flush_l2", flags, suite, None))
     if flags.predict:
-        return warmup_s, None, False, []
-    if DeviceKind(device_) is DeviceKind.CPU:
-        notes = (
-            [f"timer = {asked}: a CUDA timer; the CPU times each iteration with perf_counter"]
-            if asked == Timer.CUDAGRAPH
-            else []
-        )
-        return warmup_s, None, flush, notes
-    return warmup_s, Timer(asked) if asked else None, flush, []
+        return Timing(warmup_s, 0.0, None, False), []
+    timer = Timer(asked) if asked else None
+    kind = DeviceKind(device_)
+    if timer is not None and timer.device_kind is not kind:
+        default = Timer.PERF_COUNTER if kind is DeviceKind.CPU else Timer.EVENTS
+        other = timer.device_kind.value.upper()
+        note = f"timer = {asked}: a {other} timer; this {kind.value.upper()} run uses {default}"
+        return Timing(warmup_s, min_sample_s, None, flush), [note]
+    return Timing(warmup_s, min_sample_s, timer, flush), []
 
 
 def _executor(settings: Settings, flags: Flags, device_: str) -> tuple[ExecutorSettings, tuple[str, ...], list[str]]:
@@ -332,7 +359,7 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
     device_ = device(flags.device or settings.device, flags.predict)
     gpu = predicted_gpu(flags, device_)
     warmup, repeats, rounds, notes = _iterations(suite, flags, settings)
-    warmup_s, timer, flush_l2, timing_notes = _timing(suite, flags, settings, device_)
+    timing, timing_notes = _timing(suite, flags, settings, device_)
     executor, gpus, executor_notes = _executor(settings, flags, device_)
     threads, thread_notes = _threads(settings, suite, flags, executor)
     max_memory_gib, memory_notes = memory_budget_gib(flags, suite, settings, gpu)
@@ -342,10 +369,11 @@ def resolve(settings: Settings, suite: Suite, flags: Flags) -> RunSettings:
         device=device_,
         dtype=DType(layered("dtype", None, suite, settings)),
         warmup=warmup,
-        warmup_s=warmup_s,
+        warmup_s=timing.warmup_s,
+        min_sample_s=timing.min_sample_s,
         repeats=repeats,
-        timer=timer,
-        flush_l2=flush_l2,
+        timer=timing.timer,
+        flush_l2=timing.flush_l2,
         rounds=rounds,
         threads=threads,
         remeasure=remeasure_flags(flags.remeasure),

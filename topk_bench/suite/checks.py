@@ -311,7 +311,7 @@ def _check_protocol(suite: Suite, path: Path | None, specs: list[workloads.Workl
                 file=path,
                 key="protocol",
             )
-    for setting in ("warmup", "repeats", "warmup_s", "timer", "flush_l2"):
+    for setting in ("warmup", "repeats", "warmup_s", "min_sample_s", "timer", "flush_l2"):
         problem = suite.measured_by.fixed_value_problem(setting, getattr(suite, setting))
         if problem:
             raise BadInput(problem, file=path, key=setting)

@@ -18,7 +18,7 @@ from topk_bench.protocol import DEFAULT as DEFAULT_PROTOCOL
 from topk_bench.protocol import PROTOCOLS, Protocol
 from topk_bench.protocol import lookup as lookup_protocol
 from topk_bench.suite.files import Strict
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Seconds, Threads, WarmupSeconds
+from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, SampleSeconds, Seconds, Threads, WarmupSeconds
 from topk_bench.types import DType, Mode, Timer
 from topk_bench.untrusted import NAME_MAX, NAME_PATTERN
 
@@ -129,8 +129,11 @@ class Suite(Strict):
     warmup: AtLeastZero | None = None
     warmup_s: WarmupSeconds | None = None  # the warm-up also lasts at least this many seconds
     # Measured on CUDA: "events" around each eager iteration (default), or "cudagraph": each timed iteration a
-    # replay of one iteration captured in a CUDA graph (memory from the eager iterations before it).
-    timer: Literal[Timer.cuda_choices()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
+    # replay of one iteration captured in a CUDA graph (memory from the eager iterations before it). On the CPU:
+    # "perf_counter" (wall, default) or "process_time" (the process's CPU seconds).
+    timer: Literal[Timer.choices()] | None = None  # type: ignore[valid-type]  # a Literal built at run time
+    # Each timed sample runs the iteration back to back until it lasts this long (its time: their mean).
+    min_sample_s: SampleSeconds | None = None
     flush_l2: bool | None = None  # the device's cache flushed between timed iterations, outside the timing
     # Measured runs: each case in this many child processes, round-robin over the cases, its row pooling
     # every round's times (load that drifts over minutes spreads over all cases alike).

@@ -13,7 +13,16 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr
 
 from topk_bench.suite.files import Strict, read_toml, validate
-from topk_bench.suite.values import AtLeastOne, AtLeastZero, GiB, Jobs, Seconds, Threads, WarmupSeconds
+from topk_bench.suite.values import (
+    AtLeastOne,
+    AtLeastZero,
+    GiB,
+    Jobs,
+    SampleSeconds,
+    Seconds,
+    Threads,
+    WarmupSeconds,
+)
 from topk_bench.types import DType
 
 CONFIG_NAME = "bench.toml"
@@ -45,6 +54,8 @@ class Settings(Strict):
     warmup: AtLeastZero = 2
     warmup_s: WarmupSeconds = 0.025
     repeats: AtLeastOne = 3
+    # Each timed sample at least this long, the iteration run back to back (0: one iteration a sample).
+    min_sample_s: SampleSeconds = 0.0
     # Intra-op CPU threads of each measured case; "auto": the cores not already busy at the run's start,
     # so that a CPU run does not oversubscribe a shared machine (run/resolve.py).
     threads: Threads = "auto"

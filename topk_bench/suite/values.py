@@ -34,6 +34,8 @@ Jobs = Annotated[int, Field(ge=1, le=MAX_JOBS)]
 AtLeastOne = Annotated[int, Field(ge=1)]  # repeats, rounds
 AtLeastZero = Annotated[int, Field(ge=0)]  # warmup
 WarmupSeconds = Annotated[float, Field(ge=0, le=MAX_CASE_SECONDS, allow_inf_nan=False)]  # warmup_s: 0 is none
+# min_sample_s: 0 is one iteration a sample; at most a minute, since a case runs repeats of them in its budget.
+SampleSeconds = Annotated[float, Field(ge=0, le=60, allow_inf_nan=False)]
 
 
 def _threads(value: Any) -> int | str:
