@@ -114,7 +114,7 @@ NOT_RUN = {
     "pip install": "installs packages",
     "git add": "a step of committing a baseline",
     "python benchmarks/": "a benchmark of the implementations: minutes of interleaved rounds (figures beside it)",
-    "python scripts/time_gate.py": "the time gate: minutes of interleaved rounds (tests/report/test_time_gate.py)",
+    "topk-bench gate": "the time gate: minutes of interleaved rounds (tests/gate/test_gate_runs.py)",
     "git rev-parse HEAD > baselines/time-gate-base": "a step of moving the time gate's base",
 }
 # The command line's parser errors (typer carries its own click): bad options, values, commands.

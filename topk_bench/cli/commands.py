@@ -3,6 +3,7 @@
 from topk_bench.cli import (
     compare_cmd,  # noqa: F401 -- registers its command
     doctor_cmd,  # noqa: F401 -- registers its command
+    gate_cmd,  # noqa: F401 -- registers its command
     list_cmd,  # noqa: F401 -- registers its command
     plot_cmd,  # noqa: F401 -- registers its command
     profile_cmd,  # noqa: F401 -- registers its command

@@ -1,5 +1,5 @@
 """A slowdown injected on purpose, for the tests and the demonstration of the time gate
-(``scripts/time_gate.py``): ``TOPK_BENCH_TEST_SLOWDOWN="topk_fast=1.3"`` makes every timed iteration of
+(``topk-bench gate``): ``TOPK_BENCH_TEST_SLOWDOWN="topk_fast=1.3"`` makes every timed iteration of
 ``topk_fast`` last 1.3 times as long, forward and backward each, by spinning on the CPU inside the timed region.
 A real slowdown, not a rewritten number: the row's contention, its per-round medians and its reference in the
 same round all see it as they would see a slower kernel.
