@@ -10,23 +10,28 @@ weights ``w [index_heads]`` from the query token, one indexer key ``kI [index_he
 Each query keeps the ``topk`` keys of highest ``I(t, ·)`` (masked keys excluded), and attends exactly
 (softmax) to those keys only. The selection is shared by all heads that read the same keys: DSA runs
 MLA in its MQA mode (one latent K/V shared by every query head), so here one selection per K/V head,
-shared by its ``G = Hq // Hkv`` query heads (grouped-query attention, native: K/V are never repeated).
+shared by its ``G = Hq // Hkv`` query heads (grouped-query attention, native: K/V are never repeated)
+[DSA-D1].
 
 Published defaults (the report's §2.1 and its continued pre-training, cited as there): 64 indexer heads,
 indexer head dimension 128, ``k = 2048`` selected tokens -- this entry's option defaults. For BERT-base-sized
 layers (12 heads of 64, 512 to 4K tokens) use :data:`BERT_BASE`: 4 indexer heads of dimension 32 and
 ``topk = 128`` (the paper's top-k default here), an indexer of about 1/4 of the attention's own projections'
-width, as DeepSeek's 64 x 128 is about 1/2 of its 128 heads' query width while the model is 10x wider.
+width, as DeepSeek's 64 x 128 is about 1/2 of its 128 heads' query width while the model is 10x wider
+[DSA-D7].
 
 Inputs of the indexer. The registry's attention takes ``q, k, v``, not hidden states, so the indexer
 reads them: its query input for a K/V head is the mean of that group's query heads (the head's own query
 without grouping; DeepSeek's indexer reads the low-rank query latent shared by all heads, one vector per
-token, as this mean is one per token and group), its key input is ``k``. Both are detached, as DSA detaches
+token, as this mean is one per token and group), its key input is ``k`` [DSA-D2]. Both are detached, as DSA detaches
 the indexer's input: the attention's gradients reach ``q, k, v`` through the attention over the selected
 keys only, and the indexer learns from its own loss. The projections (``wq [d, H_I * D_I]``,
 ``wk [d, D_I]``, ``ww [d, H_I]``) are shared by all K/V heads; ``indexer`` passes them, else they are drawn
 from ``seed`` (:func:`indexer_weights`, deterministic, so that a decode cache's indexer keys match the
-step's weights). :class:`DsaAttention` holds them as parameters of a layer.
+step's weights; untrained unless the indexer loss trains them [DSA-D4]). :class:`DsaAttention` holds them as
+parameters of a layer. The indexer is the report's formula alone: DeepSeek's released inference code also
+normalises the indexer keys (LayerNorm), rotates part of the indexer queries and keys by their positions (RoPE),
+applies a Hadamard rotation to both and scores them in FP8; none of these here [DSA-D3].
 
 Memory. The indexer's logits are computed ``chunk_size`` query positions at a time (``B x Hkv x C x H_I x
 Lk`` ReLU terms alive, then ``B x Hkv x C x Lk`` scores), as the paper computes its top-k; ``chunk_size`` =
@@ -38,7 +43,10 @@ backward; a decode step copies its selected rows for dense products).
 
 Indexer loss (``indexer_loss`` = its weight λ > 0, with gradients): DSA's sparse-stage KL loss,
 ``mean_t KL(p[t, S_t] || softmax(I[t, S_t]))`` with ``p`` the main attention's probabilities summed over the
-group's heads and L1-normalised, over the selected set ``S_t``. Computed chunk by chunk in the forward, its
+group's heads and L1-normalised, over the selected set ``S_t`` (the report's dense warm-up stage, its loss over
+every key with the main model frozen, is not here; it sums over all heads, the group's here [DSA-D5]). The
+mean is over all ``B x Hkv x Lq`` rows, a row with no selected key (a query before the first key) adding 0,
+where the report sums over the query tokens [DSA-D6]. Computed chunk by chunk in the forward, its
 gradients with respect to the indexer's weights taken there at once (no chunk's activations are kept), and
 handed to autograd with the output (the auxiliary-loss device: ``d(λ·L)/dW`` whatever ``d_out``), so that
 ``out.backward(...)`` trains the indexer too; :class:`DsaAttention` keeps the last loss (``indexer_loss_value``).
@@ -55,6 +63,8 @@ the input dtype, their softmax float32, the output in the input dtype.
 
 Stages (:mod:`implementations.stages`): ``indexer``, ``selection``, ``attention``, ``indexer_loss`` in the forward;
 ``attention`` in the backward.
+
+Deviations from the report, each marked ``[DSA-Dn]`` above, are listed with their reasons in docs/sparse.md.
 """
 
 from __future__ import annotations

@@ -8,35 +8,61 @@ Each query attends through three branches whose outputs a learned sigmoid gate m
 1. **Compression** (Eq. 7): blocks of ``compress_block`` (``l``) consecutive keys, one every
    ``compress_stride`` (``d``) keys (block ``i`` covers keys ``i*d .. i*d + l - 1``), each compressed
    into one key and one value. The paper's φ is a learnable MLP with an intra-block position
-   encoding; here φ is **mean pooling** of the block's keys (values), the parameter-free form that
+   encoding; here φ is **mean pooling** of the block's keys (values) [NSA-D1], the parameter-free form that
    public NSA re-implementations train with (fla-org/native-sparse-attention). It keeps the
    compressed cache a function of K/V alone, so a decode step reads it kept with the cache
    (``compressed_k``/``compressed_v``, the registry's ``cache_state``) as serving keeps block summaries.
    A query attends (exact softmax) to the compressed blocks that end at or before its position
    (causal); one before the end of the first block sees none and gets zeros from this branch.
-2. **Selection** (Eq. 8-11): keys are split into selection blocks of ``select_block`` (``l'``)
-   keys. A selection block's importance is the sum of the compression branch's softmax
-   probabilities over the compression blocks that overlap it (Eq. 9, written from the blocks' key
-   ranges: compression blocks ``j*l'/d - l/d + 1 .. (j+1)*l'/d - 1``), summed over the query heads
-   of a GQA group (Eq. 10: one selection per K/V head, shared by its G query heads). Each query
-   attends exactly to the keys (causal inside) of the ``select_blocks`` (``n``) best blocks,
-   **including** the fixed initial block 0 and the 2 local blocks (its own block and the one before),
-   as the paper's configuration does. The selection is not differentiated (a top-n).
-3. **Sliding window**: the last ``window`` (``w``) keys up to the query (StreamingLLM's window,
-   :mod:`implementations.sink_window`, without sinks).
+2. **Selection** (Eq. 8-12): keys are split into selection blocks of ``select_block`` (``l'``)
+   keys (block ``j`` covers keys ``j*l' .. (j+1)*l' - 1``). A selection block's importance comes from the
+   compression branch's softmax probabilities ``p_cmp`` (Eq. 8) by the paper's Eq. 9, a double sum::
+
+       p_slc[j] = sum over m = 0 .. l'/d - 1, n = 0 .. l/d - 1 of  p_cmp[(l'/d) * j - m - n]
+
+   Its ``[.]`` takes a vector's element counted from 1 while Eq. 7 and 12 count blocks from 0, so with
+   blocks counted from 0 (as here) selection block ``j``'s terms are compression blocks
+   ``(l'/d) * (j + 1) - 1 - m - n``. Split the keys into units of ``d``: compression block ``i``
+   covers units ``i .. i + l/d - 1``, selection block ``j`` units ``(l'/d) j .. (l'/d)(j + 1) - 1``, and
+   block ``i`` appears once for each unit the two share: Eq. 9 counts each compression block by its
+   overlap with the selection block, in units of ``d`` keys. At the paper's ``l = 32, d = 16, l' = 64``
+   the five blocks ``4j - 1 .. 4j + 3`` weigh 1, 2, 2, 2, 1 (16, 32, 32, 32, 16 keys shared); with ``l = d``
+   each overlapping block counts once; where a block does not exist (before the first, past the last the
+   query sees) its term is 0. :func:`selection_scores` computes the double sum as two box sums, ``n`` inside
+   (the probability covering each unit), ``m`` outside (the units of each selection block). The paper
+   states Eq. 9 for ``l <= l'``; the same double sum is the overlap for ``l > l'`` too, which this entry
+   accepts [NSA-D7]. The importances are summed over the query heads of a GQA group (Eq. 10: one selection per
+   K/V head, shared by its G query heads). Each query attends exactly to the keys (causal inside) of the
+   ``select_blocks`` (``n``) best blocks, **including** the fixed initial block 0 and the 2 local blocks
+   (its own block and the one before), as the paper's configuration does. The selection is not
+   differentiated (a top-n).
+3. **Sliding window**: the last ``window`` (``w``) keys up to the query, the query's own included
+   (StreamingLLM's window, :mod:`implementations.sink_window`, without sinks). [NSA-D4] The paper writes the
+   window as ``k[t-w : t]`` in the notation where ``k[i*d + 1 : i*d + l]`` is ``l`` keys, that is ``w + 1``
+   keys; here ``w`` keys, the usual meaning of a window of ``w`` (one key in 512 at the paper's ``w``).
+
+Deviations from the paper, each marked ``[NSA-Dn]`` here and listed with its reason in docs/sparse.md:
+[NSA-D1] φ is mean pooling (above). [NSA-D2] One K/V for all three branches: the paper gives each branch its
+own keys and values (§3.3.3, against shortcut learning between branches); the attention call receives one
+``k, v``, so the three branches read it. [NSA-D3] The gates read the query, not the layer's input (below).
+[NSA-D4] The window holds ``w`` keys (above). [NSA-D5] The bare function (no learned gate) weighs each branch
+1/3 (below). [NSA-D6] A query that sees no whole compression block (causal, before position ``l - 1``) gets
+zeros from that branch, the registry's rule for a row without keys (the paper leaves the case unsaid); its
+selection has no score then, and takes its fixed blocks (the only ones it may take when ``l <= l'``).
+[NSA-D7] Eq. 9 for ``l > l'`` (above). [NSA-D8] Torch ops, not the paper's kernel (below).
 
 Gates: ``g = sigmoid(q @ gate_weight + gate_bias)`` per query head and position, ``gate_weight
 [d, 3]`` (compression, selection, window). The paper computes them with an MLP from the layer's
 input ``x``; the attention call sees only ``q, k, v``, so the gate reads the query, the per-token
-feature this interface has. :class:`NSAAttention` (the registry's ``module_factory``) holds the gate
+feature this interface has [NSA-D3]. :class:`NSAAttention` (the registry's ``module_factory``) holds the gate
 as learnable parameters, one per layer, initialised so that each gate starts at 1/3; the bare function
-without them uses ``g = 1/3`` for each branch: the mean of three approximations of the same attention,
+without them uses ``g = 1/3`` for each branch [NSA-D5]: the mean of three approximations of the same attention,
 so that an untrained NSA approximates attention as the other selection methods do (``sigmoid(0) = 1/2``
 each would weigh the branches 3/2 in all).
 
 Defaults are the paper's (§4.1, "Pretraining setup"): ``l = 32, d = 16, l' = 64, n = 16`` (including
-1 initial and 2 local blocks), ``w = 512``. ``d`` must divide ``l`` and ``l'`` (it does in the paper),
-so that Eq. 9's sums are whole compression blocks.
+1 initial and 2 local blocks), ``w = 512``. ``d`` must divide ``l`` and ``l'``, as Eq. 9 requires (a
+selection block of whole units of ``d`` keys).
 
 Conventions of :mod:`implementations.registry`: bottom-right causal alignment (query ``i`` at
 ``Lk - Lq + i``), a row with no allowed key gives zeros; grouped-query heads native (no repeated
@@ -48,7 +74,8 @@ under activation checkpointing (its ``Lq x Lk/d`` probabilities are recomputed i
 kept); the selection branch is :func:`implementations.block_attention.block_sparse_attention` over
 a block table of ``Lq x n`` indices per K/V head (sampled products for training, copied blocks
 for a decode step); the window keeps ``Lq x (w + 256)`` weights per head. Shape-static: runs
-under ``FakeTensorMode``.
+under ``FakeTensorMode``. The paper's Triton kernel (each GQA group's queries loaded with their shared
+blocks) is not reproduced [NSA-D8]: the same torch ops run measured on the CPU and predicted.
 
 Dtypes: half inputs compress, attend and gate in their dtype with float32 softmax statistics; the
 selection's importance scores are float32 (a rounded score could change which block wins).
@@ -112,6 +139,21 @@ def compress(x: torch.Tensor, block: int, stride: int) -> torch.Tensor:
     return (windows.sum(dim=-1, dtype=stat_dtype(x.dtype)) / block).to(x.dtype)
 
 
+def selection_scores(probs: torch.Tensor, n_select: int, block: int, stride: int, select_block: int) -> torch.Tensor:
+    """Eq. 9: the importance ``[..., n_select]`` of each selection block from the compression probabilities
+    ``probs [..., nc]`` (0 for a block the query does not see), each block counted by its overlap with the
+    selection block in units of ``stride`` keys (module doc).
+
+    Two box sums, Eq. 9's double index: over ``n`` the probability covering each unit of ``stride`` keys
+    (``sum_n p[u - n]``, ``block / stride`` blocks cover a unit), then over ``m`` the units of each selection block.
+    """
+    per_unit, per_select = block // stride, select_block // stride
+    units = n_select * per_select  # n_select * select_block >= Lk, so every compression block ends in a unit
+    padded = F.pad(probs, (per_unit - 1, max(0, units - probs.shape[-1])))
+    covering = padded.unfold(-1, per_unit, 1).sum(dim=-1)[..., :units]
+    return covering.unfold(-1, per_select, per_select).sum(dim=-1)
+
+
 def _check(compress_block, compress_stride, select_block, select_blocks, window, chunk_size):
     if min(compress_block, compress_stride, select_block, chunk_size) < 1 or window < 0:
         raise ValueError(
@@ -122,7 +164,7 @@ def _check(compress_block, compress_stride, select_block, select_blocks, window,
     if compress_block % compress_stride or select_block % compress_stride:
         raise ValueError(
             f"nsa needs compress_stride ({compress_stride}) to divide compress_block ({compress_block}) and "
-            f"select_block ({select_block}): a selection block's score sums whole compression blocks"
+            f"select_block ({select_block}): Eq. 9 counts compression blocks in units of compress_stride keys"
         )
     if select_blocks < FIXED_BLOCKS:
         raise ValueError(
@@ -190,9 +232,6 @@ def selection_table(q, kc, lk, causal, block, stride, select_block, select_block
     groups = hq // hkv
     ns = n_blocks(lk, select_block)
     n = min(select_blocks, ns)
-    per_block, first = select_block // stride, block // stride - 1  # Eq. 9: block j sums compressed blocks
-    width = per_block + first  # j*per_block - first .. (j+1)*per_block - 1
-    right = max(0, (ns - 1) * per_block + width - first - nc)
     blocks = torch.empty(b, hkv, lq, n, dtype=torch.long, device=q.device)
     ok = torch.empty(b, hkv, lq, n, dtype=torch.bool, device=q.device)
     ids = torch.arange(ns, device=q.device)
@@ -204,11 +243,12 @@ def selection_table(q, kc, lk, causal, block, stride, select_block, select_block
             c = r1 - r0
             pos = query_positions(r0, r1, lq, lk, q.device)
             if nc:
+                # Eq. 10: the group's query heads share one selection, their probabilities summed.
                 probs = _compressed_probs(
                     group_rows(qd, groups, r0, r1).to(sdt), kd, pos, groups, block, stride, causal
-                )
-                probs = F.pad(probs.sum(dim=2), (first, right))  # [B, Hkv, C, first + nc + right]
-                scores = probs.unfold(-1, width, per_block).sum(dim=-1)[..., :ns]
+                ).sum(dim=2)
+                scores = selection_scores(probs, ns, block, stride, select_block)
+                del probs  # freed before the masks below: the selection stage's peak is lower
             else:
                 scores = torch.zeros(b, hkv, c, ns, dtype=sdt, device=q.device)
             own = torch.div(pos.clamp_min(0), select_block, rounding_mode="floor").unsqueeze(1)  # [C, 1]

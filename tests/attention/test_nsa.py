@@ -1,6 +1,7 @@
 """NSA (implementations/nsa.py) against the float64 oracle of tests/nsa_reference.py: output and gradients of
 q, k, v and the gate, causal and not, odd lengths, grouped-query heads, n at least the number of blocks, a
-decode step over a kept compressed cache; and its selection mask."""
+decode step over a kept compressed cache; its selection mask; and the selection's importance scores as the
+paper's Eq. 9 writes them (each compression block counted by its overlap with the selection block)."""
 
 import pytest
 import torch
@@ -8,11 +9,14 @@ import torch
 import implementations
 from implementations.nsa import compress, nsa_attention, nsa_selection
 from tests.attention_reference import qkv_gqa
-from tests.nsa_reference import nsa_reference
+from tests.nsa_reference import eq9_importance, nsa_reference, nsa_reference_selection
 
 # Small blocks, so that a few dozen keys hold many compression and selection blocks.
 SMALL = dict(compress_block=4, compress_stride=2, select_block=8, select_blocks=4, window=6, chunk_size=16)
 TOL = dict(rtol=0, atol=1e-10)
+# The paper's blocks (l = 32, d = 16, l' = 64) with fewer selected blocks and a short window, so that a few hundred
+# keys leave each query a choice among many blocks.
+PAPER_BLOCKS = dict(compress_block=32, compress_stride=16, select_block=64, select_blocks=4, window=16, chunk_size=16)
 
 
 def _oracle(q, k, v, causal, options, gate_weight=None, gate_bias=None):
@@ -47,6 +51,9 @@ CASES = [
     pytest.param(23, 23, 2, 2, True, {**SMALL, "select_blocks": 16}, id="n-over-blocks"),
     pytest.param(20, 13, 2, 1, True, SMALL, id="queries-before-keys"),
     pytest.param(3, 3, 2, 2, True, SMALL, id="shorter-than-a-block"),
+    pytest.param(12, 330, 4, 2, True, PAPER_BLOCKS, id="paper-blocks"),
+    pytest.param(31, 31, 2, 1, True, {**SMALL, "compress_block": 2}, id="l-equals-d"),
+    pytest.param(31, 31, 2, 1, False, {**SMALL, "compress_block": 8, "select_block": 4}, id="l-over-l-select"),
 ]
 
 
@@ -92,6 +99,7 @@ def test_a_kept_cache_of_the_wrong_shape_is_refused():
     "options, message",
     [
         ({**SMALL, "compress_stride": 3}, "compress_stride \\(3\\) to divide"),
+        ({**SMALL, "select_block": 7}, "compress_stride \\(2\\) to divide .* and select_block \\(7\\)"),
         ({**SMALL, "select_blocks": 2}, "select_blocks >= 3"),
         ({**SMALL, "window": -1}, "window >= 0"),
     ],
@@ -124,3 +132,80 @@ def test_the_layer_learns_its_gate():
     q, k, v = qkv_gqa(17, 17, 2, 2, d=5, dv=4, b=1)
     layer.double()(q, k, v, causal=True).sum().backward()
     assert {name for name, p in layer.named_parameters() if p.grad is not None} == {"gate_weight", "gate_bias"}
+
+
+def _overlap(i, j, l, d, l_sel):  # noqa: E741 -- the paper's names
+    """Keys compression block ``i`` (``i*d .. i*d + l - 1``) shares with selection block ``j``."""
+    return max(0, min(i * d + l, (j + 1) * l_sel) - max(i * d, j * l_sel))
+
+
+# (l, d, l'): the paper's; the small blocks of SMALL; l = d (each block once); l > l'; l' = d; l = l' = d.
+BLOCKINGS = [(32, 16, 64), (4, 2, 8), (2, 2, 8), (8, 2, 4), (4, 2, 2), (6, 2, 8), (16, 16, 16)]
+
+
+@pytest.mark.parametrize("l, d, l_sel", BLOCKINGS)
+def test_eq9_counts_each_compression_block_by_its_overlap_with_the_selection_block(l, d, l_sel):  # noqa: E741
+    """The oracle's Eq. 9 read from the blocks' key ranges: block i adds its probability (overlap / d) times."""
+    nc, ns = 12, 6
+    for i in range(nc):
+        one_hot = [float(t == i) for t in range(nc)]
+        weights = [eq9_importance(one_hot, j, l=l, d=d, l_sel=l_sel) for j in range(ns)]
+        assert weights == [_overlap(i, j, l, d, l_sel) / d for j in range(ns)], (i, weights)
+
+
+def test_at_the_papers_blocks_the_five_overlapping_compression_blocks_weigh_1_2_2_2_1():
+    """l = 32, d = 16, l' = 64: selection block j (keys 64j .. 64j + 63) overlaps compression blocks 4j - 1 (its
+    last 16 keys), 4j, 4j + 1, 4j + 2 (all 32) and 4j + 3 (its first 16)."""
+    from implementations.nsa import selection_scores
+
+    j, nc, ns = 2, 16, 5
+    for i in range(nc):
+        probs = torch.zeros(nc, dtype=torch.float64)
+        probs[i] = 1.0
+        want = {7: 1.0, 8: 2.0, 9: 2.0, 10: 2.0, 11: 1.0}.get(i, 0.0)
+        assert eq9_importance(probs.tolist(), j, l=32, d=16, l_sel=64) == want
+        assert selection_scores(probs, ns, 32, 16, 64)[j].item() == want
+
+
+@pytest.mark.parametrize("l, d, l_sel", BLOCKINGS)
+def test_the_selection_scores_are_eq9(l, d, l_sel):  # noqa: E741
+    """The implementation's scores (box sums over the compression probabilities) against Eq. 9's double sum, for
+    every number of visible compression blocks (the zeros past them add nothing)."""
+    from implementations.nsa import n_compressed, selection_scores
+
+    lk = 61
+    nc, ns = n_compressed(lk, l, d), -(-lk // l_sel)
+    probs = torch.rand(3, nc, generator=torch.Generator().manual_seed(l * 100 + l_sel), dtype=torch.float64)
+    for visible in range(nc + 1):
+        p = probs.clone()
+        p[:, visible:] = 0
+        got = selection_scores(p, ns, l, d, l_sel)
+        want = [[eq9_importance(row[:visible], j, l=l, d=d, l_sel=l_sel) for j in range(ns)] for row in p.tolist()]
+        torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "lq, lk, hq, hkv, causal, options",
+    [
+        pytest.param(40, 700, 4, 2, True, PAPER_BLOCKS, id="paper-blocks-causal"),
+        pytest.param(40, 700, 2, 1, False, PAPER_BLOCKS, id="paper-blocks-noncausal"),
+        pytest.param(45, 45, 4, 2, True, SMALL, id="small-gqa"),
+        pytest.param(45, 45, 2, 2, True, {**SMALL, "compress_block": 2}, id="l-equals-d"),
+    ],
+)
+def test_the_selected_keys_are_those_eq9_ranks_highest(lq, lk, hq, hkv, causal, options):
+    """NSA's selection mask against the oracle's, key for key. Where l > d a sum counting each overlapping
+    compression block once ranks some rows' blocks otherwise."""
+    q, k, _ = qkv_gqa(lq, lk, hq, hkv, d=8, dv=4, b=2)
+    got = nsa_selection(q, k, causal=causal, **options)
+    want = nsa_reference_selection(
+        q,
+        k,
+        causal=causal,
+        l=options["compress_block"],
+        d=options["compress_stride"],
+        l_sel=options["select_block"],
+        n=options["select_blocks"],
+        w=options["window"],
+    )
+    assert torch.equal(got, want), f"{(got != want).any(-1).sum().item()} of {got[..., 0].numel()} rows differ"
