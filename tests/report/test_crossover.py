@@ -54,6 +54,13 @@ def test_a_ratio_that_grows_with_length_is_never_extrapolated_to_a_win():
     assert found.basis.startswith("the ratio does not fall with length")
 
 
+def test_an_extrapolation_past_a_thousand_times_the_range_is_not_given():
+    # r = 2 * x ** -0.05: it reaches 1 at 2 ** 20 * 8 = 8.4e6, more than 1000 x the largest length (8)
+    found = crossing([2, 4, 8], [2 * x**-0.05 for x in (2, 4, 8)])
+    assert (found.kind, found.at) == (Kind.NOWHERE, None)
+    assert found.basis.startswith("the ratio falls too slowly to extrapolate")
+
+
 def test_winning_at_short_lengths_only_is_up_to():
     found = crossing([100, 400], [0.5, 2.0])
     assert found.kind is Kind.UP_TO
@@ -117,3 +124,17 @@ def test_a_bootstrap_that_always_wins_or_never_wins_is_censored_at_the_range():
 
 def test_a_stopped_side_is_a_fixed_ratio_in_every_resample():
     assert bootstrap_interval([10, 20], [([2.0, 2.0], [1.0, 1.0]), 0.0], resamples=50) == (20.0, 20.0)
+
+
+def test_drawing_only_the_lengths_that_can_move_it_gives_the_interval_of_drawing_them_all():
+    rng = np.random.default_rng(3)
+    xs = [float(2**i) for i in range(4, 16)]
+    for trial in range(20):
+        # a method that loses below ~2**9 and wins above, the samples spread enough to blur a few lengths
+        truth = [(x / 2**9) ** -0.5 for x in xs]
+        lengths = [(list(t * rng.lognormal(0, 0.15, 5)), list(rng.lognormal(0, 0.15, 5))) for t in truth]
+        if trial % 4 == 0:
+            lengths[-1] = 0.0  # the baseline stopped at the longest
+        fast = bootstrap_interval(xs, lengths, resamples=300, seed=trial)
+        every = bootstrap_interval(xs, lengths, resamples=300, seed=trial, every_length=True)
+        assert fast == every

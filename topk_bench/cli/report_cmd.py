@@ -27,7 +27,10 @@ def report(
         "time and peak across them.",
     ),
     baseline: str = typer.Option(
-        None, "--baseline", metavar="IMPL", help="The crossovers' baseline (implementation or label); default: sdpa, else vanilla."
+        None,
+        "--baseline",
+        metavar="IMPL",
+        help="The crossovers' baseline (implementation or label); default: sdpa, else vanilla.",
     ),
     length: str = typer.Option(
         None, "--length", metavar="COLUMN", help="The crossovers' length; default: seq_len where swept, else kv_len."
@@ -37,6 +40,13 @@ def report(
         "--commit-url",
         metavar="URL",
         help="Each history point links here, {sha} replaced: https://github.com/ORG/REPO/commit/{sha}.",
+    ),
+    relative_to: str = typer.Option(
+        None,
+        "--relative-to",
+        metavar="IMPL",
+        help="The history's times as multiples of IMPL's in the same run (as `compare --relative-to`): what a "
+        "shared machine does to both divides out.",
     ),
     step_factor: float = typer.Option(
         1.15, "--step-factor", metavar="F", help="A history step: a level that moved by more than this, either way."
@@ -56,7 +66,7 @@ def report(
         list(results or []),
         out,
         history,
-        Options(baseline, length, commit_url, step_factor),
+        Options(baseline, length, commit_url, step_factor, relative_to),
         warn=lambda line: typer.echo(shown(f"warning: {line}"), err=True),
     )
     typer.echo(shown(index))

@@ -11,8 +11,8 @@ budget, out of time) and the method did not; ``inf`` one where the method stoppe
   there to draw a line through);
 - **up to X**: it wins, then loses at every length after the last win (the same line, the other way);
 - **nowhere in range**: it never wins; where the ratio falls with length, X is where the least-squares line of
-  log ratio against log length through the last :data:`FIT_POINTS` lengths reaches 1 (extrapolated), else
-  there is none.
+  log ratio against log length through the last :data:`FIT_POINTS` lengths reaches 1 (extrapolated; not past
+  :data:`FAR` times the largest length), else there is none.
 
 :func:`bootstrap_interval`: the spread of the "from" length when the timing samples are drawn again with
 replacement (a plain percentile bootstrap of each length's median, both sides): how far the noise of the
@@ -22,6 +22,7 @@ samples moves the length.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -30,6 +31,8 @@ import numpy as np
 
 # Lengths the extrapolation's line goes through (the last ones: where the trend is the asymptotic one).
 FIT_POINTS = 3
+# An extrapolation beyond this many times the largest length is no length anyone would run: not given.
+FAR = 1000
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 
@@ -91,7 +94,10 @@ def _extrapolated(xs: Sequence[float], ratios: Sequence[float]) -> tuple[float |
     through = f"a log-log line through the ratios at {', '.join(_size(p[0]) for p in points)}, slope {slope:+.2f}"
     if slope >= 0:
         return None, f"the ratio does not fall with length: {through}"
-    return float(math.exp(-intercept / slope)), f"from {through}"
+    log_at = -intercept / slope
+    if log_at > math.log(FAR * points[-1][0]):
+        return None, f"the ratio falls too slowly to extrapolate: {through} reaches 1 only past {FAR}x the range"
+    return float(math.exp(log_at)), f"from {through}"
 
 
 def crossing(xs: Sequence[float], ratios: Sequence[float]) -> Crossover:
@@ -151,6 +157,26 @@ def _medians(samples: Sequence[float], resamples: int, rng: np.random.Generator)
 Samples = tuple[Sequence[float], Sequence[float]] | float
 
 
+def _bounds(at: Samples) -> tuple[float, float, float]:
+    """(lowest, point, highest) ratio a resample can give at one length: a median of draws lies between the
+    samples' least and greatest, so the ratio of two lies between least / greatest and greatest / least."""
+    if not isinstance(at, tuple):
+        return float(at), float(at), float(at)
+    ours, theirs = at
+    point = statistics.median(ours) / statistics.median(theirs)
+    return min(ours) / max(theirs), point, max(ours) / min(theirs)
+
+
+def _drawn(bounds: list[tuple[float, float, float]]) -> set[int]:
+    """The lengths whose draws can move the "from" length: where a resample's last loss can be (the last length
+    that loses in every resample, and each after it that may lose or win) and the length after each."""
+    n = len(bounds)
+    certain_loss = [i for i, (low, _, _) in enumerate(bounds) if low >= 1]
+    start = certain_loss[-1] if certain_loss else -1
+    last = [i for i in range(max(start, 0), n) if i == start or bounds[i][0] < 1 <= bounds[i][2]]
+    return {j for i in last for j in (i, i + 1) if j < n}
+
+
 def bootstrap_interval(
     xs: Sequence[float],
     lengths: Sequence[Samples],
@@ -158,17 +184,24 @@ def bootstrap_interval(
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = 0,
+    every_length: bool = False,
 ) -> tuple[float, float]:
     """The ``confidence`` percentile interval of the "from" length (:func:`from_lengths`) when each length's
     samples are drawn again with replacement and their medians divided, the method's over the baseline's.
-    Seeded: the same files give the same interval."""
-    rng = np.random.default_rng(seed)
+    Seeded, each length by its own stream: the same files give the same interval.
+
+    Only the lengths whose draws can change the result are drawn (:func:`_drawn`); the others keep their ratio,
+    whose side of 1 no draw can change: the same interval as drawing every length (``every_length``), in a
+    fraction of the time when there are many."""
+    bounds = [_bounds(at) for at in lengths]
+    drawn = set(range(len(lengths))) if every_length else _drawn(bounds)
     columns = []
-    for at in lengths:
-        if isinstance(at, tuple):
+    for i, at in enumerate(lengths):
+        if isinstance(at, tuple) and i in drawn:
+            rng = np.random.default_rng([seed, i])
             columns.append(_medians(at[0], resamples, rng) / _medians(at[1], resamples, rng))
         else:
-            columns.append(np.full(resamples, float(at)))
+            columns.append(np.full(resamples, bounds[i][1]))
     found = from_lengths(xs, np.column_stack(columns))
     tail = (1 - confidence) / 2
     low, high = np.quantile(found, [tail, 1 - tail], method="inverted_cdf")

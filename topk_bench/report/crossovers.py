@@ -133,35 +133,31 @@ def value(row: Mapping, metric: str) -> float | None:
     return float(number) if exact and number is not None and not missing(number) else None
 
 
-def _compared(mine: Mapping, theirs: Mapping, metric: str) -> Samples | None:
-    """At one length: the two sides' samples (measured time), a ratio, or None (nothing to compare)."""
+def _compared(mine: Mapping, theirs: Mapping, metric: str) -> tuple[float, Samples] | None:
+    """At one length: the ratio of the two sides' values and what a bootstrap draws from (the samples of
+    measured times, else the ratio itself); None: nothing to compare."""
     a, b = value(mine, metric), value(theirs, metric)
     if a is not None and b is not None:
+        if b <= 0:
+            return (math.inf, math.inf) if a > 0 else None
         if metric == "time" and str(mine.get(col.METHOD)) == Method.MEASURED:
             ours, reference = _samples(mine), _samples(theirs)
             if ours and reference:
-                return ours, reference
-        return a / b if b > 0 else (math.inf if a > 0 else None)
+                return a / b, (ours, reference)
+        return a / b, a / b
     if a is not None and str(theirs.get(col.STATUS)) in _LOST:
-        return 0.0
+        return 0.0, 0.0
     if b is not None and str(mine.get(col.STATUS)) in _LOST:
-        return math.inf
+        return math.inf, math.inf
     return None
 
 
-def _ratio(at: Samples) -> float:
-    if isinstance(at, tuple):
-        ours, reference = pd.Series(at[0]).median(), pd.Series(at[1]).median()
-        return float(ours / reference) if reference > 0 else math.inf
-    return at
-
-
-def _found(xs: list[float], compared: list[Samples]) -> Crossover:
-    """The crossover of one series, with its bootstrap interval where every length has samples on both sides
-    (a stopped side: a fixed ratio)."""
-    found = crossing(xs, [_ratio(c) for c in compared])
-    if found.kind is Kind.FROM and any(isinstance(c, tuple) for c in compared):
-        low, high = bootstrap_interval(xs, compared)
+def _found(xs: list[float], compared: list[tuple[float, Samples]]) -> Crossover:
+    """The crossover of one series, with its bootstrap interval where some length has samples on both sides
+    (a length without: its ratio in every draw)."""
+    found = crossing(xs, [ratio for ratio, _ in compared])
+    if found.kind is Kind.FROM and any(isinstance(drawn, tuple) for _, drawn in compared):
+        low, high = bootstrap_interval(xs, [drawn for _, drawn in compared])
         found = Crossover(found.kind, found.at, found.basis, found.sizes, low, high)
     return found
 
@@ -206,25 +202,25 @@ def _group(rows: pd.DataFrame, references: pd.DataFrame, baseline: str, x: str) 
         series.setdefault(key, []).append(row)
     out = []
     for (suite, device, method, workload, mode, named), members in series.items():
+        matched = []  # (length, row, its one reference)
+        for row in members:
+            if missing(row.get(x)) or float(row[x]) <= 0:
+                continue
+            found = [
+                reference
+                for has, by_key in indexed.items()
+                if not any(missing(row.get(p)) for p in has)
+                for reference in by_key.get(tuple(_text(row.get(c)) for c in (*SAME, x, *has)), [])
+            ]
+            if len(found) == 1:
+                matched.append((float(row[x]), row, found[0]))
+        matched.sort(key=lambda m: m[0])
         for metric in METRICS:
-            xs, compared = [], []
-            for row in sorted(members, key=lambda r: float(r[x]) if not missing(r.get(x)) else math.inf):
-                if missing(row.get(x)):
-                    continue
-                found = [
-                    reference
-                    for has, by_key in indexed.items()
-                    if not any(missing(row.get(p)) for p in has)
-                    for reference in by_key.get(tuple(_text(row.get(c)) for c in (*SAME, x, *has)), [])
-                ]
-                at = _compared(row, found[0], metric) if len(found) == 1 else None
-                if at is not None and float(row[x]) > 0:
-                    xs.append(float(row[x]))
-                    compared.append(at)
-            if xs:
-                out.append(
-                    Found(suite, device, method, workload, mode, named, baseline, x, metric, _found(xs, compared))
-                )
+            compared = [(at, c) for at, row, reference in matched if (c := _compared(row, reference, metric))]
+            if compared:
+                xs = [at for at, _ in compared]
+                crossover = _found(xs, [c for _, c in compared])
+                out.append(Found(suite, device, method, workload, mode, named, baseline, x, metric, crossover))
     return out
 
 
@@ -258,6 +254,20 @@ def sentence(found: Found) -> str:
     if c.kind is Kind.NOWHERE:
         return f"{head} nowhere in range ({where}; {c.basis})."
     return f"{head}: {c.basis}."
+
+
+def phrase(found: Found) -> str:
+    """Where it wins, in a few words (a cell of the page's summary)."""
+    c = found.crossover
+    if c.kind is Kind.EVERYWHERE:
+        return "everywhere in range"
+    if c.kind is Kind.FROM:
+        return f"from ≈ {length_text(c.at)}" + (f" (95%: {_interval(c)})" if c.low is not None else "")
+    if c.kind is Kind.UP_TO:
+        return f"up to ≈ {length_text(c.at)} only"
+    if c.kind is Kind.NOWHERE:
+        return "nowhere in range" + (f" (extrapolated: about {length_text(c.at)})" if c.at is not None else "")
+    return "-"
 
 
 def _interval(c: Crossover) -> str:

@@ -26,7 +26,7 @@ from topk_bench.report.plots.figure import render
 from topk_bench.report.plots.inputs import FigureInput, figure_inputs
 from topk_bench.report.site import parts as site_parts
 from topk_bench.report.site.history import History, check_template, commit_link, read_history
-from topk_bench.report.site.parts import Figure, Part, Table
+from topk_bench.report.site.parts import Figure, Part
 from topk_bench.report.steps import STEP_FACTOR
 from topk_bench.untrusted import file_name, shown
 
@@ -44,6 +44,7 @@ class Options:
     length: str | None = None  # the crossovers' length column; None: seq_len, else kv_len
     commit_url: str | None = None  # a history point's link: https://.../commit/{sha}
     step_factor: float = STEP_FACTOR
+    relative_to: str | None = None  # the history's times over this implementation's in the same run
 
 
 @dataclass
@@ -99,7 +100,7 @@ def read_page(results: list[Path], history: Path | None, options: Options, warn:
         warn(line)
 
     suites: dict[str, Suite] = {}
-    for k, path in enumerate(results):
+    for path in results:
         items = figure_inputs(path, heard)
         grouped: dict[tuple, list[FigureInput]] = {}
         for item in items:
@@ -116,7 +117,7 @@ def read_page(results: list[Path], history: Path | None, options: Options, warn:
             part.provenance = site_parts.provenance(part, _meta(members[0], path))
             part.crossovers = cross.crossovers(rows, options.baseline, options.length)
             section.parts.append(part)
-    page_history = read_history(history, options.step_factor) if history is not None else None
+    page_history = read_history(history, options.step_factor, options.relative_to) if history is not None else None
     if page_history is not None:
         for line in page_history.notes:
             heard(line)
@@ -130,7 +131,10 @@ def _write(path: Path, data: bytes | str) -> None:
 
 def _draw_part(part: Part, staging: Path) -> None:
     """The part's tables (their whole CSVs beside the page) and figures, written under ``staging``."""
-    for tables, target in ((site_parts.part_tables(part), part.tables), (site_parts.roofline_tables(part), part.roofline)):
+    for tables, target in (
+        (site_parts.part_tables(part), part.tables),
+        (site_parts.roofline_tables(part), part.roofline),
+    ):
         for table, whole in tables:
             target.append(table)
             if whole is not None and table.csv is not None:
@@ -170,18 +174,18 @@ def _draw_history(history: History, commit_url: str | None, staging: Path) -> Hi
         key=lambda s: not (s.time_steps or s.peak_steps or any(v and v.verdict != "unchanged" for v in s.verdicts)),
     )
     for series in notable[:MAX_HISTORY_FIGURES]:
-        drawn = history_figure.draw(series, history.commits)
+        drawn = history_figure.draw(series, history.commits, history.relative_to)
         src = f"history/{series.anchor}.svg"
         _write(staging / src, drawn.svg)
         view.figures[series.case_id] = (src, drawn.width, drawn.height, drawn.areas)
     return view
 
 
-def history_cell(series, i: int) -> tuple[str, str, str]:
+def history_cell(series, i: int, relative_to: str | None = None) -> tuple[str, str, str]:
     """(text, classes, tooltip) of a case's cell of the history table at commit ``i``."""
     from topk_bench.units import short_seconds
 
-    value = series.times[i]
+    value, relative = series.times[i], relative_to is not None
     classes = [("step-up" if s.up else "step-down") for s in series.time_steps if s.index == i]
     verdict = series.verdicts[i]
     tip = ""
@@ -191,7 +195,8 @@ def history_cell(series, i: int) -> tuple[str, str, str]:
         tip = f"gate: {verdict.verdict}" + (f", ×{verdict.estimate:.3g}" if verdict.estimate is not None else "")
         if verdict.low is not None and verdict.high is not None:
             tip += f" ({verdict.low:.3g} to {verdict.high:.3g})"
-    return (short_seconds(value) if value is not None else "-"), " ".join(classes), tip
+    text = "-" if value is None else (f"×{value:.3f}" if relative else short_seconds(value))
+    return text, " ".join(classes), tip
 
 
 def _environment():
@@ -204,7 +209,9 @@ def _environment():
         undefined=jinja2.StrictUndefined,
         # Text shown as text (control and direction characters written as escapes); the template's own macros
         # (Markup: escaped already) as they are.
-        finalize=lambda value: shown(value) if isinstance(value, str) and not isinstance(value, markupsafe.Markup) else value,
+        finalize=lambda value: (
+            shown(value) if isinstance(value, str) and not isinstance(value, markupsafe.Markup) else value
+        ),
         trim_blocks=True,
         lstrip_blocks=True,
     )
@@ -217,13 +224,19 @@ def write_page(page: Page, staging: Path) -> None:
     found = [f for part in page.parts for f in part.crossovers]
     _write(staging / "crossovers.csv", cross.table(found).to_csv(index=False))
     view = _draw_history(page.history, page.options.commit_url, staging) if page.history is not None else None
-    html = _environment().get_template("index.html.j2").render(
-        page=page,
-        view=view,
-        sentence=cross.sentence,
-        length_text=cross.length_text,
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        hcell=history_cell,
+    html = (
+        _environment()
+        .get_template("index.html.j2")
+        .render(
+            page=page,
+            view=view,
+            sentence=cross.sentence,
+            generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            hcell=history_cell,
+            phrase=cross.phrase,
+            crossover_rows=site_parts.crossover_rows,
+            max_rows=site_parts.MAX_ROWS,
+        )
     )
     _write(staging / "index.html", html)
     shutil.copyfile(TEMPLATES / "style.css", staging / "style.css")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,10 +88,15 @@ class History:
     series: list[Series]
     step_factor: float
     notes: list[str] = field(default_factory=list)
+    relative_to: str | None = None  # the times are over this implementation's (None: seconds)
 
 
 def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 def read_verdicts(path: Path) -> tuple[dict[str, Verdict], str, list[str]]:
@@ -133,7 +139,13 @@ def _sha(rows: pd.DataFrame, name: str) -> str:
 
 def _folders(path: Path) -> list[Path]:
     if not path.is_dir():
-        raise BadInput("expected a history folder (one results folder per commit), got a file" if path.exists() else "no such folder", file=path, key="--history")
+        raise BadInput(
+            "expected a history folder (one results folder per commit), got a file"
+            if path.exists()
+            else "no such folder",
+            file=path,
+            key="--history",
+        )
     return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
@@ -172,35 +184,55 @@ def _names(frame: pd.DataFrame) -> dict[str, str]:
     names: dict[str, str] = {}
     for suite, rows in frame.groupby(col.SUITE, sort=False):
         legends = pd.Series(col.legends(rows), index=rows.index)
-        params = [p for p in parameter_columns(rows.columns) if (rows[p].astype(str).groupby(legends).nunique() > 1).any()]
+        params = [
+            p for p in parameter_columns(rows.columns) if (rows[p].astype(str).groupby(legends).nunique() > 1).any()
+        ]
         several = [c for c in (col.WORKLOAD, col.MODE) if rows[c].nunique() > 1]
-        for case_id, legend, *values in zip(rows[col.CASE_ID], legends, *(rows[c] for c in several), *(rows[p] for p in params)):
+        for case_id, legend, *values in zip(
+            rows[col.CASE_ID], legends, *(rows[c] for c in several), *(rows[p] for p in params)
+        ):
             given = [str(v) for v in values[: len(several)]]
             given += [f"{p}={crossovers._text(v)}" for p, v in zip(params, values[len(several) :]) if not missing(v)]
             names[str(case_id)] = " ".join([f"{suite} ·", legend, *given])
     return names
 
 
-def read_history(path: Path, step_factor: float = STEP_FACTOR) -> History:
-    """Every case of the history's commits as a :class:`Series`, in the order the newest commit lists them."""
+def _relative(commit: Commit, impl: str) -> dict[str, float]:
+    """Each case's time over ``impl``'s in the same run (:mod:`topk_bench.report.relative`: round by round where
+    the rows have rounds), by case_id: the median of the ratios."""
+    from topk_bench.report.relative import Relative, relative_times
+
+    found = relative_times(commit.rows, impl, str(commit.folder))
+    ids = commit.rows[col.CASE_ID].astype(str)
+    return {ids[i]: statistics.median(r.samples) for i, r in found.items() if isinstance(r, Relative) and r.samples}
+
+
+def read_history(path: Path, step_factor: float = STEP_FACTOR, relative_to: str | None = None) -> History:
+    """Every case of the history's commits as a :class:`Series`, in the order the commits list them;
+    ``relative_to``: each time over that implementation's at the same parameters in the same run (what a shared
+    machine does to both divides out), its own cases without a time."""
     commits, notes = read_commits(path)
-    everything = pd.concat([c.rows.assign(_commit=i) for i, c in enumerate(commits)], ignore_index=True)
+    everything = pd.concat([c.rows for c in commits], ignore_index=True)
+    commit_of = [i for i, c in enumerate(commits) for _ in range(len(c.rows))]
     names = _names(everything)
-    by_case = {case_id: rows for case_id, rows in everything.groupby(col.CASE_ID, sort=False)}
-    order = list(dict.fromkeys(reversed(everything[col.CASE_ID].astype(str).tolist())))[::-1]
+    ratios = [_relative(c, relative_to) for c in commits] if relative_to is not None else None
+    at: dict[str, dict[int, dict]] = {}
+    for i, row in zip(commit_of, everything.to_dict("records")):
+        at.setdefault(str(row[col.CASE_ID]), {})[i] = row
     series = []
-    for case_id in order:
-        rows = by_case[case_id]
-        at = {int(i): row for i, row in zip(rows["_commit"], rows.to_dict("records"))}
-        times = [crossovers.value(at[i], "time") if i in at else None for i in range(len(commits))]
-        peaks = [crossovers.value(at[i], "memory") if i in at else None for i in range(len(commits))]
+    for case_id, rows in at.items():
+        if ratios is not None:
+            times = [ratios[i].get(case_id) for i in range(len(commits))]
+        else:
+            times = [crossovers.value(rows[i], "time") if i in rows else None for i in range(len(commits))]
+        peaks = [crossovers.value(rows[i], "memory") if i in rows else None for i in range(len(commits))]
         name = names[case_id]
         verdicts = [c.verdicts.get(case_id) or c.verdicts.get(name) for c in commits]
-        suite = str(rows[col.SUITE].iloc[-1])
+        suite = str(next(iter(rows.values()))[col.SUITE])
         series.append(
             Series(suite, case_id, name, times, peaks, verdicts, steps(times, step_factor), steps(peaks, step_factor))
         )
-    return History(path, commits, series, step_factor, notes)
+    return History(path, commits, series, step_factor, notes, relative_to)
 
 
 def commit_link(template: str | None, sha: str) -> str | None:
@@ -216,6 +248,7 @@ def check_template(template: str | None) -> None:
         return
     if not re.match(r"^https?://[^\s\"'<>]+$", template) or "{sha}" not in template:
         raise BadInput(
-            f"expected an http(s) address with {{sha}} in it (https://github.com/ORG/REPO/commit/{{sha}}), got {template!r}",
+            "expected an http(s) address with {sha} in it (https://github.com/ORG/REPO/commit/{sha}), got "
+            f"{template!r}",
             key="--commit-url",
         )

@@ -10,6 +10,7 @@ the SVG's own unit (a point), and written in CSS pixels (4/3 of a point).
 from __future__ import annotations
 
 import io
+from typing import Any
 from dataclasses import dataclass
 
 import matplotlib
@@ -17,17 +18,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.figure import Figure
 
 from topk_bench import untrusted
 from topk_bench.report.plots import scales
 from topk_bench.report.site.history import Commit, Series
 from topk_bench.report.steps import Step
-from topk_bench.results.columns import metric
+from topk_bench.results.columns import Metric, metric
+from topk_bench.units import short_bytes, short_seconds
 
 SVG_DPI = 72  # an SVG's unit is the point: 72 per inch
 CSS_PER_POINT = 96 / 72
-MARKS = {
+MARKS: dict[str, dict[str, Any]] = {
     "regressed": dict(marker="^", color="#c62828", label="gate: regressed"),
     "improved": dict(marker="v", color="#2e7d32", label="gate: improved"),
     "undecided": dict(marker="D", color="#ef8f00", label="gate: undecided"),
@@ -55,11 +56,16 @@ class Drawn:
     areas: list[Area]
 
 
-def _panel(ax, values: list[float | None], which: str, series: Series, found: list[Step]) -> np.ndarray:
-    """One metric's points and line; returns the points as (index, value in the panel's unit), NaN where none."""
+def _panel(
+    ax, values: list[float | None], which: str, series: Series, found: list[Step], relative_to: str | None = None
+) -> np.ndarray:
+    """One metric's points and line; returns the points as (index, value in the panel's unit), NaN where none.
+    ``relative_to``: the times are ratios to that implementation's."""
     raw = np.array([np.nan if v is None else v for v in values], dtype=float)
     m, factor = scales.fitted(metric(which), raw * metric(which).scale)
-    y = raw * metric(which).scale * factor
+    if relative_to is not None and which == "time":
+        m, factor = Metric("time_ratio", "", 1.0, f"time over {untrusted.figure(relative_to)}'s"), 1.0
+    y = raw * m.scale * factor
     x = np.arange(len(values), dtype=float)
     known = np.isfinite(y)
     ax.plot(x[known], y[known], "-o", color="#1f5fa8", markersize=4, linewidth=1.2, zorder=3)
@@ -100,12 +106,12 @@ def _ticks(ax, commits: list[Commit]) -> None:
     ax.set_xlim(-0.5, len(commits) - 0.5)
 
 
-def draw(series: Series, commits: list[Commit]) -> Drawn:
+def draw(series: Series, commits: list[Commit], relative_to: str | None = None) -> Drawn:
     """The figure of one case's history, and its points' areas."""
     width = min(max(4.8, 0.32 * len(commits) + 2.0), 14.0)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(width, 4.6), sharex=True, layout="constrained", dpi=SVG_DPI)
     try:
-        time_points = _panel(top, series.times, "time", series, series.time_steps)
+        time_points = _panel(top, series.times, "time", series, series.time_steps, relative_to)
         peak_points = _panel(bottom, series.peaks, "memory", series, series.peak_steps)
         _ticks(bottom, commits)
         fig.suptitle(untrusted.figure(untrusted.abridged(series.name, 160)), fontsize=9)
@@ -120,7 +126,7 @@ def draw(series: Series, commits: list[Commit]) -> Drawn:
         buffer = io.BytesIO()
         fig.savefig(buffer, format="svg")
         height_pt = fig.get_figheight() * SVG_DPI
-        areas = _areas(top, time_points, commits, height_pt, "time", series.times)
+        areas = _areas(top, time_points, commits, height_pt, "time" if relative_to is None else "ratio", series.times)
         areas += _areas(bottom, peak_points, commits, height_pt, "peak", series.peaks)
         return Drawn(buffer.getvalue(), round(width * SVG_DPI * CSS_PER_POINT), round(height_pt * CSS_PER_POINT), areas)
     finally:
@@ -140,13 +146,6 @@ def _areas(ax, points: np.ndarray, commits: list[Commit], height_pt: float, what
 
 
 def _value(what: str, value: float) -> str:
-    from topk_bench.units import short_bytes, short_seconds
-
+    if what == "ratio":
+        return f"×{value:.3f}"
     return short_seconds(value) if what == "time" else short_bytes(value)
-
-
-def close_all() -> None:
-    plt.close("all")
-
-
-__all__ = ["Area", "Drawn", "Figure", "draw"]

@@ -78,8 +78,26 @@ class Part:
         return f"{self.device} · {self.method}"
 
 
-def sentences(part: Part) -> list[str]:
-    return [cross.sentence(f) for f in part.crossovers]
+@dataclass(frozen=True)
+class CrossoverRow:
+    """A method's line of the page's summary: where it wins in time and in memory."""
+
+    name: str
+    baseline: str
+    length: str
+    time: cross.Found | None
+    memory: cross.Found | None
+
+
+def crossover_rows(part: Part) -> list[CrossoverRow]:
+    by_name: dict[str, dict[str, cross.Found]] = {}
+    for found in part.crossovers:
+        by_name.setdefault(found.name, {})[found.metric] = found
+    return [
+        CrossoverRow(name, first.baseline, first.length, metrics.get("time"), metrics.get("memory"))
+        for name, metrics in by_name.items()
+        for first in [next(iter(metrics.values()))]
+    ]
 
 
 def grid_table(pivot: Grid, anchor: str, caption: str) -> tuple[Table, str | None]:
