@@ -45,7 +45,7 @@ def test_never_winning_is_extrapolated_from_the_last_three_lengths():
     found = crossing([1, 2, 4, 8], [100.0, 8.0, 4.0, 2.0])
     assert found.kind is Kind.NOWHERE
     assert found.at == pytest.approx(16.0, rel=1e-12)
-    assert found.basis == "from a log-log line through the ratios at 2, 4, 8, slope -1.00"
+    assert found.basis == "extrapolated from a log-log line through the ratios at 2, 4, 8, slope -1.00"
 
 
 def test_a_ratio_that_grows_with_length_is_never_extrapolated_to_a_win():

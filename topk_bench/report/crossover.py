@@ -97,7 +97,7 @@ def _extrapolated(xs: Sequence[float], ratios: Sequence[float]) -> tuple[float |
     log_at = -intercept / slope
     if log_at > math.log(FAR * points[-1][0]):
         return None, f"the ratio falls too slowly to extrapolate: {through} reaches 1 only past {FAR}x the range"
-    return float(math.exp(log_at)), f"from {through}"
+    return float(math.exp(log_at)), f"extrapolated from {through}"
 
 
 def crossing(xs: Sequence[float], ratios: Sequence[float]) -> Crossover:

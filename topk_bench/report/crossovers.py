@@ -250,7 +250,7 @@ def sentence(found: Found) -> str:
     if c.kind is Kind.UP_TO:
         return f"{head} up to {found.length} ≈ {length_text(c.at)} only ({c.basis})."
     if c.kind is Kind.NOWHERE and c.at is not None:
-        return f"{head} nowhere in range ({where}; extrapolated: about {length_text(c.at)}, {c.basis})."
+        return f"{head} nowhere in range ({where}; about {length_text(c.at)}, {c.basis})."
     if c.kind is Kind.NOWHERE:
         return f"{head} nowhere in range ({where}; {c.basis})."
     return f"{head}: {c.basis}."

@@ -317,3 +317,57 @@ def show(
     frame.attrs = {key: [d for f in frames for d in f.attrs.get(key, [])] for key in ("dropped", "files")}
     for line in warning_lines(frame, marked=not wide):
         warnings.print(shown(f"warning: {line}"), highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+
+def crossover_tables(frame: pd.DataFrame, baseline: str | None = None, length: str | None = None) -> list[TextTable]:
+    """``show --crossover``: per suite, device and method, where each method beats the dense baseline in time and
+    in memory (:mod:`topk_bench.report.crossovers`, the numbers of ``report``'s crossovers.csv)."""
+    from topk_bench.report import crossovers as cross
+
+    found = cross.crossovers(frame, baseline, length)
+    groups: dict[tuple[str, str, str], list[cross.Found]] = {}
+    for f in found:
+        groups.setdefault((f.suite, f.device, f.method), []).append(f)
+    out = []
+    for (suite, device, method), members in groups.items():
+        first = members[0]
+        rows = []
+        for f in members:
+            c = f.crossover
+            interval = f"{cross.length_text(c.low)} to {cross.length_text(c.high)}" if c.low is not None else ""
+            rows.append([shown(f.name), f.metric, str(c.kind), cross.length_text(c.at), interval, shown(c.basis)])
+        title = shown(f"{suite} · {device} · {method} · crossover against {first.baseline} along {first.length}")
+        header = ["method", "metric", "wins", first.length, "95% interval", "basis"]
+        out.append(
+            TextTable(
+                title,
+                header,
+                [False, False, False, True, True, False],
+                rows,
+                max_widths=[30, None, None, None, None, 60],
+            )
+        )
+    return out
+
+
+def show_crossovers(
+    path: str | Path, baseline: str | None = None, length: str | None = None, console: Console | None = None
+) -> None:
+    """The crossover tables of every results folder of ``path`` (one line when there is none to show)."""
+    console = console or Console(width=DEFAULT_WIDTH)
+    folders = results_folders(Path(path))
+    frames = [load_results(folder) for folder in folders]  # every file read before anything is printed
+    for folder, frame in zip(folders, frames):
+        tables = crossover_tables(frame, baseline, length)
+        if folder != Path(path):
+            console.print(shown(f"{folder}:"), highlight=False, markup=False, emoji=False)
+        for table in tables:
+            table.print(console)
+            console.file.write("\n")
+        if not tables:
+            console.print(
+                shown(f"{folder}: no crossover: no swept length (seq_len, kv_len) or no baseline (sdpa, vanilla)"),
+                highlight=False,
+                markup=False,
+                emoji=False,
+            )

@@ -60,8 +60,8 @@ def row(
 def write(folder: Path, rows: list[dict], suite: str = "s", meta: dict | None = None) -> Path:
     """``folder/<suite>.csv`` of ``rows`` (and its meta.json when ``meta``); returns the CSV."""
     folder.mkdir(parents=True, exist_ok=True)
-    params = list(dict.fromkeys(k for r in rows for k in r if col.is_parameter(k)))
-    header = col.header(params, [col.TIME_PREDICTED_S])
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    header = col.header([k for k in keys if col.is_parameter(k)], [col.TIME_PREDICTED_S, *keys])
     path = folder / f"{suite}.csv"
     with open(path, "w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
