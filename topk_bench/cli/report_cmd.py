@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from topk_bench.cli import Command, app
+from topk_bench.report.steps import STEP_FACTOR
 
 
 @app.command("report", cls=Command)
@@ -49,7 +50,10 @@ def report(
         "shared machine does to both divides out.",
     ),
     step_factor: float = typer.Option(
-        1.15, "--step-factor", metavar="F", help="A history step: a level that moved by more than this, either way."
+        STEP_FACTOR,
+        "--step-factor",
+        metavar="F",
+        help="A history step: a level that moved by more than this, either way, and stayed.",
     ),
 ) -> None:
     """A static site (index.html, its style sheet, SVG figures and CSVs; no script, nothing from the network):

@@ -107,7 +107,8 @@ def _records(rows: pd.DataFrame, columns: Iterable[str]) -> list[dict]:
     return [dict(zip(present, values)) for values in zip(*(rows[c].tolist() for c in present))]
 
 
-def _text(value) -> str:
+def cell_text(value) -> str:
+    """A parameter's cell as a table writes it: ``1024``, not ``1024.0``; "" where empty."""
     if missing(value):
         return ""
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
@@ -181,45 +182,61 @@ def crossovers(
     return out
 
 
-def _group(rows: pd.DataFrame, references: pd.DataFrame, baseline: str, x: str) -> list[Found]:
-    params = [p for p in parameter_columns(rows.columns) if p != x]
-    columns = [*SAME, x, *params, col.IMPL, col.LABEL, col.STATUS, col.PEAK_BYTES, col.TIME_MEDIAN_S, col.TIMES_S]
-    columns.append(col.TIME_PREDICTED_S)
-    # (parameters a reference has) -> (its SAME, length and those parameters' values) -> references
+def _length(value) -> float | None:
+    """A length cell as a number > 0 (None: empty, not a number, or not positive: a stranger's cell)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def _indexed(references: pd.DataFrame, columns: list[str], params: list[str], x: str) -> dict:
+    """(parameters a reference has) -> (its SAME, length and those parameters' values) -> references."""
     indexed: dict[tuple[str, ...], dict[tuple[str, ...], list[dict]]] = {}
     for reference in _records(references, columns):
         has = tuple(p for p in params if not missing(reference.get(p)))
-        key = tuple(_text(reference.get(c)) for c in (*SAME, x, *has))
+        key = tuple(cell_text(reference.get(c)) for c in (*SAME, x, *has))
         indexed.setdefault(has, {}).setdefault(key, []).append(reference)
+    return indexed
+
+
+def _series(rows: pd.DataFrame, columns: list[str], params: list[str]) -> dict[tuple, list[dict]]:
+    """The rows of each method's series, keyed by (SAME..., its name)."""
     # What tells two series of one legend apart (budget=1024): a parameter that varies within a legend.
     legends = pd.Series(col.legends(rows), index=rows.index)
     varying = [p for p in params if len(rows) and (rows[p].astype(str).groupby(legends).nunique() > 1).any()]
     series: dict[tuple, list[dict]] = {}
     for row in _records(rows, columns):
         legend = col.legend(row.get(col.LABEL), row.get(col.IMPL))
-        named = " ".join([legend, *(f"{p}={_text(row.get(p))}" for p in varying if _text(row.get(p)))])
-        key = (*(str(row.get(c)) for c in SAME), named)
-        series.setdefault(key, []).append(row)
+        named = " ".join([legend, *(f"{p}={cell_text(row.get(p))}" for p in varying if cell_text(row.get(p)))])
+        series.setdefault((*(str(row.get(c)) for c in SAME), named), []).append(row)
+    return series
+
+
+def _group(rows: pd.DataFrame, references: pd.DataFrame, baseline: str, x: str) -> list[Found]:
+    params = [p for p in parameter_columns(rows.columns) if p != x]
+    columns = [*SAME, x, *params, col.IMPL, col.LABEL, col.STATUS, col.PEAK_BYTES, col.TIME_MEDIAN_S, col.TIMES_S]
+    columns.append(col.TIME_PREDICTED_S)
+    indexed = _indexed(references, columns, params, x)
     out = []
-    for (suite, device, method, workload, mode, named), members in series.items():
+    for (suite, device, method, workload, mode, named), members in _series(rows, columns, params).items():
         matched = []  # (length, row, its one reference)
         for row in members:
-            if missing(row.get(x)) or float(row[x]) <= 0:
-                continue
+            length = _length(row.get(x))
             found = [
                 reference
                 for has, by_key in indexed.items()
                 if not any(missing(row.get(p)) for p in has)
-                for reference in by_key.get(tuple(_text(row.get(c)) for c in (*SAME, x, *has)), [])
+                for reference in by_key.get(tuple(cell_text(row.get(c)) for c in (*SAME, x, *has)), [])
             ]
-            if len(found) == 1:
-                matched.append((float(row[x]), row, found[0]))
+            if length is not None and len(found) == 1:  # several: the baseline is ambiguous there
+                matched.append((length, row, found[0]))
         matched.sort(key=lambda m: m[0])
         for metric in METRICS:
             compared = [(at, c) for at, row, reference in matched if (c := _compared(row, reference, metric))]
             if compared:
-                xs = [at for at, _ in compared]
-                crossover = _found(xs, [c for _, c in compared])
+                crossover = _found([at for at, _ in compared], [c for _, c in compared])
                 out.append(Found(suite, device, method, workload, mode, named, baseline, x, metric, crossover))
     return out
 

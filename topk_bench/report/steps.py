@@ -1,12 +1,14 @@
 """Steps in a series over commits (pure: numbers in, steps out): where a case's time or peak moved to another level
 and stayed there, not where one commit was noisy.
 
-At each commit ``i`` the level after (the median of the values of ``i`` and up to ``window - 1`` commits after it)
-is divided by the level before (the median of up to ``window`` commits before it); where that ratio is beyond
-``factor`` either way, ``i`` is a candidate, and of consecutive candidates the one with the largest change is the
-step (a step at ``i`` also makes ``i + 1``'s window straddle it, with a smaller ratio). A commit without a value
-(the case failed, or is missing there) is passed over. The newest commit is judged on its own value: a step there
-is the one a reader wants to see first.
+Binary segmentation of the logarithms (the least-squares change point, as CUSUM finds it): the commit that splits a
+stretch into two parts whose mean levels differ most, weighted by ``sqrt(n1 n2 / n)`` (a split near an end rests on
+few commits and must differ more), is a step where the levels differ by more than ``factor``; each part is split
+again the same way. A step's ratio is then the median of the part after it over the median of the part before it
+(what a reader checks against the table), and a step that no longer passes ``factor`` by it goes. A commit whose
+value alone is off, up then down again (a step and its opposite one commit apart), is an outlier, not two steps.
+A commit without a value (the case failed, or is missing there) is passed over; the newest commit is judged on its
+own value (the step a reader wants to see first).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-STEP_FACTOR = 1.15
-WINDOW = 3
+# As the CPU time gate's tolerance (docs/regression.md, "The CPU time gate"): a level that moved by more than
+# x1.2 is what a reviewer should look at.
+STEP_FACTOR = 1.2
 
 
 @dataclass(frozen=True)
@@ -32,28 +35,38 @@ class Step:
         return self.ratio > 1
 
 
-def steps(values: Sequence[float | None], factor: float = STEP_FACTOR, window: int = WINDOW) -> list[Step]:
+def _splits(y: list[float], lo: int, hi: int, threshold: float) -> list[int]:
+    """The positions in ``y[lo:hi]`` where binary segmentation splits it."""
+    n = hi - lo
+    if n < 2:
+        return []
+    best = max(
+        range(lo + 1, hi),
+        key=lambda k: (
+            round(abs(statistics.fmean(y[k:hi]) - statistics.fmean(y[lo:k])) * math.sqrt((k - lo) * (hi - k) / n), 12),
+            -k,
+        ),
+    )
+    if abs(statistics.fmean(y[best:hi]) - statistics.fmean(y[lo:best])) <= threshold:
+        return []
+    return [*_splits(y, lo, best, threshold), best, *_splits(y, best, hi, threshold)]
+
+
+def steps(values: Sequence[float | None], factor: float = STEP_FACTOR) -> list[Step]:
     """The steps of ``values`` (one per commit, oldest first; None: no value there)."""
     known = [(i, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(v) and v > 0]
-    threshold = math.log(factor)
-    # (position in known, log ratio, log of the commit's own value over the level before)
-    candidates: list[tuple[int, float, float]] = []
-    for k in range(1, len(known)):
-        before = statistics.median(v for _, v in known[max(0, k - window) : k])
-        after = statistics.median(v for _, v in known[k : k + window])
-        change = math.log(after / before)
-        if abs(change) > threshold:
-            candidates.append((k, change, math.log(known[k][1] / before)))
-    # The strongest first; a candidate within a window of a step already taken is that step seen again.
-    taken: list[tuple[int, float, float]] = []
-    for candidate in sorted(candidates, key=_strength, reverse=True):
-        if all(abs(candidate[0] - k) >= window for k, _, _ in taken):
-            taken.append(candidate)
-    return [Step(known[k][0], math.exp(change)) for k, change, _ in sorted(taken)]
-
-
-def _strength(candidate: tuple[int, float, float]) -> tuple[float, float, int]:
-    """The change of the level; of equal ones, the commit whose own value moved most (the level's median can move
-    a commit early: 20, 20, 10, 10 is 20 -> 10 at the third commit, not the second), then the earliest."""
-    k, change, own = candidate
-    return round(abs(change), 12), round(abs(own), 12), -k
+    y = [math.log(v) for _, v in known]
+    splits = _splits(y, 0, len(y), math.log(factor))
+    bounds = [0, *splits, len(known)]
+    found = []
+    for before, at, after in zip(bounds, bounds[1:], bounds[2:]):
+        ratio = statistics.median(v for _, v in known[at:after]) / statistics.median(v for _, v in known[before:at])
+        if abs(math.log(ratio)) > math.log(factor):
+            found.append((at, Step(known[at][0], ratio)))
+    out: list[tuple[int, Step]] = []
+    for at, step in found:  # an excursion of one commit: an outlier
+        if out and at == out[-1][0] + 1 and step.up != out[-1][1].up:
+            out.pop()
+            continue
+        out.append((at, step))
+    return [step for _, step in out]

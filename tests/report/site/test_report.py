@@ -4,53 +4,16 @@ written). The page in a real browser: test_report_in_a_browser.py."""
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
 import report_data as data
+from report_data import HOSTILE, SHA, URL, crossing_rows, crossovers_csv, history_folder, report
 from topk_bench.cli import main
 from topk_bench.report.site import build as site_build
-
-SHA = [f"{i:x}" * 40 for i in range(1, 7)]  # six commits' shas: 1111..., 2222...
-URL = "https://example.org/repo/commit/{sha}"
-
-
-def crossing_rows(suite: str = "s", label: str = "Top-k", **extra) -> list[dict]:
-    """SDPA's time 1e-9 L^2 and peak 1000 L; top-k's 4e-6 L and 1000 sqrt(3000 L): the time ratio is 4000 / L
-    (1 at L = 4000), the peak ratio sqrt(3000 / L) (1 at L = 3000); power laws, so log-log interpolation is exact."""
-    rows = []
-    for length in (1024, 2048, 4096, 8192):
-        rows.append(
-            data.row("sdpa", length, 1e-9 * length**2, 1000.0 * length, suite=suite, label="PyTorch SDPA", **extra)
-        )
-        rows.append(
-            data.row(
-                "topk", length, 4e-6 * length, 1000.0 * math.sqrt(3000 * length), suite=suite, label=label, **extra
-            )
-        )
-    return rows
-
-
-def report(*args: str, capsys=None) -> tuple[int, str, str]:
-    try:
-        main(["report", *args])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    else:
-        code = 0
-    out, err = capsys.readouterr() if capsys is not None else ("", "")
-    return code, out, err
-
-
-def crossovers_csv(out: Path) -> list[dict]:
-    with open(out / "crossovers.csv", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def test_the_crossovers_are_the_hand_computed_lengths(tmp_path, capsys):
@@ -147,9 +110,6 @@ def test_a_cuda_prediction_names_the_gpu_part(tmp_path, capsys):
     page = (tmp_path / "site" / "index.html").read_text()
     assert "GPU part (predicted)" in page and "NVIDIA H100 80GB HBM3 (h100-sxm, sm90, predicted)" in page
     assert "Top-k is predicted faster than PyTorch SDPA from seq_len ≈ 4000 on" in page
-
-
-HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 
 
 def test_text_from_the_files_is_escaped(tmp_path, capsys):
@@ -260,41 +220,6 @@ def test_a_commit_url_must_be_http_with_sha(tmp_path, capsys, url):
     code, _, err = report(str(tmp_path / "res"), "--out", str(tmp_path / "site"), "--commit-url", url, capsys=capsys)
     assert code == 2 and "--commit-url: expected an http(s) address with {sha}" in err
     assert not (tmp_path / "site").exists()
-
-
-def history_folder(path: Path, verdict: dict | None = None, numbered: bool = True) -> Path:
-    """Six commits: top-k's time x1.3 from the fourth on (SDPA's the same), a verdict on the fourth."""
-    for i in range(6):
-        rows = []
-        for length in (1024, 2048):
-            slow = 1.3 if i >= 3 else 1.0
-            rows.append(
-                data.row(
-                    "sdpa",
-                    length,
-                    1e-3,
-                    1e6,
-                    label="PyTorch SDPA",
-                    git_sha=SHA[i],
-                    timestamp=f"2025-01-0{i + 1}T00:00:00Z",
-                )
-            )
-            rows.append(
-                data.row(
-                    "topk",
-                    length,
-                    2e-3 * slow,
-                    2e6,
-                    label="Top-k",
-                    git_sha=SHA[i],
-                    timestamp=f"2025-01-0{i + 1}T00:00:00Z",
-                )
-            )
-        name = f"{i + 1:04d}-{SHA[i][:7]}" if numbered else f"{'zyxwvu'[i]}-{SHA[i][:7]}"
-        data.write(path / name, rows)
-        if i == 3 and verdict is not None:
-            (path / name / "verdict.json").write_text(json.dumps(verdict))
-    return path
 
 
 def test_a_history_marks_the_step_the_verdict_and_links_each_point(tmp_path, capsys):

@@ -76,9 +76,11 @@ class Series:
     time_steps: list[Step]
     peak_steps: list[Step]
 
+    position: int = 0  # among the history's series: its anchor and its figure's file name (a case_id is any text)
+
     @property
     def anchor(self) -> str:
-        return f"history-{self.case_id}" if re.fullmatch(r"[A-Za-z0-9_-]+", self.case_id) else f"history-{id(self)}"
+        return f"history-{self.position}"
 
 
 @dataclass
@@ -192,7 +194,9 @@ def _names(frame: pd.DataFrame) -> dict[str, str]:
             rows[col.CASE_ID], legends, *(rows[c] for c in several), *(rows[p] for p in params)
         ):
             given = [str(v) for v in values[: len(several)]]
-            given += [f"{p}={crossovers._text(v)}" for p, v in zip(params, values[len(several) :]) if not missing(v)]
+            given += [
+                f"{p}={crossovers.cell_text(v)}" for p, v in zip(params, values[len(several) :]) if not missing(v)
+            ]
             names[str(case_id)] = " ".join([f"{suite} ·", legend, *given])
     return names
 
@@ -230,7 +234,17 @@ def read_history(path: Path, step_factor: float = STEP_FACTOR, relative_to: str 
         verdicts = [c.verdicts.get(case_id) or c.verdicts.get(name) for c in commits]
         suite = str(next(iter(rows.values()))[col.SUITE])
         series.append(
-            Series(suite, case_id, name, times, peaks, verdicts, steps(times, step_factor), steps(peaks, step_factor))
+            Series(
+                suite,
+                case_id,
+                name,
+                times,
+                peaks,
+                verdicts,
+                steps(times, step_factor),
+                steps(peaks, step_factor),
+                len(series),
+            )
         )
     return History(path, commits, series, step_factor, notes, relative_to)
 

@@ -10,8 +10,8 @@ the SVG's own unit (a point), and written in CSS pixels (4/3 of a point).
 from __future__ import annotations
 
 import io
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import matplotlib
 
@@ -24,7 +24,7 @@ from topk_bench.report.plots import scales
 from topk_bench.report.site.history import Commit, Series
 from topk_bench.report.steps import Step
 from topk_bench.results.columns import Metric, metric
-from topk_bench.units import short_bytes, short_seconds
+from topk_bench.units import short_bytes, short_seconds, wrap
 
 SVG_DPI = 72  # an SVG's unit is the point: 72 per inch
 CSS_PER_POINT = 96 / 72
@@ -62,10 +62,10 @@ def _panel(
     """One metric's points and line; returns the points as (index, value in the panel's unit), NaN where none.
     ``relative_to``: the times are ratios to that implementation's."""
     raw = np.array([np.nan if v is None else v for v in values], dtype=float)
-    m, factor = scales.fitted(metric(which), raw * metric(which).scale)
+    m, _ = scales.fitted(metric(which), raw * metric(which).scale)
     if relative_to is not None and which == "time":
-        m, factor = Metric("time_ratio", "", 1.0, f"time over {untrusted.figure(relative_to)}'s"), 1.0
-    y = raw * m.scale * factor
+        m = Metric("time_ratio", "", 1.0, f"time over {untrusted.figure(relative_to)}'s")
+    y = raw * m.scale  # the fitted metric's scale takes the values to its unit
     x = np.arange(len(values), dtype=float)
     known = np.isfinite(y)
     ax.plot(x[known], y[known], "-o", color="#1f5fa8", markersize=4, linewidth=1.2, zorder=3)
@@ -86,6 +86,17 @@ def _panel(
             at = [i for i, v in enumerate(series.verdicts) if v is not None and v.verdict == verdict_name and known[i]]
             if at:
                 ax.plot(x[at], y[at], linestyle="none", markersize=9, zorder=4, **style)
+    if not known.any() and relative_to is not None and which == "time":
+        ax.text(
+            0.5,
+            0.5,
+            "the reference: the other times are over its own",
+            ha="center",
+            va="center",
+            fontsize=8,
+            transform=ax.transAxes,
+            color="0.4",
+        )
     ax.set_ylabel(m.label, fontsize=8)
     if known.any():
         low, high = float(np.nanmin(y)), float(np.nanmax(y))
@@ -114,7 +125,8 @@ def draw(series: Series, commits: list[Commit], relative_to: str | None = None) 
         time_points = _panel(top, series.times, "time", series, series.time_steps, relative_to)
         peak_points = _panel(bottom, series.peaks, "memory", series, series.peak_steps)
         _ticks(bottom, commits)
-        fig.suptitle(untrusted.figure(untrusted.abridged(series.name, 160)), fontsize=9)
+        title = wrap(untrusted.figure(untrusted.abridged(series.name, 240)), int(width * 12))
+        fig.suptitle("\n".join(title), fontsize=9)
         if any(v is not None for v in series.verdicts):
             handles = [
                 plt.Line2D([], [], linestyle="none", markersize=7, **style)
