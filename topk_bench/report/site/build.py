@@ -116,6 +116,10 @@ def read_page(results: list[Path], history: Path | None, options: Options, warn:
             part.trust = site_parts.trust_line(part)
             part.provenance = site_parts.provenance(part, _meta(members[0], path))
             part.crossovers = cross.crossovers(rows, options.baseline, options.length)
+            if cross.baseline_rows(rows, options.baseline)[0] is None:
+                part.notes.append(f"no crossover: no rows of {options.baseline or 'sdpa or vanilla'} (--baseline)")
+            elif cross.length_of(rows, options.length) is None:
+                part.notes.append(f"no crossover: no swept length ({options.length or 'seq_len, kv_len'}; --length)")
             section.parts.append(part)
     page_history = read_history(history, options.step_factor, options.relative_to) if history is not None else None
     if page_history is not None:

@@ -223,7 +223,7 @@ def read_history(path: Path, step_factor: float = STEP_FACTOR, relative_to: str 
     at: dict[str, dict[int, dict]] = {}
     for i, row in zip(commit_of, everything.to_dict("records")):
         at.setdefault(str(row[col.CASE_ID]), {})[i] = row
-    series = []
+    series: list[Series] = []
     for case_id, rows in at.items():
         if ratios is not None:
             times = [ratios[i].get(case_id) for i in range(len(commits))]

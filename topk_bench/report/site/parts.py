@@ -208,7 +208,13 @@ def provenance(part: Part, meta: dict) -> list[tuple[str, str]]:
             f"{legend}: {p}" for legend, p in zip(col.legends(rows), rows[col.CODE_PATH]) if isinstance(p, str) and p
         ]
         lines.append(("code_path", _listed(paths)))
-    for key in ("suite_file", "overrides"):
-        if meta.get(key):
-            lines.append((key, abridged(meta[key], VALUE_CHARACTERS)))
+    if meta.get("suite_file"):
+        lines.append(("suite_file", abridged(meta["suite_file"], VALUE_CHARACTERS)))
+    overrides = meta.get("overrides")
+    if isinstance(overrides, dict) and overrides:
+        sets = " ".join(
+            f"--set {key}={','.join(map(str, values)) if isinstance(values, list) else values}"
+            for key, values in overrides.items()
+        )
+        lines.append(("--set", abridged(sets, VALUE_CHARACTERS)))
     return [(k, v) for k, v in lines if v]
