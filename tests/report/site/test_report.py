@@ -97,6 +97,11 @@ def test_the_page_says_provenance_trust_and_roofline_where_the_rows_have_them(tm
     assert "Test CPU" in page and "Top-k: native_kernels=built:abc" in page and "suites/s.toml" in page
     assert "4 of 8 case(s) measured under contention: 4 on a busy machine" in page
     assert "Roofline fractions" in page and "25.0%" in page
+    # roofline_s differs from row to row: a result, not a parameter that would make each row a series of its own
+    assert [(r["name"], r["metric"]) for r in crossovers_csv(tmp_path / "site")] == [
+        ("Top-k", "time"),
+        ("Top-k", "memory"),
+    ]
     rows_without = crossing_rows()
     data.write(tmp_path / "plain", rows_without)
     code, _, _ = report(str(tmp_path / "plain"), "--out", str(tmp_path / "site2"), capsys=capsys)
