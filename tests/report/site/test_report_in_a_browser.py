@@ -76,6 +76,19 @@ def _not_blank(png: Path) -> None:
     assert pixels.shape[0] > 500 and inked > 0.02 and colours > 50, (pixels.shape, inked, colours)
 
 
+def _on_the_points(png: Path, centres: list[str]) -> None:
+    """Each area of the chart's image map is centred on a point of it (the markers' blue within 3 pixels)."""
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(png))[..., :3]
+    marker = np.array([0x1F, 0x5F, 0xA8]) / 255  # topk_bench/report/site/history_figure.py's points
+    assert len(centres) == 2 * len(SHA)  # a point per commit in time and in peak
+    for coords in centres:
+        x, y, _ = map(int, coords.split(","))
+        patch = pixels[max(0, y - 3) : y + 4, max(0, x - 3) : x + 4]
+        assert np.abs(patch - marker).sum(axis=2).min() < 0.05, coords
+
+
 def test_the_page_in_chromium(tmp_path, capsys):
     page = _site(tmp_path, capsys)
     with report_browser.chromium() as browser:
@@ -88,6 +101,11 @@ def test_the_page_in_chromium(tmp_path, capsys):
                 break
             time.sleep(0.2)
         opened = time.perf_counter() - started
+        # a top-k case's chart (SDPA's, the reference of --relative-to, has no time points)
+        charts = browser.find_elements("css selector", "figure.history")
+        chart = next(c for c in charts if "Top-k" in c.text)
+        chart.find_element("css selector", "img").screenshot(str(tmp_path / "chart.png"))
+        centres = [a.get_attribute("coords") for a in chart.find_elements("css selector", "area")]
         report_browser.screenshot(browser, page, tmp_path / "page.png")
     by_suite = {s["suite"]: s for s in dom["suites"]}
     assert set(by_suite) == {"mha", "sd", "evil"}
@@ -108,6 +126,7 @@ def test_the_page_in_chromium(tmp_path, capsys):
     # the stranger's case: its text shown as it is, nothing of it run
     assert dom["scripts"] == 0 and dom["pwned"] is None
     assert "<script>window.pwned=1</script>" in dom["body"]
+    _on_the_points(tmp_path / "chart.png", centres)
     _not_blank(tmp_path / "page.png")
     print(f"page of {len(svgs)} suites and a history of {len(SHA)} commits opened in {opened:.2f} s")
 
