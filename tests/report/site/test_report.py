@@ -278,3 +278,29 @@ def test_a_history_without_commits_is_bad_input(tmp_path, capsys):
     code, _, err = report("--history", str(tmp_path / "history"), "--out", str(tmp_path / "site"), capsys=capsys)
     assert code == 2 and "no commit folder with a results CSV" in err
     assert not (tmp_path / "site").exists()
+
+
+def test_a_commit_folder_may_be_the_time_gates_out(tmp_path, capsys):
+    history = history_folder(tmp_path / "history")
+    gate = history / "0004-4444444"
+    for csv_file in gate.glob("*.csv"):
+        csv_file.unlink()
+    # the gate's --out: this commit's blocks under NEW/ (top-k x1.2, x1.3, x1.4 over its x1.0 before), the base's
+    # under BASE/ (top-k at 10x: read, it would show)
+    for block, slow in ((1, 1.2), (2, 1.4), (3, 1.3)):
+        rows = []
+        for length in (1024, 2048):
+            rows.append(data.row("sdpa", length, 1e-3, 1e6, label="PyTorch SDPA", git_sha=SHA[3]))
+            rows.append(data.row("topk", length, 2e-3 * slow, 2e6, label="Top-k", git_sha=SHA[3]))
+        data.write(gate / "NEW" / str(block), rows)
+    data.write(gate / "BASE" / "1", [data.row("topk", 1024, 2e-2, 2e6, label="Top-k", git_sha=SHA[2])])
+    code, _, err = report(
+        "--history", str(history), "--out", str(tmp_path / "site"), "--relative-to", "sdpa", capsys=capsys
+    )
+    assert code == 0, err
+    page = (tmp_path / "site" / "index.html").read_text()
+    header = re.search(r'<table class="history">.*?</thead>', page, re.S).group(0)
+    assert SHA[3][:8] in header  # the gate's folder is a commit, named by its rows' sha
+    topk = re.search(r">[^<]*Top-k seq_len=1024</a></th>(.*?)</tr>", page).group(1)
+    cells = re.findall(r">(×[0-9.]+)</td>", topk)
+    assert cells == ["×2.000", "×2.000", "×2.000", "×2.600", "×2.600", "×2.600"]  # the blocks' median, x1.3

@@ -7,13 +7,16 @@ Layout::
     HISTORY/<n>-<short sha>/<suite>.meta.json   its meta.json
     HISTORY/<n>-<short sha>/verdict.json        optional: the time gate's verdict on this commit
 
+or, as a commit's folder, the time gate's ``--out`` itself (``NEW/<n>/``: this commit's blocks of rows, each
+case's value the median over them; ``BASE/`` is the base's; ``verdict.json``).
+
 The commits are ordered by ``<n>`` where every folder's name starts with a number and ``-``, else by the earliest
 ``timestamp`` of each folder's rows (then its name). A commit's sha is the one its rows' ``git_sha`` says most
 (``-dirty`` set aside), else the folder name's part after ``<n>-``; only hexadecimal shas make links. A folder
 with no results CSV, hidden folders and files beside the folders are passed over (a CI job that failed before it
 wrote a row); a ``verdict.json`` that cannot be read is left out, said on the page. A case is its ``case_id``:
-its time (median, or the prediction's) and peak where ``ok``, at each commit (:mod:`topk_bench.report.steps`
-marks the steps).
+its time (median, or the prediction's; or its time over another implementation's in the same run) and peak
+where ``ok``, at each commit (:mod:`topk_bench.report.steps` marks the steps).
 """
 
 from __future__ import annotations
@@ -58,9 +61,10 @@ class Commit:
     folder: Path
     sha: str  # hexadecimal, or "" when neither the rows nor the folder's name say one
     label: str  # what the page calls it: the short sha, else the folder's name
-    rows: pd.DataFrame
+    rows: pd.DataFrame  # every case's last row (its name, suite and sha)
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # by case_id, then by name
     gate: str = ""  # "passed against <base>" / "failed against <base>"
+    blocks: list[pd.DataFrame] = field(default_factory=list)  # each run of the commit (the gate's NEW blocks)
 
 
 @dataclass
@@ -151,24 +155,47 @@ def _folders(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
+def _has_results(folder: Path) -> bool:
+    try:
+        csv_files(folder)
+    except BadInput:
+        return False
+    return True
+
+
+def runs(folder: Path) -> list[Path]:
+    """A commit folder's runs: itself where it holds results CSVs, else each block of this commit's rows that the
+    time gate's ``--out`` keeps (``NEW/<n>/``, in the order of ``<n>``; ``BASE/`` is the base commit's)."""
+    if _has_results(folder):
+        return [folder]
+    new = folder / "NEW"
+    if not new.is_dir():
+        return []
+    blocks = [p for p in new.iterdir() if p.is_dir() and not p.name.startswith(".") and _has_results(p)]
+    return sorted(blocks, key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name))
+
+
 def read_commits(path: Path) -> tuple[list[Commit], list[str]]:
     """The commits of a history folder, oldest first, and what the page should say of the folders left out."""
     commits, notes = [], []
     for folder in _folders(path):
-        try:
-            csv_files(folder)
-        except BadInput:
-            notes.append(f"{folder}: no results CSV: not a commit of the history")
+        found = runs(folder)
+        if not found:
+            notes.append(f"{folder}: no results CSV (nor the time gate's NEW/<n>/): not a commit of the history")
             continue
-        rows = load_results(folder)
-        notes += [f"{folder.name}: {line}" for line in left_out(rows)]
+        blocks = [load_results(run) for run in found]
+        for run, block in zip(found, blocks):
+            notes += [f"{run.relative_to(path)}: {line}" for line in left_out(block)]
+        rows = pd.concat(blocks, ignore_index=True).drop_duplicates(col.CASE_ID, keep="last").reset_index(drop=True)
         verdicts, gate, said = read_verdicts(folder / VERDICT_FILE)
         notes += said
         sha = _sha(rows, folder.name)
-        commits.append(Commit(folder, sha, sha[:8] if sha else abridged(folder.name, 24), rows, verdicts, gate))
+        label = sha[:8] if sha else abridged(folder.name, 24)
+        commits.append(Commit(folder, sha, label, rows, verdicts, gate, blocks))
     if not commits:
         raise BadInput(
-            "no commit folder with a results CSV (expected HISTORY/<n>-<short sha>/<suite>.csv: docs/regression.md)",
+            "no commit folder with a results CSV (expected HISTORY/<n>-<short sha>/<suite>.csv, or the time gate's "
+            "--out there: docs/regression.md)",
             file=path,
             key="--history",
         )
@@ -201,14 +228,38 @@ def _names(frame: pd.DataFrame) -> dict[str, str]:
     return names
 
 
-def _relative(commit: Commit, impl: str) -> dict[str, float]:
+def _relative(rows: pd.DataFrame, impl: str, where: str) -> dict[str, float]:
     """Each case's time over ``impl``'s in the same run (:mod:`topk_bench.report.relative`: round by round where
     the rows have rounds), by case_id: the median of the ratios."""
     from topk_bench.report.relative import Relative, relative_times
 
-    found = relative_times(commit.rows, impl, str(commit.folder))
-    ids = commit.rows[col.CASE_ID].astype(str)
+    found = relative_times(rows, impl, where)
+    ids = rows[col.CASE_ID].astype(str)
     return {ids[i]: statistics.median(r.samples) for i, r in found.items() if isinstance(r, Relative) and r.samples}
+
+
+def _values(commit: Commit, relative_to: str | None) -> tuple[dict[str, float], dict[str, float]]:
+    """(time, peak) of each case at a commit, by case_id: the median over its runs (the gate's blocks) of each
+    run's value; ``relative_to``: the time over that implementation's."""
+    times: dict[str, list[float]] = {}
+    peaks: dict[str, list[float]] = {}
+    for block in commit.blocks:
+        records = block.to_dict("records")
+        if relative_to is not None:
+            for case_id, ratio in _relative(block, relative_to, str(commit.folder)).items():
+                times.setdefault(case_id, []).append(ratio)
+        for row in records:
+            case_id = str(row[col.CASE_ID])
+            for metric, into in (("time", times), ("memory", peaks)):
+                if metric == "time" and relative_to is not None:
+                    continue
+                found = crossovers.value(row, metric)
+                if found is not None:
+                    into.setdefault(case_id, []).append(found)
+    return (
+        {k: statistics.median(v) for k, v in times.items()},
+        {k: statistics.median(v) for k, v in peaks.items()},
+    )
 
 
 def read_history(path: Path, step_factor: float = STEP_FACTOR, relative_to: str | None = None) -> History:
@@ -217,35 +268,17 @@ def read_history(path: Path, step_factor: float = STEP_FACTOR, relative_to: str 
     machine does to both divides out), its own cases without a time."""
     commits, notes = read_commits(path)
     everything = pd.concat([c.rows for c in commits], ignore_index=True)
-    commit_of = [i for i, c in enumerate(commits) for _ in range(len(c.rows))]
     names = _names(everything)
-    ratios = [_relative(c, relative_to) for c in commits] if relative_to is not None else None
-    at: dict[str, dict[int, dict]] = {}
-    for i, row in zip(commit_of, everything.to_dict("records")):
-        at.setdefault(str(row[col.CASE_ID]), {})[i] = row
+    values = [_values(c, relative_to) for c in commits]
+    suites = dict(zip(everything[col.CASE_ID].astype(str), everything[col.SUITE].astype(str)))
     series: list[Series] = []
-    for case_id, rows in at.items():
-        if ratios is not None:
-            times = [ratios[i].get(case_id) for i in range(len(commits))]
-        else:
-            times = [crossovers.value(rows[i], "time") if i in rows else None for i in range(len(commits))]
-        peaks = [crossovers.value(rows[i], "memory") if i in rows else None for i in range(len(commits))]
+    for case_id in dict.fromkeys(everything[col.CASE_ID].astype(str)):
+        times = [times_at.get(case_id) for times_at, _ in values]
+        peaks = [peaks_at.get(case_id) for _, peaks_at in values]
         name = names[case_id]
         verdicts = [c.verdicts.get(case_id) or c.verdicts.get(name) for c in commits]
-        suite = str(next(iter(rows.values()))[col.SUITE])
-        series.append(
-            Series(
-                suite,
-                case_id,
-                name,
-                times,
-                peaks,
-                verdicts,
-                steps(times, step_factor),
-                steps(peaks, step_factor),
-                len(series),
-            )
-        )
+        found = (steps(times, step_factor), steps(peaks, step_factor))
+        series.append(Series(suites[case_id], case_id, name, times, peaks, verdicts, *found, len(series)))
     return History(path, commits, series, step_factor, notes, relative_to)
 
 
