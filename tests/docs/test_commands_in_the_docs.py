@@ -60,6 +60,7 @@ RUN = (
     "topk-bench run suites/demo_time.toml --device cpu --out results/demo --remeasure",
     "topk-bench profile suites/smoke.toml",
     "topk-bench run suites/paper/mha_cpu.toml --predict",
+    "topk-bench report results/",
 )
 # Run commands that share no file with another (they write nothing, or only under an --out of their own outside
 # results/, and read nothing another command writes): a second lane runs them beside the others, in the pages'
@@ -107,6 +108,7 @@ PARSED_ONLY = {
     "topk-bench run suites/demo_time.toml --device cpu --out /tmp/ab/": "15 cases of 7 timed runs each: minutes",
     "topk-bench compare /tmp/ab/base /tmp/ab/new": "compares what the two measured runs above wrote",
     "topk-bench profile suites/mha.toml --case impl=topk --set": "a predicted profile at 131,072 tokens: 10 s more",
+    "topk-bench report --history": "needs the history folder a CI job keeps (docs/regression.md)",
 }
 NOT_RUN = {
     "make demo": "the quick start itself: run first",

@@ -7,6 +7,7 @@ from topk_bench.cli import (
     list_cmd,  # noqa: F401 -- registers its command
     plot_cmd,  # noqa: F401 -- registers its command
     profile_cmd,  # noqa: F401 -- registers its command
+    report_cmd,  # noqa: F401 -- registers its command
     run_cmd,  # noqa: F401 -- registers its command
     show_cmd,  # noqa: F401 -- registers its command
 )

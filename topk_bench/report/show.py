@@ -20,6 +20,7 @@ out by :mod:`topk_bench.report.texttable`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -130,11 +131,7 @@ def what_of(method: str, timed: bool = False) -> str:
 def pivot_tables(frame: pd.DataFrame, width: int = DEFAULT_WIDTH) -> list[TextTable]:
     """The pivot tables of a results frame (one or more per suite, device, method and model), each within
     ``width``."""
-    out = []
-    for (suite, device, method), rows in frame.groupby([col.SUITE, col.DEVICE, col.METHOD], sort=False):
-        for caption, part in _per_model(rows):
-            out += _pivot(part, shown(f"{suite} · {device} · {method}"), shown(caption), width)
-    return out
+    return [table for what_ran, caption, rows in grids(frame) for table in _pivot(rows, what_ran, caption, width)]
 
 
 def _per_model(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -151,8 +148,24 @@ def _per_model(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[TextTable]:
-    """Implementations x the swept parameter for one group of rows, in as many tables as ``width`` needs."""
+@dataclass
+class Grid:
+    """One pivot: a row per name, a column per value of the swept parameter ``x`` (None: one column, ``what``),
+    each cell the text of the case there ("" where none); the names, values and cells shown as text."""
+
+    what: str  # what the cells hold: "median time / peak memory"
+    x: str | None
+    xs: list[str]
+    names: list[str]
+    cells: dict[tuple[str, str], str]
+
+    def cell(self, name: str, x: str) -> str:
+        return self.cells.get((name, x), "")
+
+
+def grid(rows: pd.DataFrame, cells: list[str] | None = None, what: str | None = None) -> Grid:
+    """Implementations x the swept parameter for one group of rows (one suite, device and method); ``cells``:
+    each row's cell (default :func:`pivot_cell`), ``what`` what they hold."""
     method = rows[col.METHOD].iloc[0]
     # A row per implementation (its legend names its options); the columns: the swept parameter, one that
     # every row has and that varies within an implementation (seq_len first; a suite of one case per
@@ -171,31 +184,55 @@ def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[
     if col.WORKLOAD in others:
         names = rows[col.WORKLOAD].astype(str) + ": " + names
     names = names.map(shown)
-    shown_columns = [col.STATUS, col.TIME_MEDIAN_S, col.PEAK_BYTES, col.TRUST]
-    shown_columns += [c for c in (col.RESERVED_BYTES, col.MAX_MEMORY_BYTES, col.TIME_PREDICTED_S) if c in rows.columns]
-    cells = rows[shown_columns].to_dict("records")
     timed = col.TIME_PREDICTED_S in rows.columns and rows[col.TIME_PREDICTED_S].notna().any()
+    what = what or what_of(method, timed)
+    if cells is None:
+        shown_columns = [col.STATUS, col.TIME_MEDIAN_S, col.PEAK_BYTES, col.TRUST]
+        shown_columns += [
+            c for c in (col.RESERVED_BYTES, col.MAX_MEMORY_BYTES, col.TIME_PREDICTED_S) if c in rows.columns
+        ]
+        cells = [pivot_cell(r) for r in rows[shown_columns].to_dict("records")]
     rows = rows.assign(
         _name=names,
-        _x=[shown(_plain(v)) for v in rows[x]] if x else [what_of(method, timed)] * len(rows),
-        _cell=[pivot_cell(r) for r in cells],
+        _x=[shown(_plain(v)) for v in rows[x]] if x else [what] * len(rows),
+        _cell=cells,
     )
-    xs = sorted(rows["_x"].unique(), key=_sort_key)
-    order = list(dict.fromkeys(rows["_name"]))
-    cells = {(n, v): c for n, v, c in zip(rows["_name"], rows["_x"], rows["_cell"])}
+    return Grid(
+        what,
+        x,
+        sorted(rows["_x"].unique(), key=_sort_key),
+        list(dict.fromkeys(rows["_name"])),
+        {(n, v): c for n, v, c in zip(rows["_name"], rows["_x"], rows["_cell"])},
+    )
+
+
+def grids(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(what ran: "suite · device · method", caption, rows) of each pivot of a results frame: one per suite,
+    device, method and model (:func:`_per_model`)."""
+    out = []
+    for (suite, device, method), rows in frame.groupby([col.SUITE, col.DEVICE, col.METHOD], sort=False):
+        for caption, part in _per_model(rows):
+            out.append((shown(f"{suite} · {device} · {method}"), shown(caption), part))
+    return out
+
+
+def _pivot(rows: pd.DataFrame, what_ran: str, caption: str, width: int) -> list[TextTable]:
+    """:func:`grid` of one group of rows, in as many tables as ``width`` needs."""
+    pivot = grid(rows)
+    order, xs, x = pivot.names, pivot.xs, pivot.x
     head = min(max(len(n) for n in order), int(width * _ROW_HEADER_SHARE))
-    widths = [max([len(str(v))] + [_width(cells.get((n, v), "")) for n in order]) for v in xs]
+    widths = [max([len(str(v))] + [_width(pivot.cell(n, v)) for n in order]) for v in xs]
     runs = _chunks(widths, width - head - 2)
     out = []
     for part, run in enumerate(runs, start=1):
         title = f"{what_ran} · {caption}\n" if caption else f"{what_ran} · "
-        title += f"{what_of(method, timed)} by {x or 'case'}" + (f" ({part}/{len(runs)})" if len(runs) > 1 else "")
+        title += f"{pivot.what} by {x or 'case'}" + (f" ({part}/{len(runs)})" if len(runs) > 1 else "")
         out.append(
             TextTable(
                 title,  # its parts shown already; its line break is the layout's
                 [shown(x or "case"), *(xs[i] for i in run)],
                 [False, *(True for _ in run)],
-                [[n, *(cells.get((n, xs[i]), "") for i in run)] for n in order],  # cells: numbers, statuses
+                [[n, *(pivot.cell(n, xs[i]) for i in run)] for n in order],  # cells: numbers, statuses
                 max_widths=[head, *(None for _ in run)],
             )
         )
@@ -280,3 +317,57 @@ def show(
     frame.attrs = {key: [d for f in frames for d in f.attrs.get(key, [])] for key in ("dropped", "files")}
     for line in warning_lines(frame, marked=not wide):
         warnings.print(shown(f"warning: {line}"), highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+
+def crossover_tables(frame: pd.DataFrame, baseline: str | None = None, length: str | None = None) -> list[TextTable]:
+    """``show --crossover``: per suite, device and method, where each method beats the dense baseline in time and
+    in memory (:mod:`topk_bench.report.crossovers`, the numbers of ``report``'s crossovers.csv)."""
+    from topk_bench.report import crossovers as cross
+
+    found = cross.crossovers(frame, baseline, length)
+    groups: dict[tuple[str, str, str], list[cross.Found]] = {}
+    for f in found:
+        groups.setdefault((f.suite, f.device, f.method), []).append(f)
+    out = []
+    for (suite, device, method), members in groups.items():
+        first = members[0]
+        rows = []
+        for f in members:
+            c = f.crossover
+            interval = f"{cross.length_text(c.low)} to {cross.length_text(c.high)}" if c.low is not None else ""
+            rows.append([shown(f.name), f.metric, str(c.kind), cross.length_text(c.at), interval, shown(c.basis)])
+        title = shown(f"{suite} · {device} · {method} · crossover against {first.baseline} along {first.length}")
+        header = ["method", "metric", "wins", first.length, "95% interval", "basis"]
+        out.append(
+            TextTable(
+                title,
+                header,
+                [False, False, False, True, True, False],
+                rows,
+                max_widths=[30, None, None, None, None, 60],
+            )
+        )
+    return out
+
+
+def show_crossovers(
+    path: str | Path, baseline: str | None = None, length: str | None = None, console: Console | None = None
+) -> None:
+    """The crossover tables of every results folder of ``path`` (one line when there is none to show)."""
+    console = console or Console(width=DEFAULT_WIDTH)
+    folders = results_folders(Path(path))
+    frames = [load_results(folder) for folder in folders]  # every file read before anything is printed
+    for folder, frame in zip(folders, frames):
+        tables = crossover_tables(frame, baseline, length)
+        if folder != Path(path):
+            console.print(shown(f"{folder}:"), highlight=False, markup=False, emoji=False)
+        for table in tables:
+            table.print(console)
+            console.file.write("\n")
+        if not tables:
+            console.print(
+                shown(f"{folder}: no crossover: no swept length (seq_len, kv_len) or no baseline (sdpa, vanilla)"),
+                highlight=False,
+                markup=False,
+                emoji=False,
+            )

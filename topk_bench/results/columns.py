@@ -313,6 +313,11 @@ BYTES_PER_S = Column("bytes_per_s", "achieved bandwidth: bytes_moved / time_medi
 TOKENS_PER_S = Column("tokens_per_s", "tokens / time_median_s", N)
 TIME_PER_TOKEN_S = Column("time_per_token_s", "time_median_s per token of one sequence (decode: per new token)", N)
 
+# The physical limit of the row's own work on its device's peaks (FLOPs and bytes at peak rates), and the share
+# of the time it is: known to the readers so that they are results, not parameters, whoever writes them.
+ROOFLINE_S = Column("roofline_s", "seconds the row's work takes at the device's peak FLOP/s and bandwidth", M)
+ROOFLINE_FRAC = Column("roofline_frac", "roofline_s over the row's time: 1 is the physical limit", M)
+
 # Per-stage cost of implementations that mark stages (implementations.stages): JSON objects keyed
 # "forward.<stage>" / "backward.<stage>" (topk_bench.measure.stages).
 STAGE_TIMES_S = Column(
@@ -349,6 +354,8 @@ _OPTIONAL: dict[str, Column] = {
         BYTES_PER_S,
         TOKENS_PER_S,
         TIME_PER_TOKEN_S,
+        ROOFLINE_S,
+        ROOFLINE_FRAC,
         *STAGE_COLUMNS,
     )
 }
