@@ -103,6 +103,16 @@ _ELEMENTWISE = """add sub mul div neg exp log relu threshold_backward gt ge lt l
     native_dropout native_dropout_backward"""
 _REDUCTIONS = """sum mean amax amin max min argmax argmin any all prod linalg_vector_norm norm var std var_mean
     logsumexp cumsum"""
+# SDPA's forward ops, by the backend (SDPBackend's member, lower case) that dispatches each; a CUDA prediction never
+# dispatches the CPU's and other devices' (the last two), a measurement names them.
+_SDPA = {
+    "_scaled_dot_product_flash_attention": "flash_attention",
+    "_scaled_dot_product_efficient_attention": "efficient_attention",
+    "_scaled_dot_product_cudnn_attention": "cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu": "flash_attention",
+    "_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+
 CATALOGUE = _catalogue(
     _ops(Family.VIEWS, _VIEWS, outputs_only=True),
     # _unsafe_view: autograd's view of a fresh result, its schema says it is none; lift_fresh: the tensor itself.
@@ -160,25 +170,8 @@ CATALOGUE = _catalogue(
     _ops(Family.REDUCTIONS, _REDUCTIONS, outputs_only=True),
     _ops(Family.GEMM, "mm bmm addmm baddbmm", kernel=KernelClass.GEMM, output_tiles=True),
     _ops(Family.GEMM, "addbmm addmv mv dot _scaled_mm convolution", kernel=KernelClass.GEMM),
-    # SDPA's fused kernels, each op by the backend that dispatches it, and the kernels they call.
-    _ops(
-        Family.ATTENTION,
-        "_scaled_dot_product_flash_attention",
-        kernel=KernelClass.ATTENTION_FWD,
-        sdpa_backend="flash_attention",
-    ),
-    _ops(
-        Family.ATTENTION,
-        "_scaled_dot_product_efficient_attention",
-        kernel=KernelClass.ATTENTION_FWD,
-        sdpa_backend="efficient_attention",
-    ),
-    _ops(
-        Family.ATTENTION,
-        "_scaled_dot_product_cudnn_attention",
-        kernel=KernelClass.ATTENTION_FWD,
-        sdpa_backend="cudnn_attention",
-    ),
+    # SDPA's fused kernels: each op by the backend that dispatches it, and the kernels they call.
+    *(_ops(Family.ATTENTION, name, kernel=KernelClass.ATTENTION_FWD, sdpa_backend=b) for name, b in _SDPA.items()),
     _ops(Family.ATTENTION, "_flash_attention_forward _efficient_attention_forward", kernel=KernelClass.ATTENTION_FWD),
     _ops(
         Family.ATTENTION,
@@ -186,20 +179,7 @@ CATALOGUE = _catalogue(
          _scaled_dot_product_cudnn_attention_backward _flash_attention_backward _efficient_attention_backward""",
         kernel=KernelClass.ATTENTION_BWD,
     ),
-    # The backends of other devices: a CUDA prediction never dispatches them, a measurement names them.
-    _ops(
-        Family.ATTENTION,
-        "_scaled_dot_product_flash_attention_for_cpu",
-        kernel=KernelClass.ATTENTION_FWD,
-        sdpa_backend="flash_attention",
-    ),
-    _ops(
-        Family.ATTENTION,
-        "_scaled_dot_product_fused_attention_overrideable",
-        kernel=KernelClass.ATTENTION_FWD,
-        sdpa_backend="overrideable",
-    ),
-    _ops(Family.SELECTION, "topk sort argsort kthvalue median unique _unique2 msort", kernel=KernelClass.SELECTION),
+    _ops(Family.SELECTION, "topk sort argsort kthvalue median _unique2 msort", kernel=KernelClass.SELECTION),
 )
 
 # Namespaces of no op of an iteration: the queries C++ makes of a tensor (its device), in decompositions.
