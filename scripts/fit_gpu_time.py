@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from topk_bench.aten_ops import KernelClass
 from topk_bench.predict import as_measured, backends, kernels, timing
-from topk_bench.predict.aten_ops import KernelClass
 from topk_bench.run.plan import plan
 from topk_bench.run.resolve import Flags
 from topk_bench.types import GpuModel, Method, Timer

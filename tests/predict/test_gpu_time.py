@@ -12,9 +12,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from topk_bench import aten_ops
+from topk_bench.aten_ops import KernelClass
 from topk_bench.measure.ops import OpCounter
-from topk_bench.predict import aten_ops, cost_rules, kernels, timing
-from topk_bench.predict.aten_ops import KernelClass
+from topk_bench.predict import cost_rules, kernels, timing
 from topk_bench.predict.kernels import gpus
 from topk_bench.types import DEFAULT_GPU, GpuModel
 

@@ -16,7 +16,7 @@ device work takes less. The count says when a time is the host's, not the kernel
   graph called (its fused kernels run without the dispatcher).
 
 SDPA (``scaled_dot_product_attention``) picks a backend per call; the op it dispatches names it (its
-``sdpa_backend`` in :mod:`topk_bench.predict.aten_ops`, the catalogue that also says which ops launch a kernel), on
+``sdpa_backend`` in :mod:`topk_bench.aten_ops`, the catalogue that also says which ops launch a kernel), on
 both paths: a fused kernel's own op, or for the math path ``_safe_softmax``, which only SDPA's math composite calls.
 """
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from topk_bench.predict import aten_ops
+from topk_bench import aten_ops
 
 if TYPE_CHECKING:
     import torch.profiler

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from topk_bench.predict.aten_ops import KernelClass
+from topk_bench.aten_ops import KernelClass
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from implementations import triton_kernels as training
 from implementations.masking import causal_offset
 from implementations.triton_kernels import decode
 from implementations.triton_kernels.launch import cdiv
-from topk_bench.predict.aten_ops import KernelClass
+from topk_bench.aten_ops import KernelClass
 from topk_bench.predict.cost_rules import Cost, causal_share, nbytes, register_cost
 
 

@@ -2,7 +2,7 @@
 
 The fake run of a CUDA prediction dispatches the ops CUDA would, with their shapes and dtypes.
 :class:`KernelCosts` records, for every op that launches a kernel (not a view, not an allocation:
-:func:`topk_bench.predict.aten_ops.launches_kernel`), its class, FLOPs, bytes and parallelism:
+:func:`topk_bench.aten_ops.launches_kernel`), its class, FLOPs, bytes and parallelism:
 
 - FLOPs: ``torch.utils.flop_counter``'s formulas (matmuls, SDPA's kernels); a fused attention kernel with
   ``is_causal`` skips the masked tiles, so its FLOPs are scaled by the share of the score matrix a causal mask
@@ -14,7 +14,7 @@ The fake run of a CUDA prediction dispatches the ops CUDA would, with their shap
 - parallelism: the thread blocks of a tiled kernel (a GEMM's output tiles, an attention kernel's row tiles:
   :func:`blocks`), or the threads of a kernel that walks a chain per output element (``embedding_bag``: one
   thread per output element loops over its bag, :func:`lanes`);
-- the class (:class:`~topk_bench.predict.aten_ops.KernelClass`, from the catalogue of aten ops): GEMM, SDPA
+- the class (:class:`~topk_bench.aten_ops.KernelClass`, from the catalogue of aten ops): GEMM, SDPA
   forward, SDPA backward, elementwise and reductions, top-k and sort, gathers and scatters.
 
 A kernel takes ``floor + max(compute, memory) + round trips`` on the device (:func:`device_seconds`):
@@ -56,10 +56,10 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
+from topk_bench.aten_ops import AtenOp, Gather, KernelClass, is_iteration_op, launches_kernel
+from topk_bench.aten_ops import of as catalogued
 from topk_bench.measure.ops import OpCounter
 from topk_bench.predict import custom_op_costs  # noqa: F401  (declares the costs of implementations/'s custom ops)
-from topk_bench.predict.aten_ops import AtenOp, Gather, KernelClass, is_iteration_op, launches_kernel
-from topk_bench.predict.aten_ops import of as catalogued
 from topk_bench.predict.cost_rules import Cost, causal_share, declared_cost, nbytes
 from topk_bench.predict.cost_rules import register_cost as register_cost  # the documented path for plug-ins
 from topk_bench.predict.kernels.gpus import Gpu

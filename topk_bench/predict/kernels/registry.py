@@ -4,7 +4,7 @@ A :class:`Rule` names the CUDA source (file and function) it models and returns,
 allocations as a program (:mod:`.program`). ``rules/`` registers them with :func:`rule`.
 
 An op with no rule is *modelled* when the fake run already allocates what its CUDA kernel allocates: an op the
-catalogue of aten ops (:mod:`topk_bench.predict.aten_ops`) says is ``outputs_only``. Any other op on the CUDA path
+catalogue of aten ops (:mod:`topk_bench.aten_ops`) says is ``outputs_only``. Any other op on the CUDA path
 is *unmodelled*: its CUDA kernel may allocate scratch or outputs the CPU trace does not show (a cuSOLVER or cuSPARSE
 workspace, a cub temporary storage, an output sized otherwise), and a prediction names it (column
 ``cuda_unmodeled_ops``) instead of silently taking the CPU kernel's allocations for CUDA's.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from topk_bench.predict import aten_ops
+from topk_bench import aten_ops
 from topk_bench.predict.kernels.program import Call, Step
 
 aten = torch.ops.aten

@@ -1,4 +1,4 @@
-"""The catalogue of aten ops (topk_bench/predict/aten_ops.py) that the memory model, the time model and the op
+"""The catalogue of aten ops (topk_bench/aten_ops.py) that the memory model, the time model and the op
 counter read: each name an op of this torch, each op's facts the ones every reader acts on."""
 
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from topk_bench import aten_ops
+from topk_bench.aten_ops import CATALOGUE, Family, KernelClass
 from topk_bench.measure.ops import OpCounter
-from topk_bench.predict import aten_ops, timing
-from topk_bench.predict.aten_ops import CATALOGUE, Family, KernelClass
+from topk_bench.predict import timing
 from topk_bench.predict.kernels import registry
 
 aten = torch.ops.aten
