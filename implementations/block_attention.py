@@ -56,7 +56,7 @@ def _key_rows(blocks, ok, block_size, causal, r0, lq, lk, hkv):
     return rows.view(b * hq * c, m), allowed.view(b * hq * c, m), empty
 
 
-def _dots(x2, table2, rows):
+def sampled_dots(x2, table2, rows):
     """``x2[r] · table2[rows[r, m]]`` for every entry, ``[R, M]``, without gathering the rows.
 
     The per-sample-weights gradient of ``embedding_bag`` is exactly this sampled product (bfloat16 on CUDA: from
@@ -74,7 +74,7 @@ def _weights(q2, k2, rows, allowed, empty):
 
     ``allowed`` (from :func:`_key_rows`) is negated in place: it is dead afterwards.
     """
-    scores = _dots(q2, k2, rows).to(stat_dtype(q2.dtype)).masked_fill_(allowed.logical_not_(), float("-inf"))
+    scores = sampled_dots(q2, k2, rows).to(stat_dtype(q2.dtype)).masked_fill_(allowed.logical_not_(), float("-inf"))
     w = torch.softmax(scores, dim=-1)
     # A row without keys is NaN after the softmax: zeros instead (masked_fill replaces NaN).
     return w if empty is None else w.masked_fill_(empty, 0.0)
@@ -84,7 +84,7 @@ class _BlockSparse(torch.autograd.Function):
     """Exact softmax attention over each query's block table, ``chunk`` query rows at a time.
 
     Per chunk only ``B*Hq*C*M`` entries (``M`` = keys per table) exist: scores come
-    from the sampled product :func:`_dots`, outputs from ``embedding_bag`` (neither
+    from the sampled product :func:`sampled_dots`, outputs from ``embedding_bag`` (neither
     gathers the key/value rows). Backward keeps only q, k, v and the block table,
     and recomputes each chunk's weights.
     """
@@ -133,7 +133,7 @@ class _BlockSparse(torch.autograd.Function):
             rows, allowed, empty = _key_rows(blocks[:, :, r0:r1], ok[:, :, r0:r1], block_size, causal, r0, lq, lk, hkv)
             q2, do2 = q[:, :, r0:r1].reshape(-1, d), dout[:, :, r0:r1].reshape(-1, dv)
             w = _weights(q2, k2, rows, allowed, empty)  # [R, M]
-            dw = _dots(do2, v2, rows).to(sdt)  # dout · v_j
+            dw = sampled_dots(do2, v2, rows).to(sdt)  # dout · v_j
             ds = w * (dw - (w * dw).sum(dim=-1, keepdim=True))  # softmax backward
             if need_q:
                 dq[:, :, r0:r1] = F.embedding_bag(rows, k2, per_sample_weights=ds.to(k.dtype), mode="sum").view(

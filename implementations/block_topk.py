@@ -125,6 +125,6 @@ BLOCK_TOPK = register(
         selection=block_topk_selection,
         budget=lambda tokens, options: {"topk_blocks": int(tokens) // int(options["block_size"])},
         stages=(SELECTION, ATTENTION),
-        cache_state=lambda k, options: {"means": block_means(k, int(options["block_size"]))},
+        cache_state=lambda k, v, options: {"means": block_means(k, int(options["block_size"]))},
     )
 )

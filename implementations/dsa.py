@@ -74,27 +74,13 @@ from types import MappingProxyType
 import torch
 from torch import nn
 
-from implementations.block_attention import _dots as sampled_dots
-from implementations.block_attention import block_sparse_attention
+from implementations.block_attention import block_sparse_attention, sampled_dots
 from implementations.masking import allowed_keys, check_activation, check_qkv, stat_dtype, upcast
-from implementations.registry import Implementation, register
+from implementations.registry import Implementation, register, signature_options
 from implementations.stages import ATTENTION, INDEXER, INDEXER_LOSS, SELECTION, stage
 
-# DeepSeek-V3.2 (report §2.1): 64 indexer heads, indexer head dimension 128, 2048 selected tokens per query.
-PUBLISHED = MappingProxyType({"index_heads": 64, "index_head_dim": 128, "topk": 2048})
 # Reduced for BERT-base-sized layers (module doc).
 BERT_BASE = MappingProxyType({"index_heads": 4, "index_head_dim": 32, "topk": 128})
-
-OPTIONS = MappingProxyType(
-    {
-        **PUBLISHED,
-        "chunk_size": 64,
-        "indexer_loss": 0.0,
-        "seed": 0,
-        "indexer": None,
-        "index_keys": None,
-    }
-)
 
 
 def indexer_weights(
@@ -238,9 +224,10 @@ def dsa_attention(
     *,
     causal=False,
     activation="softmax",
-    topk=2048,
+    # DeepSeek-V3.2's (report §2.1): 64 indexer heads of dimension 128, 2048 selected tokens.
     index_heads=64,
     index_head_dim=128,
+    topk=2048,
     chunk_size=64,
     indexer_loss=0.0,
     seed=0,
@@ -284,14 +271,26 @@ def dsa_attention(
     # training; a decode step copies its selected rows for dense products).
     out = block_sparse_attention(q, k, v, idx, ok, 1, causal, chunk_size)
     training = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if not training:
+    if not training or not (indexer_loss > 0):
         return out
-    trains_indexer = indexer_loss > 0 and any(isinstance(w, torch.Tensor) and w.requires_grad for w in weights)
-    if not (indexer_loss > 0):
+    total, grads = _indexer_loss(q, k, xq, ki, (wq, ww), idx, ok, groups, index_heads, chunk_size)
+    rows = b * hkv * lq
+    if loss_out is not None:
+        loss_out.append(total / rows)
+    if not any(isinstance(w, torch.Tensor) and w.requires_grad for w in weights):  # no indexer to train
         return out
-    # The indexer's loss: DSA's KL towards the main attention's distribution over the selected keys.
+    scale = float(indexer_loss) / rows
+    gq, gk, gw = ((g * scale).to(w.dtype) for g, w in zip(grads, weights))
+    return _WithIndexerGrads.apply(out, *weights, gq, gk, gw)
+
+
+def _indexer_loss(q, k, xq, ki, weights, idx, ok, groups, index_heads, chunk_size):
+    """The indexer's loss, DSA's KL towards the main attention's distribution over the selected keys, summed over
+    the rows, and its gradients ``(d wq, d wk, d ww)`` (float32 for half inputs)."""
+    wq, ww = weights
+    lq = q.shape[-2]
     grads = [torch.zeros_like(wq), torch.zeros_like(ww), torch.zeros_like(ki)]  # d wq, d ww, d ki
-    total = q.new_zeros((), dtype=sdt)
+    total = q.new_zeros((), dtype=wq.dtype)
     with torch.no_grad(), stage(INDEXER_LOSS):
         for s in range(0, lq, chunk_size):
             e = min(s + chunk_size, lq)
@@ -300,14 +299,7 @@ def dsa_attention(
             total += _loss_grads(xq[:, :, s:e], ki, (wq, ww), ci, cok, target, index_heads, grads)
         d_ki = grads.pop()
         grads.insert(1, upcast(k.detach()).reshape(-1, k.shape[-1]).transpose(0, 1) @ d_ki.reshape(-1, d_ki.shape[-1]))
-    rows = b * hkv * lq
-    if loss_out is not None:
-        loss_out.append(total / rows)
-    if not trains_indexer:
-        return out
-    scale = float(indexer_loss) / rows
-    gq, gk, gw = ((g * scale).to(w.dtype) for g, w in zip(grads, weights))
-    return _WithIndexerGrads.apply(out, *weights, gq, gk, gw)
+    return total, grads
 
 
 class DsaAttention(nn.Module):
@@ -351,16 +343,17 @@ def dsa_selection(
     k,
     *,
     causal=False,
-    topk=2048,
-    index_heads=64,
-    index_head_dim=128,
-    chunk_size=64,
-    seed=0,
+    index_heads,
+    index_head_dim,
+    topk,
+    chunk_size,
+    seed,
     indexer=None,
     index_keys=None,
     **_ignored,
 ):
-    """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`dsa_attention` attends to (True = attended)."""
+    """Bool ``[B, Hq, Lq, Lk]``: the keys :func:`dsa_attention` attends to (True = attended), with its options (the
+    registry's defaults: :data:`OPTIONS`)."""
     groups = check_qkv(q, k, k, batched=True)
     b, hkv, lk, _ = k.shape
     lq = q.shape[-2]
@@ -378,12 +371,15 @@ def dsa_selection(
     return chosen.repeat_interleave(groups, dim=1)
 
 
-def _cache_state(k, options):
+def _cache_state(k, v, options):
     """The cache's indexer keys, built once with the cache (decode)."""
     _, wk, _ = indexer_weights(k.shape[-1], options["index_heads"], options["index_head_dim"], options["seed"])
     # Rounded as a layer cast to k's dtype rounds its parameter, so that the step's indexer and its cache agree.
     return {"index_keys": index_keys(k, wk.to(k.device, k.dtype))}
 
+
+# The options and their defaults: dsa_attention's (its loss_out is a direct call's hook, not an option).
+OPTIONS = signature_options(dsa_attention, exclude=("loss_out",))
 
 DSA = register(
     Implementation(

@@ -100,25 +100,11 @@ from implementations.masking import (
     stat_dtype,
     unfold_groups,
 )
-from implementations.registry import Implementation, register
+from implementations.registry import Implementation, register, signature_options
 from implementations.selection import kept_state, n_blocks
 from implementations.sink_window import sink_window_attention
 from implementations.stages import ATTENTION, COMPRESSION, SELECTION, stage
 
-# The paper's configuration (§4.1): compression block l = 32 with stride d = 16, selection block
-# l' = 64, n = 16 selected blocks (1 initial and 2 local among them), sliding window w = 512.
-OPTIONS = {
-    "compress_block": 32,
-    "compress_stride": 16,
-    "select_block": 64,
-    "select_blocks": 16,
-    "window": 512,
-    "chunk_size": 64,
-    "gate_weight": None,
-    "gate_bias": None,
-    "compressed_k": None,
-    "compressed_v": None,
-}
 # Blocks every query attends besides its top scores: the initial block and 2 local ones (own, previous).
 FIXED_BLOCKS = 3
 BRANCHES = ("compression", "selection", "window")
@@ -303,12 +289,12 @@ def nsa_branches(
     v,
     *,
     causal=False,
-    compress_block=32,
-    compress_stride=16,
-    select_block=64,
-    select_blocks=16,
-    window=512,
-    chunk_size=64,
+    compress_block,
+    compress_stride,
+    select_block,
+    select_blocks,
+    window,
+    chunk_size,
     compressed_k=None,
     compressed_v=None,
 ):
@@ -338,6 +324,8 @@ def nsa_attention(
     *,
     causal=False,
     activation="softmax",
+    # The paper's configuration (§4.1): compression block l = 32 with stride d = 16, selection block l' = 64,
+    # n = 16 selected blocks (1 initial and 2 local among them), sliding window w = 512.
     compress_block=32,
     compress_stride=16,
     select_block=64,
@@ -381,12 +369,12 @@ def nsa_selection(
     k,
     *,
     causal=False,
-    compress_block=32,
-    compress_stride=16,
-    select_block=64,
-    select_blocks=16,
-    window=512,
-    chunk_size=64,
+    compress_block,
+    compress_stride,
+    select_block,
+    select_blocks,
+    window,
+    chunk_size,
     compressed_k=None,
     **_ignored,
 ):
@@ -438,10 +426,13 @@ class NSAAttention(nn.Module):
 
 
 def nsa_cache_state(k, v, options) -> dict:
-    """What a decode cache keeps for NSA (the registry's ``cache_state_kv``): the compressed keys and values."""
+    """What a decode cache keeps for NSA (the registry's ``cache_state``): the compressed keys and values."""
     block, stride = int(options["compress_block"]), int(options["compress_stride"])
     return {"compressed_k": compress(k, block, stride), "compressed_v": compress(v, block, stride)}
 
+
+# The options and their defaults: nsa_attention's.
+OPTIONS = signature_options(nsa_attention)
 
 NSA = register(
     Implementation(
@@ -460,7 +451,7 @@ NSA = register(
         budget=lambda tokens, options: {
             "select_blocks": max(FIXED_BLOCKS, int(tokens) // int(options["select_block"]))
         },
-        cache_state_kv=nsa_cache_state,
+        cache_state=nsa_cache_state,
         stages=(COMPRESSION, SELECTION, ATTENTION),
         module_factory=NSAAttention,
     )

@@ -198,6 +198,6 @@ PAGE_TOPK = register(
         selection=page_topk_selection,
         budget=lambda tokens, options: {"token_budget": int(tokens)},
         stages=(SELECTION, ATTENTION),
-        cache_state=lambda k, options: {"summaries": page_summaries(k, int(options["page_size"]))},
+        cache_state=lambda k, v, options: {"summaries": page_summaries(k, int(options["page_size"]))},
     )
 )

@@ -37,8 +37,10 @@ harness can validate suites and draw legends without special cases.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -89,12 +91,9 @@ class Implementation:
     # budget sweeps top-k's k, page top-k's token_budget, the window and the number of blocks alike.
     budget: Callable[[int, Mapping[str, Any]], dict[str, Any]] | None = None
     # What the method keeps with a KV cache besides K and V, built once per cache (not per step):
-    # ``cache_state(k, options) -> options to add`` (page top-k's page summaries, block top-k's block means). None:
-    # nothing.
-    cache_state: Callable[[torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
-    # The same for a method whose kept state needs the values too (NSA's compressed keys and values):
-    # ``cache_state_kv(k, v, options) -> options to add``; used instead of ``cache_state`` when set.
-    cache_state_kv: Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
+    # ``cache_state(k, v, options) -> options to add`` (page top-k's page summaries and block top-k's block means,
+    # from K; NSA's compressed keys and values, from both). None: nothing.
+    cache_state: Callable[[torch.Tensor, torch.Tensor, Mapping[str, Any]], dict[str, Any]] | None = None
     # Compiles on its first call for each shape (torch.compile: flex): the harness keeps that call out of
     # the timed region and reports its seconds (``compile_s``).
     compiles: bool = False
@@ -173,10 +172,51 @@ class AttentionModule(torch.nn.Module):
 
 _REGISTRY: dict[str, Implementation] = {}
 
+# Keyword parameters of every attention function that are the call's, not options.
+CALL_PARAMETERS = ("causal", "activation")
+
+
+def signature_options(fn: Callable[..., Any], *, exclude: Iterable[str] = ()) -> Mapping[str, Any]:
+    """The options ``fn`` declares, as ``options``: its keyword-only parameters with their defaults, but
+    :data:`CALL_PARAMETERS` and ``exclude`` (hooks of a direct call, such as DSA's ``loss_out``). For an entry whose
+    defaults its function's signature writes, once."""
+    skipped = {*CALL_PARAMETERS, *exclude}
+    return MappingProxyType(
+        {
+            name: p.default
+            for name, p in inspect.signature(fn).parameters.items()
+            if p.kind == p.KEYWORD_ONLY and p.default is not p.empty and name not in skipped
+        }
+    )
+
+
+def option_mismatches(impl: Implementation) -> list[str]:
+    """Where ``impl.options`` and its functions' signatures disagree: an option ``fn`` does not take (unless it takes
+    ``**options``), or a default ``fn`` or ``selection`` declares that is not the option's."""
+    problems = []
+    for what, fn in (("fn", impl.fn), ("selection", impl.selection)):
+        if fn is None:
+            continue
+        parameters = inspect.signature(fn).parameters
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+        for name, default in impl.options.items():
+            p = parameters.get(name)
+            if p is None:
+                if what == "fn" and not takes_any:
+                    problems.append(f"option {name!r} is no parameter of {fn.__qualname__}")
+            elif p.default is not p.empty and not (p.default is default or p.default == default):
+                problems.append(f"option {name!r} defaults to {default!r}, {fn.__qualname__}'s {name} to {p.default!r}")
+    return problems
+
 
 def register(impl: Implementation) -> Implementation:
+    """Add ``impl`` to the registry; a ``ValueError`` for a name already taken, or for options that its functions'
+    signatures contradict (:func:`option_mismatches`)."""
     if impl.name in _REGISTRY:
         raise ValueError(f"implementation {impl.name!r} is already registered")
+    problems = option_mismatches(impl)
+    if problems:
+        raise ValueError(f"implementation {impl.name!r}: " + "; ".join(problems))
     _REGISTRY[impl.name] = impl
     return impl
 

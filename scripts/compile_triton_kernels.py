@@ -70,7 +70,7 @@ def variants() -> list[Variant]:
         Variant(kernel, dtype, d, d, topk)
         for kernel in kernels
         for topk in topks.get(kernel, [tk.MAX_TOPK])
-        for d in (64, tk.MAX_HEAD_DIM)
+        for d in (64, tk.MAX_TRAINING_HEAD_DIM)
         for dtype in (torch.float32, torch.bfloat16)
     ]
 
@@ -204,7 +204,7 @@ def _decode_source(variant: DecodeVariant):
         ),
         "gathered_split_kernel": (
             {"SCORES": "*bf16", "IDX": "*i32", "V": "*bf16", "ACC": "*fp32", "STATS": "*fp32"},
-            td.gathered_config(d) | dict(RELU=False),
+            td.gathered_split_config(d) | dict(RELU=False),
         ),
         "split_combine_kernel": (
             {"ACC": "*fp32", "STATS": "*fp32", "OUT": "*bf16"},

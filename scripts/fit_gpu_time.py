@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from topk_bench.aten_ops import KernelClass
 from topk_bench.predict import as_measured, backends, kernels, timing
 from topk_bench.run.plan import plan
 from topk_bench.run.resolve import Flags
@@ -150,15 +151,15 @@ def split(rows: list[Row]) -> None:
 # rows telling the two apart no better than by the host's noise, and bf16 training was predicted at the tensor
 # cores' full peak.
 EFFICIENCIES = {
-    timing.GEMM: (timing.GEMM,),
-    "attention": (timing.ATTENTION_FWD, timing.ATTENTION_BWD),
-    timing.ELEMENTWISE: (timing.ELEMENTWISE,),
-    timing.SELECTION: (timing.SELECTION,),
-    timing.INDEXING: (timing.INDEXING,),
+    "gemm": (KernelClass.GEMM,),
+    "attention": (KernelClass.ATTENTION_FWD, KernelClass.ATTENTION_BWD),
+    "elementwise": (KernelClass.ELEMENTWISE,),
+    "selection": (KernelClass.SELECTION,),
+    "indexing": (KernelClass.INDEXING,),
 }
 PARAMETERS = (
     *((f"efficiency.{e}", 0.5, 1e-3, 1.0) for e in EFFICIENCIES),
-    *((f"block_bytes_per_s.{g}", 50e9, 1e9, GPU.hbm_bytes_per_s) for g in timing.BLOCK_GROUPS),
+    *((f"block_bytes_per_s.{g}", 50e9, 1e9, GPU.hbm_bytes_per_s) for g in timing.BlockGroup),
     ("lane_bytes_per_s", 1e7, 1e5, 1e9),
     ("floor_s", 3e-6, 1e-6, 5e-6),
     ("launch_s", 1e-5, 1e-6, 1e-4),
@@ -169,12 +170,9 @@ PARAMETERS = (
 def constants_of(x: np.ndarray) -> timing.Constants:
     values = dict(zip((p[0] for p in PARAMETERS), np.exp(x)))
     return timing.Constants(
-        {c: float(values[f"efficiency.{e}"]) for e, classes in EFFICIENCIES.items() for c in classes},
-        {g: float(values[f"block_bytes_per_s.{g}"]) for g in timing.BLOCK_GROUPS},
-        float(values["lane_bytes_per_s"]),
-        float(values["floor_s"]),
-        float(values["launch_s"]),
-        float(values["op_s"]),
+        efficiency={c: float(values[f"efficiency.{e}"]) for e, classes in EFFICIENCIES.items() for c in classes},
+        block_bytes_per_s={g: float(values[f"block_bytes_per_s.{g}"]) for g in timing.BlockGroup},
+        **{name: float(values[name]) for name in ("lane_bytes_per_s", "floor_s", "launch_s", "op_s")},
     )
 
 

@@ -104,10 +104,11 @@ class GpuModel(Word):
     @classmethod
     def _missing_(cls, value: object) -> GpuModel | None:
         text = str(value).strip().lower()
-        return _GPU_ALIASES.get(text) or next((m for m in cls if m.value == text), None)
+        return GPU_ALIASES.get(text) or next((m for m in cls if m.value == text), None)
 
 
-_GPU_ALIASES = {"sm80": GpuModel.A100_80GB, "sm90": GpuModel.H100_SXM}
+# The compute capabilities earlier versions named, as the parts they now parse as.
+GPU_ALIASES = {"sm80": GpuModel.A100_80GB, "sm90": GpuModel.H100_SXM}
 DEFAULT_GPU = GpuModel.H100_SXM  # what a CUDA prediction models unless told: the GPU of the committed H100 data
 
 

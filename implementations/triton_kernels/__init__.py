@@ -16,7 +16,7 @@ scores).
 - Taken where :mod:`.defaults` chooses them: ``TOPK_BENCH_TRITON=1``; unset, its table keeps ``topk_fast``'s
   training on the torch path (faster on an H200).
 - Not here (:func:`unsupported` says why, the caller keeps its torch path): decode steps, dropout, key padding,
-  float64, ``topk > MAX_TOPK``, head sizes over ``MAX_HEAD_DIM`` and a machine without an importable
+  float64, ``topk > MAX_TOPK``, head sizes over ``MAX_TRAINING_HEAD_DIM`` and a machine without an importable
   ``triton``.
 
 Importable without triton (:func:`status` then says why not).
@@ -24,21 +24,28 @@ Importable without triton (:func:`status` then says why not).
 
 from __future__ import annotations
 
-import functools
-import warnings
-
 import torch
 
 from implementations.hardware import device_kind
 from implementations.masking import causal_offset
 from implementations.triton_kernels import defaults
+from implementations.triton_kernels.launch import (
+    KERNEL_DTYPES,
+    cdiv,
+    launch_kernel,
+    leading_strides,
+    pow2_at_least,
+    why_not_taken,
+    why_not_taken_warned,
+)
 
 # Largest k the selection takes: its picks, K_PAD = 256 int64 keys a query row, are sorted once in registers at the
 # end (scripts/compile_triton_kernels.py: no spill on sm_80 and sm_90, 254 registers on sm_80; docs/triton.md).
 MAX_TOPK = 256
-# Largest head size compiled and checked. The selection's score product walks the head BLOCK_D at a time: its K
-# slice does not grow with the head size, its registers little (216-254 at d = 64, 227-254 at d = 128).
-MAX_HEAD_DIM = 128
+# Largest head size of the training kernels compiled and checked. The selection's score product walks the head
+# BLOCK_D at a time: its K slice does not grow with the head size, its registers little (216-254 at d = 64, 227-254
+# at d = 128).
+MAX_TRAINING_HEAD_DIM = 128
 # Head-dim slice of the selection's score product (tl.dot's minimum depth): a BLOCK_D x K_PAD slice of K live at a
 # time. The whole K tile at once (the FMA product of float32 holds its operands in every thread) spilled at d = 128.
 BLOCK_D = 16
@@ -52,51 +59,20 @@ BLOCK_N = 64
 # ([BLOCK_M, CAP] int64: 32 KiB at k = 128, 64 KiB at 256) of a scratch tensor the caller allocates: 16 MiB (32 MiB)
 # at most, whatever the length (about 4 waves of an H100's 132 SMs).
 SELECT_PROGRAMS = 512
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# The switch: 1 forces the kernels wherever they take the call, 0 disables them, unset leaves it to the table of
-# measured defaults (:mod:`.defaults`).
-DISABLE_ENV = defaults.ENV
-
-
-def _why_not(impl: str, operation: str | None = None) -> str | None:
-    """Why the kernels do not take ``impl``'s ``operation`` (``defaults.TRAINING`` or ``defaults.DECODE``; None: any
-    of its operations) before their limits are checked (None: they may): the switch or the table of
-    :mod:`.defaults`, then a missing triton. Read at every call; the import is tried once."""
-    why = defaults.declined_for(impl) if operation is None else defaults.declined(impl, operation)
-    return why if why is not None else _import_failure()
-
-
-@functools.cache
-def _import_failure() -> str | None:
-    try:
-        import triton  # noqa: F401
-
-        from implementations.triton_kernels import decode_kernels, kernels  # noqa: F401
-    except Exception as exc:  # noqa: BLE001  (ImportError, or whatever a broken triton install raises on import)
-        return f"triton not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-    return None
-
-
-def _missing_triton(why: str) -> bool:
-    """Whether :func:`_why_not` said that triton does not import (the kernels were chosen: a fallback worth a
-    warning), not that they were declined."""
-    return why == _import_failure()
+# The switch (``TOPK_BENCH_TRITON``): 1 forces the kernels wherever they take the call, 0 disables them, unset
+# leaves it to the table of measured defaults (:mod:`.defaults`).
+SWITCH_ENV = defaults.SWITCH_ENV
 
 
 def status(impl: str) -> str:
     """``triton:<version>`` when the kernels take ``impl``'s CUDA calls (where they support them), else
     ``torch:<why not>`` (for provenance: the row's ``code_path``)."""
-    why = _why_not(impl)
+    why = why_not_taken(impl)
     if why is not None:
         return f"torch:{why}"
     import triton
 
     return f"triton:{triton.__version__}"
-
-
-@functools.cache
-def _warn_fallback(why: str) -> None:
-    warnings.warn(f"topk_fast: {why}; CUDA runs the torch path", RuntimeWarning, stacklevel=4)
 
 
 def unsupported(q, k, v, *, topk: int, dropout: float, key_padding_mask) -> str | None:
@@ -105,64 +81,58 @@ def unsupported(q, k, v, *, topk: int, dropout: float, key_padding_mask) -> str 
     for, or documented limits)."""
     if device_kind(q) != "cuda":
         return "not a CUDA tensor"
-    why = _why_not("topk_fast", defaults.TRAINING)
+    why = why_not_taken_warned("topk_fast", defaults.TRAINING, "the torch path", stacklevel=3)
     if why is not None:
-        if _missing_triton(why):
-            _warn_fallback(why)
         return why
     if dropout:
         return "dropout"
     if key_padding_mask is not None:
         return "key padding"
-    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+    if q.dtype not in KERNEL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtype {q.dtype}"
     if min(topk, k.shape[-2]) > MAX_TOPK:
         return f"topk > {MAX_TOPK}"
-    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
-        return f"head size > {MAX_HEAD_DIM}"
+    if max(q.shape[-1], v.shape[-1]) > MAX_TRAINING_HEAD_DIM:
+        return f"head size > {MAX_TRAINING_HEAD_DIM}"
     return None
-
-
-def _pow2(n: int, floor: int = 16) -> int:
-    return max(floor, 1 << (max(1, n) - 1).bit_length())
 
 
 def select_config(kk: int, d: int) -> dict:
     """Constexprs and launch options of ``topk_select_kernel`` for top-``kk`` of head size ``d``."""
-    k_pad = _pow2(kk)
-    cap = _pow2(k_pad + BLOCK_N)
+    k_pad = pow2_at_least(kk)
+    cap = pow2_at_least(k_pad + BLOCK_N)
     return dict(D=d, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, K_PAD=k_pad, CAP=cap, num_warps=8)
+
+
+def select_grid(heads: int, lq: int) -> tuple[int]:
+    """The selection's programs for ``heads`` rows of ``lq`` queries: one a tile of ``BLOCK_M`` query rows, at most
+    :data:`SELECT_PROGRAMS` (each walks tiles in turn, with a candidate buffer of its own)."""
+    return (min(cdiv(lq, BLOCK_M) * heads, SELECT_PROGRAMS),)
 
 
 def candidate_buffers(q: torch.Tensor, kk: int) -> torch.Tensor:
     """The selection's candidate buffers for ``q [heads, Lq, D]`` and top-``kk``: ``[programs, BLOCK_M, CAP]``
-    int64, one per program (at most :data:`SELECT_PROGRAMS`), uninitialised."""
-    tiles = _cdiv(q.shape[1], BLOCK_M) * q.shape[0]
+    int64, one per program of :func:`select_grid`, uninitialised."""
+    (programs,) = select_grid(q.shape[0], q.shape[1])
     cap = select_config(kk, q.shape[-1])["CAP"]
-    return torch.empty(min(tiles, SELECT_PROGRAMS), BLOCK_M, cap, dtype=torch.int64, device=q.device)
+    return torch.empty(programs, BLOCK_M, cap, dtype=torch.int64, device=q.device)
 
 
 def gathered_config(d: int, dv: int) -> dict:
     """Constexprs and launch options of the gathered forward/backward kernels (one query row a program)."""
     chunk = 32 if max(d, dv) <= 64 else 16
-    return dict(D=d, D_PAD=_pow2(d), DV=dv, DV_PAD=_pow2(dv), CHUNK=chunk, num_warps=4)
+    return dict(D=d, D_PAD=pow2_at_least(d), DV=dv, DV_PAD=pow2_at_least(dv), CHUNK=chunk, num_warps=4)
 
 
-def _launcher(kernel, device: torch.device):
-    """``kernel`` as triton made it: compiled for CUDA, or the interpreter's (CPU tensors) when ``TRITON_INTERPRET=1``
-    was set before triton was imported (its decorator decides then, for triton's own library too)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    if device.type != "cuda" and not isinstance(kernel, InterpretedFunction):
-        raise RuntimeError(
-            f"{kernel.__name__}: CPU tensors run in Triton's interpreter, which needs TRITON_INTERPRET=1 set before "
-            "triton is imported"
-        )
-    return kernel
+def gathered_grid(heads: int, lq: int) -> tuple[int, int]:
+    """The gathered forward's and backward's programs: one a query row."""
+    return (lq, heads)
 
 
-def _strides(t: torch.Tensor, n: int) -> tuple[int, ...]:
-    return tuple(t.stride())[:n]
+def _gathered_strides(q, k, v, indices, out) -> tuple[int, ...]:
+    """The strides the gathered kernels take, in their order: Q's, K's and V's, the indices' and the output's rows."""
+    return (*leading_strides(q, 3), *leading_strides(k, 3), *leading_strides(v, 3), *leading_strides(indices, 2),
+            *leading_strides(out, 2))  # fmt: skip
 
 
 @torch.library.custom_op("implementations::triton_topk_select_", mutates_args=("indices", "scratch"))
@@ -186,21 +156,23 @@ def topk_select_(
     if heads == 0 or lq == 0:
         return
     config = select_config(kk, d)
-    warps = config.pop("num_warps")
+    grid = select_grid(heads, lq)
     if scratch is None:
         scratch = candidate_buffers(q, kk)
     if (
         scratch.dtype != torch.int64
+        or scratch.shape[0] < grid[0]
         or tuple(scratch.shape[1:]) != (BLOCK_M, config["CAP"])
         or not scratch.is_contiguous()
     ):
-        raise ValueError(f"topk_select_: scratch must be contiguous int64 [programs, {BLOCK_M}, {config['CAP']}]")
-    _launcher(kernels.topk_select_kernel, q.device)[(scratch.shape[0],)](
-        q, k, indices, scratch, *_strides(q, 3), *_strides(k, 3), *_strides(indices, 2),
-        lq, lk, causal_offset(lq, lk), heads, groups, kk,
-        CAUSAL=causal, ROUND=round_scores, HALF_DOT=q.device.type == "cuda" and q.dtype != torch.float32,
-        num_warps=warps, **config,
-    )  # fmt: skip
+        raise ValueError(
+            f"topk_select_: scratch must be contiguous int64 [programs, {BLOCK_M}, {config['CAP']}], a buffer for "
+            f"each of the {grid[0]} programs"
+        )
+    launch_kernel(kernels.topk_select_kernel, q.device, grid, q, k, indices, scratch,
+                  *leading_strides(q, 3), *leading_strides(k, 3), *leading_strides(indices, 2), lq, lk,
+                  causal_offset(lq, lk), heads, groups, kk, CAUSAL=causal, ROUND=round_scores,
+                  HALF_DOT=q.device.type == "cuda" and q.dtype != torch.float32, **config)  # fmt: skip
 
 
 @topk_select_.register_fake
@@ -229,14 +201,9 @@ def gathered_forward_(
     lk, kk, dv = k.shape[1], indices.shape[-1], v.shape[-1]
     if heads == 0 or lq == 0:
         return
-    config = gathered_config(d, dv)
-    warps = config.pop("num_warps")
-    _launcher(kernels.gathered_forward_kernel, q.device)[(lq, heads)](
-        q, k, v, indices, out, lse,
-        *_strides(q, 3), *_strides(k, 3), *_strides(v, 3), *_strides(indices, 2), *_strides(out, 2),
-        lq, lk, causal_offset(lq, lk), groups, kk,
-        CAUSAL=causal, RELU=relu, ROUND=round_scores, num_warps=warps, **config,
-    )  # fmt: skip
+    launch_kernel(kernels.gathered_forward_kernel, q.device, gathered_grid(heads, lq), q, k, v, indices,
+                  out, lse, *_gathered_strides(q, k, v, indices, out), lq, lk, causal_offset(lq, lk),
+                  groups, kk, CAUSAL=causal, RELU=relu, ROUND=round_scores, **gathered_config(d, dv))  # fmt: skip
 
 
 @gathered_forward_.register_fake
@@ -269,23 +236,15 @@ def gathered_backward_(
     lk, kk, d_v = k.shape[1], indices.shape[-1], v.shape[-1]
     if heads == 0 or lq == 0:
         return
-    config = gathered_config(d, d_v)
-    warps = config.pop("num_warps")
-    _launcher(kernels.gathered_backward_kernel, q.device)[(lq, heads)](
-        q, k, v, indices, out, dout, lse, dq, dk, dv,
-        *_strides(q, 3), *_strides(k, 3), *_strides(v, 3), *_strides(indices, 2), *_strides(out, 2),
-        lq, lk, causal_offset(lq, lk), groups, kk,
-        CAUSAL=causal, RELU=relu, ROUND=round_scores, num_warps=warps, **config,
-    )  # fmt: skip
+    launch_kernel(kernels.gathered_backward_kernel, q.device, gathered_grid(heads, lq), q, k, v, indices,
+                  out, dout, lse, dq, dk, dv, *_gathered_strides(q, k, v, indices, out), lq, lk,
+                  causal_offset(lq, lk), groups, kk, CAUSAL=causal, RELU=relu, ROUND=round_scores,
+                  **gathered_config(d, d_v))  # fmt: skip
 
 
 @gathered_backward_.register_fake
 def _(q, k, v, indices, out, dout, lse, dq, dk, dv, causal, relu, round_scores, groups) -> None:
     return None
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class _TritonTopk(torch.autograd.Function):

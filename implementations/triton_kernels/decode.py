@@ -16,25 +16,29 @@ their fake kernels allocate nothing, so ``FakeTensorMode`` (``--predict --device
 allocates. CPU tensors run the same kernels in Triton's interpreter (how the tests hold them to the float64 oracle).
 
 Not here (``*_unsupported`` says why, the caller keeps its torch path): CPU tensors, float64, key padding, head sizes
-over ``MAX_HEAD_DIM``, pages over ``MAX_PAGE_SIZE`` keys, more than ``ROWS`` query heads per page table, calls that
-are not decode steps, calls :mod:`.defaults` leaves to the torch path (``topk_fast``'s, unless
+over ``MAX_DECODE_HEAD_DIM``, pages over ``MAX_PAGE_SIZE`` keys, more than ``ROWS`` query heads per page table,
+calls that are not decode steps, calls :mod:`.defaults` leaves to the torch path (``topk_fast``'s, unless
 ``TOPK_BENCH_TRITON=1``) and a machine without an importable ``triton``. Importable without triton.
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
-
 import torch
 
 from implementations.decode import use_decode_path
 from implementations.hardware import device_kind
-from implementations.triton_kernels import _cdiv, _launcher, _missing_triton, _pow2, _why_not, defaults
+from implementations.triton_kernels import defaults
+from implementations.triton_kernels.launch import (
+    KERNEL_DTYPES,
+    cdiv,
+    launch_kernel,
+    pow2_at_least,
+    strides,
+    why_not_taken_warned,
+)
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# Largest head size (a program holds a [ROWS, D] query tile and [D, keys] key tiles).
-MAX_HEAD_DIM = 256
+# Largest head size of the decode kernels (a program holds a [ROWS, D] query tile and [D, keys] key tiles).
+MAX_DECODE_HEAD_DIM = 256
 # Largest page: one product covers at least one page (CHUNK_KEYS keys, or a page when larger).
 MAX_PAGE_SIZE = 128
 # Query rows of a page-attention program (tl.dot's minimum tile side): the query heads sharing one page table.
@@ -50,8 +54,8 @@ MAX_SPLITS = 32
 BLOCK_P = 16
 BLOCK_N = 64
 SELECT_BLOCK = 1024
-# The row top-k: rows up to ONE_PROGRAM_WIDTH take one program each (row_topk_kernel: ten walks over the row in
-# serial steps of SELECT_BLOCK columns, each waiting for its load: ~1.6 us a step on an H200, where 32 rows of
+# The row top-k: rows up to ONE_PROGRAM_WIDTH take one program each (row_topk_kernel: ROW_TOPK_WALKS walks over the
+# row in serial steps of SELECT_BLOCK columns, each waiting for its load: ~1.6 us a step on an H200, where 32 rows of
 # 131,072 took 2 ms); longer rows are split into chunks of SELECT_CHUNK columns, a program each (the radix
 # kernels: six launches and a fill, a few us each whatever the width). The GPU time model puts the two level
 # between 2,048 and 4,096 columns (8 rows: ~30 us for one program a row at 2,048, ~40 us for the radix chain;
@@ -60,25 +64,32 @@ ONE_PROGRAM_WIDTH = 2 * SELECT_BLOCK
 SELECT_CHUNK = 2048
 # Chunk counts summed per step by a radix write program (those of the chunks before its own).
 PRIOR_CHUNKS = 128
-
-
-@functools.cache
-def _warn_fallback(name: str, why: str) -> None:
-    warnings.warn(f"{name}: {why}; CUDA runs the torch decode path", RuntimeWarning, stacklevel=5)
+# Both row top-ks find the n-th largest score's key (its float32 bits made monotone) a digit at a time, from the
+# top: the one-program select 4 bits a pass (16 candidate prefixes counted per pass, a [SELECT_BLOCK, 16] compare),
+# then a walk that counts the keys above it and one that writes the picks; the radix select 8 bits a pass (a
+# histogram of 256 bins a row, in its scratch).
+KEY_BITS = torch.finfo(torch.float32).bits  # a key is a float32 score's bits
+ROW_TOPK_DIGIT_BITS = 4
+ROW_TOPK_DIGITS = 1 << ROW_TOPK_DIGIT_BITS
+ROW_TOPK_PASSES = KEY_BITS // ROW_TOPK_DIGIT_BITS
+ROW_TOPK_WALKS = ROW_TOPK_PASSES + 2
+RADIX_DIGIT_BITS = 8
+RADIX_BINS = 1 << RADIX_DIGIT_BITS
+RADIX_PASSES = KEY_BITS // RADIX_DIGIT_BITS
+# The int32 mask of a key's first p digits, p = 0 .. RADIX_PASSES - 1 (what a histogram pass matches on).
+RADIX_HIGH = tuple(-(1 << (KEY_BITS - RADIX_DIGIT_BITS * p)) if p else 0 for p in range(RADIX_PASSES))
 
 
 def _common(name: str, q, k, v) -> str | None:
     if device_kind(q) != "cuda":
         return "not a CUDA tensor"
-    why = _why_not(name, defaults.DECODE)
+    why = why_not_taken_warned(name, defaults.DECODE, "the torch decode path", stacklevel=4)
     if why is not None:
-        if _missing_triton(why):  # the kernels were chosen (asked for, or the default): say it once
-            _warn_fallback(name, why)
         return why
-    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+    if q.dtype not in KERNEL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtype {q.dtype}"
-    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
-        return f"head size > {MAX_HEAD_DIM}"
+    if max(q.shape[-1], v.shape[-1]) > MAX_DECODE_HEAD_DIM:
+        return f"head size > {MAX_DECODE_HEAD_DIM}"
     return None
 
 
@@ -112,99 +123,117 @@ def topk_fast_unsupported(q, k, v, *, key_padding_mask) -> str | None:
 def _splits(rows: int, entries: int, chunk: int) -> tuple[int, int]:
     """``(splits, entries per split)`` of ``entries`` per row: about ``TARGET_PROGRAMS`` programs in all, at most
     ``MAX_SPLITS`` per row, whole ``chunk``\\ s per split."""
-    want = max(1, min(MAX_SPLITS, _cdiv(entries, chunk), _cdiv(TARGET_PROGRAMS, max(1, rows))))
-    per_split = _cdiv(_cdiv(entries, want), chunk) * chunk
-    return _cdiv(entries, per_split), per_split
-
-
-def _strides(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.stride())
+    want = max(1, min(MAX_SPLITS, cdiv(entries, chunk), cdiv(TARGET_PROGRAMS, max(1, rows))))
+    per_split = cdiv(cdiv(entries, want), chunk) * chunk
+    return cdiv(entries, per_split), per_split
 
 
 def _half_dot(t: torch.Tensor) -> bool:
     return t.device.type == "cuda" and t.dtype != torch.float32
 
 
+# -- each kernel's constexprs and launch options, and its grid (the programs its launch runs) ------------------
+
+
 def page_config(d: int, dv: int, page_size: int) -> dict:
     """Constexprs and launch options of ``page_attention_kernel``."""
-    page_pad = _pow2(page_size, 1)
+    page_pad = pow2_at_least(page_size, 1)
     return dict(
-        D=d, D_PAD=_pow2(d), DV=dv, DV_PAD=_pow2(dv), ROWS=ROWS, PAGE_PAD=page_pad,
+        D=d, D_PAD=pow2_at_least(d), DV=dv, DV_PAD=pow2_at_least(dv), ROWS=ROWS, PAGE_PAD=page_pad,
         CHUNK_PAGES=max(1, CHUNK_KEYS // page_pad), num_warps=8,
     )  # fmt: skip
 
 
 def bounds_config(d: int) -> dict:
-    return dict(D=d, D_PAD=_pow2(d), BLOCK_P=BLOCK_P, num_warps=4)
+    return dict(D=d, D_PAD=pow2_at_least(d), BLOCK_P=BLOCK_P, num_warps=4)
+
+
+def bounds_grid(batch: int, kv_heads: int, pages: int) -> tuple[int, int]:
+    """``page_bounds_kernel``'s programs: ``BLOCK_P`` pages of one K/V head each."""
+    return (cdiv(pages, BLOCK_P), batch * kv_heads)
 
 
 def scores_config(d: int) -> dict:
-    return dict(D=d, D_PAD=_pow2(d), ROWS=ROWS, BLOCK_N=BLOCK_N, num_warps=4)
+    return dict(D=d, D_PAD=pow2_at_least(d), ROWS=ROWS, BLOCK_N=BLOCK_N, num_warps=4)
 
 
-def gathered_config(dv: int) -> dict:
-    return dict(DV=dv, DV_PAD=_pow2(dv), CHUNK=GATHER_CHUNK, num_warps=4)
+def scores_grid(batch: int, heads: int, kv_heads: int, lq: int, lk: int) -> tuple[int, int, int]:
+    """``decode_scores_kernel``'s programs: ``BLOCK_N`` keys of ``ROWS`` query rows of one K/V head's group each."""
+    return (cdiv(lk, BLOCK_N), cdiv(heads // kv_heads * lq, ROWS), batch * kv_heads)
+
+
+def gathered_split_config(dv: int) -> dict:
+    return dict(DV=dv, DV_PAD=pow2_at_least(dv), CHUNK=GATHER_CHUNK, num_warps=4)
+
+
+def split_grid(rows: int, splits: int) -> tuple[int, int]:
+    """The programs of a split attention (``page_attention_kernel``, ``gathered_split_kernel``): one a split of a
+    row."""
+    return (rows, splits)
 
 
 def combine_config(dv: int) -> dict:
-    return dict(DV=dv, DV_PAD=_pow2(dv), SPLITS_PAD=MAX_SPLITS, num_warps=4)
+    return dict(DV=dv, DV_PAD=pow2_at_least(dv), SPLITS_PAD=MAX_SPLITS, num_warps=4)
 
 
-SELECT_CONFIG = dict(BLOCK=SELECT_BLOCK, num_warps=8)
-RADIX_CONFIG = dict(CHUNK=SELECT_CHUNK, num_warps=8)
+def combine_grid(rows: int) -> tuple[int]:
+    """``split_combine_kernel``'s programs: one an output row."""
+    return (rows,)
 
 
-def _launch(kernel, device, grid, *args, **config):
-    config = dict(config)
-    warps = config.pop("num_warps")
-    _launcher(kernel, device)[grid](*args, num_warps=warps, **config)
+SELECT_CONFIG = dict(BLOCK=SELECT_BLOCK, DIGIT_BITS=ROW_TOPK_DIGIT_BITS, num_warps=8)
+RADIX_CONFIG = dict(CHUNK=SELECT_CHUNK, DIGIT_BITS=RADIX_DIGIT_BITS, num_warps=8)
 
 
 def select_chunks(width: int) -> int:
     """Programs per row of the row top-k of rows ``width`` long: 1 (one program walks the row) or its chunks of
     ``SELECT_CHUNK`` (the multi-program radix select). The one place the choice is made."""
-    return 1 if width <= ONE_PROGRAM_WIDTH else _cdiv(width, SELECT_CHUNK)
+    return 1 if width <= ONE_PROGRAM_WIDTH else cdiv(width, SELECT_CHUNK)
+
+
+def row_topk_grid(rows: int, width: int) -> tuple[int, int]:
+    """The row top-k's programs (each of its launches): ``(rows, chunks a row)``, one chunk a row for one program
+    walking it."""
+    return (rows, select_chunks(width))
 
 
 def select_scratch(rows: int, width: int, device) -> torch.Tensor:
     """The zeroed int32 scratch of the row top-k of ``rows`` rows ``width`` long (``[rows, 0]`` for one program a
-    row): per row, the radix select's 4 histograms of 256 counts, then 2 counts per chunk."""
-    from implementations.triton_kernels.decode_kernels import RADIX_BINS, RADIX_PASSES
-
+    row): per row, the radix select's ``RADIX_PASSES`` histograms of ``RADIX_BINS`` counts, then 2 counts per
+    chunk."""
     chunks = select_chunks(width)
     if chunks == 1:  # no scratch, and no fill kernel for it
         return torch.empty(rows, 0, dtype=torch.int32, device=device)
     return torch.zeros(rows, RADIX_PASSES * RADIX_BINS + 2 * chunks, dtype=torch.int32, device=device)
 
 
-def _row_topk(scores: torch.Tensor, idx: torch.Tensor, scratch: torch.Tensor) -> None:
+def row_topk(scores: torch.Tensor, idx: torch.Tensor, scratch: torch.Tensor) -> None:
     """``idx [rows, n]``: each row's ``n`` best columns of ``scores [rows, width]``, ascending (``scratch``:
     :func:`select_scratch`, zeroed)."""
     from implementations.triton_kernels import decode_kernels as dk
 
     rows, width = scores.shape
     n = idx.shape[1]
-    chunks = select_chunks(width)
-    if chunks == 1:
-        _launch(dk.row_topk_kernel, scores.device, (rows,), scores, idx, scores.stride(0), idx.stride(0), width, n,
-                **SELECT_CONFIG)  # fmt: skip
+    grid = row_topk_grid(rows, width)
+    if grid[1] == 1:
+        launch_kernel(dk.row_topk_kernel, scores.device, grid, scores, idx, scores.stride(0),
+                      idx.stride(0), width, n, **SELECT_CONFIG)  # fmt: skip
         return
-    grid = (rows, chunks)
-    strides = (scores.stride(0), scratch.stride(0))
-    for p, high in enumerate(dk.RADIX_HIGH):
-        _launch(dk.radix_histogram_kernel, scores.device, grid, scores, scratch, *strides, width, n, p, high,
-                **RADIX_CONFIG)  # fmt: skip
-    _launch(dk.radix_count_kernel, scores.device, grid, scores, scratch, *strides, width, n, **RADIX_CONFIG)
-    _launch(dk.radix_write_kernel, scores.device, grid, scores, scratch, idx, *strides, idx.stride(0), width, n,
-            PRIOR=PRIOR_CHUNKS, **RADIX_CONFIG)  # fmt: skip
+    row_strides = (scores.stride(0), scratch.stride(0))
+    for p, high in enumerate(RADIX_HIGH):
+        launch_kernel(dk.radix_histogram_kernel, scores.device, grid, scores, scratch, *row_strides, width,
+                      n, p, high, **RADIX_CONFIG)  # fmt: skip
+    launch_kernel(dk.radix_count_kernel, scores.device, grid, scores, scratch, *row_strides, width, n, **RADIX_CONFIG)
+    launch_kernel(dk.radix_write_kernel, scores.device, grid, scores, scratch, idx, *row_strides, idx.stride(0),
+                  width, n, PRIOR=PRIOR_CHUNKS, **RADIX_CONFIG)  # fmt: skip
 
 
 def _combine(acc, stats, out, ht: int, per: int, relu: bool) -> None:
     from implementations.triton_kernels import decode_kernels as dk
 
     lq, dv = out.shape[-2], out.shape[-1]
-    _launch(dk.split_combine_kernel, out.device, (acc.shape[0],), acc, stats, out, *_strides(out), ht, per, lq,
-            acc.shape[1], RELU=relu, **combine_config(dv))  # fmt: skip
+    launch_kernel(dk.split_combine_kernel, out.device, combine_grid(acc.shape[0]), acc, stats, out,
+                  *strides(out), ht, per, lq, acc.shape[1], RELU=relu, **combine_config(dv))  # fmt: skip
 
 
 @torch.library.custom_op(
@@ -240,14 +269,14 @@ def page_decode_(
     per, groups = hq // ht, hq // hkv
     pages = summaries.shape[2]
     if n:
-        _launch(dk.page_bounds_kernel, q.device, (_cdiv(pages, BLOCK_P), b * hkv), q, summaries, bounds,
-                *_strides(q), *_strides(summaries), hkv, lq, lk, pages, page_size, groups,
-                CAUSAL=causal, SHARED=ht == hkv and groups > 1, **bounds_config(d))  # fmt: skip
-        _row_topk(bounds, table, select)
-    _launch(dk.page_attention_kernel, q.device, (rows, acc.shape[1]), q, k, v, table, acc, stats,
-            *_strides(q), *_strides(k), *_strides(v), ht, per, groups, lq, lk, page_size, n, pages_per_split,
-            acc.shape[1], CAUSAL=causal, ROUND=q.dtype != torch.float32, HALF_DOT=_half_dot(q),
-            **page_config(d, dv, page_size))  # fmt: skip
+        launch_kernel(dk.page_bounds_kernel, q.device, bounds_grid(b, hkv, pages), q, summaries, bounds,
+                      *strides(q), *strides(summaries), hkv, lq, lk, pages, page_size, groups,
+                      CAUSAL=causal, SHARED=ht == hkv and groups > 1, **bounds_config(d))  # fmt: skip
+        row_topk(bounds, table, select)
+    launch_kernel(dk.page_attention_kernel, q.device, split_grid(rows, acc.shape[1]), q, k, v, table, acc,
+                  stats, *strides(q), *strides(k), *strides(v), ht, per, groups, lq, lk, page_size, n,
+                  pages_per_split, acc.shape[1], CAUSAL=causal, ROUND=q.dtype != torch.float32,
+                  HALF_DOT=_half_dot(q), **page_config(d, dv, page_size))  # fmt: skip
     _combine(acc, stats, out, ht, per, relu=False)
 
 
@@ -262,12 +291,12 @@ def page_topk_decode(q, k, v, summaries, *, causal: bool, page_size: int, n_top:
     (:func:`~implementations.page_topk.page_summaries`, any float dtype)."""
     b, hq, lq, _ = q.shape
     hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
-    pages = -(-lk // page_size)
+    pages = cdiv(lk, page_size)
     n = max(0, min(int(n_top), pages - 1))
     ht = hkv if group_pages else hq
     per = hq // ht
     rows = b * ht * lq
-    splits, pages_per_split = _splits(rows, n + 1, max(1, CHUNK_KEYS // _pow2(page_size, 1)))
+    splits, pages_per_split = _splits(rows, n + 1, max(1, CHUNK_KEYS // pow2_at_least(page_size, 1)))
     device = q.device
     bounds = torch.empty(rows if n else 0, pages, dtype=torch.float32, device=device)
     table = torch.empty(rows, n, dtype=torch.int32, device=device)
@@ -307,13 +336,13 @@ def topk_decode_(
     groups = hq // hkv
     if scores.numel() == 0:
         return
-    grid = (_cdiv(lk, BLOCK_N), _cdiv(groups * lq, ROWS), b * hkv)
-    _launch(dk.decode_scores_kernel, q.device, grid, q, k, scores, *_strides(q), *_strides(k), hkv, groups, lq, lk,
-            CAUSAL=causal, HALF_DOT=_half_dot(q), **scores_config(d))  # fmt: skip
-    _row_topk(scores, idx, select)
-    _launch(dk.gathered_split_kernel, q.device, (idx.shape[0], acc.shape[1]), scores, idx, v, acc, stats,
-            *_strides(v), hq, groups, lq, lk, idx.shape[1], per_split, acc.shape[1], RELU=relu,
-            **gathered_config(v.shape[-1]))  # fmt: skip
+    launch_kernel(dk.decode_scores_kernel, q.device, scores_grid(b, hq, hkv, lq, lk), q, k, scores,
+                  *strides(q), *strides(k), hkv, groups, lq, lk, CAUSAL=causal, HALF_DOT=_half_dot(q),
+                  **scores_config(d))  # fmt: skip
+    row_topk(scores, idx, select)
+    launch_kernel(dk.gathered_split_kernel, q.device, split_grid(idx.shape[0], acc.shape[1]), scores, idx,
+                  v, acc, stats, *strides(v), hq, groups, lq, lk, idx.shape[1], per_split, acc.shape[1],
+                  RELU=relu, **gathered_split_config(v.shape[-1]))  # fmt: skip
     _combine(acc, stats, out, hq, 1, relu=relu)
 
 

@@ -16,7 +16,7 @@ Layouts (through strides): ``Q [B, Hq, Lq, D]``, ``K [B, Hkv, Lk, D]``, ``V [B, 
 DV]``; query head ``h`` reads K/V head ``h // groups``; query ``i`` sits at position ``Lk - Lq + i`` (bottom-right
 causal alignment). Scratch (rows of scores or bounds, tables, partials) is contiguous and allocated by the caller.
 
-The row top-k is one of two, by row length (``decode._row_topk``): :func:`row_topk_kernel`, one program walking a
+The row top-k is one of two, by row length (``decode.row_topk``): :func:`row_topk_kernel`, one program walking a
 short row, or a radix select split over many programs a row (:func:`radix_histogram_kernel` four times,
 :func:`radix_count_kernel`, :func:`radix_write_kernel`), for the long rows of ``topk_fast`` (one per query row).
 
@@ -32,9 +32,8 @@ import triton.language as tl
 from implementations.triton_kernels.online_softmax import online_softmax_step
 from implementations.triton_kernels.rounding import rounded
 
-# Radix digits of the row top-k: 16 candidate prefixes counted per pass (a [BLOCK, 16] compare), 8 passes.
-_DIGIT_BITS = tl.constexpr(4)
-_DIGITS = tl.constexpr(16)
+# The bits of a key, a float32 score's bits made monotone, that both row top-ks pick a digit at a time.
+_KEY_BITS = tl.constexpr(tl.float32.primitive_bitwidth)
 
 
 @triton.jit
@@ -54,25 +53,29 @@ def row_topk_kernel(
     width,
     n,
     BLOCK: tl.constexpr,
+    DIGIT_BITS: tl.constexpr,
 ):
     """The ``n`` highest of one row's ``width`` scores (float32, or a half dtype read as float32), exactly, as
     their columns in ascending order (``-1`` for a pick scored ``-inf``: a row with fewer than ``n`` allowed
     entries). Ties at the n-th score: the lowest columns win.
 
-    A radix select, no sort: the n-th largest key ``T`` (float32 bits made monotone) is found 4 bits at a time,
-    counting per pass how many keys reach each of the 16 candidate prefixes (8 passes over the row); then one pass
-    counts the keys above ``T`` and one writes the keys above ``T`` and the first ``n - count`` equal to it, in
-    column order (a running prefix sum). The row is read 10 times (from L2 on a GPU: 32 KiB for 8192 pages), never
-    held whole, so any width compiles to the same kernel.
+    A radix select, no sort: the n-th largest key ``T`` (float32 bits made monotone) is found ``DIGIT_BITS`` bits
+    at a time, counting per pass how many keys reach each of the ``2^DIGIT_BITS`` candidate prefixes (a pass over
+    the row each: 8 of 4 bits); then one pass counts the keys above ``T`` and one writes the keys above ``T`` and
+    the first ``n - count`` equal to it, in column order (a running prefix sum). The row is read ``32 / DIGIT_BITS
+    + 2`` times (from L2 on a GPU: 32 KiB for 8192 pages), never held whole, so any width compiles to the same
+    kernel.
     """
+    DIGITS: tl.constexpr = 1 << DIGIT_BITS
+    PASSES: tl.constexpr = _KEY_BITS // DIGIT_BITS
     row = tl.program_id(0).to(tl.int64)  # offsets past 2^31 at large batches: 64-bit row offsets throughout
     base = SCORES + row * stride_sr
-    digits = tl.arange(0, _DIGITS).to(tl.int64)
+    digits = tl.arange(0, DIGITS).to(tl.int64)
     threshold = tl.zeros([], tl.int64)
-    for p in tl.static_range(8):
-        shift = 28 - 4 * p
+    for p in tl.static_range(PASSES):
+        shift = _KEY_BITS - DIGIT_BITS * (p + 1)
         cand = threshold + (digits << shift)
-        counts = tl.zeros([_DIGITS], tl.int32)
+        counts = tl.zeros([DIGITS], tl.int32)
         for c0 in range(0, width, BLOCK):
             cols = c0 + tl.arange(0, BLOCK)
             key = _ordered(tl.load(base + cols, mask=cols < width, other=0.0).to(tl.float32))
@@ -102,13 +105,8 @@ def row_topk_kernel(
         seen_ties += tl.sum(tie, axis=0)
 
 
-# The multi-program select: 8-bit digits of 32-bit keys, 4 passes; a row's scratch holds the 4 histograms (256
-# counts each, from 0 on entry) then (above, equal) counts per chunk. The int32 mask of a key's first p digits.
-_RADIX_BINS = tl.constexpr(256)
-_RADIX_PASSES = tl.constexpr(4)
-RADIX_PASSES = 4
-RADIX_BINS = 256
-RADIX_HIGH = (0, -(1 << 24), -(1 << 16), -(1 << 8))
+# The multi-program select: DIGIT_BITS-bit digits of 32-bit keys (decode.RADIX_DIGIT_BITS: 8, 4 passes); a row's
+# scratch holds a histogram of 2^DIGIT_BITS counts a pass (from 0 on entry), then (above, equal) counts per chunk.
 
 
 @triton.jit
@@ -120,21 +118,22 @@ def _radix_key(s):
 
 
 @triton.jit
-def _radix_threshold(HIST, n, passes):
+def _radix_threshold(HIST, n, passes, DIGIT_BITS: tl.constexpr):
     """From a row's first ``passes`` histograms: the leading ``passes`` digits of its ``n``-th largest key
     (unsigned order, the rest 0), and how many keys sharing those digits are still to pick (``n`` less the
-    keys whose digits are larger). Every program derives it from the 256 x ``passes`` counts: cheaper than a
-    launch that would store it."""
-    bins = tl.arange(0, _RADIX_BINS)
+    keys whose digits are larger). Every program derives it from the 2^DIGIT_BITS x ``passes`` counts: cheaper than
+    a launch that would store it."""
+    BINS: tl.constexpr = 1 << DIGIT_BITS
+    bins = tl.arange(0, BINS)
     prefix = tl.zeros([], tl.int32)
     want = tl.zeros([], tl.int32) + n
     for p in range(0, passes):
-        h = tl.load(HIST + p * _RADIX_BINS + bins)
+        h = tl.load(HIST + p * BINS + bins)
         at_least = tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # keys with this digit or a larger one
         # at_least falls with the digit and at_least[0] >= want: the largest digit that keeps want keys
         digit = tl.sum((at_least >= want).to(tl.int32), axis=0) - 1
         want -= tl.sum(tl.where(bins > digit, h, 0), axis=0)
-        prefix = prefix | (digit << (24 - 8 * p))
+        prefix = prefix | (digit << (_KEY_BITS - DIGIT_BITS * (p + 1)))
     return prefix, want
 
 
@@ -158,20 +157,22 @@ def radix_histogram_kernel(
     passes,
     high,
     CHUNK: tl.constexpr,
+    DIGIT_BITS: tl.constexpr,
 ):
-    """Pass ``passes`` (0-3) of the multi-program select, one program per (row, chunk of ``CHUNK`` columns): the
-    chunk's keys whose first ``passes`` digits are the n-th largest key's (``high``: :data:`RADIX_HIGH`), counted
-    by their next digit into the row's histogram of this pass (one atomic add a nonzero bin)."""
+    """Pass ``passes`` (from 0) of the multi-program select, one program per (row, chunk of ``CHUNK`` columns): the
+    chunk's keys whose first ``passes`` digits are the n-th largest key's (``high``: ``decode.RADIX_HIGH``),
+    counted by their next digit into the row's histogram of this pass (one atomic add a nonzero bin)."""
+    BINS: tl.constexpr = 1 << DIGIT_BITS
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     hist = SCRATCH + row * stride_wr
-    prefix, _ = _radix_threshold(hist, n, passes)
+    prefix, _ = _radix_threshold(hist, n, passes, DIGIT_BITS)
     _, valid, _, key = _radix_chunk(SCORES, stride_sr, row, chunk, width, CHUNK)
     match = valid & (((key ^ prefix) & high) == 0)
-    digit = (key >> (24 - 8 * passes)) & 255
-    counts = tl.histogram(digit, _RADIX_BINS, mask=match)
-    bins = tl.arange(0, _RADIX_BINS)
-    tl.atomic_add(hist + passes * _RADIX_BINS + bins, counts, mask=counts > 0, sem="relaxed")
+    digit = (key >> (_KEY_BITS - DIGIT_BITS * (passes + 1))) & (BINS - 1)
+    counts = tl.histogram(digit, BINS, mask=match)
+    bins = tl.arange(0, BINS)
+    tl.atomic_add(hist + passes * BINS + bins, counts, mask=counts > 0, sem="relaxed")
 
 
 @triton.jit
@@ -183,18 +184,20 @@ def radix_count_kernel(
     width,
     n,
     CHUNK: tl.constexpr,
+    DIGIT_BITS: tl.constexpr,
 ):
     """Per (row, chunk): how many of the chunk's keys are above the row's n-th largest key and how many equal it,
     stored after the row's histograms (what :func:`radix_write_kernel` needs of the chunks before its own)."""
+    PASSES: tl.constexpr = _KEY_BITS // DIGIT_BITS
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     scratch = SCRATCH + row * stride_wr
-    threshold, _ = _radix_threshold(scratch, n, _RADIX_PASSES)
+    threshold, _ = _radix_threshold(scratch, n, PASSES, DIGIT_BITS)
     _, valid, _, key = _radix_chunk(SCORES, stride_sr, row, chunk, width, CHUNK)
     signed, at = key ^ -2147483648, threshold ^ -2147483648  # unsigned order as signed int32 compares
     above = tl.sum((valid & (signed > at)).to(tl.int32), axis=0)
     equal = tl.sum((valid & (signed == at)).to(tl.int32), axis=0)
-    counts = scratch + _RADIX_PASSES * _RADIX_BINS + 2 * chunk
+    counts = scratch + PASSES * (1 << DIGIT_BITS) + 2 * chunk
     tl.store(counts, above)
     tl.store(counts + 1, equal)
 
@@ -211,15 +214,17 @@ def radix_write_kernel(
     n,
     CHUNK: tl.constexpr,
     PRIOR: tl.constexpr,
+    DIGIT_BITS: tl.constexpr,
 ):
     """Per (row, chunk): the chunk's picks (keys above the n-th largest, then those equal to it while the row
     still wants ties, lowest columns first) written at their place in the row's ascending list, after the picks
     of the chunks before it (their counts read ``PRIOR`` at a time); ``-1`` for a pick scored ``-inf``."""
+    PASSES: tl.constexpr = _KEY_BITS // DIGIT_BITS
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     scratch = SCRATCH + row * stride_wr
-    threshold, ties = _radix_threshold(scratch, n, _RADIX_PASSES)
-    counts = scratch + _RADIX_PASSES * _RADIX_BINS
+    threshold, ties = _radix_threshold(scratch, n, PASSES, DIGIT_BITS)
+    counts = scratch + PASSES * (1 << DIGIT_BITS)
     above_before = tl.zeros([], tl.int32)
     equal_before = tl.zeros([], tl.int32)
     for c0 in range(0, chunk, PRIOR):
@@ -302,45 +307,57 @@ def page_bounds_kernel(
 
 
 @triton.jit
-def page_attention_kernel(
-    Q,
-    K,
-    V,
-    TABLE,
-    ACC,
-    STATS,
-    stride_qb,
-    stride_qh,
-    stride_qm,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    Ht,
-    per,
-    groups,
-    Lq,
-    Lk,
-    page_size,
-    n,
-    pages_per_split,
-    splits,
-    D: tl.constexpr,
-    D_PAD: tl.constexpr,
-    DV: tl.constexpr,
-    DV_PAD: tl.constexpr,
-    ROWS: tl.constexpr,
-    PAGE_PAD: tl.constexpr,
-    CHUNK_PAGES: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    ROUND: tl.constexpr,
-    HALF_DOT: tl.constexpr,
-):
+def _page_columns(ROW_TABLE, t, n, own, last, j, page_size, Lk, pos, CAUSAL: tl.constexpr):
+    """The key columns of a row's table entries ``t`` (``ROW_TABLE``: its ``n`` picked pages, ``-1`` for a rejected
+    pick; entry ``n``: the row's own page; entries from ``last`` on: none), and which of them the row attends."""
+    page = tl.load(ROW_TABLE + t, mask=t < n, other=0)
+    page = tl.where(t == n, own, page)
+    page = tl.where(t < last, page, -1)
+    col = page * page_size + j
+    allowed = (page >= 0) & (j < page_size) & (col < Lk)
+    if CAUSAL:
+        allowed = allowed & (col <= pos)
+    return tl.where(allowed, col, 0), allowed
+
+
+@triton.jit
+def _attend_columns(q, K_HEAD, V_HEAD, col, allowed, m, total, acc, stride_kn, stride_kd, stride_vn, stride_vd,
+                    D: tl.constexpr, D_PAD: tl.constexpr, DV: tl.constexpr, DV_PAD: tl.constexpr,
+                    ROUND: tl.constexpr, HALF_DOT: tl.constexpr):  # fmt: skip
+    """The online softmax ``(max, sum, acc)`` of the query rows ``q`` after the key columns ``col`` of one K/V head
+    (``allowed``: the ones they attend)."""
+    d = tl.arange(0, D_PAD)
+    e = tl.arange(0, DV_PAD)
+    kt = tl.load(K_HEAD + col[None, :] * stride_kn + d[:, None] * stride_kd,
+                 mask=allowed[None, :] & (d[:, None] < D), other=0.0)  # fmt: skip
+    if HALF_DOT:  # half inputs on the GPU: the native product, fp32 accumulation
+        s = tl.dot(q, kt)
+    else:
+        s = tl.dot(q, kt.to(tl.float32), input_precision="ieee")
+    if ROUND:  # the scores a half-precision product rounds (the torch path's bmm)
+        s = rounded(s, K_HEAD.dtype.element_ty).to(tl.float32)
+    s = tl.where(allowed[None, :], s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf
+    alpha = tl.exp(m - shift)
+    p = tl.exp(s - shift[:, None])
+    vt = tl.load(V_HEAD + col[:, None] * stride_vn + e[None, :] * stride_vd,
+                 mask=allowed[:, None] & (e[None, :] < DV), other=0.0)  # fmt: skip
+    if HALF_DOT:  # weights rounded to V's dtype, as the torch path's bmm takes them; fp32 accumulation
+        pv = tl.dot(p.to(V_HEAD.dtype.element_ty), vt)
+    else:
+        pv = tl.dot(p, vt.to(tl.float32), input_precision="ieee")
+    return m_new, total * alpha + tl.sum(p, axis=1), acc * alpha[:, None] + pv
+
+
+@triton.jit
+def page_attention_kernel(Q, K, V, TABLE, ACC, STATS,
+                          stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                          stride_vb, stride_vh, stride_vn, stride_vd,
+                          Ht, per, groups, Lq, Lk, page_size, n, pages_per_split, splits,
+                          D: tl.constexpr, D_PAD: tl.constexpr, DV: tl.constexpr, DV_PAD: tl.constexpr,
+                          ROWS: tl.constexpr, PAGE_PAD: tl.constexpr, CHUNK_PAGES: tl.constexpr, CAUSAL: tl.constexpr,
+                          ROUND: tl.constexpr, HALF_DOT: tl.constexpr):  # fmt: skip
     """One split of one table row ``(b, table head, i)``: its ``per`` query heads (``ROWS`` >= per, tl.dot's tile)
     attend exactly to the keys of table entries ``[split·pages_per_split, ...)`` of ``n + 1`` (the ``n`` picked
     pages of ``TABLE``, ``-1`` for a rejected pick, then the row's own page), ``CHUNK_PAGES`` pages per product.
@@ -375,44 +392,11 @@ def page_attention_kernel(
     last = tl.minimum(first + pages_per_split, n + 1)
     slot = tl.arange(0, CHUNK_PAGES * PAGE_PAD) // PAGE_PAD
     j = tl.arange(0, CHUNK_PAGES * PAGE_PAD) % PAGE_PAD
+    k_head, v_head = K + b * stride_kb + kv * stride_kh, V + b * stride_vb + kv * stride_vh
     for t0 in range(first, last, CHUNK_PAGES):
-        t = t0 + slot
-        page = tl.load((TABLE + trow * n) + t, mask=t < n, other=0)
-        page = tl.where(t == n, own, page)
-        page = tl.where(t < last, page, -1)
-        col = page * page_size + j
-        allowed = (page >= 0) & (j < page_size) & (col < Lk)
-        if CAUSAL:
-            allowed = allowed & (col <= pos)
-        col = tl.where(allowed, col, 0)
-        kt = tl.load(
-            K + b * stride_kb + kv * stride_kh + col[None, :] * stride_kn + d[:, None] * stride_kd,
-            mask=allowed[None, :] & (d[:, None] < D),
-            other=0.0,
-        )
-        if HALF_DOT:  # half inputs on the GPU: the native product, fp32 accumulation
-            s = tl.dot(q, kt)
-        else:
-            s = tl.dot(q, kt.to(tl.float32), input_precision="ieee")
-        if ROUND:  # the scores a half-precision product rounds (the torch path's bmm)
-            s = rounded(s, K.dtype.element_ty).to(tl.float32)
-        s = tl.where(allowed[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no -inf - -inf
-        alpha = tl.exp(m - shift)
-        p = tl.exp(s - shift[:, None])
-        vt = tl.load(
-            V + b * stride_vb + kv * stride_vh + col[:, None] * stride_vn + e[None, :] * stride_vd,
-            mask=allowed[:, None] & (e[None, :] < DV),
-            other=0.0,
-        )
-        if HALF_DOT:  # weights rounded to V's dtype, as the torch path's bmm takes them; fp32 accumulation
-            pv = tl.dot(p.to(V.dtype.element_ty), vt)
-        else:
-            pv = tl.dot(p, vt.to(tl.float32), input_precision="ieee")
-        total = total * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + pv
-        m = m_new
+        col, allowed = _page_columns(TABLE + trow * n, t0 + slot, n, own, last, j, page_size, Lk, pos, CAUSAL)
+        m, total, acc = _attend_columns(q, k_head, v_head, col, allowed, m, total, acc, stride_kn, stride_kd,
+                                        stride_vn, stride_vd, D, D_PAD, DV, DV_PAD, ROUND, HALF_DOT)  # fmt: skip
     out_rows = trow * per + g
     tl.store(STATS + (out_rows * splits + split) * 2, m, mask=g < per)
     tl.store(STATS + (out_rows * splits + split) * 2 + 1, total, mask=g < per)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 
-ENV = "TOPK_BENCH_TRITON"
+SWITCH_ENV = "TOPK_BENCH_TRITON"
 FORCE, DISABLE = "1", "0"
 TRITON, TORCH = "triton", "torch"
 TRAINING, DECODE = "training", "decode"
 
-# The path of each operation with ENV unset: the faster one on one warm H200 (sm_90, torch 2.11, triton 3.6.0),
+# The path of each operation with SWITCH_ENV unset: the faster one on one warm H200 (sm_90, torch 2.11, triton 3.6.0),
 # medians of tests/data/h200-2026-11-28/triton/ against tests/data/h200-2026-11-28/torch-path/ (the files named).
 DEFAULTS = {
     # topk_fast_cuda-float32.csv, causal BERT-base MHA forward + backward: torch 57.2 ms against Triton 104.3 ms at
@@ -39,10 +39,10 @@ DEFAULT_TORCH = "default (faster on an H200)"
 
 def switch() -> str | None:
     """:data:`FORCE`, :data:`DISABLE`, or None (unset: :data:`DEFAULTS`); any other value is a ``ValueError``."""
-    value = os.environ.get(ENV, "")
+    value = os.environ.get(SWITCH_ENV, "")
     if value not in ("", FORCE, DISABLE):
         raise ValueError(
-            f"{ENV}={value!r}: expected 1 (the Triton kernels wherever they take the call), 0 (never) or unset "
+            f"{SWITCH_ENV}={value!r}: expected 1 (the Triton kernels wherever they take the call), 0 (never) or unset "
             "(the path measured faster, implementations/triton_kernels/defaults.py)"
         )
     return value or None
@@ -50,11 +50,11 @@ def switch() -> str | None:
 
 def declined(impl: str, operation: str) -> str | None:
     """Why ``impl``'s ``operation`` (:data:`TRAINING` or :data:`DECODE`) does not take the kernels whatever the call
-    (None: it does where they support it): disabled by :data:`ENV`, or the torch path by :data:`DEFAULTS` (an
+    (None: it does where they support it): disabled by :data:`SWITCH_ENV`, or the torch path by :data:`DEFAULTS` (an
     operation it does not list takes the kernels)."""
     value = switch()
     if value == DISABLE:
-        return f"disabled by {ENV}=0"
+        return f"disabled by {SWITCH_ENV}=0"
     if value is None and DEFAULTS.get((impl, operation), TRITON) == TORCH:
         return DEFAULT_TORCH
     return None

@@ -123,35 +123,27 @@ def _shrink(BUF, rows_at, count, kk, limit, CAP: tl.constexpr, CHUNK: tl.constex
 
 
 @triton.jit
-def topk_select_kernel(
-    Q,
-    K,
-    IDX,
-    BUF,
-    stride_qh,
-    stride_qm,
-    stride_qd,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_ih,
-    stride_im,
-    Lq,
-    Lk,
-    offset,
-    heads,
-    groups,
-    kk,
-    D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    K_PAD: tl.constexpr,
-    CAP: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    ROUND: tl.constexpr,
-    HALF_DOT: tl.constexpr,
-):
+def _write_picks(BUF, rows_at, count, IDX_HEAD, rows, stride_im, kv, Lq, Lk, kk, K_PAD: tl.constexpr):
+    """The ``kk`` picks of each of the tile's rows (its ``count`` candidates, ``kk`` once cut) sorted once, by score
+    descending, written as global key rows ``kv·Lk + j``."""
+    t = tl.arange(0, K_PAD)
+    best = tl.load(BUF + rows_at[:, None] + t[None, :], mask=t[None, :] < count[:, None], other=_LOWEST)
+    best = tl.sort(best, dim=1, descending=True)
+    cols = -(best & 0x7FFFFFFF).to(tl.int32) + _TIE
+    rows_of_keys = kv.to(tl.int64) * Lk + cols.to(tl.int64)
+    tl.store(
+        IDX_HEAD + rows[:, None] * stride_im + t[None, :],
+        rows_of_keys.to(IDX_HEAD.dtype.element_ty),
+        mask=(rows[:, None] < Lq) & (t[None, :] < kk),
+    )
+
+
+@triton.jit
+def topk_select_kernel(Q, K, IDX, BUF, stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd, stride_ih,
+                       stride_im, Lq, Lk, offset, heads, groups, kk,
+                       D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       K_PAD: tl.constexpr, CAP: tl.constexpr, CAUSAL: tl.constexpr, ROUND: tl.constexpr,
+                       HALF_DOT: tl.constexpr):  # fmt: skip
     """The ``kk`` highest scores of each query row, exactly, with no sort or merge per key block.
 
     Every score becomes one int64 key: its float32 bits made monotone (a negative float's magnitude bits flipped)
@@ -209,54 +201,17 @@ def topk_select_kernel(
         if tl.max(count, axis=0) > kk:
             count, threshold = _shrink(BUF, rows_at, count, kk, kk, CAP, BLOCK_N)
         tl.debug_barrier()
-        t = tl.arange(0, K_PAD)
-        best = tl.load(BUF + rows_at[:, None] + t[None, :], mask=t[None, :] < count[:, None], other=_LOWEST)
-        best = tl.sort(best, dim=1, descending=True)
-        cols = -(best & 0x7FFFFFFF).to(tl.int32) + _TIE
-        rows_of_keys = kv.to(tl.int64) * Lk + cols.to(tl.int64)
-        tl.store(
-            IDX + head * stride_ih + rows[:, None] * stride_im + t[None, :],
-            rows_of_keys.to(IDX.dtype.element_ty),
-            mask=(rows[:, None] < Lq) & (t[None, :] < kk),
-        )
+        _write_picks(BUF, rows_at, count, IDX + head * stride_ih, rows, stride_im, kv, Lq, Lk, kk, K_PAD)
         tl.debug_barrier()  # the next tile's appends come after every thread has read this one's picks
 
 
 @triton.jit
-def gathered_forward_kernel(
-    Q,
-    K,
-    V,
-    IDX,
-    OUT,
-    LSE,
-    stride_qh,
-    stride_qm,
-    stride_qd,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    stride_ih,
-    stride_im,
-    stride_oh,
-    stride_om,
-    Lq,
-    Lk,
-    offset,
-    groups,
-    kk,
-    D: tl.constexpr,
-    D_PAD: tl.constexpr,
-    DV: tl.constexpr,
-    DV_PAD: tl.constexpr,
-    CHUNK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    RELU: tl.constexpr,
-    ROUND: tl.constexpr,
-):
+def gathered_forward_kernel(Q, K, V, IDX, OUT, LSE,
+                            stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd, stride_vh, stride_vn,
+                            stride_vd, stride_ih, stride_im, stride_oh, stride_om, Lq, Lk, offset, groups, kk,
+                            D: tl.constexpr, D_PAD: tl.constexpr, DV: tl.constexpr, DV_PAD: tl.constexpr,
+                            CHUNK: tl.constexpr, CAUSAL: tl.constexpr, RELU: tl.constexpr,
+                            ROUND: tl.constexpr):  # fmt: skip
     """One query row: its selected keys' scores again (``kk·D``, exact fp32), an online softmax (or relu) over them
     and the weighted sum of the gathered V rows, fp32 throughout. Writes the row's output and ``log Σ exp`` (softmax:
     ``+inf`` for a row with no allowed key, whose output is 0), all that backward needs besides the indices."""
@@ -309,44 +264,12 @@ def gathered_forward_kernel(
 
 
 @triton.jit
-def gathered_backward_kernel(
-    Q,
-    K,
-    V,
-    IDX,
-    OUT,
-    DOUT,
-    LSE,
-    DQ,
-    DK,
-    DV_ACC,
-    stride_qh,
-    stride_qm,
-    stride_qd,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    stride_ih,
-    stride_im,
-    stride_oh,
-    stride_om,
-    Lq,
-    Lk,
-    offset,
-    groups,
-    kk,
-    D: tl.constexpr,
-    D_PAD: tl.constexpr,
-    DV: tl.constexpr,
-    DV_PAD: tl.constexpr,
-    CHUNK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    RELU: tl.constexpr,
-    ROUND: tl.constexpr,
-):
+def gathered_backward_kernel(Q, K, V, IDX, OUT, DOUT, LSE, DQ, DK, DV_ACC,
+                             stride_qh, stride_qm, stride_qd, stride_kh, stride_kn, stride_kd, stride_vh, stride_vn,
+                             stride_vd, stride_ih, stride_im, stride_oh, stride_om, Lq, Lk, offset, groups, kk,
+                             D: tl.constexpr, D_PAD: tl.constexpr, DV: tl.constexpr, DV_PAD: tl.constexpr,
+                             CHUNK: tl.constexpr, CAUSAL: tl.constexpr, RELU: tl.constexpr,
+                             ROUND: tl.constexpr):  # fmt: skip
     """One query row's gradients: ``dQ`` from its ``kk`` gathered keys (written once), its share of ``dK`` and
     ``dV`` added atomically into float32 accumulators (``DK [kv_heads, Lk, D]``, ``DV_ACC [kv_heads, Lk, DV]``,
     contiguous). Softmax: ``p = exp(s - lse)``, ``dS = p·(dP - Σ dout·out)``; relu: ``dS = dP`` where ``s > 0``."""

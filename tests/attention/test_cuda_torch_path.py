@@ -26,7 +26,7 @@ MIB = 1 << 20
 @pytest.fixture
 def cuda(monkeypatch):
     """As on a CUDA machine whose topk_fast takes the torch path (triton's kernels are tested on their own)."""
-    monkeypatch.setenv(tk.DISABLE_ENV, "0")
+    monkeypatch.setenv(tk.SWITCH_ENV, "0")
     monkeypatch.delenv(cuda_torch.ENV, raising=False)
     with hardware.target("cuda"):
         yield monkeypatch
@@ -298,7 +298,7 @@ def test_code_path_names_the_torch_path_on_cuda_only(monkeypatch):
 def test_a_measured_row_is_predicted_on_the_path_it_records():
     from topk_bench.predict.as_measured import BEFORE_CODE_PATH, environment
 
-    triton, torch_path = tk.DISABLE_ENV, cuda_torch.ENV
+    triton, torch_path = tk.SWITCH_ENV, cuda_torch.ENV
     assert environment({"case_id": "x"}) == BEFORE_CODE_PATH == {triton: "0", torch_path: "bags"}
     row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=triton:3.4.0"}
     assert environment(row) == {triton: "1", torch_path: "batched"}
@@ -339,7 +339,7 @@ def test_predict_cuda_predicts_each_path_as_its_fake_run_allocates(monkeypatch, 
     from topk_bench.predict.backends import predict_cuda
     from topk_bench.results import columns as col
 
-    monkeypatch.setenv(tk.DISABLE_ENV, "0")
+    monkeypatch.setenv(tk.SWITCH_ENV, "0")
     predicted = {}
     for path in cuda_torch.PATHS:
         monkeypatch.setenv(cuda_torch.ENV, path)

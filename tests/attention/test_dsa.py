@@ -116,7 +116,7 @@ def test_cache_state_keeps_the_indexer_keys_the_step_uses():
     spec = implementations.spec("dsa")
     k = torch.randn(1, 2, 10, 8)
     options = spec.resolve({"index_heads": 2, "index_head_dim": 4})
-    state = spec.cache_state(k, options)
+    state = spec.cache_state(k, k, options)
     assert state["index_keys"].shape == (1, 2, 10, 4)
     module = spec.module(8, index_heads=2, index_head_dim=4)
     torch.testing.assert_close(state["index_keys"], k @ module.wk.detach())

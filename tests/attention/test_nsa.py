@@ -79,9 +79,9 @@ def test_without_gates_each_branch_weighs_one_third():
 @pytest.mark.parametrize("hq, hkv", [(2, 2), (4, 1)])
 def test_a_decode_step_over_the_kept_compressed_cache_matches_the_oracle(hq, hkv):
     """No gradient and few query rows: the selection branch copies its blocks (the decode path), the compressed
-    keys and values come kept with the cache (the registry's cache_state_kv)."""
+    keys and values come kept with the cache (the registry's cache_state)."""
     q, k, v = qkv_gqa(2, 45, hq, hkv, d=5, dv=4, b=2)
-    state = implementations.spec("nsa").cache_state_kv(k.detach(), v.detach(), SMALL)
+    state = implementations.spec("nsa").cache_state(k.detach(), v.detach(), SMALL)
     with torch.no_grad():
         out = nsa_attention(q, k, v, causal=True, **SMALL, **state)
         ref = _oracle(q, k, v, True, SMALL)

@@ -14,6 +14,7 @@ from implementations import hardware
 from implementations import triton_kernels as tk
 from implementations.page_topk import page_summaries
 from implementations.triton_kernels import decode as td
+from implementations.triton_kernels import launch
 from live_bytes import LiveBytes
 
 pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
 def kernels_forced(monkeypatch):
     """TOPK_BENCH_TRITON=1: the kernels wherever they take the call (unset, the measured defaults keep
     topk_fast's decode steps on the torch path: tests/attention/test_triton_defaults.py)."""
-    monkeypatch.setenv(tk.DISABLE_ENV, "1")
+    monkeypatch.setenv(tk.SWITCH_ENV, "1")
 
 
 page = implementations.spec("page_topk")
@@ -174,7 +175,7 @@ def test_row_topk_is_exact_and_breaks_ties_towards_the_lowest_column(monkeypatch
     assert td.select_chunks(41) == 1 and td.select_scratch(4, 41, "cpu").shape == (4, 0)
     padded = torch.full((4, 10), -7, dtype=torch.int32)  # a guard column after each row: no pick past k
     idx = padded[:, :9]
-    td._row_topk(scores, idx, td.select_scratch(4, 41, "cpu"))
+    td.row_topk(scores, idx, td.select_scratch(4, 41, "cpu"))
     assert torch.equal(idx.long(), _first_n(scores, 9)) and (padded[:, 9] == -7).all()
     assert (idx[3] == -1).sum() == 6
 
@@ -191,7 +192,7 @@ def test_radix_select_over_many_programs_is_exact_with_ties_across_chunks(monkey
     assert scratch.shape == (4, 4 * 256 + 2 * 5) and not scratch.any()
     padded = torch.full((4, n + 1), -7, dtype=torch.int32)  # a guard column after each row: no pick past n
     idx = padded[:, :n]
-    td._row_topk(scores, idx, scratch)
+    td.row_topk(scores, idx, scratch)
     assert torch.equal(idx.long(), _first_n(scores, n))
     assert (padded[:, n] == -7).all()
     # the histograms count each pass's candidates: pass 0 every column of the row
@@ -205,7 +206,7 @@ def test_radix_select_ranks_distinct_floats_and_bfloat16_exactly(monkeypatch):
     g = torch.Generator().manual_seed(7)
     for scores in (torch.randn(2, 100, generator=g), torch.randn(2, 100, generator=g).bfloat16()):
         idx = torch.empty(2, 13, dtype=torch.int32)
-        td._row_topk(scores, idx, td.select_scratch(2, 100, "cpu"))
+        td.row_topk(scores, idx, td.select_scratch(2, 100, "cpu"))
         assert torch.equal(idx.long(), _first_n(scores, 13))
 
 
@@ -280,19 +281,19 @@ def test_what_the_decode_kernels_leave_to_torch(name, call, why):
 def test_decode_kernels_fall_back_with_one_warning_or_silently_when_disabled(monkeypatch, recwarn):
     with FakeTensorMode(), hardware.target("cuda"):
         q = torch.empty(1, 2, 1, 8)
-        monkeypatch.setenv(tk.DISABLE_ENV, "0")
+        monkeypatch.setenv(tk.SWITCH_ENV, "0")
         assert td.topk_fast_unsupported(q, q, q, key_padding_mask=None) == "disabled by TOPK_BENCH_TRITON=0"
         assert not recwarn.list
-        monkeypatch.delenv(tk.DISABLE_ENV)  # page_topk's decode steps: the kernels by default
-        monkeypatch.setattr(tk, "_import_failure", lambda: "triton not importable (ImportError: x)")
-        td._warn_fallback.cache_clear()
+        monkeypatch.delenv(tk.SWITCH_ENV)  # page_topk's decode steps: the kernels by default
+        monkeypatch.setattr(launch, "triton_import_failure", lambda: "triton not importable (ImportError: x)")
+        launch.warn_torch_path.cache_clear()
         try:
             with pytest.warns(RuntimeWarning, match=r"page_topk: triton not importable \(ImportError: x\)") as rec:
                 for _ in range(3):
                     page.fn(q, q, q, causal=True, page_size=4, token_budget=8)
             assert len(rec) == 1
         finally:
-            td._warn_fallback.cache_clear()
+            launch.warn_torch_path.cache_clear()
 
 
 def test_page_topk_code_path_says_triton_on_cuda():

@@ -13,16 +13,18 @@ import implementations
 from implementations import hardware, provenance
 from implementations import triton_kernels as tk
 from implementations.triton_kernels import decode as td
-from implementations.triton_kernels import defaults
+from implementations.triton_kernels import defaults, launch
 
 H200 = Path(__file__).parents[1] / "data" / "h200-2026-11-28"
 fast = implementations.get("topk_fast")
-needs_triton = pytest.mark.skipif(tk._import_failure() is not None, reason="triton is not importable (dev extra)")
+needs_triton = pytest.mark.skipif(
+    launch.triton_import_failure() is not None, reason="triton is not importable (dev extra)"
+)
 
 
 @pytest.fixture
 def unset(monkeypatch):
-    monkeypatch.delenv(defaults.ENV, raising=False)
+    monkeypatch.delenv(defaults.SWITCH_ENV, raising=False)
     return monkeypatch
 
 
@@ -96,7 +98,7 @@ def test_page_topk_decode_defaults_to_the_kernels(unset):
     assert defaults.DEFAULTS["page_topk", "decode"] == defaults.TRITON
     options = dict(causal=True, page_size=16, group_pages=True, chunk_size=64)
     with FakeTensorMode(), hardware.target("cuda"):
-        want = None if tk._import_failure() is None else tk._import_failure()
+        want = None if launch.triton_import_failure() is None else launch.triton_import_failure()
         assert td.page_topk_unsupported(*_decode_call(), **options) == want
 
 
@@ -116,7 +118,7 @@ def test_the_measurements_record_the_paths_they_compare():
 def test_one_forces_the_kernels_wherever_they_take_the_call(monkeypatch):
     import triton
 
-    monkeypatch.setenv(defaults.ENV, "1")
+    monkeypatch.setenv(defaults.SWITCH_ENV, "1")
     args, options = _training_call()
     with FakeTensorMode(), hardware.target("cuda"):
         assert tk.unsupported(*(torch.empty(t.shape) for t in args), **options) is None
@@ -128,7 +130,7 @@ def test_one_forces_the_kernels_wherever_they_take_the_call(monkeypatch):
 
 
 def test_zero_disables_them_everywhere(monkeypatch, recwarn):
-    monkeypatch.setenv(defaults.ENV, "0")
+    monkeypatch.setenv(defaults.SWITCH_ENV, "0")
     assert defaults.declined_for("a_plugin") == "disabled by TOPK_BENCH_TRITON=0"  # in the table or not
     options = dict(causal=True, page_size=16, group_pages=True, chunk_size=64)
     with FakeTensorMode(), hardware.target("cuda"):
@@ -139,7 +141,7 @@ def test_zero_disables_them_everywhere(monkeypatch, recwarn):
 
 @pytest.mark.parametrize("value", ["yes", "2", " 1", "true"])
 def test_a_bad_value_is_an_error_naming_the_variable(monkeypatch, value):
-    monkeypatch.setenv(defaults.ENV, value)
+    monkeypatch.setenv(defaults.SWITCH_ENV, value)
     message = rf"^TOPK_BENCH_TRITON='{value}': expected 1 \(the Triton kernels wherever they take the call\), 0 "
     with pytest.raises(ValueError, match=message):
         provenance.code_path("topk_fast", device="cuda", dtype=torch.float32)
@@ -157,7 +159,7 @@ def test_code_path_says_why_the_torch_path_ran(unset):
     assert page["triton_kernels"] == tk.status("page_topk") != pairs["triton_kernels"]
 
 
-@pytest.mark.parametrize("variable, value", [(defaults.ENV, "yes"), ("TOPK_BENCH_CUDA_TORCH", "fast")])
+@pytest.mark.parametrize("variable, value", [(defaults.SWITCH_ENV, "yes"), ("TOPK_BENCH_CUDA_TORCH", "fast")])
 def test_a_run_planned_with_a_bad_switch_is_bad_input(tmp_path, monkeypatch, variable, value):
     from topk_bench.errors import BadInput
     from topk_bench.run.plan import plan

@@ -11,6 +11,7 @@ import implementations
 from attention_reference import qkv_gqa, reference_attention, with_repeated_kv
 from implementations import hardware
 from implementations import triton_kernels as tk
+from implementations.triton_kernels import launch
 
 pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
 def kernels_forced(monkeypatch):
     """TOPK_BENCH_TRITON=1: the kernels wherever they take the call (unset, the measured defaults keep
     topk_fast's training calls on the torch path: tests/attention/test_triton_defaults.py)."""
-    monkeypatch.setenv(tk.DISABLE_ENV, "1")
+    monkeypatch.setenv(tk.SWITCH_ENV, "1")
 
 
 fast = implementations.get("topk_fast")
@@ -265,7 +266,7 @@ def test_the_selection_scratch_is_allocated_by_torch_and_bounded():
         assert tk.candidate_buffers(huge, kk).nbytes == tk.SELECT_PROGRAMS * 16 * 256 * 8  # 16 MiB
 
 
-@pytest.mark.parametrize("topk, d", [(64, 64), (128, 64), (tk.MAX_TOPK, tk.MAX_HEAD_DIM)])
+@pytest.mark.parametrize("topk, d", [(64, 64), (128, 64), (tk.MAX_TOPK, tk.MAX_TRAINING_HEAD_DIM)])
 def test_cuda_calls_take_the_triton_ops_under_fake_tensors(monkeypatch, topk, d):
     # --predict --device cuda: fake CPU tensors shaped for CUDA. The training call goes through the Triton ops
     # (whose fake kernels allocate nothing), with gradients of the inputs' shapes and dtypes: BERT-base's head with
@@ -292,7 +293,7 @@ _real = tk.topk_attention
         (dict(dropout=0.1), "dropout"),
         (dict(key_padding_mask=torch.zeros(1, 300, dtype=torch.bool)), "key padding"),
         (dict(topk=tk.MAX_TOPK + 1), f"topk > {tk.MAX_TOPK}"),
-        (dict(head_size=tk.MAX_HEAD_DIM + 1), f"head size > {tk.MAX_HEAD_DIM}"),
+        (dict(head_size=tk.MAX_TRAINING_HEAD_DIM + 1), f"head size > {tk.MAX_TRAINING_HEAD_DIM}"),
     ],
 )
 def test_what_the_triton_path_leaves_to_torch(kw, why):
@@ -308,9 +309,9 @@ def test_what_the_triton_path_leaves_to_torch(kw, why):
 
 def test_a_cuda_machine_without_triton_falls_back_with_one_warning(monkeypatch):
     monkeypatch.setattr(
-        tk, "_import_failure", lambda: "triton not importable (ModuleNotFoundError: No module named 'x')"
+        launch, "triton_import_failure", lambda: "triton not importable (ModuleNotFoundError: No module named 'x')"
     )
-    tk._warn_fallback.cache_clear()
+    launch.warn_torch_path.cache_clear()
     try:
         with FakeTensorMode(), hardware.target("cuda"):
             q = torch.empty(1, 2, 30, 8)
@@ -320,11 +321,11 @@ def test_a_cuda_machine_without_triton_falls_back_with_one_warning(monkeypatch):
         assert len(record) == 1
         assert tk.status("topk_fast") == "torch:triton not importable (ModuleNotFoundError: No module named 'x')"
     finally:
-        tk._warn_fallback.cache_clear()
+        launch.warn_torch_path.cache_clear()
 
 
 def test_disabled_on_purpose_falls_back_silently(monkeypatch, recwarn):
-    monkeypatch.setenv(tk.DISABLE_ENV, "0")
+    monkeypatch.setenv(tk.SWITCH_ENV, "0")
     with FakeTensorMode(), hardware.target("cuda"):
         q = torch.empty(1, 2, 30, 8)
         assert tk.unsupported(q, q, q, topk=4, dropout=0.0, key_padding_mask=None) == "disabled by TOPK_BENCH_TRITON=0"
@@ -342,6 +343,6 @@ def test_code_path_says_triton_on_cuda_only(monkeypatch):
     assert "triton_kernels" not in provenance.parse(
         provenance.code_path("topk_fast", device="cpu", dtype=torch.float32)
     )
-    monkeypatch.setenv(tk.DISABLE_ENV, "0")
+    monkeypatch.setenv(tk.SWITCH_ENV, "0")
     cuda = provenance.parse(provenance.code_path("topk_fast", device="cuda", dtype=torch.float32))
     assert cuda["triton_kernels"] == "torch:disabled by TOPK_BENCH_TRITON=0"

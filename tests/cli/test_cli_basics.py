@@ -41,3 +41,15 @@ def test_version_is_the_packages_and_needs_no_command():
     result = run_cli("--version")
     assert result.returncode == 0 and result.stdout == f"topk-bench {version('topk-bench')}\n", result
     assert "--version" in run_cli("--help").stdout
+
+
+def test_gpu_help_names_every_part_of_the_gpu_catalogue():
+    """``run --gpu``'s help is the catalogue's parts, the default marked, and the old spellings with what they
+    parse as: a part added to the catalogue is in the help without editing it."""
+    from topk_bench.predict.kernels.gpus import DEFAULT, GPUS
+
+    text = " ".join(run_cli("run", "--help").stdout.replace("│", " ").split())
+    for part in GPUS:
+        assert part.value in text
+    assert f"{DEFAULT.value} (the default)" in text
+    assert "(sm80: a100-80gb, sm90: h100-sxm)" in text

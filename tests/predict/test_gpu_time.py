@@ -12,8 +12,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from topk_bench import aten_ops
+from topk_bench.aten_ops import KernelClass
 from topk_bench.measure.ops import OpCounter
-from topk_bench.predict import kernels, timing
+from topk_bench.predict import cost_rules, kernels, timing
 from topk_bench.predict.kernels import gpus
 from topk_bench.types import DEFAULT_GPU, GpuModel
 
@@ -37,7 +39,7 @@ def recorded(body) -> list[timing.Kernel]:
 
 def test_a_matmul_is_a_gemm_of_2mnk_flops_reading_its_operands_writing_its_product():
     (k,) = recorded(lambda make: aten.mm(make(64, 128), make(128, 32)))
-    assert (k.op, k.kind, k.dtype) == ("mm", timing.GEMM, "float32")
+    assert (k.op, k.kind, k.dtype) == ("mm", KernelClass.GEMM, "float32")
     assert k.flops == 2 * 64 * 128 * 32
     assert k.bytes == (64 * 128 + 128 * 32 + 64 * 32) * 4
 
@@ -47,7 +49,7 @@ def test_views_and_allocations_launch_nothing_and_ops_count_them_all():
         torch.empty(4)  # an allocation: no kernel
         return x.t().unsqueeze(0) + 1  # two views, one elementwise kernel
 
-    assert [k.kind for k in recorded(lambda make: body(make(8, 16)))] == [timing.ELEMENTWISE]
+    assert [k.kind for k in recorded(lambda make: body(make(8, 16)))] == [KernelClass.ELEMENTWISE]
     with FakeTensorMode():
         x = torch.empty(8, 16)
         with OpCounter() as counter:
@@ -58,24 +60,28 @@ def test_views_and_allocations_launch_nothing_and_ops_count_them_all():
 @pytest.mark.parametrize(
     "name,kind",
     [
-        ("topk", timing.SELECTION),
-        ("sort", timing.SELECTION),
-        ("index_select", timing.INDEXING),
-        ("_embedding_bag", timing.INDEXING),
-        ("scatter_add_", timing.INDEXING),
-        ("_scaled_dot_product_efficient_attention", timing.ATTENTION_FWD),
-        ("_scaled_dot_product_flash_attention_backward", timing.ATTENTION_BWD),
-        ("bmm", timing.GEMM),
-        ("_softmax", timing.ELEMENTWISE),
+        ("topk", KernelClass.SELECTION),
+        ("sort", KernelClass.SELECTION),
+        ("index_select", KernelClass.INDEXING),
+        ("_embedding_bag", KernelClass.INDEXING),
+        ("scatter_add_", KernelClass.INDEXING),
+        ("_scaled_dot_product_efficient_attention", KernelClass.ATTENTION_FWD),
+        ("_scaled_dot_product_flash_attention_backward", KernelClass.ATTENTION_BWD),
+        ("bmm", KernelClass.GEMM),
+        ("_softmax", KernelClass.ELEMENTWISE),
     ],
 )
 def test_kernel_classes(name, kind):
-    assert timing.kernel_class(name) == kind
+    assert aten_ops.op(name).kernel == kind
 
 
-@pytest.mark.parametrize("q,k,share", [(4, 4, 10 / 16), (1, 8, 1 / 8), (2, 1, 1.0), (3, 5, 6 / 15)])
-def test_the_causal_share_counts_the_kept_scores(q, k, share):
-    assert timing.causal_share(q, k) == pytest.approx(share, rel=1e-15)
+@pytest.mark.parametrize(
+    "q,k,top_left,bottom_right",
+    [(4, 4, 10 / 16, 10 / 16), (1, 8, 1 / 8, 1.0), (2, 1, 1.0, 1 / 2), (3, 5, 6 / 15, 12 / 15), (3, 1, 1.0, 1 / 3)],
+)
+def test_the_causal_share_counts_the_kept_scores_top_left_or_bottom_right(q, k, top_left, bottom_right):
+    assert cost_rules.causal_share(q, k, offset=0) == pytest.approx(top_left, rel=1e-15)
+    assert cost_rules.causal_share(q, k, offset=k - q) == pytest.approx(bottom_right, rel=1e-15)
 
 
 def test_a_causal_fused_attention_counts_only_the_scores_it_keeps():
@@ -88,9 +94,9 @@ def test_a_causal_fused_attention_counts_only_the_scores_it_keeps():
         return kernel
 
     full, causal = attention(False), attention(True)
-    assert full.kind == causal.kind == timing.ATTENTION_FWD
+    assert full.kind == causal.kind == KernelClass.ATTENTION_FWD
     assert full.flops == 4 * 2 * 256 * 256 * 64  # QK^T and PV, 2 FLOPs a multiply-add, 2 heads
-    assert causal.flops == pytest.approx(full.flops * timing.causal_share(256, 256), rel=1e-12)
+    assert causal.flops == pytest.approx(full.flops * cost_rules.causal_share(256, 256, offset=0), rel=1e-12)
     assert causal.bytes == full.bytes
 
 
@@ -99,14 +105,14 @@ def test_a_half_gemm_is_bounded_by_the_tensor_cores_a_float32_one_by_the_cuda_co
         lambda make: aten.mm(make(4096, 4096, dtype=torch.bfloat16), make(4096, 4096, dtype=torch.bfloat16))
     )
     (single,) = recorded(lambda make: aten.mm(make(4096, 4096), make(4096, 4096)))
-    unit = timing.Constants(dict.fromkeys(timing.CLASSES, 1.0), floor_s=0.0)
+    unit = timing.Constants(dict.fromkeys(KernelClass, 1.0), floor_s=0.0)
     assert timing.kernel_seconds(half, H100, unit) == pytest.approx(2 * 4096**3 / H100.tensor_half)
     assert timing.kernel_seconds(single, H100, unit) == pytest.approx(2 * 4096**3 / H100.fp32)
 
 
 def test_an_elementwise_kernel_is_bounded_by_bandwidth_over_its_efficiency_plus_the_floor():
     (add,) = recorded(lambda make: make(1 << 20) + make(1 << 20))
-    constants = timing.Constants(dict.fromkeys(timing.CLASSES, 0.5), floor_s=2e-6)
+    constants = timing.Constants(dict.fromkeys(KernelClass, 0.5), floor_s=2e-6)
     assert add.bytes == 3 * 4 * (1 << 20)
     assert timing.kernel_seconds(add, H100, constants) == pytest.approx(2e-6 + add.bytes / H100.hbm_bytes_per_s / 0.5)
 
@@ -121,25 +127,25 @@ def _stream_by_hand(device: list[float], host: list[float]) -> float:
 
 
 def test_eager_is_the_stream_fed_by_the_host_a_graph_replay_the_device_alone():
-    constants = timing.Constants(dict.fromkeys(timing.CLASSES, 0.5), floor_s=2e-6, launch_s=1e-5, op_s=0.0)
-    small = [timing.Kernel("add", timing.ELEMENTWISE, 0.0, 1024.0, "float32")] * 100
+    constants = timing.Constants(dict.fromkeys(KernelClass, 0.5), floor_s=2e-6, launch_s=1e-5, op_s=0.0)
+    small = [timing.Kernel("add", KernelClass.ELEMENTWISE, 0.0, 1024.0, "float32")] * 100
     est = timing.estimate(small, H100, constants)
     tiny = 2e-6 + 1024 / H100.hbm_bytes_per_s / 0.5
     assert est.launches == 100 and est.host_s == pytest.approx(1e-3)
     assert est.device_s == pytest.approx(100 * tiny)
     # host-bound: the device waits for each launch, the last kernel runs after the last launch
     assert est.host_bound and est.eager_s == pytest.approx(1e-3 + tiny)
-    big = [timing.Kernel("add", timing.ELEMENTWISE, 0.0, 1e10, "float32")]
+    big = [timing.Kernel("add", KernelClass.ELEMENTWISE, 0.0, 1e10, "float32")]
     est = timing.estimate(big, H100, constants)
     assert not est.host_bound and est.eager_s == pytest.approx(1e-5 + est.device_s)
 
 
 def test_a_host_bound_stretch_and_a_device_bound_one_add_up_rather_than_hide_each_other():
-    constants = timing.Constants(dict.fromkeys(timing.CLASSES, 1.0), floor_s=1e-6, launch_s=1e-5, op_s=0.0)
+    constants = timing.Constants(dict.fromkeys(KernelClass, 1.0), floor_s=1e-6, launch_s=1e-5, op_s=0.0)
     gemm_bytes = 1e-3 * H100.hbm_bytes_per_s  # 1 ms on the device
-    tiny = timing.Kernel("add", timing.ELEMENTWISE, 0.0, 4.0, "float32")
+    tiny = timing.Kernel("add", KernelClass.ELEMENTWISE, 0.0, 4.0, "float32")
     # 100 small kernels (1 ms of host), then a 1 ms kernel: the host cannot run ahead of kernels not yet issued
-    kernels = [tiny] * 100 + [timing.Kernel("mm", timing.GEMM, 0.0, gemm_bytes, "float32")]
+    kernels = [tiny] * 100 + [timing.Kernel("mm", KernelClass.GEMM, 0.0, gemm_bytes, "float32")]
     est = timing.estimate(kernels, H100, constants)
     assert (est.host_s, est.device_s) == pytest.approx((101e-5, 100 * 1e-6 + 1e-3 + 1e-6), rel=1e-6)
     # the long kernel is issued last, after 1.01 ms of host: max(host, device) would say 1.1 ms
@@ -177,17 +183,17 @@ def test_a_kernel_of_few_blocks_streams_what_its_blocks_can():
         lambda make: aten.bmm(make(8, 4, 131072, dtype=torch.bfloat16), make(8, 131072, 128, dtype=torch.bfloat16))
     )
     assert pv.blocks == 8
-    per_block = {timing.GEMM_BLOCK: 10e9, timing.ATTENTION_BLOCK: 40e9}
-    constants = timing.Constants(dict.fromkeys(timing.CLASSES, 0.8), per_block, floor_s=0.0)
+    per_block = {timing.BlockGroup.GEMM: 10e9, timing.BlockGroup.ATTENTION: 40e9}
+    constants = timing.Constants(dict.fromkeys(KernelClass, 0.8), per_block, floor_s=0.0)
     assert timing.kernel_seconds(pv, H100, constants) == pytest.approx(pv.bytes / (8 * 10e9))
-    many = timing.Constants(dict.fromkeys(timing.CLASSES, 0.8), dict.fromkeys(per_block, 1e12), floor_s=0.0)
+    many = timing.Constants(dict.fromkeys(KernelClass, 0.8), dict.fromkeys(per_block, 1e12), floor_s=0.0)
     assert timing.kernel_seconds(pv, H100, many) == pytest.approx(pv.bytes / (0.8 * H100.hbm_bytes_per_s))
 
 
 def test_a_gather_reads_the_rows_it_selects_not_its_source():
     table, index = (1 << 20, 128), 4096
     *_, k = recorded(lambda make: aten.index_select(make(*table), 0, torch.zeros(index, dtype=torch.long)))
-    assert k.kind == timing.INDEXING
+    assert k.kind == KernelClass.INDEXING
     assert k.bytes == 2 * index * 128 * 4 + index * 8  # the rows read, the rows written, the indices
 
 
@@ -205,18 +211,18 @@ def test_embedding_bag_walks_each_bag_on_one_thread_per_output_element():
         )
 
     *_, k = recorded(body)  # after the indices' and offsets' fills
-    assert (k.kind, k.lanes) == (timing.INDEXING, bags * dim)
+    assert (k.kind, k.lanes) == (KernelClass.INDEXING, bags * dim)
     assert k.bytes < (1 << 20) * dim * 2 / 2  # far less than the table
     assert k.bytes >= bags * rows * dim * 2  # at least the selected rows
-    constants = timing.Constants(dict.fromkeys(timing.CLASSES, 1.0), lane_bytes_per_s=5e6, floor_s=0.0)
+    constants = timing.Constants(dict.fromkeys(KernelClass, 1.0), lane_bytes_per_s=5e6, floor_s=0.0)
     assert timing.kernel_seconds(k, H100, constants) == pytest.approx(k.bytes / (bags * dim * 5e6))
 
 
 def test_the_fitted_constants_are_global_and_the_split_keeps_cases_apart():
     data = json.loads(timing.FITTED.read_text())
     constants = timing.Constants.fitted()
-    assert set(constants.efficiency) == set(timing.CLASSES)  # one per class, none per case or method
-    assert set(constants.block_bytes_per_s) == set(timing.BLOCK_GROUPS)
+    assert set(constants.efficiency) == set(KernelClass)  # one per class, none per case or method
+    assert set(constants.block_bytes_per_s) == set(timing.BlockGroup)
     assert all(0 < e <= 1 for e in constants.efficiency.values())
     assert 1e-6 <= constants.floor_s <= 5e-6  # an H100's empty kernel, not the host's time leaking in
     assert not set(data["fitted_cases"]) & set(data["held_out_cases"])
@@ -242,11 +248,33 @@ def test_the_selection_runs_at_most_its_persistent_programs_and_costs_its_candid
 
     (select,) = recorded(body)
     assert select.blocks == tk.SELECT_PROGRAMS < heads * n // 16
-    seen = n * timing.causal_share(n, n)
+    seen = n * cost_rules.causal_share(n, n, offset=0)
     assert expected_candidates(seen, kk) == pytest.approx(kk * (1 + math.log(seen / kk)))
     assert expected_candidates(100, kk) == 100  # fewer keys than k: every one
     moved = 2 * heads * n * d * 4 + heads * n * kk * 4 + heads * n * expected_candidates(seen, kk) * 8 * 2
     assert select.bytes == pytest.approx(moved)
+
+
+@pytest.mark.parametrize("lq,lk", [(256, 1024), (1024, 1024), (1024, 256)])
+def test_a_causal_selection_is_costed_on_the_keys_its_bottom_right_mask_keeps(lq, lk):
+    """The Triton selection masks causally as the registry's convention (bottom-right: query ``i`` sits at
+    ``Lk - Lq + i``), not as SDPA's ``is_causal`` (top-left): a chunk of queries at the end of a long cache sees
+    nearly every key. Its FLOPs and candidates are counted on the keys the registry's own mask keeps."""
+    import implementations.triton_kernels as tk
+    from implementations.masking import allowed_keys
+    from topk_bench.predict.custom_op_costs import expected_candidates
+
+    heads, d, kk = 2, 64, 16
+    kept = allowed_keys(0, lq, lq, lk, causal=True).sum().item()  # the oracle: the mask's allowed entries
+
+    def body(make):
+        q, k = make(heads, lq, d), make(heads, lk, d)
+        tk.topk_select_(q, k, torch.empty(heads, lq, kk, dtype=torch.int32), True, False, 1)
+
+    (select,) = recorded(body)
+    assert select.flops == pytest.approx(2 * heads * d * kept, rel=1e-12)
+    candidates = 2 * 8 * heads * lq * expected_candidates(kept / lq, kk)
+    assert select.bytes == pytest.approx(4 * (heads * lq * d + heads * lk * d + heads * lq * kk) + candidates)
 
 
 def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
@@ -264,7 +292,7 @@ def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
         tk.gathered_backward_(q, k, v, idx, out, make(heads, lq, d), lse, dq, dk, dv, False, False, False, 4)
 
     select, forward, backward = recorded(body)
-    assert (select.op, select.kind) == ("triton_topk_select_", timing.ATTENTION_FWD)
+    assert (select.op, select.kind) == ("triton_topk_select_", KernelClass.ATTENTION_FWD)
     assert select.flops == 2 * heads * lq * lk * d  # every score
     assert select.blocks == (lq // 16) * heads
     # Q, K, the indices, and each row's candidates written and read back: kk (1 + ln(Lk / kk)) int64 keys
@@ -274,7 +302,7 @@ def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
     # Q, the indices, the selected K and V rows (not the whole K and V), the output and the row's log-sum-exp
     rows = heads * lq
     assert forward.bytes == 4 * (rows * d + rows * kk + rows * kk * 2 * d + rows * d + rows)
-    assert (backward.kind, backward.flops) == (timing.ATTENTION_BWD, 2 * heads * lq * kk * (3 * d + 2 * d))
+    assert (backward.kind, backward.flops) == (KernelClass.ATTENTION_BWD, 2 * heads * lq * kk * (3 * d + 2 * d))
 
 
 def test_the_triton_decode_ops_are_costed_as_the_chain_of_kernels_each_launches():
@@ -292,7 +320,7 @@ def test_the_triton_decode_ops_are_costed_as_the_chain_of_kernels_each_launches(
 
     bounding, selecting, attending, combining = recorded(pages)
     assert (bounding.kind, selecting.kind, attending.kind, combining.kind) == (
-        timing.ELEMENTWISE, timing.SELECTION, timing.ATTENTION_FWD, timing.ELEMENTWISE
+        KernelClass.ELEMENTWISE, KernelClass.SELECTION, KernelClass.ATTENTION_FWD, KernelClass.ELEMENTWISE
     )  # fmt: skip
     # each launch of the chain is a Python call on the host (triton's launcher), as an op dispatch is
     assert bounding.host_ops >= 1 and selecting.host_ops == attending.host_ops == combining.host_ops == 1
@@ -313,9 +341,9 @@ def test_the_triton_decode_ops_are_costed_as_the_chain_of_kernels_each_launches(
     fill, scoring, *selecting, gathering, _ = recorded(scores)
     rows, chunks = b * hq, decode.select_chunks(lk)
     assert chunks == 2 and fill.bytes == rows * (4 * 256 + 2 * chunks) * 4
-    assert (scoring.kind, scoring.flops) == (timing.GEMM, 2 * b * hq * lk * d)
+    assert (scoring.kind, scoring.flops) == (KernelClass.GEMM, 2 * b * hq * lk * d)
     assert len(selecting) == 6  # 4 histogram passes, a count, a write
-    assert {(s.kind, s.blocks) for s in selecting} == {(timing.SELECTION, rows * chunks)}
+    assert {(s.kind, s.blocks) for s in selecting} == {(KernelClass.SELECTION, rows * chunks)}
     assert all(rows * lk * 2 < s.bytes < rows * lk * 2 + 2**17 for s in selecting)  # the scores once each
     assert [s.round_trips for s in selecting] == [1, 1, 1, 1, 1, 2]  # the write: its chunk, the counts before it
     assert gathering.flops == 2 * b * hq * kk * d
@@ -326,15 +354,15 @@ def test_a_serial_select_pays_a_round_trip_a_step_and_the_radix_one_does_not():
     program a row walks 10 x 128 steps, each waiting for its load; the radix select's programs wait once or twice.
     The model costs them apart by those round trips and by the SMs their programs fill."""
     from implementations.triton_kernels import decode
-    from topk_bench.predict.custom_op_costs import _row_topk
+    from topk_bench.predict.custom_op_costs import row_topk_costs
 
     gpu, constants = gpus.gpu("h200"), timing.Constants.fitted()
     with FakeTensorMode():
         scores, idx = torch.empty(32, 131072, dtype=torch.bfloat16), torch.empty(32, 8192, dtype=torch.int32)
-        radix = _row_topk(scores, idx)
+        radix = row_topk_costs(scores, idx)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(decode, "ONE_PROGRAM_WIDTH", 1 << 30)
-            (serial,) = _row_topk(scores, idx)
+            (serial,) = row_topk_costs(scores, idx)
     assert serial.round_trips == 10 * 131072 // decode.SELECT_BLOCK and serial.blocks == 32
 
     def seconds(costs):
@@ -369,7 +397,7 @@ def test_a_custom_op_that_declares_no_cost_is_said_and_costed_by_its_bytes():
 
     with pytest.warns(RuntimeWarning, match=r"custom op topk_bench_test::undeclared_ declares no cost"):
         (k,) = recorded(lambda make: undeclared_(make(1024), make(1024)))
-    assert (k.kind, k.flops, k.bytes) == (timing.ELEMENTWISE, 0.0, 2 * 1024 * 4)
+    assert (k.kind, k.flops, k.bytes) == (KernelClass.ELEMENTWISE, 0.0, 2 * 1024 * 4)
 
 
 def test_a_declared_cost_is_used_for_its_op():
@@ -381,12 +409,12 @@ def test_a_declared_cost_is_used_for_its_op():
     def _(x, out) -> None:
         return None
 
-    @timing.register_cost("topk_bench_test::declared_")
-    def _cost(args, kwargs) -> timing.Cost:
-        return timing.Cost(timing.GEMM, flops=7.0 * args[0].numel(), bytes=3.0, blocks=2)
+    @cost_rules.register_cost("topk_bench_test::declared_")
+    def _cost(args, kwargs) -> cost_rules.Cost:
+        return cost_rules.Cost(KernelClass.GEMM, flops=7.0 * args[0].numel(), bytes=3.0, blocks=2)
 
     (k,) = recorded(lambda make: declared_(make(1024), make(1024)))
-    assert (k.op, k.kind, k.flops, k.bytes, k.blocks) == ("declared_", timing.GEMM, 7.0 * 1024, 3.0, 2)
+    assert (k.op, k.kind, k.flops, k.bytes, k.blocks) == ("declared_", KernelClass.GEMM, 7.0 * 1024, 3.0, 2)
 
 
 # -- the catalogue ---------------------------------------------------------------------------------
@@ -485,9 +513,9 @@ def test_a_cuda_prediction_of_topk_fast_training_costs_the_triton_ops_as_declare
     by_op = {k.op: k for k in recorded[0].kernels}
     select, forward = by_op["triton_topk_select_"], by_op["triton_gathered_forward_"]
     heads, lq, d = 2, 256, 64
-    assert select.flops == pytest.approx(2 * heads * lq * lq * d * timing.causal_share(lq, lq))
-    assert forward.kind == timing.ATTENTION_FWD and forward.flops == 2 * heads * lq * 32 * 2 * d
-    assert by_op["triton_gathered_backward_"].kind == timing.ATTENTION_BWD
+    assert select.flops == pytest.approx(2 * heads * lq * lq * d * cost_rules.causal_share(lq, lq, offset=0))
+    assert forward.kind == KernelClass.ATTENTION_FWD and forward.flops == 2 * heads * lq * 32 * 2 * d
+    assert by_op["triton_gathered_backward_"].kind == KernelClass.ATTENTION_BWD
 
 
 H200_DECODE = Path(__file__).parents[1] / "data/h200-2026-11-28/triton/kv_targets-cudagraph.csv"

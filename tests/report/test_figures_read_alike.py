@@ -86,6 +86,20 @@ def test_one_colour_and_marker_per_method_the_authors_code_dashed_in_it():
     assert len({(s.colour, s.dashes) for s in styles}) == 3 and len({s.colour for s in styles}) == 3
 
 
+def test_every_registered_built_in_has_a_colour_and_marker_of_its_own():
+    """Each implementation the project registers (a plug-in's registers elsewhere) is drawn as itself, never with a
+    plug-in's spare colour and marker: its method's entry in the palette, no two methods sharing a colour or a
+    marker."""
+    import implementations
+
+    built_ins = {s.name for s in implementations.all_specs() if s.fn.__module__.startswith("implementations.")}
+    methods = {palette.method(name) for name in built_ins}
+    assert methods - set(palette.KNOWN) == set()
+    styles = [palette.impl_style(name) for name in methods]
+    assert len({c for c, _ in styles}) == len({m for _, m in styles}) == len(methods)
+    assert not {c for c, _ in styles} & set(palette.SPARE_COLOURS)
+
+
 def test_the_docs_figures_draw_each_method_alike(tmp_path):
     """vanilla is blue in `mha` and in `paper_mha` (there its authors' code, dashed)."""
     colours = {}

@@ -5,10 +5,12 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from topk_bench.cli import Command, app
+from topk_bench.types import DEFAULT_GPU, GPU_ALIASES, GpuModel
 
 
 def terminate_as_interrupt(signum, frame):
@@ -38,144 +40,203 @@ def start_template_early(config: Path | None, executor: str | None) -> None:
         launcher.prestart()
 
 
-@app.command("run", cls=Command)
-def run(
-    suite: Path = typer.Argument(..., metavar="SUITE", help="Suite file, e.g. suites/mha.toml."),
-    out: Path | None = typer.Option(
-        None, "--out", metavar="DIR", help="Results directory (default: results_dir of bench.toml)."
-    ),
-    device: str | None = typer.Option(
-        None, "--device", metavar="auto|cpu|cuda", help="auto | cpu | cuda (default: bench.toml's, auto)."
-    ),
-    predict: bool = typer.Option(
-        False,
+def gpu_help() -> str:
+    """``--gpu``'s help: every part of the GPU catalogue (:class:`~topk_bench.types.GpuModel`, the keys of
+    ``topk_bench.predict.kernels.gpus.GPUS``), the default marked, and the spellings earlier versions took. Read
+    from ``topk_bench.types``: the catalogue's module imports torch, which ``--help`` does not."""
+    parts = ", ".join(f"{m.value} (the default)" if m is DEFAULT_GPU else m.value for m in GpuModel)
+    aliases = ", ".join(f"{alias}: {m.value}" for alias, m in GPU_ALIASES.items())
+    return (
+        "With --predict --device cuda: the GPU modelled, its memory the budget, its peaks the predicted time: "
+        f"{parts} ({aliases})."
+    )
+
+
+# The options of `run`, each declared once here (typer reads them from the annotations).
+OutOption = Annotated[
+    Path | None, typer.Option("--out", metavar="DIR", help="Results directory (default: results_dir of bench.toml).")
+]
+DeviceOption = Annotated[
+    str | None,
+    typer.Option("--device", metavar="auto|cpu|cuda", help="auto | cpu | cuda (default: bench.toml's, auto)."),
+]
+PredictOption = Annotated[
+    bool,
+    typer.Option(
         "--predict",
         help="Predict peak memory under FakeTensorMode, no GPU needed: any size, no time (--device cuda: CUDA's "
         "kernels' own allocations through a model of the CUDA caching allocator, with reserved bytes).",
     ),
-    gpu: str | None = typer.Option(
-        None,
-        "--gpu",
-        metavar="PART",
-        help="With --predict --device cuda: the GPU modelled, its memory the budget, its peaks the predicted time: "
-        "h100-sxm (the default), h100-pcie, h200, a100-40gb, a100-80gb, l4, b200 (sm90, sm80: H100 SXM, A100 80GB).",
+]
+GpuOption = Annotated[str | None, typer.Option("--gpu", metavar="PART", help=gpu_help())]
+RepeatsOption = Annotated[int | None, typer.Option("--repeats", metavar="N", help="Timed iterations per case.")]
+WarmupOption = Annotated[
+    int | None,
+    typer.Option(
+        "--warmup", metavar="N", help="Untimed iterations before them, at least (the profiling one included)."
     ),
-    repeats: int | None = typer.Option(None, "--repeats", metavar="N", help="Timed iterations per case."),
-    warmup: int | None = typer.Option(
-        None, "--warmup", metavar="N", help="Untimed iterations before them, at least (the profiling one included)."
+]
+WarmupSecondsOption = Annotated[
+    float | None,
+    typer.Option(
+        "--warmup-s", metavar="S", help="... and at least this many seconds of them (default: bench.toml's, 0.025)."
     ),
-    warmup_s: float | None = typer.Option(
-        None,
-        "--warmup-s",
-        metavar="S",
-        help="... and at least this many seconds of them (default: bench.toml's, 0.025).",
-    ),
-    min_sample_s: float | None = typer.Option(
-        None,
+]
+MinSampleSecondsOption = Annotated[
+    float | None,
+    typer.Option(
         "--min-sample-s",
         metavar="S",
         help="Each timed sample runs the iteration back to back until it lasts S seconds, its time their mean "
         "(default: the suite's, else bench.toml's, 0: one iteration a sample).",
     ),
-    timer: str | None = typer.Option(
-        None,
+]
+TimerOption = Annotated[
+    str | None,
+    typer.Option(
         "--timer",
         metavar="TIMER",
         help="How an iteration is timed. CUDA: events (around it, the default) or cudagraph (around a replay of it "
         "captured in a CUDA graph: no host dispatch in the time). CPU: perf_counter (wall, the default) or "
         "process_time (the process's CPU seconds: free of descheduling on a busy machine).",
     ),
-    flush_l2: bool | None = typer.Option(
-        None,
+]
+FlushL2Option = Annotated[
+    bool | None,
+    typer.Option(
         "--flush-l2/--no-flush-l2",
         help="Flush the device's cache (zero a buffer twice its size) before each timed iteration, outside the "
         "timing (default: the suite's, off).",
     ),
-    rounds: int | None = typer.Option(
-        None,
+]
+RoundsOption = Annotated[
+    int | None,
+    typer.Option(
         "--rounds",
         metavar="N",
-        help="Measure each case in N child processes, "
-        "round-robin over the cases; its row pools the N rounds' times (default: "
-        "the suite's rounds, 1). Ratios between cases then hold while the machine's "
-        "load drifts.",
+        help="Measure each case in N child processes, round-robin over the cases; its row pools the N rounds' times "
+        "(default: the suite's rounds, 1). Ratios between cases then hold while the machine's load drifts.",
     ),
-    max_memory: float | None = typer.Option(
-        None, "--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."
-    ),
-    max_case_seconds: float | None = typer.Option(
-        None, "--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout)."
-    ),
-    remeasure: str | None = typer.Option(
-        None,
+]
+MaxMemoryOption = Annotated[
+    float | None,
+    typer.Option("--max-memory", metavar="GIB", help="Memory budget per case in GiB (over it: over_budget)."),
+]
+MaxCaseSecondsOption = Annotated[
+    float | None, typer.Option("--max-case-seconds", metavar="S", help="Time budget per case (over it: timeout).")
+]
+RemeasureOption = Annotated[
+    str | None,
+    typer.Option(
         "--remeasure",
         metavar="FLAGS",
-        help="Measure again exactly the "
-        "rows whose trust column carries one of these flags (contended,busy,noisy: "
-        "comma-separated); their old rows are kept in OUT/history/<suite>.csv, every "
-        "other row stays.",
+        help="Measure again exactly the rows whose trust column carries one of these flags (contended,busy,noisy: "
+        "comma-separated); their old rows are kept in OUT/history/<suite>.csv, every other row stays.",
     ),
-    resume: bool = typer.Option(
-        True,
+]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
         "--resume/--no-resume",
         help="Skip cases already in the CSV (default), or measure them all again (each old row goes once its case "
         "has a new one).",
     ),
-    executor: str | None = typer.Option(
-        None,
+]
+ExecutorOption = Annotated[
+    str | None,
+    typer.Option(
         "--executor",
         metavar="local|slurm",
         help="local | slurm (default: kind in bench.toml's executor table). slurm: one job per case via "
         "submitit; its log folder (log_dir, default results/slurm-logs) must be on a filesystem "
         "shared with the compute nodes.",
     ),
-    jobs: str | None = typer.Option(
-        None,
+]
+JobsOption = Annotated[
+    str | None,
+    typer.Option(
         "--jobs",
         metavar="N|auto",
-        help="Cases at once on the local executor: N, or auto for one per core "
-        "(default: bench.toml's, 1; auto with --predict).",
+        help="Cases at once on the local executor: N, or auto for one per core (default: bench.toml's, 1; auto with "
+        "--predict).",
     ),
-    threads: str | None = typer.Option(
-        None,
+]
+ThreadsOption = Annotated[
+    str | None,
+    typer.Option(
         "--threads",
         metavar="N|auto",
-        help="Intra-op CPU threads of each "
-        "measured case: N, or auto for the cores other processes are not keeping "
-        "busy at the start (default: the suite's, else bench.toml's, auto); the "
-        "rows record it (column threads).",
+        help="Intra-op CPU threads of each measured case: N, or auto for the cores other processes are not keeping "
+        "busy at the start (default: the suite's, else bench.toml's, auto); the rows record it (column threads).",
     ),
-    sets: list[str] | None = typer.Option(
-        None,
+]
+SetsOption = Annotated[
+    list[str] | None,
+    typer.Option(
         "--set",
         metavar="KEY=VALUES",
         help="Replace the suite's values of a key for this run (repeatable): a parameter (seq_len=16384, "
         "seq_len=1024,2048: swept), or an implementation option (topk=64). Said in OUT/<suite>.meta.json.",
     ),
-    config: Path | None = typer.Option(
-        None, "--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present)."
-    ),
-    profile: bool = typer.Option(
-        False,
+]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", metavar="FILE", help="bench.toml to use (default: ./bench.toml if present).")
+]
+ProfileOption = Annotated[
+    bool,
+    typer.Option(
         "--profile",
-        help="Also profile each case (as `topk-bench profile`): "
-        "OUT/profile/<case_id>/ gets peak.csv, timeline.png, profile.json, and where measured "
-        "ops.csv and trace.json. The rows are the same.",
+        help="Also profile each case (as `topk-bench profile`): OUT/profile/<case_id>/ gets peak.csv, timeline.png, "
+        "profile.json, and where measured ops.csv and trace.json. The rows are the same.",
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the summary."),
-    yes: bool = typer.Option(
-        False,
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, only the summary.")]
+YesOption = Annotated[
+    bool,
+    typer.Option(
         "--yes",
         "-y",
         help="Run even more cases than max_cases (bench.toml or the suite; default 1000), or more rounds than 1000.",
     ),
-    append: bool = typer.Option(
-        False,
+]
+AppendOption = Annotated[
+    bool,
+    typer.Option(
         "--append",
         help="Add this suite's rows to OUT/<suite>.csv even when it holds the rows of another suite of the same "
         "name (another suite_fingerprint: its cases differ); without it, that is an error. meta.json then "
         "describes this suite.",
     ),
+]
+
+
+@app.command("run", cls=Command)
+def run(
+    suite: Annotated[Path, typer.Argument(metavar="SUITE", help="Suite file, e.g. suites/mha.toml.")],
+    out: OutOption = None,
+    device: DeviceOption = None,
+    predict: PredictOption = False,
+    gpu: GpuOption = None,
+    repeats: RepeatsOption = None,
+    warmup: WarmupOption = None,
+    warmup_s: WarmupSecondsOption = None,
+    min_sample_s: MinSampleSecondsOption = None,
+    timer: TimerOption = None,
+    flush_l2: FlushL2Option = None,
+    rounds: RoundsOption = None,
+    max_memory: MaxMemoryOption = None,
+    max_case_seconds: MaxCaseSecondsOption = None,
+    remeasure: RemeasureOption = None,
+    resume: ResumeOption = True,
+    executor: ExecutorOption = None,
+    jobs: JobsOption = None,
+    threads: ThreadsOption = None,
+    sets: SetsOption = None,
+    config: ConfigOption = None,
+    profile: ProfileOption = False,
+    quiet: QuietOption = False,
+    yes: YesOption = False,
+    append: AppendOption = False,
 ) -> None:
     """Run SUITE: one row per case in OUT/<suite>.csv, appended as each case ends, plus OUT/<suite>.meta.json."""
     start_template_early(config, executor)

@@ -132,11 +132,12 @@ def layer_columns(case: Case, budget: Budget) -> dict[str, Any]:
 def _selection_quality(impl: str, q, k, v, out, options: dict[str, Any], causal: bool) -> dict[str, float]:
     """:func:`quality.selection_quality` of ``impl`` with ``options`` on ``q, k, v``, whose output is ``out``.
 
-    The keys it attends: its registry ``selection``; a dense exact entry attends every allowed key; an
-    approximation that is no selection (Performer) gets ``attn_rel_err`` only."""
+    The keys it attends: its registry ``selection``, with the options ``fn`` runs by (its defaults under
+    ``options``); a dense exact entry attends every allowed key; an approximation that is no selection (Performer)
+    gets ``attn_rel_err`` only."""
     entry = implementations.spec(impl)
     if entry.selection is not None:
-        selected = entry.selection(q, k, causal=causal, **options)
+        selected = entry.selection(q, k, causal=causal, **entry.resolve(options))
     elif entry.exact:
         selected = quality.allowed_mask(q.shape[2], k.shape[2], causal, q.device).expand(*q.shape[:3], k.shape[2])
     else:

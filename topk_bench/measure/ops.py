@@ -15,9 +15,9 @@ device work takes less. The count says when a time is the host's, not the kernel
   call, and what the compiled code still dispatches: extern kernels such as matmuls) plus one per compiled
   graph called (its fused kernels run without the dispatcher).
 
-SDPA (``scaled_dot_product_attention``) picks a backend per call; the op it dispatches names it
-(:data:`SDPA_OPS`), on both paths: a fused kernel's own op, or for the math path ``_safe_softmax``, which
-only SDPA's math composite calls.
+SDPA (``scaled_dot_product_attention``) picks a backend per call; the op it dispatches names it (its
+``sdpa_backend`` in :mod:`topk_bench.aten_ops`, the catalogue that also says which ops launch a kernel), on
+both paths: a fused kernel's own op, or for the math path ``_safe_softmax``, which only SDPA's math composite calls.
 """
 
 from __future__ import annotations
@@ -28,57 +28,10 @@ from typing import TYPE_CHECKING
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from topk_bench import aten_ops
+
 if TYPE_CHECKING:
     import torch.profiler
-
-# The op SDPA dispatches to -> its backend, named as torch.nn.attention.SDPBackend's members (lower case).
-SDPA_OPS = {
-    "_scaled_dot_product_flash_attention": "flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu": "flash_attention",
-    "_scaled_dot_product_efficient_attention": "efficient_attention",
-    "_scaled_dot_product_cudnn_attention": "cudnn_attention",
-    "_scaled_dot_product_fused_attention_overrideable": "overrideable",
-    "_safe_softmax": "math",
-}
-# Ops that launch no kernel besides views (an op whose schema returns an alias of an input): allocations, which
-# the caching allocator serves without the device, and reads of a tensor's metadata.
-NO_KERNEL_OPS = frozenset(
-    {
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "new_empty",
-        "new_empty_strided",
-        "empty_permuted",
-        "_unsafe_view",  # a view whose schema says it is not one (autograd's, of a fresh result)
-        "resize_",
-        "set_",
-        "lift_fresh",
-        "is_same_size",
-        "_has_compatible_shallow_copy_type",
-        "sym_size",
-        "sym_stride",
-        "sym_numel",
-        "sym_storage_offset",
-        "promote_types",  # two dtypes in, a dtype out: the host's alone
-    }
-)
-
-
-def launches_kernel(func) -> bool:
-    """Whether one call of the aten op ``func`` launches a kernel on CUDA: not a view, not an allocation."""
-    # prim: decompositions' metadata ops; profiler: the ranges stage marks open, kept on the host.
-    return func.namespace not in ("prim", "profiler") and not func.is_view and func._opname not in NO_KERNEL_OPS
-
-
-def _launches_by_name(name: str) -> bool:
-    """:func:`launches_kernel` of an op known by its name only (a profiler's event): its default overload's."""
-    import torch
-
-    packet = getattr(torch.ops.aten, name, None)
-    overload = getattr(packet, "default", None) if packet is not None else None
-    return name not in NO_KERNEL_OPS and not (overload is not None and overload.is_view)
-
 
 # torch.profiler's name of a call into a compiled graph (inductor's output code).
 COMPILED_GRAPH_EVENT = "## Call CompiledFxGraph"
@@ -98,7 +51,7 @@ class OpCount:
         launches (a custom op may launch a chain of them)."""
         self.ops += 1
         self.launches += launches
-        backend = SDPA_OPS.get(name)
+        backend = aten_ops.op(name).sdpa_backend
         if backend:
             self.sdpa.add(backend)
 
@@ -116,8 +69,8 @@ class OpCounter(TorchDispatchMode):
         self.counted = OpCount()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace != "prim":  # C++ asking a tensor its device: no op of the iteration
-            self.counted.note(func._opname, launches_kernel(func))
+        if aten_ops.is_iteration_op(func):
+            self.counted.note(func._opname, aten_ops.launches_kernel(func))
         return func(*args, **(kwargs or {}))
 
 
@@ -132,7 +85,7 @@ def profiled(events: Iterable) -> OpCount:
             counted.launches += 1  # at least one kernel (inductor's fused kernels are not seen here)
         elif name.startswith("aten::") and not _inside_aten_op(event):
             op = name[len("aten::") :]
-            counted.note(op, _launches_by_name(op))
+            counted.note(op, aten_ops.launches_kernel_by_name(op))
     return counted
 
 

@@ -14,7 +14,7 @@ from implementations import cuda_torch, provenance, triton_kernels
 
 # Rows written before ``code_path`` was a column (tests/data/h100-ci*.csv, tests/data/h100-2026-11-26/): topk_fast
 # and page_topk ran the torch path as it was then, neither the Triton kernels nor the batched CUDA path.
-BEFORE_CODE_PATH = {triton_kernels.DISABLE_ENV: "0", cuda_torch.ENV: cuda_torch.BAGS}
+BEFORE_CODE_PATH = {triton_kernels.SWITCH_ENV: "0", cuda_torch.ENV: cuda_torch.BAGS}
 
 
 def environment(row: Mapping[str, str]) -> dict[str, str]:
@@ -25,7 +25,7 @@ def environment(row: Mapping[str, str]) -> dict[str, str]:
     pairs = provenance.parse(row["code_path"] or "")
     triton = pairs.get(provenance.TRITON_KERNELS, "")
     return {
-        triton_kernels.DISABLE_ENV: "1" if triton.startswith("triton:") else "0",
+        triton_kernels.SWITCH_ENV: "1" if triton.startswith("triton:") else "0",
         cuda_torch.ENV: pairs.get(provenance.CUDA_TORCH, cuda_torch.BAGS),
     }
 

@@ -1,35 +1,25 @@
 """The costs of implementations/'s custom ops (its Triton kernels), for the GPU time model
-(:func:`topk_bench.predict.timing.register_cost`): ``torch.utils.flop_counter`` knows no custom op, and
+(:func:`topk_bench.predict.cost_rules.register_cost`): ``torch.utils.flop_counter`` knows no custom op, and
 implementations/ imports nothing of the harness, so they are declared here, by the op's qualified name.
 
 Each rule reads the call's shapes as the op's docstring states them (``q [heads, Lq, D]``, ``k``/``v``
 ``[kv_heads, Lk, D]``, ``indices [heads, Lq, kk]``) and counts what its kernel does: the FLOPs of the products it
-computes, the bytes it reads and writes (the selected K/V rows, not the whole K/V), and its grid (the programs
-``implementations/triton_kernels/__init__.py`` launches). A new kernel there gets a rule here; until then its
-time is its bytes at the elementwise kernels' rate, and the prediction warns that it is.
+computes, the bytes it reads and writes (the selected K/V rows, not the whole K/V), and its grid (the launcher's
+own grid function: ``select_grid``, ``split_grid``...) with the constants the kernels run by (the row top-k's
+passes and digits). A new kernel there gets a rule here; until then its time is its bytes at the elementwise
+kernels' rate, and the prediction warns that it is.
 """
 
 from __future__ import annotations
 
 import math
 
-from implementations.triton_kernels import BLOCK_M as SELECT_ROWS  # query rows of one selection tile
-from implementations.triton_kernels import SELECT_PROGRAMS  # most selection programs (each walks tiles in turn)
-from implementations.triton_kernels import decode as triton_decode
-from implementations.triton_kernels.decode import BLOCK_N as DECODE_BLOCK_N  # keys of one scores program
-from implementations.triton_kernels.decode import BLOCK_P as DECODE_BLOCK_P  # pages of one bounds program
-from implementations.triton_kernels.decode import ROWS as DECODE_ROWS  # query rows of one scores program
-from topk_bench.predict.timing import (
-    ATTENTION_BWD,
-    ATTENTION_FWD,
-    ELEMENTWISE,
-    GEMM,
-    SELECTION,
-    Cost,
-    causal_share,
-    nbytes,
-    register_cost,
-)
+from implementations import triton_kernels as training
+from implementations.masking import causal_offset
+from implementations.triton_kernels import decode
+from implementations.triton_kernels.launch import cdiv
+from topk_bench.aten_ops import KernelClass
+from topk_bench.predict.cost_rules import Cost, causal_share, nbytes, register_cost
 
 
 def _shapes(q, k, indices):
@@ -38,7 +28,8 @@ def _shapes(q, k, indices):
 
 
 def _causal(lq: int, lk: int, causal: bool) -> float:
-    return causal_share(lq, lk) if causal else 1.0
+    """The share of the scores the Triton kernels' causal mask keeps: bottom-right aligned, as the registry's."""
+    return causal_share(lq, lk, offset=causal_offset(lq, lk)) if causal else 1.0
 
 
 def expected_candidates(seen: float, kk: int) -> float:
@@ -53,14 +44,14 @@ def topk_select(args, kwargs) -> Cost:
     """Every score of a tile of query rows (QK^T on chip, causal blocks skipped) compared once with its row's
     threshold: the FLOPs of the full product; reads Q and K (K once per tile, from L2 after the first: counted
     once), writes the indices, and each row's candidates (:func:`expected_candidates`, int64) written once and read
-    back once (the cuts' other reads hit L1). Grid: the persistent programs (at most ``SELECT_PROGRAMS``)."""
+    back once (the cuts' other reads hit L1). Grid: the persistent programs (:func:`select_grid`)."""
     q, k, indices, causal = args[:4]
     heads, lq, d, lk, kk = _shapes(q, k, indices)
     share = _causal(lq, lk, causal)
     flops = 2.0 * heads * lq * lk * d * share
     candidates = 2 * 8 * heads * lq * expected_candidates(lk * share, kk)
-    blocks = min(-(-lq // SELECT_ROWS) * heads, SELECT_PROGRAMS)
-    return Cost(ATTENTION_FWD, flops, nbytes(q) + nbytes(k) + nbytes(indices) + candidates, blocks)
+    moved = nbytes(q) + nbytes(k) + nbytes(indices) + candidates
+    return Cost(KernelClass.ATTENTION_FWD, flops, moved, math.prod(training.select_grid(heads, lq)))
 
 
 def _gathered(q, k, v, indices) -> tuple[float, float]:
@@ -76,7 +67,7 @@ def gathered_forward(args, kwargs) -> Cost:
     q, k, v, indices, out, lse = args[:6]
     flops, rows = _gathered(q, k, v, indices)
     moved = nbytes(q) + nbytes(indices) + rows + nbytes(out) + nbytes(lse)
-    return Cost(ATTENTION_FWD, flops, moved, q.shape[0] * q.shape[1])
+    return Cost(KernelClass.ATTENTION_FWD, flops, moved, math.prod(training.gathered_grid(*q.shape[:2])))
 
 
 @register_cost("implementations::triton_gathered_backward_")
@@ -89,7 +80,7 @@ def gathered_backward(args, kwargs) -> Cost:
     flops = 2.0 * heads * lq * kk * (3 * d + 2 * v.shape[-1])
     atomics = 2.0 * heads * lq * kk * (d * dk.element_size() + v.shape[-1] * dv.element_size())
     moved = sum(nbytes(t) for t in (q, indices, out, dout, lse, dq)) + rows + atomics
-    return Cost(ATTENTION_BWD, flops, moved, q.shape[0] * q.shape[1])
+    return Cost(KernelClass.ATTENTION_BWD, flops, moved, math.prod(training.gathered_grid(*q.shape[:2])))
 
 
 # -- decode steps (implementations/triton_kernels/decode.py): one op, a chain of launches -----------------------
@@ -98,11 +89,10 @@ def gathered_backward(args, kwargs) -> Cost:
 # an instruction: an SM of sm_80/sm_90 issues 64 int32 results a clock against 128 fp32 FMAs (2 FLOPs each), and
 # the selection class is costed at the fp32 peak.
 _INT_OP_FLOPS = 4.0
-# One program a row (row_topk_kernel): 8 passes of 4-bit digits, a count and a write, each a walk over the row in
-# steps of SELECT_BLOCK columns, every step waiting for its load (the running counts carry from step to step).
+# One program a row (row_topk_kernel): ROW_TOPK_PASSES radix passes, a count and a write, each a walk over the row
+# in steps of SELECT_BLOCK columns, every step waiting for its load (the running counts carry from step to step).
 # Per column and walk, its key (load, widen, bitcast, shift, and, xor, sign-extend, 64-bit add: 8); per column
 # and candidate digit of a radix pass, an int64 compare and a count (two compares, a select, an add: 4).
-_ONE_PROGRAM_PASSES, _ONE_PROGRAM_WALKS, _ONE_PROGRAM_DIGITS = 8, 10, 16
 _KEY_OPS, _COMPARE_OPS = 8, 4
 # Many programs a row (the radix kernels, each program one chunk): per column, its 32-bit key (6), and in a
 # histogram pass the prefix test and the digit (5) and a shared-memory atomic (4); in the count two compares and
@@ -111,43 +101,44 @@ _KEY_OPS, _COMPARE_OPS = 8, 4
 _RADIX_KEY_OPS, _HISTOGRAM_OPS, _COUNT_OPS, _WRITE_OPS, _BIN_OPS = 6, 9, 6, 14, 10
 
 
-def _row_topk(scores, idx) -> tuple[Cost, ...]:
-    """The row top-k as :func:`implementations.triton_kernels.decode.select_chunks` runs it: one program a row
-    (10 walks over the row, each a serial loop of loads) or the radix select's six launches of one program per
-    (row, chunk), each reading its chunk once and waiting on one load (the write: and on the earlier chunks'
-    counts, ``PRIOR_CHUNKS`` at a time)."""
-    rows, width = scores.shape
-    chunks = triton_decode.select_chunks(width)
-    if chunks == 1:
-        per_column = _ONE_PROGRAM_WALKS * _KEY_OPS + _ONE_PROGRAM_PASSES * _ONE_PROGRAM_DIGITS * _COMPARE_OPS
-        steps = _ONE_PROGRAM_WALKS * -(-width // triton_decode.SELECT_BLOCK)
+def row_topk_costs(scores, idx) -> tuple[Cost, ...]:
+    """The row top-k as :func:`implementations.triton_kernels.decode.row_topk` runs it: one program a row
+    (``ROW_TOPK_WALKS`` walks over the row, each a serial loop of loads) or the radix select's launches of one
+    program per (row, chunk), each reading its chunk once and waiting on one load (the write: and on the earlier
+    chunks' counts, ``PRIOR_CHUNKS`` at a time)."""
+    width = scores.shape[1]
+    rows, chunks = decode.row_topk_grid(scores.shape[0], width)
+    if chunks == 1:  # one program a row
+        walks = decode.ROW_TOPK_WALKS
+        per_column = walks * _KEY_OPS + decode.ROW_TOPK_PASSES * decode.ROW_TOPK_DIGITS * _COMPARE_OPS
+        steps = walks * cdiv(width, decode.SELECT_BLOCK)
         flops = _INT_OP_FLOPS * per_column * rows * width
-        return (Cost(SELECTION, flops, _ONE_PROGRAM_WALKS * nbytes(scores) + nbytes(idx), rows, round_trips=steps),)
-    from implementations.triton_kernels.decode_kernels import RADIX_BINS, RADIX_PASSES
-
+        return (Cost(KernelClass.SELECTION, flops, walks * nbytes(scores) + nbytes(idx), rows, round_trips=steps),)
     programs = rows * chunks
+    bins, passes = decode.RADIX_BINS, decode.RADIX_PASSES
     columns = float(rows * width)
 
     def launch(ops_per_column: int, histograms: int, moved: float, round_trips: int = 1) -> Cost:
-        ops = ops_per_column * columns + _BIN_OPS * RADIX_BINS * histograms * programs
-        return Cost(SELECTION, _INT_OP_FLOPS * ops, moved, programs, round_trips=round_trips)
+        ops = ops_per_column * columns + _BIN_OPS * bins * histograms * programs
+        return Cost(KernelClass.SELECTION, _INT_OP_FLOPS * ops, moved, programs, round_trips=round_trips)
 
     counts = 2 * 4 * programs  # (above, equal) int32 per chunk
     chain = [
-        launch(_RADIX_KEY_OPS + _HISTOGRAM_OPS, p, nbytes(scores) + 4 * RADIX_BINS * (p + 1) * programs)
-        for p in range(RADIX_PASSES)
+        launch(_RADIX_KEY_OPS + _HISTOGRAM_OPS, p, nbytes(scores) + 4 * bins * (p + 1) * programs)
+        for p in range(passes)
     ]
-    histograms = 4 * RADIX_BINS * RADIX_PASSES * programs
-    chain.append(launch(_RADIX_KEY_OPS + _COUNT_OPS, RADIX_PASSES, nbytes(scores) + histograms + counts))
-    prior_steps = -(-(chunks - 1) // triton_decode.PRIOR_CHUNKS)
+    histograms = 4 * bins * passes * programs
+    chain.append(launch(_RADIX_KEY_OPS + _COUNT_OPS, passes, nbytes(scores) + histograms + counts))
+    prior_steps = cdiv(chunks - 1, decode.PRIOR_CHUNKS)
     moved = nbytes(scores) + histograms + counts * chunks / 2 + nbytes(idx)  # a chunk reads the counts before it
-    chain.append(launch(_RADIX_KEY_OPS + _WRITE_OPS, RADIX_PASSES, moved, round_trips=1 + prior_steps))
+    chain.append(launch(_RADIX_KEY_OPS + _WRITE_OPS, passes, moved, round_trips=1 + prior_steps))
     return tuple(chain)
 
 
 def _combine(acc, stats, out) -> Cost:
     """The splits' partial sums and statistics read once, the output written (one program per row)."""
-    return Cost(ELEMENTWISE, float(acc.numel() * 2), nbytes(acc) + nbytes(stats) + nbytes(out), acc.shape[0])
+    moved = nbytes(acc) + nbytes(stats) + nbytes(out)
+    return Cost(KernelClass.ELEMENTWISE, float(acc.numel() * 2), moved, math.prod(decode.combine_grid(acc.shape[0])))
 
 
 @register_cost("implementations::triton_page_decode_")
@@ -164,15 +155,15 @@ def page_decode(args, kwargs) -> tuple[Cost, ...]:
     keys = (n + 1) * page_size  # a row's picked pages and its own
     flops = 2.0 * rows * per * keys * (d + dv)
     pages = rows * keys * (d * k.element_size() + dv * v.element_size())
-    attention = Cost(
-        ATTENTION_FWD, flops, nbytes(q) + nbytes(table) + pages + nbytes(acc) + nbytes(stats), rows * acc.shape[1]
-    )
+    moved = nbytes(q) + nbytes(table) + pages + nbytes(acc) + nbytes(stats)
+    attention = Cost(KernelClass.ATTENTION_FWD, flops, moved, math.prod(decode.split_grid(rows, acc.shape[1])))
     chain = [attention, _combine(acc, stats, out)]
     if n:
         # Each bound: over d, the larger of q times the page's minimum and maximum, summed (3 FLOPs a term).
-        programs = -(-summaries.shape[2] // DECODE_BLOCK_P) * b * hkv
-        bounding = Cost(ELEMENTWISE, 3.0 * bounds.numel() * d, nbytes(q) + nbytes(summaries) + nbytes(bounds), programs)
-        chain = [bounding, *_row_topk(bounds, table), *chain]
+        programs = math.prod(decode.bounds_grid(b, hkv, summaries.shape[2]))
+        moved = nbytes(q) + nbytes(summaries) + nbytes(bounds)
+        bounding = Cost(KernelClass.ELEMENTWISE, 3.0 * bounds.numel() * d, moved, programs)
+        chain = [bounding, *row_topk_costs(bounds, table), *chain]
     return tuple(chain)
 
 
@@ -185,14 +176,12 @@ def topk_decode(args, kwargs) -> tuple[Cost, ...]:
         return ()
     b, hq, lq, d = q.shape
     hkv, lk, dv = k.shape[1], k.shape[2], v.shape[-1]
-    programs = -(-lk // DECODE_BLOCK_N) * -(-(hq // hkv) * lq // DECODE_ROWS) * b * hkv
-    scoring = Cost(GEMM, 2.0 * b * hq * lq * lk * d, nbytes(q) + nbytes(k) + nbytes(scores), programs)
+    programs = math.prod(decode.scores_grid(b, hq, hkv, lq, lk))
+    scoring = Cost(KernelClass.GEMM, 2.0 * b * hq * lq * lk * d, nbytes(q) + nbytes(k) + nbytes(scores), programs)
     rows, kk = idx.shape
     picked = rows * kk * (scores.element_size() + dv * v.element_size())
+    moved = nbytes(idx) + picked + nbytes(acc) + nbytes(stats)
     gathered = Cost(
-        ATTENTION_FWD,
-        2.0 * rows * kk * dv,
-        nbytes(idx) + picked + nbytes(acc) + nbytes(stats),
-        rows * acc.shape[1],
+        KernelClass.ATTENTION_FWD, 2.0 * rows * kk * dv, moved, math.prod(decode.split_grid(rows, acc.shape[1]))
     )
-    return (scoring, *_row_topk(scores, idx), gathered, _combine(acc, stats, out))
+    return (scoring, *row_topk_costs(scores, idx), gathered, _combine(acc, stats, out))

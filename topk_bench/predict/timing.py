@@ -2,20 +2,20 @@
 
 The fake run of a CUDA prediction dispatches the ops CUDA would, with their shapes and dtypes.
 :class:`KernelCosts` records, for every op that launches a kernel (not a view, not an allocation:
-:func:`topk_bench.measure.ops.launches_kernel`), its class, FLOPs, bytes and parallelism:
+:func:`topk_bench.aten_ops.launches_kernel`), its class, FLOPs, bytes and parallelism:
 
 - FLOPs: ``torch.utils.flop_counter``'s formulas (matmuls, SDPA's kernels); a fused attention kernel with
   ``is_causal`` skips the masked tiles, so its FLOPs are scaled by the share of the score matrix a causal mask
   keeps (top-left aligned, as SDPA's ``is_causal``); a custom op (a Triton kernel) declares its own
-  (:func:`register_cost`: ``flop_counter`` knows no custom op);
+  (:func:`register_cost`, :mod:`topk_bench.predict.cost_rules`: ``flop_counter`` knows no custom op);
 - bytes: what the kernel reads and writes, its tensor inputs and outputs at their sizes (an expanded input
   counted at its storage's size, an input that is also the output once each way); a gather reads of its source
   only the rows it selects (``index_select``, ``embedding_bag``: not the whole table);
 - parallelism: the thread blocks of a tiled kernel (a GEMM's output tiles, an attention kernel's row tiles:
   :func:`blocks`), or the threads of a kernel that walks a chain per output element (``embedding_bag``: one
   thread per output element loops over its bag, :func:`lanes`);
-- the class (:data:`CLASSES`): GEMM, SDPA forward, SDPA backward, elementwise and reductions, top-k and sort,
-  gathers and scatters.
+- the class (:class:`~topk_bench.aten_ops.KernelClass`, from the catalogue of aten ops): GEMM, SDPA
+  forward, SDPA backward, elementwise and reductions, top-k and sort, gathers and scatters.
 
 A kernel takes ``floor + max(compute, memory) + round trips`` on the device (:func:`device_seconds`):
 
@@ -47,8 +47,8 @@ import functools
 import json
 import math
 import warnings
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -56,90 +56,24 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from topk_bench.measure.ops import OpCounter, launches_kernel
+from topk_bench.aten_ops import AtenOp, Gather, KernelClass, is_iteration_op, launches_kernel
+from topk_bench.aten_ops import of as catalogued
+from topk_bench.measure.ops import OpCounter
+from topk_bench.predict import custom_op_costs  # noqa: F401  (declares the costs of implementations/'s custom ops)
+from topk_bench.predict.cost_rules import Cost, causal_share, declared_cost, nbytes
+from topk_bench.predict.cost_rules import register_cost as register_cost  # the documented path for plug-ins
 from topk_bench.predict.kernels.gpus import Gpu
+from topk_bench.types import Word
 
 FITTED = Path(__file__).with_name("gpu_time.json")
-
-GEMM, ATTENTION_FWD, ATTENTION_BWD, ELEMENTWISE, SELECTION, INDEXING = (
-    "gemm",
-    "attention_fwd",
-    "attention_bwd",
-    "elementwise",
-    "selection",
-    "indexing",
-)
-CLASSES = (GEMM, ATTENTION_FWD, ATTENTION_BWD, ELEMENTWISE, SELECTION, INDEXING)
-
-_GEMM_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_scaled_mm", "convolution"})
-_SDPA = (
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "_flash_attention_forward",
-    "_efficient_attention_forward",
-)
-_ATTENTION_FWD_OPS = frozenset(_SDPA)
-_ATTENTION_BWD_OPS = frozenset(f"{name}_backward" for name in _SDPA)
-_SELECTION_OPS = frozenset({"topk", "sort", "argsort", "kthvalue", "median", "unique", "_unique2", "msort"})
-_INDEXING_OPS = frozenset(
-    {
-        "index",
-        "index_select",
-        "gather",
-        "scatter",
-        "scatter_",
-        "scatter_add",
-        "scatter_add_",
-        "scatter_reduce",
-        "scatter_reduce_",
-        "index_put",
-        "index_put_",
-        "_index_put_impl_",
-        "index_add",
-        "index_add_",
-        "index_copy",
-        "index_copy_",
-        "take",
-        "masked_select",
-        "masked_scatter",
-        "nonzero",
-        "embedding",
-        "embedding_dense_backward",
-        "_embedding_bag",
-        "_embedding_bag_forward_only",
-        "_embedding_bag_backward",
-        "_embedding_bag_dense_backward",
-        "gather_backward",
-        "index_select_backward",
-    }
-)
-
-
-def kernel_class(name: str) -> str:
-    """The class of the kernel an aten op (by name, without namespace or overload) launches."""
-    if name in _GEMM_OPS:
-        return GEMM
-    if name in _ATTENTION_FWD_OPS:
-        return ATTENTION_FWD
-    if name in _ATTENTION_BWD_OPS:
-        return ATTENTION_BWD
-    if name in _SELECTION_OPS:
-        return SELECTION
-    if name in _INDEXING_OPS:
-        return INDEXING
-    return ELEMENTWISE
-
-
-# Gathers: what they read of their source (the first tensor argument) is the rows they select, not the source.
-_GATHER_OPS = frozenset({"index", "index_select", "gather", "take", "embedding"})
-_EMBEDDING_BAG_OPS = frozenset({"_embedding_bag", "_embedding_bag_forward_only"})
+CLASSES = tuple(KernelClass)  # the order of KernelTable.kind
+ATTENTION_CLASSES = (KernelClass.ATTENTION_FWD, KernelClass.ATTENTION_BWD)
 
 
 @dataclass(frozen=True)
 class Kernel:
     op: str
-    kind: str  # one of CLASSES
+    kind: KernelClass
     flops: float
     bytes: float
     dtype: str  # the dtype whose peak bounds it: "float32", "half", "float64"
@@ -161,59 +95,42 @@ def _tiles(n: int, tile: int) -> int:
     return max(1, -(-int(n) // tile))
 
 
-def blocks(name: str, kind: str, args, outputs: list[torch.Tensor]) -> int:
+def blocks(op: AtenOp, args, outputs: list[torch.Tensor]) -> int:
     """Thread blocks of a GEMM (output tiles x batch) or a fused attention kernel (batch x heads x row tiles)."""
-    if kind == GEMM and outputs and name in ("mm", "bmm", "addmm", "baddbmm") and outputs[0].dim() >= 2:
+    if op.output_tiles and outputs and outputs[0].dim() >= 2:
         product = outputs[0]
         batch = math.prod(product.shape[:-2])
         return batch * _tiles(product.shape[-2], GEMM_TILE) * _tiles(product.shape[-1], GEMM_TILE)
-    if kind in (ATTENTION_FWD, ATTENTION_BWD):
+    if op.kernel in ATTENTION_CLASSES:
         # forward: q [batch, heads, L_q, d] (args[0]); backward: over key tiles, k (args[2]).
-        rows = args[0] if kind == ATTENTION_FWD else args[2]
+        rows = args[0] if op.kernel == KernelClass.ATTENTION_FWD else args[2]
         if isinstance(rows, torch.Tensor) and rows.dim() == 4:
             return rows.shape[0] * rows.shape[1] * _tiles(rows.shape[2], ATTENTION_TILE)
     return 0
 
 
-def lanes(name: str, outputs: list[torch.Tensor]) -> int:
+def lanes(op: AtenOp, outputs: list[torch.Tensor]) -> int:
     """Threads of a kernel that walks a chain of loads per output element: ``embedding_bag``'s CUDA kernel
     (EmbeddingBag.cu ``EmbeddingBag_updateOutputKernel_sum_mean``) gives each element of a bag's output row one
     thread, which loops over the bag's indices: 32 bags of 8,192 rows of 128 run on 4,096 threads, each reading
     8,192 values one index after another. 0 for every other kernel."""
-    if name in _EMBEDDING_BAG_OPS and outputs:
+    if op.gathers == Gather.BAGS and outputs:
         return max(1, outputs[0].numel())
     return 0
-
-
-def causal_share(q_len: int, k_len: int) -> float:
-    """The share of a [q_len, k_len] score matrix a top-left causal mask keeps (query i sees keys 0..i)."""
-    if q_len <= 0 or k_len <= 0:
-        return 1.0
-    kept = sum(min(i + 1, k_len) for i in range(min(q_len, k_len))) + max(0, q_len - k_len) * k_len
-    return kept / (q_len * k_len)
 
 
 def _tensors(tree) -> list[torch.Tensor]:
     return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
-def nbytes(t: torch.Tensor) -> int:
-    """What a kernel touches of ``t``: its elements, at most its storage (an expanded tensor reads its storage)."""
-    size = t.numel() * t.element_size()
-    try:
-        return min(size, t.untyped_storage().nbytes())
-    except (RuntimeError, NotImplementedError):  # a tensor with no storage (sparse): its elements
-        return size
-
-
-def _gathered_bytes(name: str, args, outputs: list[torch.Tensor]) -> int | None:
+def _gathered_bytes(op: AtenOp, args, outputs: list[torch.Tensor]) -> int | None:
     """What a gather reads of its source (the first argument): the elements it selects (None: not a gather)."""
     source = args[0] if args and isinstance(args[0], torch.Tensor) else None
     if source is None:
         return None
-    if name in _GATHER_OPS:
+    if op.gathers == Gather.ROWS:
         selected = outputs[0].numel() if outputs else 0
-    elif name in _EMBEDDING_BAG_OPS and len(args) > 1 and isinstance(args[1], torch.Tensor):
+    elif op.gathers == Gather.BAGS and len(args) > 1 and isinstance(args[1], torch.Tensor):
         selected = args[1].numel() * (source.shape[-1] if source.dim() else 1)  # one row per index
     else:
         return None
@@ -242,64 +159,17 @@ def _argument(func, args, kwargs, name: str):
     return None
 
 
-def _flops(func, args, kwargs, out, kind: str) -> float:
-    if kind not in (GEMM, ATTENTION_FWD, ATTENTION_BWD):  # the formulas flop_counter has are of these
+def _flops(func, args, kwargs, out, kind: KernelClass) -> float:
+    if kind not in (KernelClass.GEMM, *ATTENTION_CLASSES):  # the formulas flop_counter has are of these
         return 0.0
     count = flop_registry.get(func._overloadpacket)
     if count is None:
         return 0.0
     flops = float(count(*args, **(kwargs or {}), out_val=out))
-    if kind in (ATTENTION_FWD, ATTENTION_BWD) and _argument(func, args, kwargs, "is_causal"):
-        query, key = (args[0], args[1]) if kind == ATTENTION_FWD else (args[1], args[2])
-        flops *= causal_share(query.shape[-2], key.shape[-2])
+    if kind in ATTENTION_CLASSES and _argument(func, args, kwargs, "is_causal"):  # SDPA's: top-left aligned
+        query, key = (args[0], args[1]) if kind == KernelClass.ATTENTION_FWD else (args[1], args[2])
+        flops *= causal_share(query.shape[-2], key.shape[-2], offset=0)
     return flops
-
-
-# -- custom ops (Triton kernels): their costs, declared ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What a custom op's kernel costs, as its declaration computes it from one call's arguments."""
-
-    kind: str  # one of CLASSES
-    flops: float
-    bytes: float
-    blocks: int = 0
-    lanes: int = 0
-    round_trips: int = 0  # the longest program's loads that each wait for the one before (a serial loop)
-
-
-# (args, kwargs) of one call -> its Cost, or one Cost per kernel of an op that launches a chain of them
-CostRule = Callable[..., "Cost | tuple[Cost, ...]"]
-_DECLARED: dict[str, CostRule] = {}
-# The module whose import declares the custom ops of implementations/ (which imports nothing of the harness).
-DECLARATIONS = "topk_bench.predict.custom_op_costs"
-
-
-def register_cost(qualified_name: str) -> Callable[[CostRule], CostRule]:
-    """Declare the cost of custom op ``namespace::name`` (``torch.utils.flop_counter`` knows none): ``rule(args,
-    kwargs)`` of one call returns its :class:`Cost`. The ops of implementations/ are declared in
-    :data:`DECLARATIONS`; another package's op is declared wherever it is registered."""
-
-    def declare(rule: CostRule) -> CostRule:
-        _DECLARED[qualified_name] = rule
-        return rule
-
-    return declare
-
-
-@functools.cache
-def _declarations_loaded() -> bool:
-    import importlib
-
-    importlib.import_module(DECLARATIONS)
-    return True
-
-
-def declared_cost(qualified_name: str) -> CostRule | None:
-    _declarations_loaded()
-    return _DECLARED.get(qualified_name)
 
 
 @functools.cache
@@ -313,9 +183,23 @@ def _warn_undeclared(qualified_name: str) -> None:
 
 
 @functools.cache
-def _launch_of(func) -> tuple[str, str] | None:
-    """(name, class) of the kernel ``func`` launches, None for none: once per op overload."""
-    return (func._opname, kernel_class(func._opname)) if launches_kernel(func) else None
+def _launch_of(func) -> AtenOp | None:
+    """The catalogue's entry of the kernel ``func`` launches, None for none: once per op overload."""
+    return catalogued(func) if launches_kernel(func) else None
+
+
+def _declared_kernels(func, args, kwargs, dtype: str, host_ops: int) -> list[Kernel] | None:
+    """The kernels a custom op's declaration lists (None: it declares none)."""
+    rule = declared_cost(f"{func.namespace}::{func._opname}")
+    if rule is None:
+        return None
+    declared = rule(args, kwargs)
+    chain: tuple[Cost, ...] = declared if isinstance(declared, tuple) else (declared,)
+    return [
+        Kernel(func._opname, c.kind, float(c.flops), float(c.bytes), dtype, blocks=c.blocks, lanes=c.lanes,
+               host_ops=host_ops if i == 0 else 1, round_trips=c.round_trips)
+        for i, c in enumerate(chain)
+    ]  # fmt: skip
 
 
 def kernels(func, args, kwargs, out, host_ops: int = 1) -> list[Kernel]:
@@ -323,51 +207,23 @@ def kernels(func, args, kwargs, out, host_ops: int = 1) -> list[Kernel]:
     declaration lists for a custom op (:func:`register_cost`); ``host_ops``: the ops the host dispatched since
     the previous kernel, this one included (the first kernel's; each later kernel of a chain is one more call on
     the host: a Triton kernel is launched from Python, as an op is dispatched)."""
-    launched = _launch_of(func)
-    if launched is None:
+    op = _launch_of(func)
+    if op is None:
         return []
-    name, kind = launched
     inputs, outputs = _tensors((args, kwargs)), _tensors(out)
     dtype = dtype_of(inputs or outputs)
     if func.namespace != "aten":
-        qualified = f"{func.namespace}::{name}"
-        rule = declared_cost(qualified)
-        if rule is not None:
-            declared = rule(args, kwargs or {})
-            chain = declared if isinstance(declared, tuple) else (declared,)
-            return [
-                Kernel(
-                    name,
-                    c.kind,
-                    float(c.flops),
-                    float(c.bytes),
-                    dtype,
-                    blocks=c.blocks,
-                    lanes=c.lanes,
-                    host_ops=host_ops if i == 0 else 1,
-                    round_trips=c.round_trips,
-                )
-                for i, c in enumerate(chain)
-            ]
-        _warn_undeclared(qualified)
+        declared = _declared_kernels(func, args, kwargs or {}, dtype, host_ops)
+        if declared is not None:
+            return declared
+        _warn_undeclared(f"{func.namespace}::{func._opname}")
     moved = sum(nbytes(t) for t in inputs) + sum(nbytes(t) for t in outputs)  # in place: read, written
-    chained = 0
-    if kind == INDEXING:
-        gathered = _gathered_bytes(name, args, outputs)
-        if gathered is not None:
-            moved += gathered - nbytes(args[0])
-        chained = lanes(name, outputs)
+    gathered = _gathered_bytes(op, args, outputs)
+    if gathered is not None:
+        moved += gathered - nbytes(args[0])
+    flops = _flops(func, args, kwargs, out, op.kernel)
     return [
-        Kernel(
-            name,
-            kind,
-            _flops(func, args, kwargs, out, kind),
-            float(moved),
-            dtype,
-            blocks(name, kind, args, outputs),
-            chained,
-            host_ops,
-        )
+        Kernel(op.name, op.kernel, flops, float(moved), dtype, blocks(op, args, outputs), lanes(op, outputs), host_ops)
     ]
 
 
@@ -383,7 +239,7 @@ class KernelCosts(OpCounter):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.namespace != "prim":  # as OpCounter: C++ asking a tensor its device is no op of the iteration
+        if is_iteration_op(func):
             self._dispatched += 1
             launched = kernels(func, args, kwargs, out, self._dispatched)
             self.counted.note(func._opname, len(launched))
@@ -395,11 +251,20 @@ class KernelCosts(OpCounter):
 
 # -- the constants -------------------------------------------------------------------------------------------
 
-# The kernels whose bandwidth their blocks bound, by what one block streams: a GEMM's (cuBLAS, CUTLASS) and a
-# fused attention kernel's (forward and backward alike: one pipeline of tiles).
-GEMM_BLOCK, ATTENTION_BLOCK = "gemm", "attention"
-_BLOCK_GROUP = {GEMM: GEMM_BLOCK, ATTENTION_FWD: ATTENTION_BLOCK, ATTENTION_BWD: ATTENTION_BLOCK}
-BLOCK_GROUPS = (GEMM_BLOCK, ATTENTION_BLOCK)
+
+class BlockGroup(Word):
+    """The kernels whose bandwidth their blocks bound, by what one block streams: a GEMM's (cuBLAS, CUTLASS) and a
+    fused attention kernel's (forward and backward alike: one pipeline of tiles)."""
+
+    GEMM = "gemm"
+    ATTENTION = "attention"
+
+
+_BLOCK_GROUP = {
+    KernelClass.GEMM: BlockGroup.GEMM,
+    KernelClass.ATTENTION_FWD: BlockGroup.ATTENTION,
+    KernelClass.ATTENTION_BWD: BlockGroup.ATTENTION,
+}
 
 
 @dataclass(frozen=True)
@@ -409,37 +274,40 @@ class Constants:
     reads, the least time a kernel takes on the device, the host's cost of one launch (eager PyTorch: Python,
     the dispatcher, the launch)."""
 
-    efficiency: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0.5))
-    block_bytes_per_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BLOCK_GROUPS, 50e9))
+    efficiency: dict[KernelClass, float] = field(default_factory=lambda: dict.fromkeys(KernelClass, 0.5))
+    block_bytes_per_s: dict[BlockGroup, float] = field(default_factory=lambda: dict.fromkeys(BlockGroup, 50e9))
     lane_bytes_per_s: float = 10e6
     floor_s: float = 3e-6
     launch_s: float = 1e-5
     op_s: float = 2e-6  # the host's cost of dispatching any op, a view as a kernel (Python, the dispatcher)
 
     @classmethod
-    def fitted(cls, path: Path = FITTED) -> Constants:
-        """The constants ``scripts/fit_gpu_time.py`` wrote (its defaults when there is no file)."""
-        if not path.exists():
-            return cls()
-        data = json.loads(path.read_text())["constants"]
+    def from_json(cls, data: dict) -> Constants:
+        """The constants as ``gpu_time.json`` states them (its ``constants``), each read by its name."""
+        scalars = {
+            f.name: float(data[f.name]) for f in fields(cls) if f.name not in ("efficiency", "block_bytes_per_s")
+        }
         return cls(
-            dict(data["efficiency"]),
-            dict(data["block_bytes_per_s"]),
-            float(data["lane_bytes_per_s"]),
-            float(data["floor_s"]),
-            float(data["launch_s"]),
-            float(data["op_s"]),
+            efficiency={KernelClass(name): float(v) for name, v in data["efficiency"].items()},
+            block_bytes_per_s={BlockGroup(name): float(v) for name, v in data["block_bytes_per_s"].items()},
+            **scalars,
         )
+
+    @classmethod
+    @functools.cache
+    def fitted(cls, path: Path = FITTED) -> Constants:
+        """The constants ``scripts/fit_gpu_time.py`` wrote (its defaults when there is no file), read once."""
+        return cls.from_json(json.loads(path.read_text())["constants"]) if path.exists() else cls()
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def peak_flops(gpu: Gpu, dtype: str, kind: str) -> float:
+def peak_flops(gpu: Gpu, dtype: str, kind: KernelClass) -> float:
     """FLOP/s a kernel of ``kind`` in ``dtype`` is bounded by on ``gpu``: tensor cores for half GEMMs and
     attention, the CUDA cores for float32 (TF32 off) and float64."""
     if dtype == "half":
-        return gpu.tensor_half if kind in (GEMM, ATTENTION_FWD, ATTENTION_BWD) else gpu.fp32
+        return gpu.tensor_half if kind in (KernelClass.GEMM, *ATTENTION_CLASSES) else gpu.fp32
     if dtype == "float64":
         return gpu.fp64
     return gpu.fp32
@@ -453,7 +321,7 @@ class KernelTable:
     """An iteration's kernels on one part, as arrays (one entry a kernel, in launch order): what
     :func:`device_seconds` needs, computed once, so that a fit can cost them under many constants."""
 
-    kind: np.ndarray  # index into CLASSES
+    kind: np.ndarray  # index into CLASSES, the kernel classes in order
     compute_s: np.ndarray  # FLOPs / the peak of its dtype on the part (all SMs, efficiency 1)
     bytes: np.ndarray
     blocks: np.ndarray  # 0: enough for every SM
@@ -492,7 +360,9 @@ def device_seconds(table: KernelTable, gpu: Gpu, constants: Constants) -> np.nda
     tiled = table.blocks > 0
     busy = np.where(tiled, np.minimum(1.0, table.blocks / gpu.sm_count), 1.0)
     compute = table.compute_s / (efficiency * busy)
-    per_block = np.array([constants.block_bytes_per_s.get(_BLOCK_GROUP.get(c, ""), np.inf) for c in CLASSES])
+    per_block = np.array(
+        [constants.block_bytes_per_s[_BLOCK_GROUP[c]] if c in _BLOCK_GROUP else np.inf for c in CLASSES]
+    )
     blocks_cap = np.where(tiled, table.blocks, np.inf) * per_block[table.kind]
     lanes_cap = np.where(table.lanes > 0, table.lanes, np.inf) * constants.lane_bytes_per_s
     bandwidth = np.minimum(gpu.hbm_bytes_per_s * efficiency, np.minimum(blocks_cap, lanes_cap))

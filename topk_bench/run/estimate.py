@@ -135,14 +135,15 @@ def cuda_iteration_seconds(case: Case, traffic: workloads.Traffic | None, op_cou
     part a CUDA prediction models by default (the H100 the constants were fitted on): the cost model's FLOPs at
     the GEMMs' achieved rate for the dtype, its bytes at the elementwise kernels' bandwidth, and the host's
     launches (every op counted as one: an upper bound); the slower of device and host."""
+    from topk_bench.aten_ops import KernelClass
     from topk_bench.predict import timing  # the kernel rules and the catalogue: only for a CUDA run
     from topk_bench.predict.kernels.gpus import gpu
 
     part, constants = gpu(DEFAULT_GPU), timing.Constants.fitted()
-    peak = timing.peak_flops(part, "half" if case.dtype.half else "float32", timing.GEMM)
+    peak = timing.peak_flops(part, "half" if case.dtype.half else "float32", KernelClass.GEMM)
     device = (
-        traffic.flops / (peak * constants.efficiency[timing.GEMM])
-        + traffic.bytes / (part.hbm_bytes_per_s * constants.efficiency[timing.ELEMENTWISE])
+        traffic.flops / (peak * constants.efficiency[KernelClass.GEMM])
+        + traffic.bytes / (part.hbm_bytes_per_s * constants.efficiency[KernelClass.ELEMENTWISE])
         if traffic is not None
         else 0.0
     )

@@ -68,7 +68,7 @@ class DecodeStep(nn.Module):
             if isinstance(value, torch.Tensor):
                 self.register_buffer(f"cache_{name}", value, persistent=False)
 
-    def refresh_state(self, k_cache: torch.Tensor, v_cache: torch.Tensor | None = None) -> None:
+    def refresh_state(self, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
         """Rebuild what the implementation keeps with the cache after the cache's contents were replaced, in place."""
         for name, value in cache_state(self.case, k_cache, v_cache).items():
             getattr(self, f"cache_{name}").copy_(value)
@@ -80,29 +80,24 @@ class DecodeStep(nn.Module):
         return self.layer(q, k_cache, v_cache)
 
 
-def cache_state(case, k_cache: torch.Tensor, v_cache: torch.Tensor | None = None) -> dict[str, Any]:
+def cache_state(case, k_cache: torch.Tensor, v_cache: torch.Tensor) -> dict[str, Any]:
     """What the case's implementation keeps with its cache besides K and V, as options of its call.
 
-    The registry entry's ``cache_state`` (page_topk: its page summaries, option ``summaries``;
-    block_topk: its block means, option ``means``), built here with the cache, before the measured region, as a serving
-    system keeps it with its cache: a step does not rebuild it, and its bytes are counted
-    with the cache (``baseline_bytes`` and ``kv_cache_bytes``). Built over the whole
-    buffer after the new tokens' K/V are in it (the step writes the same values again);
-    keeping the current page's summary up to date as tokens arrive is a serving system's
-    cost outside a step, left out.
+    The registry entry's ``cache_state`` (page_topk: its page summaries, option ``summaries``; block_topk: its
+    block means, option ``means``; nsa: its compressed keys and values), built here with the cache, before the
+    measured region, as a serving system keeps it with its cache: a step does not rebuild it, and its bytes are
+    counted with the cache (``baseline_bytes`` and ``kv_cache_bytes``). Built over the whole buffer after the new
+    tokens' K/V are in it (the step writes the same values again); keeping the current page's summary up to date
+    as tokens arrive is a serving system's cost outside a step, left out.
     """
     impl = spec(case.impl)
-    if impl.cache_state_kv is not None:  # kept state built from the values too (nsa's compressed values)
-        if v_cache is None:
-            raise ValueError(f"{case.impl} keeps state built from the values: cache_state needs v_cache")
-        return impl.cache_state_kv(k_cache, v_cache, impl.resolve(case.option_dict))
-    return {} if impl.cache_state is None else impl.cache_state(k_cache, impl.resolve(case.option_dict))
+    return {} if impl.cache_state is None else impl.cache_state(k_cache, v_cache, impl.resolve(case.option_dict))
 
 
 def cache_state_bytes(case) -> int:
     """Bytes of :func:`cache_state` for the case's cache, from its shapes alone (built on the meta device)."""
     p = DECODE.shape(case)
-    k = torch.empty(
+    k = torch.empty(  # V as K: the meta device needs only their shapes
         p["batch"],
         p["kv_heads"],
         p["kv_len"] + p["new_tokens"],

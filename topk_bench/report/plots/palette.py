@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import matplotlib.colors as mcolors
 
-# The legend's order: baselines, the paper's method and its variants, then the KV-cache selection methods.
+# Every method the project registers (tests/report/test_figures_read_alike.py holds the registry to it). The
+# legend's order: baselines, the paper's method and its variants, the KV-cache selection methods, then the
+# trained sparse attentions (DSA, NSA).
 KNOWN: dict[str, tuple[str, str]] = {
     "vanilla": ("#1f77b4", "o"),
     "qchunk": ("#2ca02c", "^"),
@@ -30,13 +32,16 @@ KNOWN: dict[str, tuple[str, str]] = {
     "page_topk": ("#7b4173", "D"),
     "sink_window": ("#637939", "h"),
     "block_topk": ("#17becf", "p"),
+    "dsa": ("#10a674", ">"),
+    "nsa": ("#a50055", "8"),
     "flex": ("#7f7f7f", "<"),
 }
 # A registry name ending so is a variant of the method before it (``vanilla_paper``: the authors' vanilla).
 VARIANT_SUFFIXES = ("_paper",)
-# Implementations registered by plug-ins get a stable pick from these (none taken above; "X" is the failure cross).
+# Implementations registered by plug-ins get a stable pick from these (none taken above; "X" is the failure cross;
+# the project's methods take every other filled marker).
 SPARE_COLOURS = ("#bcbd22", "#393b79", "#843c39", "#e7969c", "#6b6ecf", "#b5cf6b", "#8c6d31")
-SPARE_MARKERS = (">", "8", "H")
+SPARE_MARKERS = ("H",)
 
 # The n-th variant of a method in a figure: a shade of its colour (< 0 towards black, > 0 towards white) and dashes.
 SHADES = (0.0, -0.4, 0.4, -0.6, 0.55)
