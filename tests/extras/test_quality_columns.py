@@ -93,6 +93,7 @@ def test_the_budget_sets_each_methods_own_option():
             dtype=DType.BFLOAT16,
             warmup=0,
             warmup_s=0.0,
+            min_sample_s=0.0,
             repeats=1,
             timer=None,
             flush_l2=False,
