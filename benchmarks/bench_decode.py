@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import implementations
+import topk_bench.attention
 
 DENSE = ("vanilla", "sdpa")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -59,7 +59,7 @@ def inputs(args, kv_len, new_tokens, seed=0):
 
 
 def options(name, args):
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     return {
         key: value for key, value in {"topk": args.topk, "chunk_size": args.chunk_size}.items() if key in spec.options
     }
@@ -67,7 +67,7 @@ def options(name, args):
 
 def time_step(name, q, k, v, args):
     """(wall seconds, CPU seconds) of one decode step."""
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     with torch.no_grad():
         wall, cpu = time.perf_counter(), time.process_time()
         out = fn(q, k, v, causal=not args.non_causal, **options(name, args))

@@ -26,7 +26,7 @@ average before and after.
     python benchmarks/bench_kv_selection.py --impls sdpa page_topk topk_fast --before b86d6d0 --rounds 7
 
 ``--before REV`` adds the selection methods asked for (``page_topk``, ``sink_window``, ``topk_fast``) as of a
-git revision (its ``implementations`` package extracted and imported under another name, its own page
+git revision (its ``topk_bench.attention`` package extracted and imported under another name, its own page
 summaries), interleaved in the same rounds: a before/after table in one run.
 """
 
@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_topk_fast import load_revision  # beside this file: the script's folder is on sys.path
 
-import implementations
-from implementations.page_topk import page_summaries
+import topk_bench.attention
+from topk_bench.attention.methods.page_topk import page_summaries
 
 DENSE = ("einsum", "sdpa", "vanilla")
 
@@ -66,7 +66,7 @@ def einsum_decode(q, k, v):
 
 def repeated(spec_name, k, v, groups):
     """K/V as the entry needs them: as they are with native GQA, else repeated per query head."""
-    if implementations.spec(spec_name).gqa == "native" or groups == 1:
+    if topk_bench.attention.spec(spec_name).gqa == "native" or groups == 1:
         return k, v
     return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
@@ -83,11 +83,13 @@ def build(args):
     summaries = page_summaries(k, args.page_size)
     steps = {
         "einsum": lambda: einsum_decode(q, k, v),
-        "sdpa": lambda: implementations.get("sdpa")(q, k, v, causal=False),
-        "page_topk": lambda: implementations.get("page_topk")(
+        "sdpa": lambda: topk_bench.attention.get("sdpa")(q, k, v, causal=False),
+        "page_topk": lambda: topk_bench.attention.get("page_topk")(
             q, k, v, causal=True, page_size=args.page_size, token_budget=budget, summaries=summaries
         ),
-        "sink_window": lambda: implementations.get("sink_window")(q, k, v, causal=True, sinks=4, window=budget - 4),
+        "sink_window": lambda: topk_bench.attention.get("sink_window")(
+            q, k, v, causal=True, sinks=4, window=budget - 4
+        ),
     }
     notes = []
     for label, name, options in (
@@ -98,7 +100,7 @@ def build(args):
         if label not in args.impls:
             continue
         kr, vr = repeated(name, k, v, groups)  # outside the timed step
-        steps[label] = functools.partial(implementations.get(name), q, kr, vr, causal=False, **options)
+        steps[label] = functools.partial(topk_bench.attention.get(name), q, kr, vr, causal=False, **options)
         if kr is not k:
             notes.append(f"{name}: no native GQA, K/V repeated x{groups} before timing")
     cache = 2 * k.numel() * k.element_size()

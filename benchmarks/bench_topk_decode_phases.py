@@ -5,7 +5,7 @@ batch 1, over ``--kv-len`` cached tokens, keeping ``--topk`` keys per query: the
 over every key (float32 ranking: keys converted tile by tile; bf16 ranking, the default: one
 bf16 GEMM), then on the default's bf16 scores the pruned exact top-k (run maxima, top-k of
 runs, their members, top-k of members, all on the scores' int16 bits, converted once; on CPU
-topk_fast runs the compiled row top-k of :mod:`implementations.native` instead, timed beside), the
+topk_fast runs the compiled row top-k of :mod:`topk_bench.attention.kernels.native` instead, timed beside), the
 softmax and the bag of the chosen V rows; beside them, dense attention's second product
 (weights @ V over every key), which is what a top-k step saves; then whole steps of
 ``topk_fast`` (both rankings), vanilla and SDPA (the registry's entries). Medians of ``--rounds``
@@ -23,9 +23,10 @@ import time
 
 import torch
 
-import implementations
-from implementations import decode, native
-from implementations.topk_fast import _ordered_bits, _segments
+import topk_bench.attention
+from topk_bench.attention.kernels import native
+from topk_bench.attention.methods.topk_fast import _ordered_bits, _segments
+from topk_bench.attention.shared import decode
 
 
 def main() -> None:
@@ -84,12 +85,12 @@ def main() -> None:
         for ranking, float_scores in (("float32", True), ("bf16", False)):
             timed(
                 f"whole step, topk_fast ({ranking} ranking)",
-                lambda float_scores=float_scores: implementations.get("topk_fast")(
+                lambda float_scores=float_scores: topk_bench.attention.get("topk_fast")(
                     q, k, v, causal=True, topk=kk, float_scores=float_scores
                 ),
             )
         for name in ("vanilla", "sdpa"):
-            timed(f"whole step, {name}", lambda name=name: implementations.get(name)(q, k, v, causal=True))
+            timed(f"whole step, {name}", lambda name=name: topk_bench.attention.get(name)(q, k, v, causal=True))
     for name, samples in times.items():
         print(f"{name:34s} {statistics.median(samples) * 1e3:8.1f} ms")
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

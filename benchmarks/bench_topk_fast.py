@@ -5,7 +5,7 @@ attention (B=1, 12 heads of 64), fp32, top-128, chunk 1024, on the CPU with ``--
 (2). Every round runs each implementation once, in a rotated order (the machine is shared,
 so load drifts); the table gives the median over rounds of each one's time, the median and
 quartiles of its per-round ratio to SDPA's time in the same round, and ratios of medians to
-the others. ``--before REV`` adds ``topk_fast`` as of a git revision (its ``implementations``
+the others. ``--before REV`` adds ``topk_fast`` as of a git revision (its ``topk_bench.attention``
 package extracted and imported under another name), interleaved in the same rounds, for a
 before/after table in one run. Peak memory is the exact live-tensor-bytes peak (inputs
 included) of ``topk_bench.measure.memory.LiveBytes`` under ``FakeTensorMode`` (same
@@ -38,14 +38,19 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import implementations
+import topk_bench.attention
 from topk_bench.measure.memory import LiveBytes
 
 OPTIONS = {"topk": {"topk": 128, "chunk_size": 1024}, "topk_fast": {"topk": 128, "chunk_size": 1024}}
 
 
+def _sources(git: list[str], sha: str, folder: str) -> list[str]:
+    listed = subprocess.run(git + ["ls-tree", "-r", "--name-only", sha, folder], capture_output=True, text=True)
+    return [f for f in listed.stdout.split() if f.endswith((".py", ".c", ".h"))]
+
+
 def load_revision(rev: str):
-    """The ``implementations`` package as of git revision ``rev``, imported as ``implementations_<sha>``.
+    """The ``topk_bench.attention`` package as of git revision ``rev``, imported as ``implementations_<sha>``.
 
     Its files are extracted to a temporary directory with the package name replaced, so that
     it imports (and registers into) itself, beside the working tree's package.
@@ -53,16 +58,16 @@ def load_revision(rev: str):
     root = Path(__file__).resolve().parents[1]
     git = ["git", "-C", str(root)]
     sha = subprocess.run(git + ["rev-parse", "--short", rev], capture_output=True, text=True, check=True).stdout.strip()
-    name = f"implementations_{sha}"
+    name = f"attention_{sha}"
     dest = Path(tempfile.mkdtemp(prefix="topk-bench-rev-"))
-    files = subprocess.run(
-        git + ["ls-tree", "-r", "--name-only", sha, "implementations"], capture_output=True, text=True, check=True
-    ).stdout.split()
+    # The package's folder and dotted name at that revision: topk_bench/attention, or implementations before it.
+    layouts = (("topk_bench/attention", r"\btopk_bench\.attention\b"), ("implementations", r"\bimplementations\b"))
+    folder, dotted, files = next((f, d, found) for f, d in layouts if (found := _sources(git, sha, f)))
     for file in files:
         text = subprocess.run(git + ["show", f"{sha}:{file}"], capture_output=True, text=True, check=True).stdout
-        target = dest / name / Path(file).relative_to("implementations")
+        target = dest / name / Path(file).relative_to(folder)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(re.sub(r"\bimplementations\b", name, text))
+        target.write_text(re.sub(dotted, name, text))
     sys.path.insert(0, str(dest))
     return importlib.import_module(name)
 
@@ -119,7 +124,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     causal = not args.non_causal
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    fns = {name: (implementations.get(name), OPTIONS.get(name, {})) for name in args.impls}
+    fns = {name: (topk_bench.attention.get(name), OPTIONS.get(name, {})) for name in args.impls}
     if args.before:
         fns[f"topk_fast@{args.before}"] = (load_revision(args.before).get("topk_fast"), OPTIONS["topk_fast"])
     print(

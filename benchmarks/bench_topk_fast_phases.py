@@ -12,7 +12,7 @@ selection (``topk`` or the compiled ``row_topk_``, ``gather``, ``amax``, masks a
 (``embedding_bag`` and its sampled product), the key-sorted transpose (``sort``,
 ``searchsorted``, ``index_select`` of the entries), and the rest. ``--before REV`` runs the
 ``topk_fast`` of a git revision beside the working tree's, round by round, for a before/after
-table (``REV``'s ``implementations`` package is extracted to a temporary directory and
+table (``REV``'s ``topk_bench.attention`` package is extracted to a temporary directory and
 imported under another name).
 
     python benchmarks/bench_topk_fast_phases.py --lengths 16384 --before HEAD~3
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_topk_fast import load_revision  # noqa: E402
 
-import implementations  # noqa: E402
+import topk_bench.attention  # noqa: E402
 
 PRODUCT = {"bmm", "mm", "matmul", "baddbmm", "addmm"}
 BAGS = {"_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_per_sample_weights_backward", "embedding_bag"}
@@ -149,7 +149,7 @@ def main(argv=None):
     parser.add_argument("--ops", type=int, default=12, help="ops listed per version (by CPU time)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    versions = {"now": implementations.get("topk_fast")}
+    versions = {"now": topk_bench.attention.get("topk_fast")}
     if args.before:
         versions[args.before] = load_revision(args.before).get("topk_fast")
     print(

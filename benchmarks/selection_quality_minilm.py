@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import implementations
+import topk_bench.attention
 from topk_bench.extras.quality import selection_quality
 from topk_bench.workloads.pretrained import activations
 
@@ -78,7 +78,7 @@ def evaluate(layers, causal: bool, with_block_topk: bool) -> dict:
     for denom in BUDGETS:
         budget = length // denom
         for label, name, options in methods(length, budget, with_block_topk):
-            spec = implementations.spec(name)
+            spec = topk_bench.attention.spec(name)
             per_layer = []
             for acts in layers:
                 q, k, v = acts["q"], acts["k"], acts["v"]

@@ -1,4 +1,5 @@
-"""DSA (implementations/dsa.py) against its naive float64 oracle (tests/attention_reference.reference_dsa): the
+"""DSA (topk_bench/attention/methods/dsa.py) against its naive float64 oracle
+(tests/attention_reference.reference_dsa): the
 largest relative error of the output, of the q/k/v gradients and, with the indexer loss, of the loss and of the
 indexer weights' gradients, per configuration (odd lengths, causal, grouped-query heads, topk >= keys).
 
@@ -15,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from attention_reference import qkv_gqa, reference_dsa
-from implementations.dsa import dsa_attention, indexer_weights
+from topk_bench.attention.methods.dsa import dsa_attention, indexer_weights
 
 D, HEADS, DIM, LOSS = 5, 16, 4, 0.7
 CONFIGS = [

@@ -18,8 +18,8 @@ import time
 
 import torch
 
-import implementations
-from implementations import provenance
+from topk_bench import attention
+from topk_bench.attention import provenance
 from topk_bench.case import Case
 from topk_bench.child.execute import execute
 from topk_bench.measure.metadata import cpu_flags, cpu_model
@@ -28,7 +28,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def case(impl: str, dtype: str, seq_len: int, method: str, heads: int = 12, head_dim: int = 64) -> Case:
-    spec = implementations.spec(impl)
+    spec = attention.spec(impl)
     return Case.make(
         suite="dtype-peaks",
         workload="mha",
@@ -46,7 +46,7 @@ def case(impl: str, dtype: str, seq_len: int, method: str, heads: int = 12, head
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq-len", type=int, nargs="+", default=[1024, 4096])
-    parser.add_argument("--impl", nargs="+", default=[s.name for s in implementations.all_specs()])
+    parser.add_argument("--impl", nargs="+", default=[s.name for s in attention.all_specs()])
     parser.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=DTYPES)
     parser.add_argument("--heads", type=int, default=12, help="heads of 64 (12: BERT-base; fewer: a shared machine)")
     args = parser.parse_args(argv)

@@ -54,7 +54,7 @@
 #   KV_ROUNDS    rounds of the kv step (default 3: kv_targets' 5 do not fit beside events in one call)
 #   FAST_SUITE, COMPILED_SUITE  the suites of the fast and compiled steps (defaults above)
 #   PATHS        the CUDA paths the kv, fast and compiled steps measure, each in turn: "default" (TOPK_BENCH_TRITON
-#                as given; unset: the per-operation defaults of implementations/triton_kernels/defaults.py),
+#                as given; unset: the per-operation defaults of topk_bench/attention/kernels/triton/defaults.py),
 #                "triton" (TOPK_BENCH_TRITON=1: the Triton kernels wherever they take the call), "torch"
 #                (TOPK_BENCH_TRITON=0). Default "default"; PHASE=3: "default triton", the two side by side in one
 #                call. A path other than "default" suffixes its logs, folders and kept CSVs with -PATH

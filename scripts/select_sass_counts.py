@@ -2,7 +2,7 @@
 compares the selection designs' binaries (barriers, shared-memory traffic, shuffles).
 
     .venv/bin/python scripts/select_sass_counts.py                       # this checkout's kernel
-    git show REV:implementations/triton_kernels/kernels.py > /tmp/k.py
+    git show REV:topk_bench/attention/kernels/triton/training_kernels.py > /tmp/k.py
     PYTHONPATH=. .venv/bin/python scripts/select_sass_counts.py --kernels /tmp/k.py   # another revision's
 
 sm_90, d = 64, k = 128 (K_PAD = 128), causal, 8 warps; constexprs the kernel does not declare are dropped, so a
@@ -31,7 +31,7 @@ def counts(fn, dtype: str) -> collections.Counter:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from implementations import triton_kernels as tk
+    from topk_bench.attention.kernels import triton as tk
 
     config = tk.select_config(128, 64) | dict(CAUSAL=True, ROUND=dtype != "fp32", HALF_DOT=dtype != "fp32")
     warps = config.pop("num_warps")
@@ -59,7 +59,7 @@ def main() -> None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:
-        from implementations.triton_kernels import kernels as module
+        from topk_bench.attention.kernels.triton import training_kernels as module
     for dtype in ("fp32", "bf16"):
         ops = counts(module.topk_select_kernel, dtype)
         print(f"{dtype}: {sum(ops.values())} instructions; " + ", ".join(f"{op} {ops[op]}" for op in OPCODES))

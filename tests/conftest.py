@@ -29,7 +29,7 @@ def _restore_registry():
     """
     import sys
 
-    from implementations import registry
+    from topk_bench.attention import registry
 
     saved = dict(registry._REGISTRY)
     modules = set(sys.modules)

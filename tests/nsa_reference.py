@@ -1,5 +1,5 @@
 """A float64 oracle of Native Sparse Attention (Yuan et al., 2025), written from the paper, not from
-``implementations.nsa``: one query at a time, every branch from its definition.
+``topk_bench.attention.methods.nsa``: one query at a time, every branch from its definition.
 
 - compression block ``i`` covers keys ``i*d .. i*d + l - 1`` (whole blocks only; Eq. 7 counts keys from 1 and
   writes ``k[i*d + 1 : i*d + l]``), its key and value the mean of the block's; a query at position ``p`` sees the

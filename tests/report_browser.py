@@ -1,4 +1,4 @@
-"""A headless Chromium for the report's tests: Debian's ``chromium`` and ``chromium-driver`` (scripts/ci/chromium.sh
+"""A headless Chromium for the report's tests: Debian's ``chromium`` and ``chromium-driver`` (.ci/chromium.sh
 installs them), driven by selenium through the system's chromedriver: nothing is downloaded, no network is
 reached (the flags keep a closed machine's Chromium from waiting on one).
 
@@ -40,9 +40,9 @@ def skip_reason() -> str | None:
     except ImportError:
         return "selenium is not installed (pip install -e '.[dev]')"
     if _first(CHROMIUM) is None:
-        return "no Chromium (/usr/bin/chromium): apt-get install -y chromium chromium-driver (scripts/ci/chromium.sh)"
+        return "no Chromium (/usr/bin/chromium): apt-get install -y chromium chromium-driver (.ci/chromium.sh)"
     if _first(CHROMEDRIVER) is None:
-        return "no chromedriver (/usr/bin/chromedriver): apt-get install -y chromium-driver (scripts/ci/chromium.sh)"
+        return "no chromedriver (/usr/bin/chromedriver): apt-get install -y chromium-driver (.ci/chromium.sh)"
     return None
 
 

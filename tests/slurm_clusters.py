@@ -1,9 +1,9 @@
 """Slurm clusters for the tests: the shared one ``$SLURM_CONF`` points to, and a private one for faults.
 
 ``slurm_cluster`` uses the cluster ``$SLURM_CONF`` points to when it answers (``.ci/run`` starts one),
-else starts one with scripts/slurm/start.sh (installing slurm-wlm and munge if missing, as root). Only
+else starts one with .ci/slurm/start.sh (installing slurm-wlm and munge if missing, as root). Only
 when that fails are the cluster tests skipped, with the script's reason. It is left running for other
-sessions; scripts/slurm/stop.sh stops it.
+sessions; .ci/slurm/stop.sh stops it.
 
 ``private_slurm`` starts a second single-node cluster of its own (its own directory, munge and ports) for
 the tests that break a node (drain it, set it DOWN): other sessions' jobs on the shared cluster never see
@@ -45,12 +45,12 @@ def _start(directory: str, **ports: int) -> str:
     env = {**os.environ, **{name: str(port) for name, port in ports.items()}}
     env.pop("SLURM_CONF", None)
     proc = subprocess.run(
-        ["bash", str(REPO / "scripts/slurm/start.sh"), directory], capture_output=True, text=True, timeout=900, env=env
+        ["bash", str(REPO / ".ci/slurm/start.sh"), directory], capture_output=True, text=True, timeout=900, env=env
     )
     conf = f"{directory}/slurm.conf"
     if proc.returncode != 0 or not answers(conf):
         reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        pytest.skip(f"Slurm cannot start on this machine (scripts/slurm/start.sh: {reason})")
+        pytest.skip(f"Slurm cannot start on this machine (.ci/slurm/start.sh: {reason})")
     return conf
 
 
@@ -81,9 +81,7 @@ def private_cluster(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("slurm-private"))
     conf = _start(directory, TOPK_SLURMCTLD_PORT=_free_port(), TOPK_SLURMD_PORT=_free_port())
     yield conf
-    subprocess.run(
-        ["bash", str(REPO / "scripts/slurm/stop.sh"), "--clean", directory], capture_output=True, timeout=120
-    )
+    subprocess.run(["bash", str(REPO / ".ci/slurm/stop.sh"), "--clean", directory], capture_output=True, timeout=120)
 
 
 @pytest.fixture

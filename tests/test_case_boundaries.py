@@ -200,7 +200,9 @@ def test_a_spelled_case_holds_members_and_tuples():
     assert spelled.timer is Timer.CUDAGRAPH and spelled.gpu is GpuModel.A100_80GB
     assert spelled.params == (("seq_len", 8),) and type(spelled.params[0]) is tuple
     assert spelled.plugins == ("a.b",) and type(spelled.plugins) is tuple
-    with pytest.raises(ValueError, match=r"unknown timer 'graphs' \(known: perf_counter, process_time, events, cudagraph\)"):
+    with pytest.raises(
+        ValueError, match=r"unknown timer 'graphs' \(known: perf_counter, process_time, events, cudagraph\)"
+    ):
         Case(suite="s", workload="mha", impl="vanilla", params=(), timer="graphs")  # type: ignore[arg-type]
 
 

@@ -1,4 +1,4 @@
-"""No module of topk_bench/ or implementations/ reaches into another's private names (``from m import _x``,
+"""No module of topk_bench/ or topk_bench/attention/ reaches into another's private names (``from m import _x``,
 ``m._x``): what modules share is public, so that a reader sees what a module offers by its names alone."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("topk_bench", "implementations")
+PACKAGES = ("topk_bench", "implementations")  # implementations/: the old name's shim
 
 
 def _module_name(path: Path) -> str:
@@ -48,7 +48,8 @@ def private_uses(source_text: str, module: str, is_package: bool = False) -> lis
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in PACKAGES:
-                    modules[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name
+                    first = alias.name.split(".")[0]  # a plain `import a.b` binds `a`, the package a
+                    modules[alias.asname or first] = alias.name if alias.asname else first
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
             continue
@@ -75,19 +76,19 @@ def test_the_walk_finds_each_way_of_reaching_a_private_name():
     """The check itself: an import of a private name (absolute or relative), and a private attribute of an imported
     module (by any import) are found; a module's own private names and a private attribute of an object are not."""
     source = (
-        "from implementations.block_attention import _dots\n"
-        "from .triton_kernels import _cdiv, launch\n"
-        "from . import masking\n"
-        "import implementations.registry as registry\n"
-        "import implementations\n"
-        "from implementations.probe import _mine\n"
+        "from topk_bench.attention.shared.block_attention import _dots\n"
+        "from ..kernels.triton import _cdiv, launch\n"
+        "from ..shared import masking\n"
+        "import topk_bench.attention.registry as registry\n"
+        "import topk_bench.attention\n"
+        "from topk_bench.attention.methods.probe import _mine\n"
         "x = masking._private + registry._REGISTRY + launch.cdiv(1, 2) + _mine + object()._hidden\n"
-        "y = implementations.triton_kernels._why_not\n"
+        "y = topk_bench.attention.kernels.triton._why_not\n"
     )
-    assert private_uses(source, "implementations.probe") == [
-        "1: from implementations.block_attention import _dots",
-        "2: from implementations.triton_kernels import _cdiv",
-        "7: implementations.masking._private",
-        "7: implementations.registry._REGISTRY",
-        "8: implementations.triton_kernels._why_not",
+    assert private_uses(source, "topk_bench.attention.methods.probe") == [
+        "1: from topk_bench.attention.shared.block_attention import _dots",
+        "2: from topk_bench.attention.kernels.triton import _cdiv",
+        "7: topk_bench.attention.registry._REGISTRY",
+        "7: topk_bench.attention.shared.masking._private",
+        "8: topk_bench.attention.kernels.triton._why_not",
     ]

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-import implementations
+import topk_bench.attention
 from attention_reference import TOL, out_and_grads, qkv, reference_attention
-from implementations.performer import draw_projection, performer_attention
+from topk_bench.attention.methods.performer import draw_projection, performer_attention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -33,7 +33,7 @@ IDS = [name for name, _ in CASES]
 
 
 def _fn(name):
-    return performer_attention if name == "performer" else implementations.get(name)
+    return performer_attention if name == "performer" else topk_bench.attention.get(name)
 
 
 def test_reference_mask_is_bottom_right():
@@ -89,7 +89,7 @@ def test_performer_cache_prefix_equals_the_quadratic_estimator():
     # The first Lk - Lq keys start the prefix sums: same as the L x L masked feature products.
     import performer_pytorch.performer_pytorch as pp
 
-    from implementations.performer import causal_key_features
+    from topk_bench.attention.methods.performer import causal_key_features
 
     q, k, v = qkv(4, 9, seed=6)
     with torch.no_grad():

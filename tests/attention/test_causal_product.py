@@ -8,7 +8,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from implementations.causal_product import causal_product
+from topk_bench.attention.shared.causal_product import causal_product
 from topk_bench.measure.memory import LiveBytes
 
 pytestmark = pytest.mark.usefixtures("single_thread")

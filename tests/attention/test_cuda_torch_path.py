@@ -1,4 +1,5 @@
-"""The batched torch path on CUDA (implementations/cuda_torch.py), run on CPU tensors under ``hardware.target("cuda")``
+"""The batched torch path on CUDA (topk_bench/attention/shared/cuda_torch.py), run on CPU tensors under
+``hardware.target("cuda")``
 (plain torch: the same ops as on a GPU) against the float64 oracle: topk_fast's decode gathers (index_select + bmm),
 its training tiles and backward groups, page_topk's half summaries and one-part gathers; the switch back to the path
 the H100 measured, its provenance, and ``--predict --device cuda`` of both paths."""
@@ -9,17 +10,19 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-import implementations
+import topk_bench.attention
 from attention_reference import qkv_gqa, reference_attention, with_repeated_kv
-from implementations import cuda_torch, decode, hardware, provenance, topk_fast
-from implementations import triton_kernels as tk
-from implementations.page_topk import _table, page_bounds, page_summaries
 from live_bytes import LiveBytes
+from topk_bench.attention import provenance
+from topk_bench.attention.kernels import triton as tk
+from topk_bench.attention.methods import topk_fast
+from topk_bench.attention.methods.page_topk import _table, page_bounds, page_summaries
+from topk_bench.attention.shared import cuda_torch, decode, hardware
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-fast = implementations.get("topk_fast")
-page = implementations.get("page_topk")
+fast = topk_bench.attention.get("topk_fast")
+page = topk_bench.attention.get("page_topk")
 MIB = 1 << 20
 
 
@@ -143,7 +146,7 @@ def test_half_training_on_cuda_calls_no_op_that_lacks_a_cuda_kernel_for_its_dtyp
     for path in cuda_torch.PATHS:
         cuda.setenv(cuda_torch.ENV, path)
         with _AtenOps() as ops:
-            out = implementations.get(impl)(q, k, v, causal=True, **options)
+            out = topk_bench.attention.get(impl)(q, k, v, causal=True, **options)
             torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
         assert not ops.seen & lacking, (path, ops.seen & lacking)
         # The sampled product ran (the mode sees the backward): in float32 copies for bf16, in float16 natively.
@@ -253,7 +256,7 @@ def test_page_decode_in_one_part_is_dense_softmax_over_its_pages(cuda):
     with torch.no_grad():
         got = page(q, k, v, **options)
         batched_parts = len(parts)
-        picked = implementations.spec("page_topk").selection(q, k, **options)
+        picked = topk_bench.attention.spec("page_topk").selection(q, k, **options)
         cuda.setattr(cuda_torch, "GATHER_BYTES", 1)  # one table row a part: the bags path's 4 MiB at this size
         parts.clear()
         assert torch.equal(page(q, k, v, **options), got)
@@ -302,7 +305,7 @@ def test_a_measured_row_is_predicted_on_the_path_it_records():
     assert environment({"case_id": "x"}) == BEFORE_CODE_PATH == {triton: "0", torch_path: "bags"}
     row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=triton:3.4.0"}
     assert environment(row) == {triton: "1", torch_path: "batched"}
-    # The torch path where the measured defaults chose it (implementations/triton_kernels/defaults.py).
+    # The torch path where the measured defaults chose it (topk_bench/attention/kernels/triton/defaults.py).
     row = {"code_path": "cuda_torch=batched;decode_tiles=64MiB;triton_kernels=torch:default (faster on an H200)"}
     assert environment(row) == {triton: "0", torch_path: "batched"}
     # Written after code_path, before the cuda_torch pair: the bags path.
@@ -325,7 +328,7 @@ def _fake_step(impl, kv_len, **options):
         k, v = (torch.randn(1, 8, kv_len, 128, dtype=torch.bfloat16) for _ in range(2))
         state = {"summaries": page_summaries(k, options["page_size"])} if impl == "page_topk" else {}
         with torch.no_grad(), LiveBytes(q, k, v, *state.values()) as tracker:
-            implementations.get(impl)(q, k, v, causal=True, **options, **state)
+            topk_bench.attention.get(impl)(q, k, v, causal=True, **options, **state)
     return tracker
 
 

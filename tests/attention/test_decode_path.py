@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import implementations
-import implementations.decode as decode
+import topk_bench.attention.shared.decode as decode
 from attention_reference import TOL, qkv_gqa, reference_attention, with_repeated_kv
 from live_bytes import LiveBytes
+from topk_bench import attention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -29,14 +29,14 @@ def calls(monkeypatch):
         count.append(1)
         return decode.decode_scores(*args, **kwargs)
 
-    for module in (implementations.topk, implementations.topk_fast):
+    for module in (attention.methods.topk, attention.methods.topk_fast):
         monkeypatch.setattr(module, "decode_scores", counting)
     return count
 
 
 @pytest.mark.parametrize("name", DECODING)
 def test_decode_path_is_taken_only_without_gradients_dropout_or_many_rows(name, calls):
-    fn = implementations.get(name)
+    fn = attention.get(name)
     q, k, v = qkv_gqa(4, 9, 4, 2)
     fn(q, k, v, topk=3)
     assert not calls  # gradients are recorded
@@ -57,7 +57,7 @@ def test_decode_path_is_taken_only_without_gradients_dropout_or_many_rows(name, 
 def test_topk_sparse_has_no_decode_path(calls):
     q, k, v = qkv_gqa(4, 9, 4, 2)
     with torch.no_grad():
-        implementations.get("topk_sparse")(q, k, v, topk=3)
+        attention.get("topk_sparse")(q, k, v, topk=3)
     assert not calls
 
 
@@ -79,7 +79,7 @@ SHAPES = [(1, 9, 3), (4, 9, 4), (9, 4, 2), (5, 12, 40), (3, 20, 1), (2, 1, 5), (
 def test_decode_equals_training_path_and_reference(name, lq, lk, topk, tile_bytes, monkeypatch, calls):
     if tile_bytes is not None:  # one key per tile: every tile boundary and mask split is exercised
         monkeypatch.setattr(decode, "DECODE_TILE_BYTES", tile_bytes)
-    fn = implementations.get(name)
+    fn = attention.get(name)
     for (hq, hkv), causal, relu, padding in itertools.product(
         [(6, 3), (2, 2)], (False, True), (False, True), (False, True)
     ):
@@ -110,7 +110,7 @@ def test_half_decode_never_copies_all_of_k_to_float32(name, monkeypatch):
     q = torch.randn(1, 8, 2, 64, generator=g).bfloat16()
     k = torch.randn(1, 2, 4096, 64, generator=g).bfloat16()
     v = torch.randn(1, 2, 4096, 64, generator=g).bfloat16()
-    fn = implementations.get(name)
+    fn = attention.get(name)
     k_float32 = k.numel() * 4
 
     def largest():
@@ -131,7 +131,7 @@ def test_decode_under_fake_tensors(name, calls):
         k = torch.randn(1, 2, 1000, 16, dtype=torch.bfloat16)
         v = torch.randn(1, 2, 1000, 12, dtype=torch.bfloat16)
         pad = torch.zeros(1, 1000, dtype=torch.bool)
-        out = implementations.get(name)(q, k, v, causal=True, topk=16, key_padding_mask=pad)
+        out = attention.get(name)(q, k, v, causal=True, topk=16, key_padding_mask=pad)
     assert out.shape == (1, 8, 3, 12) and out.dtype == torch.bfloat16 and len(calls) == 1
 
 
@@ -153,7 +153,7 @@ def test_prediction_takes_one_product_with_the_tile_loops_peak_and_flops(name, d
         with fake:
             q, k, v = (torch.randn(2, h, n, 16, dtype=dtype) for h, n in ((8, 3), (2, 1000), (2, 1000)))
         with fake, torch.no_grad(), FlopCounterMode(display=False) as flops, LiveBytes(q, k, v) as tracker:
-            implementations.get(name)(q, k, v, causal=True, topk=16, **FLOAT32_RANKING[name])
+            attention.get(name)(q, k, v, causal=True, topk=16, **FLOAT32_RANKING[name])
         return tracker.peak, flops.get_total_flops(), len(products)
 
     peak, flops, calls = predicted()

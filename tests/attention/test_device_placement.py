@@ -23,9 +23,9 @@ import contextlib
 import pytest
 import torch
 
-import implementations
-from implementations import Decoder, FeedForward, MultiHeadAttention
+import topk_bench.attention
 from topk_bench import workloads
+from topk_bench.attention import Decoder, FeedForward, MultiHeadAttention
 from topk_bench.case import Case
 from topk_bench.measure.placement import DevicePlacement
 from topk_bench.measure.steps import build, iteration
@@ -40,7 +40,9 @@ SMALL = {"chunk_size": 3, "topk": 2, "nb_features": 8}
 # flex hands its tensors to torch's compiled FlexAttention, which refuses the meta device itself:
 # nothing of ours places a tensor there (its own tests run it on the CPU).
 SPECS = [
-    s for s in implementations.all_specs() if s.fn.__module__.split(".")[0] == "implementations" and s.name != "flex"
+    s
+    for s in topk_bench.attention.all_specs()
+    if s.fn.__module__.startswith("topk_bench.attention.") and s.name != "flex"
 ]
 NAMES = [s.name for s in SPECS]
 
@@ -90,7 +92,7 @@ def attention_cases():
 
 @pytest.mark.parametrize("name,activation,causal", list(attention_cases()))
 def test_implementation_stays_on_its_device(name, activation, causal):
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     with torch.device(META):
         module = spec.module(4, **small_options(spec))
         q = torch.randn(2, 3, 7, 4, requires_grad=True)
@@ -130,7 +132,7 @@ def layers(spec):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_layers_stay_on_their_device(name):
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     with torch.device(META):
         built = list(layers(spec))
         for _, layer in built:
@@ -147,14 +149,14 @@ def test_layers_stay_on_their_device(name):
 
 
 def test_every_registered_implementation_is_covered():
-    # A new module in implementations/ is picked up by the loop above without editing this file.
+    # A new module in topk_bench/attention/ is picked up by the loop above without editing this file.
     assert {"vanilla", "qchunk", "topk", "performer"} <= set(NAMES)
 
 
 def test_performer_features_are_the_packages_draws_placed_on_the_device():
     import warnings
 
-    from implementations.performer import draw_projection
+    from topk_bench.attention.methods.performer import draw_projection
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -166,7 +168,7 @@ def test_performer_features_are_the_packages_draws_placed_on_the_device():
         assert torch.equal(ours, pp.gaussian_orthogonal_random_matrix(rows, cols, scaling=0))
     with torch.device(META):
         assert draw_projection(8, 4).device.type == META
-        assert implementations.spec("performer").module(4, nb_features=8).projection.device.type == META
+        assert topk_bench.attention.spec("performer").module(4, nb_features=8).projection.device.type == META
 
 
 # -- the harness's path: workloads.build under torch.device, then the measured iteration ---------------
@@ -197,7 +199,7 @@ def workload_cases():
                 workload=workload,
                 impl=name,
                 params=TINY[workload],
-                options=small_options(implementations.spec(name)),
+                options=small_options(topk_bench.attention.spec(name)),
                 causal=causal,
                 activation=activation,
                 ff_impl=spec.default_feedforward if spec.feedforward else None,

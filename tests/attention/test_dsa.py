@@ -1,4 +1,4 @@
-"""DeepSeek Sparse Attention (implementations/dsa.py) against the naive float64 oracle
+"""DeepSeek Sparse Attention (topk_bench/attention/methods/dsa.py) against the naive float64 oracle
 (attention_reference.reference_dsa): outputs, q/k/v gradients, the indexer loss and its
 gradients, odd lengths, causal (bottom-right), grouped-query heads, topk >= keys; the decode
 path with cached indexer keys; chunking changes nothing; stages are marked."""
@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import implementations
+import topk_bench.attention
 from attention_reference import qkv_gqa, reference_dsa
-from implementations import stages
-from implementations.dsa import dsa_attention, dsa_selection, index_keys, indexer_weights
+from topk_bench.attention.methods.dsa import dsa_attention, dsa_selection, index_keys, indexer_weights
+from topk_bench.attention.shared import stages
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -113,7 +113,7 @@ def test_decode_with_cached_indexer_keys_equals_the_full_call():
 
 
 def test_cache_state_keeps_the_indexer_keys_the_step_uses():
-    spec = implementations.spec("dsa")
+    spec = topk_bench.attention.spec("dsa")
     k = torch.randn(1, 2, 10, 8)
     options = spec.resolve({"index_heads": 2, "index_head_dim": 4})
     state = spec.cache_state(k, k, options)

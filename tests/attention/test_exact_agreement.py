@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-import implementations
 from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
+from topk_bench import attention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -27,10 +27,10 @@ SHAPES = [(7, 7), (7, 11), (10, 6)]  # (Lq, Lk): square, wide, tall
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
 @pytest.mark.parametrize("name,options", EXACT, ids=lambda x: str(x))
 def test_exact_implementation_matches_reference(name, options, activation, causal, lq, lk):
-    if activation not in implementations.spec(name).activations:
+    if activation not in attention.spec(name).activations:
         pytest.skip(f"{name} does not support {activation}")
     q, k, v = qkv(lq, lk)
-    got = out_and_grads(implementations.get(name), q, k, v, causal=causal, activation=activation, **options)
+    got = out_and_grads(attention.get(name), q, k, v, causal=causal, activation=activation, **options)
     want = out_and_grads(reference_attention, q, k, v, causal=causal, activation=activation)
     assert_all_close(got, want)
 
@@ -43,7 +43,7 @@ def test_key_padding_mask_including_an_all_padding_row(name):
     pad[1] = True  # nothing to attend: zero output and gradients, no NaN
     options = {"chunk_size": 4} if name != "vanilla" else {}
     for causal in (False, True):
-        got = out_and_grads(implementations.get(name), q, k, v, causal=causal, key_padding_mask=pad, **options)
+        got = out_and_grads(attention.get(name), q, k, v, causal=causal, key_padding_mask=pad, **options)
         want = out_and_grads(reference_attention, q, k, v, causal=causal, key_padding_mask=pad)
         assert_all_close(got, want)
         assert got[0][1].abs().max() == 0
@@ -56,19 +56,19 @@ def test_registered_implementations_describe_themselves():
         "topk_sparse": ("Top-k sparse (size=1024, topk=128)", {"chunk_size": 1024, "topk": 128}),
     }
     for name, (legend, defaults) in expected.items():
-        spec = implementations.spec(name)
+        spec = attention.spec(name)
         assert spec.legend() == legend
         assert defaults.items() <= spec.resolve().items()
         assert spec.causal and set(spec.activations) == {"softmax", "relu"}
-    assert implementations.spec("qchunk").exact
-    assert not implementations.spec("topk").exact and not implementations.spec("topk_sparse").exact
-    assert implementations.spec("topk").legend({"topk": 64, "chunk_size": 512}) == "Top-k (size=512, topk=64)"
+    assert attention.spec("qchunk").exact
+    assert not attention.spec("topk").exact and not attention.spec("topk_sparse").exact
+    assert attention.spec("topk").legend({"topk": 64, "chunk_size": 512}) == "Top-k (size=512, topk=64)"
 
 
 @pytest.mark.parametrize("name", ["qchunk", "topk", "topk_sparse"])
 def test_bad_options_are_refused(name):
     q, k, v = qkv(3, 3)
-    fn = implementations.get(name)
+    fn = attention.get(name)
     with pytest.raises(ValueError, match="chunk_size"):
         fn(q, k, v, chunk_size=0)
     with pytest.raises(ValueError, match="activation"):

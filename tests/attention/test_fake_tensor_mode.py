@@ -8,15 +8,15 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-import implementations
-from implementations import Decoder, FeedForward, MultiHeadAttention
+import topk_bench.attention
+from topk_bench.attention import Decoder, FeedForward, MultiHeadAttention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 # Small values for the options that exist, so that chunking and top-k really happen.
 SMALL = {"chunk_size": 3, "topk": 2, "nb_features": 8}
-PREDICTABLE = [s.name for s in implementations.all_specs() if s.predictable]
+PREDICTABLE = [s.name for s in topk_bench.attention.all_specs() if s.predictable]
 
 
 def small_options(spec):
@@ -25,7 +25,7 @@ def small_options(spec):
 
 def cases():
     for name in PREDICTABLE:
-        spec = implementations.spec(name)
+        spec = topk_bench.attention.spec(name)
         for activation in spec.activations:
             for causal in (False, True) if spec.causal else (False,):
                 yield name, activation, causal
@@ -33,7 +33,7 @@ def cases():
 
 @pytest.mark.parametrize("name,activation,causal", list(cases()))
 def test_implementation_forward_backward_under_fake_tensors(name, activation, causal):
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     with FakeTensorMode():
         q = torch.randn(2, 3, 7, 4, requires_grad=True)
         k = torch.randn(2, 3, 8, 4, requires_grad=True)
@@ -46,7 +46,7 @@ def test_implementation_forward_backward_under_fake_tensors(name, activation, ca
 
 @pytest.mark.parametrize("name", PREDICTABLE)
 def test_layers_forward_backward_under_fake_tensors(name):
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     options = small_options(spec)
     ff_name = name if "relu" in spec.activations else "vanilla"
     ff_options = options if ff_name == name else {}

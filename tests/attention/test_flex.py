@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 
-import implementations
-from implementations import flex
+from topk_bench import attention
+from topk_bench.attention.methods import flex
 from topk_bench.case import Case
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -61,7 +61,7 @@ def test_selection_masks(lq, lk):
 
 
 def test_registry_entry():
-    spec = implementations.spec("flex")
+    spec = attention.spec("flex")
     assert not spec.predictable and spec.gqa == "native" and spec.activations == ("softmax",)
     assert spec.selection is flex.flex_selection and spec.legend() == "FlexAttention (window=0)"
 
@@ -82,7 +82,7 @@ def test_compiled_forward_equals_dense_masked_attention():
             torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5)
             assert seconds > 0
         # A sliding window is sink_window without sinks.
-        sw = implementations.get("sink_window")(q, k, v, causal=True, sinks=0, window=8)
+        sw = attention.get("sink_window")(q, k, v, causal=True, sinks=0, window=8)
         torch.testing.assert_close(flex.flex_attention(q, k, v, causal=True, window=8), sw, rtol=0, atol=1e-5)
         # Rows before the first key (causal, Lq > Lk) give zeros.
         q9, k4, v4 = inputs(1, 2, 2, 9, 4, dtype=torch.float32)

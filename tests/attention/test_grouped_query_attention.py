@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-import implementations
+import topk_bench.attention
 from attention_reference import assert_all_close, out_and_grads, qkv_gqa, reference_attention, with_repeated_kv
-from implementations.performer import draw_projection, performer_attention
 from live_bytes import LiveBytes
+from topk_bench.attention.methods.performer import draw_projection, performer_attention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -30,10 +30,10 @@ def _topk_reference(topk):
 # (name, options, what the implementation computes on K/V with as many heads as Q).
 # Chunk sizes below the lengths, topk below Lk: chunking, selection and pruning all happen.
 CASES = [
-    ("vanilla", {}, implementations.get("vanilla")),
-    ("sdpa", {}, implementations.get("vanilla")),
-    ("qchunk", {"chunk_size": 3}, implementations.get("vanilla")),
-    ("topk", {"chunk_size": 3, "topk": 1000}, implementations.get("vanilla")),  # k >= Lk: exact
+    ("vanilla", {}, topk_bench.attention.get("vanilla")),
+    ("sdpa", {}, topk_bench.attention.get("vanilla")),
+    ("qchunk", {"chunk_size": 3}, topk_bench.attention.get("vanilla")),
+    ("topk", {"chunk_size": 3, "topk": 1000}, topk_bench.attention.get("vanilla")),  # k >= Lk: exact
     ("topk", {"chunk_size": 3, "topk": 4}, _topk_reference(4)),
     ("topk_sparse", {"chunk_size": 3, "topk": 4}, _topk_reference(4)),
     ("topk_fast", {"chunk_size": 3, "topk": 4}, _topk_reference(4)),
@@ -45,7 +45,7 @@ SHAPES = [(7, 7), (5, 9), (1, 9), (9, 4)]  # (Lq, Lk): square, cache (wide), one
 
 
 def _fn(name):
-    return _performer if name == "performer" else implementations.get(name)
+    return _performer if name == "performer" else topk_bench.attention.get(name)
 
 
 @pytest.mark.parametrize("lq,lk", SHAPES)
@@ -56,7 +56,7 @@ def _fn(name):
     "name,options,repeated", CASES, ids=lambda x: x if isinstance(x, str) else getattr(x, "__name__", str(x))
 )
 def test_gqa_equals_repeated_kv(name, options, repeated, activation, causal, hq, hkv, lq, lk):
-    if activation not in implementations.spec(name).activations:
+    if activation not in topk_bench.attention.spec(name).activations:
         pytest.skip(f"{name} does not support {activation}")
     q, k, v = qkv_gqa(lq, lk, hq, hkv, d=D, seed=lq * lk + hq)
     kw = dict(causal=causal, activation=activation)
@@ -74,12 +74,12 @@ def test_gqa_equals_repeated_kv(name, options, repeated, activation, causal, hq,
 def test_sdpa_one_call_per_group_member(lq, lk):
     # Causal prefill: folding the groups would need a G*Lq x Lk mask, so sdpa calls SDPA
     # once per member of the groups instead (the shapes above are too small for that).
-    from implementations.sdpa import _fold_is_cheap
+    from topk_bench.attention.methods.sdpa import _fold_is_cheap
 
     q, k, v = qkv_gqa(lq, lk, 4, 1, d=D)
     assert not _fold_is_cheap(q, k, 4, causal=True)
-    got = out_and_grads(implementations.get("sdpa"), q, k, v, causal=True)
-    assert_all_close(got, out_and_grads(with_repeated_kv(implementations.get("vanilla")), q, k, v, causal=True))
+    got = out_and_grads(topk_bench.attention.get("sdpa"), q, k, v, causal=True)
+    assert_all_close(got, out_and_grads(with_repeated_kv(topk_bench.attention.get("vanilla")), q, k, v, causal=True))
 
 
 def test_grouped_heads_really_differ_from_equal_heads():
@@ -89,12 +89,14 @@ def test_grouped_heads_really_differ_from_equal_heads():
     interleaved = with_repeated_kv(reference_attention)(q, k, v)
     tiled = reference_attention(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1))
     assert (interleaved - tiled).abs().max() > 1e-3
-    torch.testing.assert_close(implementations.get("qchunk")(q, k, v, chunk_size=2), interleaved, rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        topk_bench.attention.get("qchunk")(q, k, v, chunk_size=2), interleaved, rtol=0, atol=1e-10
+    )
 
 
 def test_every_builtin_implementation_is_native():
     for name in ("vanilla", "sdpa", "qchunk", "topk", "topk_sparse", "topk_fast", "performer"):
-        assert implementations.spec(name).gqa == "native", name
+        assert topk_bench.attention.spec(name).gqa == "native", name
 
 
 @pytest.mark.parametrize("name", ["vanilla", "sdpa", "qchunk", "topk", "topk_sparse", "topk_fast", "performer"])
@@ -102,7 +104,7 @@ def test_heads_that_do_not_divide_are_refused(name):
     q, _, _ = qkv_gqa(3, 4, 3, 2)
     _, k, v = qkv_gqa(3, 4, 2, 2)
     with pytest.raises(ValueError, match="multiple of Hkv"):
-        implementations.get(name)(q, k, v)
+        topk_bench.attention.get(name)(q, k, v)
 
 
 # Memory: B=1, Hq=8, Hkv=2 (G=4), Lq=8 queries, Lk=256 keys, d=64: every legitimate
@@ -152,10 +154,10 @@ def _profile(fn, causal, grad=True):
 @pytest.mark.parametrize("causal", [False, True])
 # flex: torch's compiled kernel runs below the tracker (and has no CPU backward); its own tests cover it.
 @pytest.mark.parametrize(
-    "name", [s.name for s in implementations.all_specs() if s.gqa == "native" and s.name != "flex"]
+    "name", [s.name for s in topk_bench.attention.all_specs() if s.gqa == "native" and s.name != "flex"]
 )
 def test_native_gqa_never_allocates_repeated_kv(name, causal):
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     options = MEM_OPTIONS.get(name, {})
     groups = MEM["hq"] // MEM["hkv"]
     for grad in (True, False):  # training, and the decode paths of topk / topk_fast
@@ -167,13 +169,13 @@ def test_native_gqa_never_allocates_repeated_kv(name, causal):
 def test_repeating_kv_is_caught_by_the_memory_test():
     # Guards the test above: an implementation that repeats K/V allocates a G x K-sized tensor.
     groups = MEM["hq"] // MEM["hkv"]
-    largest, peak, k_bytes = _profile(with_repeated_kv(implementations.get("vanilla")), causal=True)
+    largest, peak, k_bytes = _profile(with_repeated_kv(topk_bench.attention.get("vanilla")), causal=True)
     assert largest >= groups * k_bytes and peak >= 2 * groups * k_bytes
 
 
-@pytest.mark.parametrize("name", [s.name for s in implementations.all_specs() if s.gqa and s.predictable])
+@pytest.mark.parametrize("name", [s.name for s in topk_bench.attention.all_specs() if s.gqa and s.predictable])
 def test_gqa_forward_backward_under_fake_tensors(name):
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     options = {
         key: value for key, value in {"chunk_size": 3, "topk": 2, "nb_features": 8}.items() if key in spec.options
     }

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-import implementations
+from topk_bench import attention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -61,7 +61,7 @@ def tolerance(q, k, v, activation, dtype):
 def _options(name, options, d=8):
     if name == "performer":  # one projection for both dtypes: the estimator itself must not change
         torch.manual_seed(0)
-        return {**options, "projection": implementations.performer.draw_projection(16, d)}
+        return {**options, "projection": attention.methods.performer.draw_projection(16, d)}
     return options
 
 
@@ -70,9 +70,9 @@ def _options(name, options, d=8):
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
 @pytest.mark.parametrize("name,options", CASES, ids=IDS)
 def test_half_output_is_close_to_float32_output(name, options, activation, causal, dtype):
-    if activation not in implementations.spec(name).activations:
+    if activation not in attention.spec(name).activations:
         pytest.skip(f"{name} does not support {activation}")
-    fn = implementations.get(name)
+    fn = attention.get(name)
     options = _options(name, options)
     q, k, v = half_inputs(5, 9, 4, 2, dtype)
     q.requires_grad_()
@@ -102,7 +102,7 @@ def test_softmax_normaliser_of_a_long_row_is_taken_in_float32(name, options, dty
     q, k, v = half_inputs(2, 2048, 1, 1, dtype, d=4, dv=4, b=1, seed=1)
     q = q * 0.1  # scores within +-0.5
     v = v.abs() + 1  # every value in [1, 5): the output is a weighted mean of them
-    fn = implementations.get(name)
+    fn = attention.get(name)
     want = fn(q.float(), k.float(), v.float(), causal=False, **options)
     got = fn(q, k, v, causal=False, **options).float()
     torch.testing.assert_close(got, want, rtol=0, atol=tolerance(q, k, v, "softmax", dtype))
@@ -134,7 +134,7 @@ def test_half_inputs_select_the_keys_of_float32(name, grad, dtype):
     assert margin > 1e-5
     eye = torch.eye(lk, dtype=dtype).expand(2, 2, lk, lk)
     with torch.set_grad_enabled(grad):  # decode: no gradient and chunk_size >= Lq
-        out = implementations.get(name)(
+        out = attention.get(name)(
             q.requires_grad_(grad), k, eye, topk=topk, chunk_size=3 if grad else 64, **FLOAT32_RANKING[name]
         )
     assert torch.equal(selected(out), want)
@@ -147,7 +147,7 @@ def test_half_inputs_select_the_keys_of_float32(name, grad, dtype):
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name,options", CASES, ids=IDS)
 def test_half_inputs_under_fake_tensors(name, options, dtype):
-    fn = implementations.get(name)
+    fn = attention.get(name)
     for causal in (False, True):
         with FakeTensorMode():
             q = torch.randn(2, 4, 5, 8, dtype=dtype, requires_grad=True)

@@ -1,4 +1,5 @@
-"""What the implementations run on (implementations/hardware.py): the target device kind, which shapes decode's
+"""What the implementations run on (topk_bench/attention/shared/hardware.py): the target device kind, which shapes
+decode's
 key tiles (issue 26: a CUDA step never converts the whole cache to float32, and ``--predict --device cuda``
 predicts those tiles), and the float32 path of half products where a CPU emulates half GEMMs (issue 28)."""
 
@@ -8,10 +9,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import implementations
-import implementations.decode as decode
-from implementations import hardware
+import topk_bench.attention
+import topk_bench.attention.shared.decode as decode
 from live_bytes import LiveBytes
+from topk_bench.attention.shared import hardware
 from topk_bench.case import Case
 from topk_bench.predict.backends import predict, predict_cuda
 
@@ -67,7 +68,7 @@ def _float32_ranked_step(kv_len=131072):
         q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16)
         k, v = (torch.randn(1, 8, kv_len, 128, dtype=torch.bfloat16) for _ in range(2))
         with torch.no_grad(), LiveBytes(q, k, v) as tracker:
-            implementations.get("topk")(q, k, v, causal=True, topk=kv_len // 16)
+            topk_bench.attention.get("topk")(q, k, v, causal=True, topk=kv_len // 16)
     return tracker.largest
 
 
@@ -121,7 +122,7 @@ def test_half_ranked_decode_ranks_the_rounded_products_on_every_cpu(native, monk
     monkeypatch.setattr(decode, "native_half_matmul", lambda x: native)
     q, k, _ = _cache(2048)
     eye = torch.eye(2048, dtype=torch.bfloat16).expand(1, 2, 2048, 2048)  # the output is the weights
-    spec = implementations.spec("topk_fast")
+    spec = topk_bench.attention.spec("topk_fast")
     with torch.no_grad():
         chosen = spec.selection(q, k, causal=True, topk=64)
         weights = spec.fn(q, k, eye, causal=True, topk=64).float()
@@ -137,11 +138,11 @@ def test_half_ranked_decode_ranks_the_rounded_products_on_every_cpu(native, monk
 
 def test_page_topk_decode_is_the_same_with_emulated_half_products(monkeypatch):
     q, k, v = _cache(4096, seed=3)
-    fn = implementations.get("page_topk")
+    fn = topk_bench.attention.get("page_topk")
     options = dict(causal=True, page_size=16, token_budget=256)
     with torch.no_grad():
         native = fn(q, k, v, **options)
-        monkeypatch.setattr(implementations.block_attention, "native_half_matmul", lambda x: False)
+        monkeypatch.setattr(topk_bench.attention.shared.block_attention, "native_half_matmul", lambda x: False)
         emulated = fn(q, k, v, **options)
         want = fn(q.float(), k.float(), v.float(), **options)
     assert emulated.dtype == torch.bfloat16

@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-import implementations
-from implementations import Decoder, FeedForward, MultiHeadAttention
+import topk_bench.attention
+from topk_bench.attention import Decoder, FeedForward, MultiHeadAttention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -130,7 +130,7 @@ def test_performer_layers_hold_their_own_random_features():
 @pytest.mark.parametrize("name", ["vanilla", "sdpa", "qchunk", "topk", "topk_sparse", "topk_fast", "performer"])
 def test_decoder_runs_in_bfloat16(name):
     # The layers hold no dtype of their own: cast to bf16, every implementation keeps it.
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     options = {k: v for k, v in {"chunk_size": 3, "topk": 2, "nb_features": 8}.items() if k in spec.options}
     ff = name if "relu" in spec.activations else "vanilla"
     torch.manual_seed(0)

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import implementations
 from live_bytes import LiveBytes
+from topk_bench import attention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -27,7 +27,7 @@ def profile(name, causal):
     q, k, v = (torch.randn(B, H, L, D, requires_grad=True) for _ in range(3))
     cotangent = torch.randn(B, H, L, D)
     with LiveBytes(q, k, v, cotangent) as tracker:
-        out = implementations.get(name)(q, k, v, causal=causal, **OPTIONS[name])
+        out = attention.get(name)(q, k, v, causal=causal, **OPTIONS[name])
         kept = tracker.poll()
         tracker.reset_peak()
         torch.autograd.backward(out, cotangent)
@@ -64,7 +64,7 @@ def test_causal_performer_memory_is_linear_in_length():
     def peak(length):
         with FakeTensorMode():
             torch.manual_seed(0)
-            module = implementations.spec("performer").module(d, nb_features=m, chunk_size=128)
+            module = attention.spec("performer").module(d, nb_features=m, chunk_size=128)
             q, k, v = (torch.randn(1, 1, length, d, requires_grad=True) for _ in range(3))
             cotangent = torch.randn(1, 1, length, d)
             with LiveBytes(q, k, v, cotangent, module.projection) as tracker:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from implementations.native import build
 from locations import ROOT
+from topk_bench.attention.kernels.native import build
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler: nothing is built")
 
-STATUS = "from implementations import native; print(native.status().describe())"
+STATUS = "from topk_bench.attention.kernels import native; print(native.status().describe())"
 
 
 def fresh(code: str, cache: Path, **env) -> subprocess.CompletedProcess:
@@ -126,16 +126,20 @@ def _c_arguments(prototype: str) -> tuple[str, ...]:
 
 def test_the_ctypes_types_are_the_c_prototypes():
     """Every function build.SIGNATURES declares, against its C prototype: a drift is memory corruption, silently."""
-    body = (ROOT / "implementations/native/row_topk_body.h").read_text()
+    body = (ROOT / "topk_bench/attention/kernels/native/row_topk_body.h").read_text()
     row_topk = re.search(r"^int F\(row_topk\)\(([^)]*)\)", body, re.M | re.S)
-    key_sort = re.search(r"^int key_sort\(([^)]*)\)", (ROOT / "implementations/native/key_sort.c").read_text(), re.M)
+    key_sort = re.search(
+        r"^int key_sort\(([^)]*)\)", (ROOT / "topk_bench/attention/kernels/native/key_sort.c").read_text(), re.M
+    )
     assert row_topk and key_sort
     for suffix in build.SUFFIXES:
         assert build.SIGNATURES[f"{suffix}_row_topk"] == ("int", _c_arguments(row_topk.group(1)))
     assert build.SIGNATURES["key_sort"] == ("int", _c_arguments(key_sort.group(1)))
     assert set(build.SIGNATURES) == {f"{s}_row_topk" for s in build.SUFFIXES} | {"key_sort"}
     # The F(name) prefixes of row_topk.c are the suffixes declared.
-    prefixes = re.findall(r"#define F\(name\) (\w+)_##name", (ROOT / "implementations/native/row_topk.c").read_text())
+    prefixes = re.findall(
+        r"#define F\(name\) (\w+)_##name", (ROOT / "topk_bench/attention/kernels/native/row_topk.c").read_text()
+    )
     assert sorted(prefixes) == sorted(build.SUFFIXES)
 
 
@@ -203,7 +207,7 @@ def test_a_hanging_compiler_is_announced_and_tried_once_per_run(tmp_path):
     reason = f"not used: {cc} did not finish in 2 s (TOPK_BENCH_NATIVE_TIMEOUT)"
     assert done.stdout.splitlines() == [reason, reason], done
     assert [c for c in calls(tmp_path) if c != "--version"] and len(calls(tmp_path)) == 2, calls(tmp_path)
-    assert "implementations.native: compiling the native kernels, at most 2 s" in done.stderr
+    assert "topk_bench.attention.kernels.native: compiling the native kernels, at most 2 s" in done.stderr
     assert took < 90, took
 
 

@@ -1,4 +1,5 @@
-"""The compiled row top-k (implementations/native): torch.topk's values, in place, on every path of the kernel."""
+"""The compiled row top-k (topk_bench/attention/kernels/native): torch.topk's values, in place, on every path of the
+kernel."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from implementations import native
+from topk_bench.attention.kernels import native
 
 pytestmark = pytest.mark.skipif(not native.available(torch.float32), reason="no C compiler: no compiled kernel")
 
@@ -152,7 +153,7 @@ def _fresh_python(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_disabled_or_without_compiler_falls_back(tmp_path):
-    code = "import torch; from implementations import native; print(native.available(torch.float32))"
+    code = "import torch; from topk_bench.attention.kernels import native; print(native.available(torch.float32))"
     off = _fresh_python(code, TOPK_BENCH_NATIVE="0")
     assert off.returncode == 0 and off.stdout.strip() == "False"
     broken = _fresh_python(code, CC="false", TOPK_BENCH_NATIVE_CACHE=str(tmp_path))
@@ -162,7 +163,7 @@ def test_disabled_or_without_compiler_falls_back(tmp_path):
 
 
 def test_builds_once_into_the_cache(tmp_path):
-    code = "import torch; from implementations import native; print(native.available(torch.float64))"
+    code = "import torch; from topk_bench.attention.kernels import native; print(native.available(torch.float64))"
     first = _fresh_python(code, TOPK_BENCH_NATIVE_CACHE=str(tmp_path))
     assert first.returncode == 0 and first.stdout.strip() == "True", first.stderr
     built = list(tmp_path.glob("row_topk-*.so"))
@@ -177,7 +178,7 @@ def test_builds_once_into_the_cache(tmp_path):
 )
 def test_topk_fast_same_with_and_without_the_kernel(monkeypatch, causal, groups, padded):
     """topk_fast's outputs and gradients (float64) are the same through the kernels and through torch.topk/sort."""
-    from implementations.topk_fast import topk_fast_attention
+    from topk_bench.attention.methods.topk_fast import topk_fast_attention
 
     torch.manual_seed(5)
     b, h, lq, d = 2, 6, 300, 16
@@ -241,7 +242,7 @@ def test_key_sort_rejects_a_key_out_of_range():
 
 _FORK_SCRIPT = """
 import os, sys, torch
-from implementations import native
+from topk_bench.attention.kernels import native
 assert native.available(torch.float32)  # built and loaded; no parallel region has run in this process
 pid = os.fork()
 if pid == 0:
@@ -266,7 +267,7 @@ def test_a_forked_child_runs_the_kernel_on_threads():
 @pytest.mark.slow  # compiles (inductor, a minute on a loaded 2-core machine)
 def test_topk_fast_compiles_through_the_kernels():
     """compile = true: dynamo takes the custom ops as they are; the compiled step gives the eager one's results."""
-    from implementations.topk_fast import topk_fast_attention
+    from topk_bench.attention.methods.topk_fast import topk_fast_attention
 
     torch.manual_seed(7)
     q = torch.randn(1, 8, 1, 64, dtype=torch.bfloat16)

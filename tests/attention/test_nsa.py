@@ -1,4 +1,5 @@
-"""NSA (implementations/nsa.py) against the float64 oracle of tests/nsa_reference.py: output and gradients of
+"""NSA (topk_bench/attention/methods/nsa.py) against the float64 oracle of tests/nsa_reference.py: output and gradients
+of
 q, k, v and the gate, causal and not, odd lengths, grouped-query heads, n at least the number of blocks, a
 decode step over a kept compressed cache; its selection mask; and the selection's importance scores as the
 paper's Eq. 9 writes them (each compression block counted by its overlap with the selection block)."""
@@ -6,10 +7,10 @@ paper's Eq. 9 writes them (each compression block counted by its overlap with th
 import pytest
 import torch
 
-import implementations
-from implementations.nsa import compress, nsa_attention, nsa_selection
+import topk_bench.attention
 from tests.attention_reference import qkv_gqa
 from tests.nsa_reference import eq9_importance, nsa_reference, nsa_reference_selection
+from topk_bench.attention.methods.nsa import compress, nsa_attention, nsa_selection
 
 # Small blocks, so that a few dozen keys hold many compression and selection blocks.
 SMALL = dict(compress_block=4, compress_stride=2, select_block=8, select_blocks=4, window=6, chunk_size=16)
@@ -81,7 +82,7 @@ def test_a_decode_step_over_the_kept_compressed_cache_matches_the_oracle(hq, hkv
     """No gradient and few query rows: the selection branch copies its blocks (the decode path), the compressed
     keys and values come kept with the cache (the registry's cache_state)."""
     q, k, v = qkv_gqa(2, 45, hq, hkv, d=5, dv=4, b=2)
-    state = implementations.spec("nsa").cache_state(k.detach(), v.detach(), SMALL)
+    state = topk_bench.attention.spec("nsa").cache_state(k.detach(), v.detach(), SMALL)
     with torch.no_grad():
         out = nsa_attention(q, k, v, causal=True, **SMALL, **state)
         ref = _oracle(q, k, v, True, SMALL)
@@ -128,7 +129,7 @@ def test_selection_is_the_keys_the_selected_blocks_and_window_hold(causal):
 
 
 def test_the_layer_learns_its_gate():
-    layer = implementations.spec("nsa").module(5, **SMALL)
+    layer = topk_bench.attention.spec("nsa").module(5, **SMALL)
     q, k, v = qkv_gqa(17, 17, 2, 2, d=5, dv=4, b=1)
     layer.double()(q, k, v, causal=True).sum().backward()
     assert {name for name, p in layer.named_parameters() if p.grad is not None} == {"gate_weight", "gate_bias"}
@@ -156,7 +157,7 @@ def test_eq9_counts_each_compression_block_by_its_overlap_with_the_selection_blo
 def test_at_the_papers_blocks_the_five_overlapping_compression_blocks_weigh_1_2_2_2_1():
     """l = 32, d = 16, l' = 64: selection block j (keys 64j .. 64j + 63) overlaps compression blocks 4j - 1 (its
     last 16 keys), 4j, 4j + 1, 4j + 2 (all 32) and 4j + 3 (its first 16)."""
-    from implementations.nsa import selection_scores
+    from topk_bench.attention.methods.nsa import selection_scores
 
     j, nc, ns = 2, 16, 5
     for i in range(nc):
@@ -171,7 +172,7 @@ def test_at_the_papers_blocks_the_five_overlapping_compression_blocks_weigh_1_2_
 def test_the_selection_scores_are_eq9(l, d, l_sel):  # noqa: E741
     """The implementation's scores (box sums over the compression probabilities) against Eq. 9's double sum, for
     every number of visible compression blocks (the zeros past them add nothing)."""
-    from implementations.nsa import n_compressed, selection_scores
+    from topk_bench.attention.methods.nsa import n_compressed, selection_scores
 
     lk = 61
     nc, ns = n_compressed(lk, l, d), -(-lk // l_sel)

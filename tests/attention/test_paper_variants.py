@@ -11,10 +11,11 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd import gradcheck
 
-import implementations
 from attention_reference import TOL, assert_all_close, out_and_grads, qkv
-from implementations import MultiHeadAttention, paper
 from live_bytes import LiveBytes
+from topk_bench import attention
+from topk_bench.attention import MultiHeadAttention
+from topk_bench.attention.methods import paper
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -43,18 +44,16 @@ def ids(x):
 @pytest.mark.parametrize("name,ours,options", PAIRS, ids=ids)
 def test_without_dropout_each_variant_equals_our_counterpart(name, ours, options, activation, lq, lk, causal):
     q, k, v = qkv(lq, lk)
-    got = out_and_grads(
-        implementations.get(name), q, k, v, causal=causal, activation=activation, dropout=0.0, **options
-    )
-    want = out_and_grads(implementations.get(ours), q, k, v, causal=causal, activation=activation, **options)
+    got = out_and_grads(attention.get(name), q, k, v, causal=causal, activation=activation, dropout=0.0, **options)
+    want = out_and_grads(attention.get(ours), q, k, v, causal=causal, activation=activation, **options)
     assert_all_close(got, want)
 
 
 @pytest.mark.parametrize("name,ours,options", PAIRS[:4], ids=ids)
 def test_scale_inside_equals_scaling_q_beforehand(name, ours, options):
     q, k, v = qkv(12, 12)
-    got = out_and_grads(implementations.get(name), q, k, v, causal=True, dropout=0.0, scale=0.3, **options)
-    want = out_and_grads(lambda q, k, v: implementations.get(ours)(q * 0.3, k, v, causal=True, **options), q, k, v)
+    got = out_and_grads(attention.get(name), q, k, v, causal=True, dropout=0.0, scale=0.3, **options)
+    want = out_and_grads(lambda q, k, v: attention.get(ours)(q * 0.3, k, v, causal=True, **options), q, k, v)
     assert_all_close(got, want)
 
 
@@ -82,7 +81,7 @@ def bottom_right_reference(q, k, v, activation, topk=None):
 )
 def test_causal_masking_is_bottom_right_aligned(name, options, activation, lq, lk):
     q, k, v = qkv(lq, lk)
-    got = out_and_grads(implementations.get(name), q, k, v, causal=True, activation=activation, dropout=0.0, **options)
+    got = out_and_grads(attention.get(name), q, k, v, causal=True, activation=activation, dropout=0.0, **options)
     want = out_and_grads(lambda q, k, v: bottom_right_reference(q, k, v, activation, options.get("topk")), q, k, v)
     assert_all_close(got, want)
     if lq > lk:  # the first Lq - Lk queries see no key: zeros, never their code's average of all values
@@ -101,7 +100,7 @@ def test_causal_masking_is_bottom_right_aligned(name, options, activation, lq, l
 )
 def test_a_precomputed_mask_is_the_whole_mask(name, options):
     q, k, v = qkv(12, 12)
-    fn = implementations.get(name)
+    fn = attention.get(name)
     causal = torch.ones(12, 12, dtype=torch.bool).triu(1)  # True = masked, as their benchmark built it
     got = out_and_grads(fn, q, k, v, mask=causal, dropout=0.0, **options)
     assert_all_close(got, out_and_grads(fn, q, k, v, causal=True, dropout=0.0, **options))
@@ -112,14 +111,14 @@ def test_a_precomputed_mask_is_the_whole_mask(name, options):
     got = out_and_grads(fn, q, k, v, mask=padding, dropout=0.0, **options)
     assert all(torch.isfinite(t).all() for t in got)
     assert got[0][1, :, 3].abs().max() == 0 and got[1][1, :, 3].abs().max() == 0
-    want = out_and_grads(implementations.get("vanilla_paper"), q, k, v, mask=padding, dropout=0.0)
+    want = out_and_grads(attention.get("vanilla_paper"), q, k, v, mask=padding, dropout=0.0)
     if "topk" not in options:
         assert_all_close(got, want)
 
 
 def seeded(name, **options):
     """The variant with the RNG reseeded before every call: the same dropout masks each time."""
-    fn = implementations.get(name)
+    fn = attention.get(name)
 
     def run(q, k, v):
         torch.manual_seed(1234)
@@ -143,7 +142,7 @@ def test_with_dropout_gradients_are_those_of_the_forward(name, options, activati
     fn = seeded(name, causal=True, activation=activation, dropout=0.1, scale=0.7, **options)
     first, again = fn(q, k, v), fn(q, k, v)
     assert torch.equal(first, again)  # reseeded: fixed masks
-    without = implementations.get(name)(q, k, v, causal=True, activation=activation, dropout=0.0, scale=0.7, **options)
+    without = attention.get(name)(q, k, v, causal=True, activation=activation, dropout=0.0, scale=0.7, **options)
     assert not torch.allclose(first, without)  # dropout does drop
     assert gradcheck(fn, (q, k, v), fast_mode=True)
 
@@ -189,7 +188,7 @@ def profile(name, mask=None, **options):
     cotangent = torch.randn(B, H, L, D)
     existing = (q, k, v, cotangent) + (() if mask is None else (mask,))
     with LiveBytes(*existing) as tracker:
-        out = implementations.get(name)(q, k, v, **options, **({} if mask is None else {"mask": mask}))
+        out = attention.get(name)(q, k, v, **options, **({} if mask is None else {"mask": mask}))
         kept = tracker.poll()
         tracker.reset_peak()
         torch.autograd.backward(out, cotangent)
@@ -253,17 +252,17 @@ def test_paper_variants_describe_themselves():
         "topk_paper": ("Top-k, paper code (size=1024, topk=128)", False),
     }
     for name, (legend, exact) in expected.items():
-        spec = implementations.spec(name)
+        spec = attention.spec(name)
         assert spec.legend() == legend and spec.exact is exact
         assert spec.resolve()["dropout"] == 0.1 and spec.resolve()["scale"] == 1.0 and spec.resolve()["mask"] is None
         assert spec.causal and set(spec.activations) == {"softmax", "relu"} and spec.predictable and spec.gqa is None
-    assert implementations.spec("qchunk_paper").legend({"chunk_size": 512}) == "Q-chunking, paper code (size=512)"
+    assert attention.spec("qchunk_paper").legend({"chunk_size": 512}) == "Q-chunking, paper code (size=512)"
 
 
 @pytest.mark.parametrize("name", ["vanilla_paper", "qchunk_paper", "topk_paper"])
 def test_bad_arguments_are_refused(name):
     q, k, v = qkv(4, 4)
-    fn = implementations.get(name)
+    fn = attention.get(name)
     with pytest.raises(ValueError, match="dropout"):
         fn(q, k, v, dropout=1.0)
     with pytest.raises(ValueError, match="scale"):

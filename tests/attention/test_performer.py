@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-import implementations
+import topk_bench.attention
 from attention_reference import qkv, reference_attention
-from implementations.causal_product import causal_product
-from implementations.performer import causal_key_features, draw_projection, performer_attention
+from topk_bench.attention.methods.performer import causal_key_features, draw_projection, performer_attention
+from topk_bench.attention.shared.causal_product import causal_product
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -105,7 +105,7 @@ def test_error_against_softmax_shrinks_with_more_features(causal):
 
 
 def test_random_features_drawn_once_per_layer_and_reproducible():
-    spec = implementations.spec("performer")
+    spec = topk_bench.attention.spec("performer")
     assert spec.legend() == "Performer (features=256)" and not spec.exact
     assert spec.activations == ("softmax",) and spec.causal
     assert spec.resolve()["nb_features"] == 256
@@ -139,7 +139,7 @@ def test_a_layer_built_in_half_precision_draws_its_features_in_float32(dtype):
     torch.set_default_dtype(dtype)
     try:
         torch.manual_seed(0)
-        layer = implementations.spec("performer").module(8, nb_features=16)
+        layer = topk_bench.attention.spec("performer").module(8, nb_features=16)
     finally:
         torch.set_default_dtype(previous)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""``implementations.provenance``: which code an implementation runs where the machine decides it, said the same
+"""``topk_bench.attention.provenance``: which code an implementation runs where the machine decides it, said the same
 way by the function, the row, meta.json and doctor. The native choice is read in fresh interpreters (a process
 loads the kernels once)."""
 
@@ -11,12 +11,13 @@ import sys
 import pytest
 import torch
 
-from implementations import hardware, provenance, registry
-from implementations.native import build
 from locations import ROOT
+from topk_bench.attention import provenance, registry
+from topk_bench.attention.kernels.native import build
+from topk_bench.attention.shared import hardware
 
 CODE_PATH = (
-    "from implementations import provenance; import torch; "
+    "from topk_bench.attention import provenance; import torch; "
     "print(provenance.code_path('topk_fast', device='cpu', dtype=torch.float32))"
 )
 
@@ -57,7 +58,7 @@ def test_half_products_follow_the_cpu_and_only_half_dtypes_have_them():
     assert provenance.code_path("page_topk", device="cpu", dtype=torch.float32) == ""
     cuda = provenance.parse(provenance.code_path("page_topk", device="cuda", dtype=torch.bfloat16))
     assert "half_products" not in cuda  # the accelerator's own
-    # Calls the Triton kernels do not take run the torch path it names (implementations/cuda_torch.py).
+    # Calls the Triton kernels do not take run the torch path it names (topk_bench/attention/shared/cuda_torch.py).
     assert cuda["cuda_torch"] == "batched"
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-import implementations
-from implementations import Implementation, registry
+from topk_bench import attention
+from topk_bench.attention import Implementation, registry
 
 
 def attend(q, k, v, *, causal=False, activation="softmax", topk=8, chunk_size=64, hook=None):
@@ -19,7 +19,7 @@ def select(q, k, *, causal=False, topk=4, **_ignored):
 
 
 def test_every_registered_implementation_agrees_with_its_signatures():
-    for spec in implementations.all_specs():
+    for spec in attention.all_specs():
         assert registry.option_mismatches(spec) == [], spec.name
 
 
@@ -36,13 +36,13 @@ def test_register_refuses_options_its_functions_contradict(options, selection, m
     if selection is not None:
         entry = Implementation("test_drifted", attend, "d", options=options, selection=selection)
     with pytest.raises(ValueError, match=r"^implementation 'test_drifted': " + message):
-        implementations.register(entry)
-    assert "test_drifted" not in implementations.names()
+        attention.register(entry)
+    assert "test_drifted" not in attention.names()
 
 
 def test_an_entry_may_take_its_options_from_its_functions_signature():
     assert dict(registry.signature_options(attend, exclude=("hook",))) == {"topk": 8, "chunk_size": 64}
-    dsa, nsa = implementations.spec("dsa"), implementations.spec("nsa")
+    dsa, nsa = attention.spec("dsa"), attention.spec("nsa")
     assert list(dsa.options) == [
         "index_heads", "index_head_dim", "topk", "chunk_size", "indexer_loss", "seed", "indexer", "index_keys"
     ]  # fmt: skip

@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-import implementations
-from implementations import block_attention
-from implementations import selection as core
-from implementations.block_topk import block_means
-from implementations.masking import fold_groups, unfold_groups
-from implementations.page_topk import page_bounds, page_summaries
+import topk_bench.attention
 from live_bytes import LiveBytes
+from topk_bench.attention.methods.block_topk import block_means
+from topk_bench.attention.methods.page_topk import page_bounds, page_summaries
+from topk_bench.attention.shared import block_attention
+from topk_bench.attention.shared import selection as core
+from topk_bench.attention.shared.masking import fold_groups, unfold_groups
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -173,7 +173,7 @@ def assert_close_all(got, want):
 def test_selection_is_the_published_rule(name, causal, shape):
     q, k, _ = inputs(*shape, seed=sum(shape))
     options = METHODS[name]
-    got = implementations.spec(name).selection(q, k, causal=causal, **options)
+    got = topk_bench.attention.spec(name).selection(q, k, causal=causal, **options)
     assert got.dtype == torch.bool and got.shape == q.shape[:3] + (k.shape[2],)
     assert torch.equal(got, naive_selection(name, q, k, causal, options))
 
@@ -185,14 +185,14 @@ def test_selection_is_the_published_rule(name, causal, shape):
 def test_page_topk_per_query_head_is_quest_for_each_head(causal, shape):
     q, k, _ = inputs(*shape, seed=sum(shape))
     options = dict(METHODS["page_topk"], group_pages=False)
-    got = implementations.spec("page_topk").selection(q, k, causal=causal, **options)
+    got = topk_bench.attention.spec("page_topk").selection(q, k, causal=causal, **options)
     want = naive_selection("page_topk", q, k, causal, options)
     assert torch.equal(got, want)
 
 
 def test_the_heads_of_a_group_share_pages_only_when_asked():
     q, k, _ = inputs(1, 8, 2, 2, 40, seed=3)
-    page = implementations.spec("page_topk").selection
+    page = topk_bench.attention.spec("page_topk").selection
     shared = page(q, k, page_size=4, token_budget=8)
     own = page(q, k, page_size=4, token_budget=8, group_pages=False)
     grouped = shared.view(1, 2, 4, 2, 40)
@@ -207,7 +207,7 @@ def test_the_heads_of_a_group_share_pages_only_when_asked():
 def test_attention_is_dense_softmax_over_the_selection(name, causal, shape):
     # Outputs and gradients: the selection is held fixed (MoBA's gate is not differentiated).
     q, k, v = inputs(*shape, seed=sum(shape))
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     options = METHODS[name]
     selected = spec.selection(q, k, causal=causal, **options)
     got = out_and_grads(spec.fn, q, k, v, causal=causal, **options)
@@ -230,7 +230,7 @@ def test_a_step_without_gradients_is_dense_softmax_over_the_selection(
     monkeypatch.setattr(block_attention, "GATHER_BYTES", gather_bytes)
     q, k, v = inputs(*shape, seed=sum(shape))
     opts = dict(METHODS[name], **options)
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     with torch.no_grad():
         got = spec.fn(q, k, v, causal=causal, **opts)
         want = dense_masked(q, k, v, spec.selection(q, k, causal=causal, **opts))
@@ -243,7 +243,7 @@ def test_a_step_takes_queries_in_any_layout(name):
     q, k, v = inputs(1, 4, 2, 3, 20, seed=4)
     q = q.detach().transpose(1, 2).contiguous().transpose(1, 2)
     assert not q.is_contiguous()
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     with torch.no_grad():
         torch.testing.assert_close(
             fn(q, k, v, causal=True, **METHODS[name]),
@@ -259,7 +259,7 @@ def test_exact_topk_attention_is_dense_softmax_over_its_selection(name, causal):
     # Lq == Lk when causal: the top-k entries' own causal alignment is outside this module.
     shape = (2, 3, 3, 8, 8) if causal else (2, 3, 3, 5, 11)
     q, k, v = inputs(*shape, seed=3)
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     assert getattr(spec.selection, "func", spec.selection) is core.topk_selection
     options = {"topk": 3, "chunk_size": 3}
     selected = spec.selection(q, k, causal=causal, **options)
@@ -292,7 +292,7 @@ def test_a_budget_covering_the_cache_is_exact_attention(name, causal, shape):
     q, k, v = inputs(*shape, seed=7)
     # StreamingLLM's window ends at the query: the whole cache is causal attention either way.
     ok = allowed(shape[3], shape[4], causal or name == "sink_window").expand(*q.shape[:3], shape[4])
-    got = out_and_grads(implementations.get(name), q, k, v, causal=causal, **FULL[name])
+    got = out_and_grads(topk_bench.attention.get(name), q, k, v, causal=causal, **FULL[name])
     assert_close_all(got, out_and_grads(dense_masked, q, k, v, selected=ok))
 
 
@@ -304,7 +304,9 @@ def test_page_size_one_selects_the_top_budget_keys_plus_the_current_token(lq, ca
     hq, hkv, options = heads
     b, lk, budget = 1, 12, 3
     q, k, _ = inputs(b, hq, hkv, lq, lk, seed=lq)
-    got = implementations.spec("page_topk").selection(q, k, causal=causal, page_size=1, token_budget=budget, **options)
+    got = topk_bench.attention.spec("page_topk").selection(
+        q, k, causal=causal, page_size=1, token_budget=budget, **options
+    )
     scores = q.detach() @ k.detach().repeat_interleave(hq // hkv, dim=1).transpose(-2, -1)
     for i in range(lq):
         pos = lk - lq + i
@@ -321,7 +323,7 @@ def test_grouped_query_heads_equal_repeated_kv(name):
     q, k, v = inputs(2, 6, 2, 4, 15, seed=11)
     # page_topk per query head: repeated K/V makes every head its own group.
     options = dict(METHODS[name], group_pages=False) if name == "page_topk" else METHODS[name]
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     got = out_and_grads(fn, q, k, v, causal=True, **options)
     kr = k.detach().repeat_interleave(3, dim=1).requires_grad_()
     vr = v.detach().repeat_interleave(3, dim=1).requires_grad_()
@@ -329,13 +331,13 @@ def test_grouped_query_heads_equal_repeated_kv(name):
     # The gradient of a repeated kv head is the sum over its group.
     want = (out, dq, dkr.unflatten(1, (2, 3)).sum(2), dvr.unflatten(1, (2, 3)).sum(2))
     assert_close_all(got, want)
-    assert implementations.spec(name).gqa == "native"
+    assert topk_bench.attention.spec(name).gqa == "native"
 
 
 @pytest.mark.parametrize("name", ["page_topk", "block_topk", "sink_window"])
 def test_rows_before_the_first_key_give_zeros(name):
     q, k, v = inputs(1, 2, 1, 9, 4, seed=5)  # causal, Lq > Lk: rows 0..4 sit before key 0
-    out, dq, dk, dv = out_and_grads(implementations.get(name), q, k, v, causal=True, **METHODS[name])
+    out, dq, dk, dv = out_and_grads(topk_bench.attention.get(name), q, k, v, causal=True, **METHODS[name])
     assert torch.isfinite(out).all() and torch.isfinite(dq).all()
     assert out[:, :, :5].abs().max() == 0 and out[:, :, 5:].abs().min() > 0
 
@@ -364,7 +366,7 @@ def test_page_bounds_bound_every_key_of_the_page():
 def test_state_kept_with_the_cache_gives_the_same_result_and_is_checked(name, size, state, build):
     # What a decode step takes from its cache (page summaries, block means) instead of reading K again.
     q, k, v = inputs(1, 4, 2, 2, 21, seed=9)
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     options = {size: 4, "token_budget": 8} if name == "page_topk" else {size: 4, "topk_blocks": 2}
     want = fn(q, k, v, causal=True, **options)
     got = fn(q, k, v, causal=True, **{state: build(k, 4)}, **options)
@@ -376,7 +378,7 @@ def test_state_kept_with_the_cache_gives_the_same_result_and_is_checked(name, si
 @pytest.mark.parametrize("name", ["page_topk", "block_topk", "sink_window"])
 def test_refuses_relu_and_bad_options(name):
     q, k, v = inputs(1, 2, 1, 3, 6)
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     with pytest.raises(ValueError, match="softmax"):
         fn(q, k, v, activation="relu")
     bad = {"page_topk": {"page_size": 0}, "block_topk": {"block_size": 0}, "sink_window": {"window": -1}}[name]
@@ -390,13 +392,13 @@ def test_refuses_relu_and_bad_options(name):
 def test_forward_and_backward_under_fake_tensors(name):
     with FakeTensorMode():
         q, k, v = inputs(2, 4, 2, 6, 11, dtype=torch.float32)
-        out = implementations.get(name)(q, k, v, causal=True, **METHODS[name])
+        out = topk_bench.attention.get(name)(q, k, v, causal=True, **METHODS[name])
         out.sum().backward()
-        sel = implementations.spec(name).selection(q, k, causal=True, **METHODS[name])
+        sel = topk_bench.attention.spec(name).selection(q, k, causal=True, **METHODS[name])
     assert isinstance(out, FakeTensor) and out.shape == (2, 4, 6, 4)
     assert k.grad.shape == k.shape and v.grad.shape == v.shape and q.grad.shape == q.shape
     assert sel.shape == (2, 4, 6, 11)
-    assert implementations.spec(name).predictable
+    assert topk_bench.attention.spec(name).predictable
 
 
 def test_block_topk_keeps_no_lq_by_lk_tensor():
@@ -406,7 +408,7 @@ def test_block_topk_keeps_no_lq_by_lk_tensor():
     with FakeTensorMode():
         q, k, v = inputs(b, h, h, length, length, d=d, dv=d, dtype=torch.float32)
         with LiveBytes(q, k, v) as tracker:
-            implementations.get("block_topk")(q, k, v, causal=True, **options).sum().backward()
+            topk_bench.attention.get("block_topk")(q, k, v, causal=True, **options).sum().backward()
     square = b * h * length * length * 4
     assert tracker.largest < square / 16, tracker.largest
     assert tracker.peak < square / 4, tracker.peak
@@ -417,7 +419,7 @@ def test_block_topk_keeps_no_lq_by_lk_tensor():
 def test_half_precision_runs_and_selects_as_float32(name, dtype):
     shape = (1, 4, 2, 3, 40) if name != "topk_fast" else (1, 2, 2, 3, 40)
     q, k, v = (t.detach().to(dtype) for t in inputs(*shape, seed=1, dtype=torch.float32))
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     options = {**METHODS[name], "chunk_size": 2} if "chunk_size" in METHODS[name] else METHODS[name]
     out = spec.fn(q, k, v, causal=True, **options)
     assert out.dtype == dtype and torch.isfinite(out).all()
@@ -432,15 +434,17 @@ def test_topk_fast_ranks_the_half_products_themselves(lq):
     # By default (float_scores=False) keys are ranked by the bf16 product, as dense bf16 attention rounds
     # its scores; float_scores=True ranks by float32 scores, as topk.
     q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(1, 8, 2, lq, 300, d=16, dv=8, seed=5, dtype=torch.float32))
-    spec, kk = implementations.spec("topk_fast"), 40
+    spec, kk = topk_bench.attention.spec("topk_fast"), 40
     with torch.no_grad():
         chosen = spec.selection(q, k, causal=True, topk=kk)
         exact = spec.selection(q, k, causal=True, topk=kk, float_scores=True)
         out = spec.fn(q, k, v, causal=True, topk=kk)
         float32_ranked = spec.fn(q, k, v, causal=True, topk=kk, float_scores=True)
         products = (q @ k.repeat_interleave(4, dim=1).transpose(-2, -1)).float()  # rounded to bf16
-    assert torch.equal(chosen, implementations.spec("topk").selection(q, k, causal=True, topk=kk, float_scores=False))
-    assert torch.equal(exact, implementations.spec("topk").selection(q, k, causal=True, topk=kk))
+    assert torch.equal(
+        chosen, topk_bench.attention.spec("topk").selection(q, k, causal=True, topk=kk, float_scores=False)
+    )
+    assert torch.equal(exact, topk_bench.attention.spec("topk").selection(q, k, causal=True, topk=kk))
     ok = allowed(lq, 300, True)
     worst_chosen = products.masked_fill(~chosen, float("inf")).amin(-1)
     best_left = products.masked_fill(chosen | ~ok, float("-inf")).amax(-1)
@@ -466,9 +470,9 @@ def test_topk_fast_ranks_the_half_products_themselves(lq):
 def test_half_precision_backward_of_block_topk():
     q, k, v = (t.detach().to(torch.bfloat16).requires_grad_() for t in inputs(1, 4, 2, 6, 20, dtype=torch.float32))
     options = METHODS["block_topk"]
-    got = out_and_grads(implementations.get("block_topk"), q, k, v, causal=True, **options)
+    got = out_and_grads(topk_bench.attention.get("block_topk"), q, k, v, causal=True, **options)
     q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
-    want = out_and_grads(implementations.get("block_topk"), q32, k32, v32, causal=True, **options)
+    want = out_and_grads(topk_bench.attention.get("block_topk"), q32, k32, v32, causal=True, **options)
     for a, b in zip(got, want):
         assert a.dtype == torch.bfloat16
         torch.testing.assert_close(a.float(), b, rtol=0, atol=5e-2)
@@ -476,14 +480,14 @@ def test_half_precision_backward_of_block_topk():
 
 def test_registry_entries_describe_selection_methods():
     for name in ("page_topk", "block_topk", "sink_window"):
-        spec = implementations.spec(name)
+        spec = topk_bench.attention.spec(name)
         assert spec.selection is not None and spec.gqa == "native" and not spec.exact
         assert spec.activations == ("softmax",) and spec.predictable
     for name in ("topk", "topk_sparse"):
-        assert implementations.spec(name).selection is core.topk_selection
-    fast = implementations.spec("topk_fast").selection  # ranked as topk_fast ranks half inputs by default
+        assert topk_bench.attention.spec(name).selection is core.topk_selection
+    fast = topk_bench.attention.spec("topk_fast").selection  # ranked as topk_fast ranks half inputs by default
     assert fast.func is core.topk_selection and fast.keywords == {"float_scores": False}
-    assert implementations.spec("topk_fast").options["float_scores"] is False
-    assert implementations.spec("page_topk").legend() == "Page top-k (page=16, budget=1024)"
-    assert implementations.spec("block_topk").legend({"topk_blocks": 2}) == "Block top-k (block=512, top-2)"
-    assert implementations.spec("sink_window").legend() == "Sinks + window (sinks=4, window=1024)"
+    assert topk_bench.attention.spec("topk_fast").options["float_scores"] is False
+    assert topk_bench.attention.spec("page_topk").legend() == "Page top-k (page=16, budget=1024)"
+    assert topk_bench.attention.spec("block_topk").legend({"topk_blocks": 2}) == "Block top-k (block=512, top-2)"
+    assert topk_bench.attention.spec("sink_window").legend() == "Sinks + window (sinks=4, window=1024)"

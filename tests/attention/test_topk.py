@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import implementations
+import topk_bench.attention
 from attention_reference import assert_all_close, out_and_grads, qkv, reference_attention
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 def test_small_topk_matches_dense_masked_reference(name, activation, causal, lq, lk, topk, chunk):
     # Causal rows i < topk - 1 have fewer than topk allowed keys: masked keys must get zero weight.
     q, k, v = qkv(lq, lk, seed=lq + lk)
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     got = out_and_grads(fn, q, k, v, causal=causal, activation=activation, topk=topk, chunk_size=chunk)
     want = out_and_grads(reference_attention, q, k, v, causal=causal, activation=activation, topk=topk)
     assert_all_close(got, want)
@@ -27,7 +27,7 @@ def test_small_topk_differs_from_full_attention():
     # Guards the test above: with k < Lk the reference is really sparser than vanilla.
     q, k, v = qkv(6, 10)
     full = reference_attention(q, k, v)
-    sparse = implementations.get("topk")(q, k, v, topk=3, chunk_size=4)
+    sparse = topk_bench.attention.get("topk")(q, k, v, topk=3, chunk_size=4)
     assert (full - sparse).abs().max() > 1e-3
 
 
@@ -43,7 +43,7 @@ def test_small_topk_differs_from_full_attention():
 @pytest.mark.parametrize("activation", ["softmax", "relu"])
 def test_gradcheck(name, options, activation, causal):
     q, k, v = qkv(5, 6, d=3, dv=2, b=1, h=2, seed=3)
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     assert torch.autograd.gradcheck(
         lambda q, k, v: fn(q, k, v, causal=causal, activation=activation, **options), (q, k, v)
     )
@@ -55,7 +55,7 @@ def test_dropout_gradients_are_right_across_chunks(name):
     # backward with finite differences. Replaying one RNG state for all chunks (the
     # paper's code) would use other masks in backward and fail here.
     q, k, v = qkv(7, 6, d=3, dv=2, b=1, h=2, seed=5)
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
 
     def attention(q, k, v):
         torch.manual_seed(1234)
@@ -74,7 +74,7 @@ def test_dropout_matches_dense_reference_with_the_same_masks(name, activation):
     # reveals the masks (same seed, same draws). Then a dense reference with those masks
     # must give the same outputs and gradients to 1e-10 (p = 0.1: 1/(1-p) is inexact).
     q, k, v = qkv(7, 6, seed=8)
-    fn = implementations.get(name)
+    fn = topk_bench.attention.get(name)
     options = dict(activation=activation, causal=True, topk=3, chunk_size=3)
     eye = torch.eye(6, dtype=torch.float64).expand(2, 3, 6, 6)
     with torch.no_grad():
@@ -95,4 +95,4 @@ def test_dropout_matches_dense_reference_with_the_same_masks(name, activation):
 def test_dropout_out_of_range_is_refused():
     q, k, v = qkv(3, 3)
     with pytest.raises(ValueError, match="dropout"):
-        implementations.get("topk")(q, k, v, dropout=1.0)
+        topk_bench.attention.get("topk")(q, k, v, dropout=1.0)

@@ -4,16 +4,16 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import implementations
+import topk_bench.attention
 from attention_reference import assert_all_close, out_and_grads, qkv, qkv_gqa, reference_attention
-from implementations import Decoder, FeedForward, MultiHeadAttention
-from implementations import topk_fast as module
+from topk_bench.attention import Decoder, FeedForward, MultiHeadAttention
+from topk_bench.attention.methods import topk_fast as module
 
 # Tiny tensors: a second OpenMP thread costs more than it saves (conftest.single_thread).
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-fast = implementations.get("topk_fast")
-paper = implementations.get("topk")
+fast = topk_bench.attention.get("topk_fast")
+paper = topk_bench.attention.get("topk")
 
 # Odd shapes: Lq != Lk both ways, k above some causal rows' allowed keys, k >= Lk,
 # several row tiles (chunk_size < Lq) and the pruned top-k (Lk >> k).
@@ -70,7 +70,7 @@ def test_half_ranked_decode_keeps_its_scores_in_the_input_dtype():
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 8, 1, 32, generator=g).bfloat16()
     k, v = (torch.randn(1, 2, 4096, 32, generator=g).bfloat16() for _ in range(2))
-    fn = implementations.get("topk_fast")
+    fn = topk_bench.attention.get("topk_fast")
     with torch.no_grad(), LiveBytes(q, k, v) as tracker:
         out = fn(q, k, v, causal=True, topk=256)
     scores_bf16 = 2 * 4 * 4096 * 2

@@ -1,4 +1,4 @@
-"""The decode kernels of page_topk and topk_fast (implementations/triton_kernels/decode.py), run by Triton's
+"""The decode kernels of page_topk and topk_fast (topk_bench/attention/kernels/triton/decode.py), run by Triton's
 interpreter on CPU tensors: the float64 oracle over the keys the torch path selects, the exact row top-k with its tie
 rule, and the CUDA dispatch and memory (fake tensors) that ``--predict --device cuda`` takes."""
 
@@ -8,14 +8,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 pytest.importorskip("triton", reason="triton is not importable (the dev extra installs it)")
 
-import implementations
+import topk_bench.attention
 from attention_reference import qkv_gqa, reference_attention, with_repeated_kv
-from implementations import hardware
-from implementations import triton_kernels as tk
-from implementations.page_topk import page_summaries
-from implementations.triton_kernels import decode as td
-from implementations.triton_kernels import launch
 from live_bytes import LiveBytes
+from topk_bench.attention.kernels import triton as tk
+from topk_bench.attention.kernels.triton import decode as td
+from topk_bench.attention.kernels.triton import launch
+from topk_bench.attention.methods.page_topk import page_summaries
+from topk_bench.attention.shared import hardware
 
 pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
 
@@ -27,8 +27,8 @@ def kernels_forced(monkeypatch):
     monkeypatch.setenv(tk.SWITCH_ENV, "1")
 
 
-page = implementations.spec("page_topk")
-fast = implementations.get("topk_fast")
+page = topk_bench.attention.spec("page_topk")
+fast = topk_bench.attention.get("topk_fast")
 
 
 def _masked_oracle(q, k, v, keep):
@@ -299,10 +299,11 @@ def test_decode_kernels_fall_back_with_one_warning_or_silently_when_disabled(mon
 def test_page_topk_code_path_says_triton_on_cuda():
     import triton
 
-    from implementations import provenance
+    from topk_bench.attention import provenance
 
     cuda = provenance.parse(provenance.code_path("page_topk", device="cuda", dtype=torch.bfloat16))
-    # the kernels take decode steps; the rest runs the torch path named beside (implementations/cuda_torch.py)
+    # the kernels take decode steps; the rest runs the torch path named beside
+    # (topk_bench/attention/shared/cuda_torch.py)
     assert cuda == {"triton_kernels": f"triton:{triton.__version__}", "cuda_torch": "batched"}
     assert "triton_kernels" not in provenance.parse(
         provenance.code_path("page_topk", device="cpu", dtype=torch.float32)

@@ -1,5 +1,5 @@
 """The per-operation choice between the Triton kernels and the torch path on CUDA
-(implementations/triton_kernels/defaults.py): each entry of the table against the H200 measurements it cites, the
+(topk_bench/attention/kernels/triton/defaults.py): each entry of the table against the H200 measurements it cites, the
 dispatch it makes (fake CUDA tensors), ``TOPK_BENCH_TRITON`` overriding it, and what ``code_path`` says."""
 
 import csv
@@ -9,14 +9,15 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import implementations
-from implementations import hardware, provenance
-from implementations import triton_kernels as tk
-from implementations.triton_kernels import decode as td
-from implementations.triton_kernels import defaults, launch
+import topk_bench.attention
+from topk_bench.attention import provenance
+from topk_bench.attention.kernels import triton as tk
+from topk_bench.attention.kernels.triton import decode as td
+from topk_bench.attention.kernels.triton import defaults, launch
+from topk_bench.attention.shared import hardware
 
 H200 = Path(__file__).parents[1] / "data" / "h200-2026-11-28"
-fast = implementations.get("topk_fast")
+fast = topk_bench.attention.get("topk_fast")
 needs_triton = pytest.mark.skipif(
     launch.triton_import_failure() is not None, reason="triton is not importable (dev extra)"
 )

@@ -7,11 +7,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 pytest.importorskip("triton", reason="triton is not importable (the dev extra installs it)")
 
-import implementations
+import topk_bench.attention
 from attention_reference import qkv_gqa, reference_attention, with_repeated_kv
-from implementations import hardware
-from implementations import triton_kernels as tk
-from implementations.triton_kernels import launch
+from topk_bench.attention.kernels import triton as tk
+from topk_bench.attention.kernels.triton import launch
+from topk_bench.attention.shared import hardware
 
 pytestmark = pytest.mark.usefixtures("single_thread", "kernels_forced")
 
@@ -23,7 +23,7 @@ def kernels_forced(monkeypatch):
     monkeypatch.setenv(tk.SWITCH_ENV, "1")
 
 
-fast = implementations.get("topk_fast")
+fast = topk_bench.attention.get("topk_fast")
 
 
 def _run(q, k, v, **kw):
@@ -114,7 +114,7 @@ def test_bfloat16_with_float32_ranking_matches_the_float64_oracle():
 def test_bfloat16_rounded_ranking_picks_the_cpu_paths_keys():
     # float_scores=False ranks by the product rounded to bf16, as topk_fast's CPU path: the same keys, and outputs
     # within a bf16 rounding (the CPU path's bags sum bf16 weights, the kernel sums fp32 ones).
-    from implementations import topk_fast
+    from topk_bench.attention.methods import topk_fast
 
     q, k, v = (t.detach().bfloat16() for t in qkv_gqa(11, 29, 1, 1, d=16, dv=8, b=1, seed=7))
     idx = torch.empty(1, 11, 5, dtype=torch.int32)
@@ -336,7 +336,7 @@ def test_disabled_on_purpose_falls_back_silently(monkeypatch, recwarn):
 def test_code_path_says_triton_on_cuda_only(monkeypatch):
     import triton
 
-    from implementations import provenance
+    from topk_bench.attention import provenance
 
     cuda = provenance.parse(provenance.code_path("topk_fast", device="cuda", dtype=torch.bfloat16))
     assert cuda["triton_kernels"] == f"triton:{triton.__version__}"

@@ -8,7 +8,7 @@ import torch
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
-from implementations.triton_kernels.rounding import rounded  # noqa: E402
+from topk_bench.attention.kernels.triton.rounding import rounded  # noqa: E402
 
 
 @triton.jit

@@ -9,10 +9,10 @@ import pytest
 
 CONTRACT_BREAKERS = """
 import torch
-import implementations
-from implementations import Implementation
+from topk_bench import attention
+from topk_bench.attention import Implementation
 
-vanilla = implementations.get("vanilla")
+vanilla = attention.get("vanilla")
 
 
 def narrow(q, k, v, *, causal=False, activation="softmax"):
@@ -32,8 +32,8 @@ def zeroes_its_values(q, k, v, *, causal=False, activation="softmax"):
 for _impl in (Implementation("test_narrow", narrow, "wrong shape", predictable=False),
               Implementation("test_doubled", doubled, "wrong dtype", predictable=False),
               Implementation("test_zeroes", zeroes_its_values, "writes into v", predictable=False)):
-    if _impl.name not in implementations.names():
-        implementations.register(_impl)
+    if _impl.name not in attention.names():
+        attention.register(_impl)
 """
 
 

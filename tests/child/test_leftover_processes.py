@@ -11,8 +11,8 @@ import pytest
 SPAWNER = '''
 import os, subprocess, time
 from pathlib import Path
-import implementations
-from implementations import Implementation
+from topk_bench import attention
+from topk_bench.attention import Implementation
 
 PIDS = Path(__file__).with_suffix(".pids")
 RECORD = f"echo $$ >> {PIDS}; exec sleep 300"
@@ -41,7 +41,7 @@ def spawn(q, k, v, *, causal=False, activation="softmax", hang=0):
     return q.clone()
 
 
-implementations.register(Implementation("spawner", spawn, "starts processes", options={"hang": 0},
+attention.register(Implementation("spawner", spawn, "starts processes", options={"hang": 0},
                                         predictable=False))
 '''
 

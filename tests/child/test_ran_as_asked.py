@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from implementations import decode
+from topk_bench.attention.shared import decode
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.child.as_asked import differences
 from topk_bench.child.execute import execute

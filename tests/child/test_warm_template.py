@@ -207,20 +207,20 @@ def test_the_template_warms_up_without_initialising_cuda(cuda_build):
         for name in ("is_available", "device_count", "init", "_lazy_init", "current_device"):
             setattr(torch.cuda, name, record(name))
         torch.autograd._engine_run_backward = record("backward")
-        import implementations
+        import topk_bench.attention
         from topk_bench.child import template, warmup
 
         class EveryImplementation(warmup.WarmUp):
             def start(self):
                 super().start()
-                for spec in implementations.all_specs():
+                for spec in topk_bench.attention.all_specs():
                     self._predict(spec.name)
 
         ours, parent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent.close()  # the template serves until end of file: at once
         warm_up = EveryImplementation()
         template.serve(ours.detach(), run=None, warmer=warm_up)
-        assert sorted(warm_up.done) == sorted(s.name for s in implementations.all_specs() if s.predictable)
+        assert sorted(warm_up.done) == sorted(s.name for s in topk_bench.attention.all_specs() if s.predictable)
         print(sorted(set(calls)), torch.cuda.is_initialized())
     """).replace("CUDA_BUILD", str(cuda_build))
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-import implementations
+from topk_bench import attention
 
 
 def run_cli(*args):
@@ -20,7 +20,7 @@ def test_list_shows_every_registered_implementation():
     # The doctor's probes register only where the doctor runs (this process may have imported it).
     from topk_bench.doctor.probes import NAMES as DOCTOR_PROBES
 
-    for name in set(implementations.names()) - DOCTOR_PROBES:
+    for name in set(attention.names()) - DOCTOR_PROBES:
         assert name in result.stdout
     assert not any(name in result.stdout for name in DOCTOR_PROBES)
     # The model shapes of the inference workloads, and how each implementation takes grouped K/V heads.

@@ -103,10 +103,11 @@ def test_list_of_a_suite_shows_its_own_first_within_100_columns():
 def test_doctor_fits_100_columns_when_not_a_terminal(tmp_path):
     plugin = tmp_path / "my_attention.py"  # a plug-in whose check fails: its detail is long
     plugin.write_text(
-        "import implementations\n"
+        "import topk_bench.attention\n"
         "def fn(q, k, v, causal=True, **options):\n"
         "    return q * 0\n"
-        "implementations.register(implementations.Implementation(name='my_zero_attention_with_a_long_name', fn=fn,"
+        "topk_bench.attention.register(topk_bench.attention.Implementation(\n"
+        "    name='my_zero_attention_with_a_long_name', fn=fn,"
         " description='returns zeros: every agreement check fails with a long explanation'))\n"
     )
     done = topk_bench("doctor", "--device", "cpu", "--plugins", plugin, timeout=540)

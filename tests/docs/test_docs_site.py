@@ -74,7 +74,7 @@ def test_every_module_and_file_the_docs_name_exists():
 
 def _quoted_lines(text: str) -> list[tuple[str, int, str]]:
     """(file, line, the code quoted for it) of every ``path.py:N`` a page quotes beside its code: a profile's
-    table rows, in markdown (``| `implementations/topk.py:95` | `return ...` |``) or as printed."""
+    table rows, in markdown (``| `topk_bench/attention/methods/topk.py:95` | `return ...` |``) or as printed."""
     found = [(f, int(n), code) for f, n, code in re.findall(r"\| `([\w/]+\.py):(\d+)` \| `([^`]*)`", text)]
     found += [(f, int(n), code) for f, n, code in re.findall(r"^  ([\w/]+\.py):(\d+) {2,}(\S.*?)\s{2,}", text, re.M)]
     return found

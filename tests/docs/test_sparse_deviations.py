@@ -8,7 +8,7 @@ import re
 
 from locations import ROOT
 
-MODULES = {"NSA": "implementations.nsa", "DSA": "implementations.dsa"}
+MODULES = {"NSA": "topk_bench.attention.methods.nsa", "DSA": "topk_bench.attention.methods.dsa"}
 SPARSE = ROOT / "docs" / "sparse.md"
 MARK = re.compile(r"\[((?:NSA|DSA)-D\d+)\]")
 ROW = re.compile(r"^\| ((?:NSA|DSA)-D\d+) \|(.*)\|\s*$", re.M)
@@ -44,7 +44,9 @@ def test_every_marked_deviation_is_a_row_of_docs_sparse_with_its_reason():
 def test_the_check_names_a_deviation_missing_from_the_table_and_one_no_module_marks():
     ids, text = marked(), SPARSE.read_text()
     without = re.sub(r"^\| NSA-D2 \|.*\n", "", text, flags=re.M)
-    assert disagreements(ids, table(without)) == ["NSA-D2: marked in implementations.nsa, not in docs/sparse.md"]
+    assert disagreements(ids, table(without)) == [
+        "NSA-D2: marked in topk_bench.attention.methods.nsa, not in docs/sparse.md"
+    ]
     stale = text + "| DSA-D99 | a | b | c |\n"
     assert disagreements(ids, table(stale)) == ["DSA-D99: in docs/sparse.md, marked in no module doc"]
     no_reason = re.sub(r"^(\| DSA-D1 \|.*\|)[^|]*\|\s*$", r"\1 |", text, flags=re.M)

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-import implementations
+import topk_bench.attention
 from locations import TESTS
 from topk_bench.doctor import agreement, oom, tiny
 from topk_bench.doctor.check import Result, brief
@@ -38,7 +38,7 @@ def test_agreement_fails_a_wrong_implementation_and_says_by_how_much():
 def test_a_reference_that_cannot_run_here_is_a_failed_check_not_a_crash(monkeypatch):
     """On the H100's Python 3.12, performer-pytorch failed to import (no distutils) inside Performer's own
     float64 reference: the doctor died with a traceback instead of reporting the one failed check."""
-    from implementations import performer
+    from topk_bench.attention.methods import performer
 
     def missing():
         raise ModuleNotFoundError("No module named 'distutils'")
@@ -56,7 +56,7 @@ def test_agreement_makes_selection_methods_exact_and_compares_them_with_vanilla(
     topk = agreement.check("topk", "cpu")
     assert topk.result == Result.PASS and "vs vanilla" in topk.detail
     # Performer has no exact configuration (random features): compared with itself in float64.
-    assert agreement.reference_of(implementations.spec("performer")) == "performer"
+    assert agreement.reference_of(topk_bench.attention.spec("performer")) == "performer"
 
 
 @pytest.mark.parametrize("name", ["topk", "topk_fast", "topk_sparse", "topk_paper"])
@@ -212,7 +212,9 @@ def _refused(q, k, v, *, causal=False, activation="softmax"):
 
 
 def test_a_compile_failure_is_skipped_with_its_reason():
-    implementations.register(implementations.Implementation("compiles_badly", _refused, "raises BackendCompilerFailed"))
+    topk_bench.attention.register(
+        topk_bench.attention.Implementation("compiles_badly", _refused, "raises BackendCompilerFailed")
+    )
     check = agreement.check("compiles_badly", "cpu")
     assert check.result == Result.SKIPPED, check
     assert "compile failed: BackendCompilerFailed" in check.detail and "head_dim 8 < 16" in check.detail
@@ -272,7 +274,7 @@ def test_the_cuda_peak_check_takes_reserved_bytes_within_5_percent(monkeypatch):
 
 
 def test_the_compiled_kernels_agree_with_torch_and_a_wrong_kernel_fails_the_check(monkeypatch):
-    from implementations import native
+    from topk_bench.attention.kernels import native
     from topk_bench.doctor import native as native_check
 
     if not native.status().built:

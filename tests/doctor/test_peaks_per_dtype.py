@@ -3,7 +3,7 @@ float16 where the CPU has them in hardware; a dtype it skips is a row saying why
 
 import pytest
 
-from implementations import hardware
+from topk_bench.attention.shared import hardware
 from topk_bench.doctor import peaks
 from topk_bench.doctor.check import Result
 from topk_bench.predict import cpu_kernels

@@ -93,7 +93,16 @@ def test_smaller_size_when_vanilla_does_not_fit_the_budget():
 def test_measure_adds_the_columns_only_when_asked():
     case = mha_case("topk", topk=8, chunk_size=16)
     # How it was timed, what it ran.
-    every_measured_row = {"timer", "graph_replays", "loops", "flush_l2", "ran_dtype", "compiled", "ops_per_iter", "sdpa_backend"}
+    every_measured_row = {
+        "timer",
+        "graph_replays",
+        "loops",
+        "flush_l2",
+        "ran_dtype",
+        "compiled",
+        "ops_per_iter",
+        "sdpa_backend",
+    }
     assert set(execute(case, Budget()).extra) == {"rel_err", "grad_cos", "fidelity_seq_len", *every_measured_row}
     assert set(execute(dataclasses.replace(case, fidelity=False), Budget()).extra) == every_measured_row
 

@@ -196,6 +196,6 @@ def test_the_decode_step_reads_the_summaries_built_with_its_cache():
     case = _case("page_topk", 31, budget=8, options={"page_size": 4})
     wl = workloads.build(case, "cpu", torch.float64)
     summaries = wl.model.layer.attention.options["summaries"]
-    from implementations.page_topk import page_summaries
+    from topk_bench.attention.methods.page_topk import page_summaries
 
     assert torch.equal(summaries, page_summaries(wl.inputs[3], 4))  # the cache with the new token's K in it

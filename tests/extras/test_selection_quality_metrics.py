@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-import implementations
+from topk_bench import attention
 from topk_bench.extras import quality as sq
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -86,7 +86,7 @@ def test_exact_selection_scores_one_and_dense_attention_has_no_error():
         torch.randn(1, 2, 9, 4, generator=g),
         torch.randn(1, 2, 9, 4, generator=g),
     )
-    selected = implementations.spec("topk_fast").selection(q, k, causal=True, topk=3)
+    selected = attention.spec("topk_fast").selection(q, k, causal=True, topk=3)
     # Attention over the exact top-3 only: all of the top-k, part of the mass, a small error.
     quality = sq.selection_quality(q, k, v, selected, sq.exact_attention(q, k, v, selected), causal=True)
     assert quality["topk_recall"] == 1.0 and 0 < quality["mass_recall"] < 1 and 0 < quality["attn_rel_err"] < 1

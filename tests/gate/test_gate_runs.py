@@ -122,7 +122,7 @@ def test_a_base_that_hangs_is_killed_at_the_block_timeout_with_its_cases(scratch
 
 def test_a_new_that_does_not_compile_fails_with_one_line(scratch):
     clone, suite, tmp = scratch
-    with open(clone / "implementations" / "sdpa.py", "a") as f:
+    with open(clone / "topk_bench" / "attention" / "methods" / "sdpa.py", "a") as f:
         f.write("\ndef broken(:\n")
     done = gate("--suite", suite, "--base", "HEAD", cwd=clone, tree=clone, env={"TMPDIR": str(tmp)})
     assert done.returncode == 1, done.stdout + done.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-import implementations
+import topk_bench.attention
 from topk_bench.measure.memory import LiveBytes
 
 
@@ -29,7 +29,7 @@ def main() -> None:
     name, length = sys.argv[1], int(sys.argv[2])
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 12, length, 64, requires_grad=True) for _ in range(3))
-    attention = implementations.get(name)
+    attention = topk_bench.attention.get(name)
 
     def step() -> None:
         for t in (q, k, v):

@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import implementations
 from locations import TESTS
-from topk_bench import workloads
+from topk_bench import attention, workloads
 from topk_bench.case import Budget, Case
 from topk_bench.child.execute import execute, measure
 
@@ -23,13 +22,13 @@ SMALL_OPTIONS = {"chunk_size": 16, "topk": 8, "nb_features": 16}
 
 
 def options_for(name: str) -> dict:
-    return {k: v for k, v in SMALL_OPTIONS.items() if k in implementations.spec(name).options}
+    return {k: v for k, v in SMALL_OPTIONS.items() if k in attention.spec(name).options}
 
 
 def predictable(activation: str) -> list[str]:
     return [
         s.name
-        for s in implementations.all_specs()
+        for s in attention.all_specs()
         if s.predictable and activation in s.activations and not s.name.startswith("test_")
     ]
 
@@ -37,7 +36,7 @@ def predictable(activation: str) -> list[str]:
 def tiny_case(workload: str, impl: str, **fields) -> Case:
     extra = {}
     if workload == "decoder":
-        ff = impl if "relu" in implementations.spec(impl).activations else "vanilla"
+        ff = impl if "relu" in attention.spec(impl).activations else "vanilla"
         extra = {"ff_impl": ff, "ff_options": options_for(ff)}
     fields = {"causal": workload == "mha", "warmup": 0, "repeats": 1, **fields}
     return Case.make(

@@ -9,7 +9,7 @@ from topk_bench.results import columns as col
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_thread")]
 
-# The reduced default for BERT-base layers (implementations.dsa.BERT_BASE), 4 query chunks at 1K.
+# The reduced default for BERT-base layers (topk_bench.attention.methods.dsa.BERT_BASE), 4 query chunks at 1K.
 OPTIONS = {"index_heads": 4, "index_head_dim": 32, "topk": 128, "chunk_size": 256}
 
 

@@ -205,10 +205,10 @@ def test_tracker_peak_agrees_with_resident_high_water_mark():
     Compared: bytes above the inputs, tracker vs ``VmHWM - VmRSS`` of the measured
     iteration (B=1, H=12, L=2048, d=64, causal, fwd+bwd). The three probes run at once.
     """
-    import implementations
+    import topk_bench.attention
 
     impls = ["vanilla", "qchunk", "topk"]
-    missing = [name for name in impls if name not in implementations.names()]
+    missing = [name for name in impls if name not in topk_bench.attention.names()]
     assert not missing, f"implementations not registered: {missing}"
     env = {
         **os.environ,

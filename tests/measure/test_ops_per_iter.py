@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import implementations
+import topk_bench.attention
 from topk_bench.case import Case
 from topk_bench.child.execute import measure
 from topk_bench.measure.ops import OpCounter, profiled
@@ -22,7 +22,7 @@ from topk_bench.results import columns as col
 
 DECODE = {"kv_len": 96, "q_heads": 4, "kv_heads": 2, "head_dim": 16, "budget": 32}
 # Every selection method that runs eagerly, and dense attention beside them (flex compiles: below, slow).
-SELECTION = sorted(i.name for i in implementations.all_specs() if i.selection is not None and not i.compiles)
+SELECTION = sorted(i.name for i in topk_bench.attention.all_specs() if i.selection is not None and not i.compiles)
 EAGER = ["vanilla", "sdpa", *SELECTION]
 
 

@@ -9,9 +9,8 @@ import weakref
 import pytest
 import torch
 
-import implementations
 from locations import ROOT, TESTS
-from topk_bench import protocol
+from topk_bench import attention, protocol
 from topk_bench.case import Case
 from topk_bench.child.execute import execute, measure
 from topk_bench.measure import backends
@@ -47,7 +46,7 @@ def case(impl: str, proto: str = "paper", workload: str = "mha", **fields) -> Ca
     params = {"seq_len": L, "d_model": D_MODEL, "heads": HEADS}
     if workload == "decoder":
         params.update(d_ff=32, layers=2)
-    options = {"chunk_size": 8} if "chunk_size" in implementations.spec(impl).options else {}
+    options = {"chunk_size": 8} if "chunk_size" in attention.spec(impl).options else {}
     fields = {"causal": True, "warmup": 0, "repeats": 1, **fields}
     return Case.make(suite="t", workload=workload, impl=impl, params=params, options=options, protocol=proto, **fields)
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from implementations import stages as marks
+from topk_bench.attention.shared import stages as marks
 from topk_bench.case import Case
 from topk_bench.child.execute import execute
 from topk_bench.measure.memory import LiveBytes

@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-import implementations
+import topk_bench.attention
 from topk_bench import workloads
 
 
@@ -17,7 +17,7 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.heads, self.head_dim = heads, d_model // heads
         self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in range(3))
-        self.attention = implementations.spec(impl).module(self.head_dim, **options)
+        self.attention = topk_bench.attention.spec(impl).module(self.head_dim, **options)
 
     def _split(self, x):
         return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)

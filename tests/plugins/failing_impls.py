@@ -11,8 +11,8 @@ import time
 
 import torch
 
-import implementations
-from implementations import Implementation
+import topk_bench.attention
+from topk_bench.attention import Implementation
 
 
 def hog(q, k, v, *, causal=False, activation="softmax", nbytes=256 << 20):
@@ -63,5 +63,5 @@ _IMPLS = [
 ]
 
 for _impl in _IMPLS:
-    if _impl.name not in implementations.names():  # idempotent: also imported by tests directly
-        implementations.register(_impl)
+    if _impl.name not in topk_bench.attention.names():  # idempotent: also imported by tests directly
+        topk_bench.attention.register(_impl)

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import implementations
-from implementations import Implementation
+import topk_bench.attention
+from topk_bench.attention import Implementation
 
 
 def scaled_by_max(q, k, v, *, causal=False, activation="softmax"):
@@ -13,5 +13,7 @@ def scaled_by_max(q, k, v, *, causal=False, activation="softmax"):
     return scores.softmax(-1) @ v
 
 
-if "test_item" not in implementations.names():
-    implementations.register(Implementation("test_item", scaled_by_max, "reads a value with .item()", causal=False))
+if "test_item" not in topk_bench.attention.names():
+    topk_bench.attention.register(
+        Implementation("test_item", scaled_by_max, "reads a value with .item()", causal=False)
+    )

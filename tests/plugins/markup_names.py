@@ -3,8 +3,8 @@ character: ``list`` and ``doctor`` show them as text."""
 
 from __future__ import annotations
 
-import implementations
-from implementations import Implementation
+from topk_bench import attention
+from topk_bench.attention import Implementation
 
 
 def same(q, k, v, *, causal=False, activation="softmax"):
@@ -12,5 +12,5 @@ def same(q, k, v, *, causal=False, activation="softmax"):
 
 
 _IMPL = Implementation("test_markup[/]", same, "[/] closing tag, [link]here[/link] and \x1b[31m red")
-if _IMPL.name not in implementations.names():
-    implementations.register(_IMPL)
+if _IMPL.name not in attention.names():
+    attention.register(_IMPL)

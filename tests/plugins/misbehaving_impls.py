@@ -7,8 +7,8 @@ import os
 import sys
 import time
 
-import implementations
-from implementations import Implementation
+from topk_bench import attention
+from topk_bench.attention import Implementation
 
 SLEEPING = "test_sleeps: called, sleeping for an hour"
 
@@ -32,5 +32,5 @@ for _impl in (
     Implementation("test_sys_exit", raises_system_exit, "calls sys.exit(0)", predictable=False),
     Implementation("test_sleeps", sleeps, "sleeps for an hour", predictable=False),
 ):
-    if _impl.name not in implementations.names():
-        implementations.register(_impl)
+    if _impl.name not in attention.names():
+        attention.register(_impl)

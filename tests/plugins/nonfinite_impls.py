@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-import implementations
-from implementations import Implementation
+import topk_bench.attention
+from topk_bench.attention import Implementation
 
 
 def nan_output(q, k, v, *, causal=False, activation="softmax"):
@@ -27,4 +27,4 @@ def nan_gradient(q, k, v, *, causal=False, activation="softmax"):
 
 
 for name, fn in (("nan_output", nan_output), ("nan_gradient", nan_gradient)):
-    implementations.register(Implementation(name=name, fn=fn, description=f"test: {name.replace('_', ' ')}"))
+    topk_bench.attention.register(Implementation(name=name, fn=fn, description=f"test: {name.replace('_', ' ')}"))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-import implementations
-from implementations import Implementation, decode
+import topk_bench.attention
+from topk_bench.attention import Implementation
+from topk_bench.attention.shared import decode
 
 
 def softmax_attention(q, k, v, *, causal=False, activation="softmax"):
@@ -42,5 +43,5 @@ for impl in (
         "test_moving_path", moving_path, "softmax attention whose code path changes", machine_choices=("decode_tiles",)
     ),
 ):
-    if impl.name not in implementations.names():
-        implementations.register(impl)
+    if impl.name not in topk_bench.attention.names():
+        topk_bench.attention.register(impl)

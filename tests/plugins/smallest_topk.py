@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-import implementations
-from implementations import Implementation
+import topk_bench.attention
+from topk_bench.attention import Implementation
 
 
 def smallest_topk(q, k, v, *, causal=False, activation="softmax", topk=128, chunk_size=1024):
@@ -25,8 +25,8 @@ def smallest_topk(q, k, v, *, causal=False, activation="softmax", topk=128, chun
     return (weights.unsqueeze(-1) * kept).sum(dim=-2)
 
 
-if "test_smallest_topk" not in implementations.names():
-    implementations.register(
+if "test_smallest_topk" not in topk_bench.attention.names():
+    topk_bench.attention.register(
         Implementation(
             "test_smallest_topk",
             smallest_topk,

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy
 import torch
 
-import implementations
-from implementations import Implementation
+from topk_bench import attention
+from topk_bench.attention import Implementation
 
 LEAKED_MODULE = "topk_bench_test_leaked_module"
 BALLAST: list[torch.Tensor] = []
@@ -80,5 +80,5 @@ _IMPLS = [
 ]
 
 for _impl in _IMPLS:
-    if _impl.name not in implementations.names():
-        implementations.register(_impl)
+    if _impl.name not in attention.names():
+        attention.register(_impl)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-import implementations
-from implementations import Implementation
+import topk_bench.attention
+from topk_bench.attention import Implementation
 
 
 def unnormalised(q, k, v, *, causal=False, activation="softmax"):
@@ -21,5 +21,5 @@ def unnormalised(q, k, v, *, causal=False, activation="softmax"):
     return scores.exp() @ v
 
 
-if "test_wrong" not in implementations.names():
-    implementations.register(Implementation("test_wrong", unnormalised, "softmax without its normaliser"))
+if "test_wrong" not in topk_bench.attention.names():
+    topk_bench.attention.register(Implementation("test_wrong", unnormalised, "softmax without its normaliser"))

@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import implementations
-from implementations import hardware, native
+from topk_bench import attention
+from topk_bench.attention.kernels import native
+from topk_bench.attention.shared import hardware
 from topk_bench.case import Case
 from topk_bench.child.execute import measure
 from topk_bench.predict.cpu_kernels import CpuKernelOutputs
@@ -29,11 +30,11 @@ SMALL |= {"topk_blocks": 2, "window": 8, "sinks": 1}
 
 
 def shipped() -> list[str]:
-    return [s.name for s in implementations.all_specs() if s.predictable and not s.name.startswith("test_")]
+    return [s.name for s in attention.all_specs() if s.predictable and not s.name.startswith("test_")]
 
 
 def _case(impl: str, dtype: str, method: str) -> Case:
-    spec = implementations.spec(impl)
+    spec = attention.spec(impl)
     return Case.make(
         suite="test",
         workload="mha",
@@ -64,7 +65,7 @@ def test_predicted_peak_is_the_measured_one_to_the_byte(impl, dtype):
 
 
 def _deciding(choice: str) -> list[str]:
-    return [name for name in shipped() if choice in implementations.spec(name).machine_choices]
+    return [name for name in shipped() if choice in attention.spec(name).machine_choices]
 
 
 @pytest.mark.parametrize("dtype", ("bfloat16", "float16"))

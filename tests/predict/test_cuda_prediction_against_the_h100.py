@@ -212,7 +212,8 @@ def _topk_fast_cuda():
 @pytest.mark.parametrize("case,row", _topk_fast_cuda())
 def test_topk_fast_training_is_predicted_on_the_path_it_ran(case, row, monkeypatch):
     """The bags path the H100 ran predicts its allocated and reserved peaks to the byte; the batched path's larger
-    tiles and backward groups (implementations/cuda_torch.py) would not: the row must be predicted on its own path."""
+    tiles and backward groups (topk_bench/attention/shared/cuda_torch.py) would not: the row must be predicted on its
+    own path."""
     run_as_measured(monkeypatch, row)
     pred = predict_cuda(case)
     measured = (int(row["peak_bytes"]), int(row["reserved_bytes"]), int(row["baseline_bytes"]))

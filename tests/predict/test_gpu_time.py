@@ -236,7 +236,7 @@ def test_the_fitted_constants_are_global_and_the_split_keeps_cases_apart():
 
 
 def test_the_selection_runs_at_most_its_persistent_programs_and_costs_its_candidates():
-    import implementations.triton_kernels as tk
+    import topk_bench.attention.kernels.triton as tk
     from topk_bench.predict.custom_op_costs import expected_candidates
 
     heads, n, d, kk = 12, 65536, 64, 128  # BERT-base at 64K: 49,152 tiles of 16 rows, on 512 programs
@@ -260,8 +260,8 @@ def test_a_causal_selection_is_costed_on_the_keys_its_bottom_right_mask_keeps(lq
     """The Triton selection masks causally as the registry's convention (bottom-right: query ``i`` sits at
     ``Lk - Lq + i``), not as SDPA's ``is_causal`` (top-left): a chunk of queries at the end of a long cache sees
     nearly every key. Its FLOPs and candidates are counted on the keys the registry's own mask keeps."""
-    import implementations.triton_kernels as tk
-    from implementations.masking import allowed_keys
+    import topk_bench.attention.kernels.triton as tk
+    from topk_bench.attention.shared.masking import allowed_keys
     from topk_bench.predict.custom_op_costs import expected_candidates
 
     heads, d, kk = 2, 64, 16
@@ -278,7 +278,7 @@ def test_a_causal_selection_is_costed_on_the_keys_its_bottom_right_mask_keeps(lq
 
 
 def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
-    import implementations.triton_kernels as tk
+    import topk_bench.attention.kernels.triton as tk
 
     heads, kv_heads, lq, lk, d, kk = 8, 2, 256, 1024, 64, 32
 
@@ -308,7 +308,7 @@ def test_the_triton_ops_are_costed_from_their_shapes_as_declared():
 def test_the_triton_decode_ops_are_costed_as_the_chain_of_kernels_each_launches():
     """A decode step is one op launching four kernels: each is costed on its own (the attention reads only the
     picked pages' or keys' rows), the host issues each, and the op counts four launches."""
-    from implementations.triton_kernels import decode
+    from topk_bench.attention.kernels.triton import decode
 
     b, hq, hkv, lk, d, page, n_top, kk = 1, 8, 2, 4096, 128, 16, 8, 256
     bf16 = torch.bfloat16
@@ -353,7 +353,7 @@ def test_a_serial_select_pays_a_round_trip_a_step_and_the_radix_one_does_not():
     """The row top-k at the H200's measured decode step (32 rows of 131,072 bfloat16 scores, k = 8,192): one
     program a row walks 10 x 128 steps, each waiting for its load; the radix select's programs wait once or twice.
     The model costs them apart by those round trips and by the SMs their programs fill."""
-    from implementations.triton_kernels import decode
+    from topk_bench.attention.kernels.triton import decode
     from topk_bench.predict.custom_op_costs import row_topk_costs
 
     gpu, constants = gpus.gpu("h200"), timing.Constants.fitted()
@@ -376,7 +376,7 @@ def test_a_serial_select_pays_a_round_trip_a_step_and_the_radix_one_does_not():
 
 
 def test_an_op_counts_every_kernel_its_declaration_lists():
-    from implementations.triton_kernels import decode
+    from topk_bench.attention.kernels.triton import decode
 
     with FakeTensorMode():
         costs = timing.KernelCosts()
@@ -526,7 +526,7 @@ def test_the_one_program_select_costed_as_it_ran_comes_near_the_h200_measurement
     """The decode steps the H200 measured (Llama-3-8B heads, 131,072 keys, 1/16 budget, bf16, CUDA graphs) ran
     their row top-k one program a row: costed so (ONE_PROGRAM_WIDTH past every row), the kernels of the op come
     within 25 % of the measured step (the old rule, a bandwidth-bound selection, was 8.5x low for topk_fast)."""
-    from implementations.triton_kernels import decode
+    from topk_bench.attention.kernels.triton import decode
 
     measured = {r["label"]: float(r["time_median_s"]) for r in csv.DictReader(H200_DECODE.open())}[label]
     monkeypatch.setattr(decode, "ONE_PROGRAM_WIDTH", 1 << 30)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import implementations
+import topk_bench.attention
 from locations import ROOT, TESTS
 from topk_bench.capture import capture, files
 from topk_bench.capture.attribution import Attribution
@@ -52,7 +52,7 @@ SMALL = {
     "block_size": 16,
     "topk_blocks": 2,
 }
-PREDICTABLE = [s.name for s in implementations.all_specs() if s.predictable]
+PREDICTABLE = [s.name for s in topk_bench.attention.all_specs() if s.predictable]
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def cli():
 
 def small_case(name: str, method: str, tmp_path: Path, **fields) -> Case:
     """``name`` in a small causal mha layer, forward and backward (chunks and selections really happen)."""
-    spec = implementations.spec(name)
+    spec = topk_bench.attention.spec(name)
     options = {k: v for k, v in SMALL.items() if k in spec.options}
     case = Case.make(
         suite="profile-test",
@@ -145,7 +145,7 @@ def test_measured_cpu_rows_sum_to_the_peak_above_the_baseline(name, tmp_path):
 
 
 def _line(path: str, code: str) -> str:
-    """``implementations/vanilla.py:N``, N the line whose text is ``code`` (less a trailing comment)."""
+    """``topk_bench/attention/methods/vanilla.py:N``, N the line whose text is ``code`` (less a trailing comment)."""
     for number, text in enumerate((PROJECT_ROOT / path).read_text().splitlines(), 1):
         if text.split("  #")[0].strip() == code:
             return f"{path}:{number}"
@@ -166,11 +166,11 @@ def test_vanilla_by_hand(tmp_path):
     Four 8 KiB storages, three 32 KiB ones, the 4 KiB mask and weight gradient, 128 B of bias gradient and
     two scalars: 139,400 bytes above the baseline.
     """
-    vanilla, layers = "implementations/vanilla.py", "implementations/layers.py"
+    vanilla, layers = "topk_bench/attention/methods/vanilla.py", "topk_bench/attention/layers.py"
     softmax = _line(vanilla, "weights = torch.softmax(grouped, dim=-1)")
     product = _line(vanilla, "return unfold_groups(weights @ v, groups)")
     o_proj = _line(layers, "return self.o_proj(out.transpose(1, 2).reshape(b, length, d_model))")
-    mask = _line("implementations/masking.py", "allowed = torch.arange(c0, c1, device=device) <= last")
+    mask = _line("topk_bench/attention/shared/masking.py", "allowed = torch.arange(c0, c1, device=device) <= last")
     loss, backward = (_line("topk_bench/measure/steps.py", code) for code in ("loss = out.mean()", "loss.backward()"))
     saved, grad, temp = Category.SAVED, Category.GRADIENTS, Category.TEMPORARIES
     expected = sorted(
@@ -248,18 +248,20 @@ def test_cuda_prediction_rows_sum_to_its_simulated_peak(name, tmp_path):
     assert sum(r.bytes for r in rows) == plain.peak_bytes - plain.baseline_bytes
     assert all(r.bytes % 512 == 0 for r in rows)  # blocks, as the caching allocator hands them out
     # (No share asserted here: at this size the harness's two scalars, 512 B blocks each, are 1% of the peak.)
-    assert all(r.source.startswith(("implementations/", "topk_bench/measure/steps.py")) for r in rows)
+    assert all(r.source.startswith(("topk_bench/attention/", "topk_bench/measure/steps.py")) for r in rows)
     workspaces = [r for r in rows if r.category is Category.WORKSPACE]
     assert sum(r.bytes for r in workspaces) == plain.extra[col.WORKSPACE_BYTES] > 0  # cuBLAS's, cuBLASLt's
     assert {r.op for r in workspaces} <= {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
-    assert all(r.shape == r.dtype == "" and r.source.startswith("implementations/layers.py") for r in workspaces)
+    assert all(r.shape == r.dtype == "" and r.source.startswith("topk_bench/attention/layers.py") for r in workspaces)
     if name in KERNEL_BUFFERS:
         op, nbytes = KERNEL_BUFFERS[name]
         buffers = [r for r in rows if r.op == op and r.category is Category.TEMPORARIES and r.shape == ""]
-        assert buffers and all(r.source.startswith(f"implementations/{name}.py:") for r in buffers)
+        assert buffers and all(r.source.startswith(f"topk_bench/attention/methods/{name}.py:") for r in buffers)
         if nbytes is not None:
             assert [r.bytes for r in buffers] == [nbytes]
-            assert buffers[0].source == _line("implementations/vanilla.py", "weights = torch.softmax(grouped, dim=-1)")
+            assert buffers[0].source == _line(
+                "topk_bench/attention/methods/vanilla.py", "weights = torch.softmax(grouped, dim=-1)"
+            )
 
 
 def test_cuda_snapshot_replay_finds_the_peak_blocks():
@@ -267,7 +269,7 @@ def test_cuda_snapshot_replay_finds_the_peak_blocks():
     from topk_bench.capture.attribution import Attribution
     from topk_bench.capture.cuda_snapshot import peak_blocks, peak_rows
 
-    user = str(PROJECT_ROOT / "implementations" / "vanilla.py")
+    user = str(PROJECT_ROOT / "topk_bench" / "attention" / "methods" / "vanilla.py")
 
     def alloc(addr, size, line=10):
         return {"action": "alloc", "addr": addr, "size": size, "frames": [{"filename": user, "line": line}]}
@@ -294,9 +296,9 @@ def test_cuda_snapshot_replay_finds_the_peak_blocks():
     assert baseline == 1024 + (3 << 20)
     assert sum(r.bytes for r in rows) == peak.bytes - baseline
     assert {(r.bytes, r.category, r.source) for r in rows} == {
-        (4096, Category.WORKSPACE, "implementations/vanilla.py:20"),
-        (2 << 20, Category.TEMPORARIES, "implementations/vanilla.py:40"),
-        (512, Category.TEMPORARIES, "implementations/vanilla.py:41"),
+        (4096, Category.WORKSPACE, "topk_bench/attention/methods/vanilla.py:20"),
+        (2 << 20, Category.TEMPORARIES, "topk_bench/attention/methods/vanilla.py:40"),
+        (512, Category.TEMPORARIES, "topk_bench/attention/methods/vanilla.py:41"),
     }
 
 
@@ -368,12 +370,12 @@ def test_a_block_known_only_from_the_allocators_history_is_named_by_its_line():
     def block(source, op=""):
         return describe(Row(48 << 20, op, source, "", "", Category.TEMPORARIES))
 
-    code = (ROOT / "implementations" / "paper.py").read_text().splitlines()
+    code = (ROOT / "topk_bench" / "attention" / "methods" / "paper.py").read_text().splitlines()
     assigns = 1 + next(i for i, line in enumerate(code) if line.strip().startswith("d_attn = d_out @"))
     calls = 1 + next(i for i, line in enumerate(code) if line.strip().startswith("(d_dots,) = torch.autograd.grad"))
-    assert block(f"implementations/paper.py:{assigns}") == f"d_attn, a block (paper.py:{assigns})"
-    assert block(f"implementations/paper.py:{calls}") == f"a block (paper.py:{calls})"
-    assert block(f"implementations/paper.py:{assigns}", "aten.bmm.default") == (
+    assert block(f"topk_bench/attention/methods/paper.py:{assigns}") == f"d_attn, a block (paper.py:{assigns})"
+    assert block(f"topk_bench/attention/methods/paper.py:{calls}") == f"a block (paper.py:{calls})"
+    assert block(f"topk_bench/attention/methods/paper.py:{assigns}", "aten.bmm.default") == (
         f"a buffer of bmm's kernel (paper.py:{assigns})"
     )
 
@@ -443,7 +445,7 @@ def test_profile_command_prints_the_peak_by_line_and_writes_the_files(cli, tmp_p
     case_dirs = list(tmp_path.iterdir())
     assert len(case_dirs) == 1
     assert {p.name for p in case_dirs[0].iterdir()} == {"peak.csv", "profile.json", "timeline.json", "timeline.png"}
-    assert "implementations/vanilla.py:" in result.stdout and "saved for backward" in result.stdout
+    assert "topk_bench/attention/methods/vanilla.py:" in result.stdout and "saved for backward" in result.stdout
     assert "vanilla at seq_len=64: 3 × [1, 4, 64, 64] float32" in result.stdout
 
 
@@ -521,4 +523,4 @@ def test_a_compiled_call_is_profiled_from_the_allocators_events(tmp_path):
     assert result.status == "ok", result.error
     assert rows and sum(r.bytes for r in rows) == result.peak_bytes - result.baseline_bytes
     assert user_share(case, rows) >= 0.99 and not info["notes"]
-    assert all(r.source.startswith("implementations/flex.py:") for r in rows)
+    assert all(r.source.startswith("topk_bench/attention/methods/flex.py:") for r in rows)

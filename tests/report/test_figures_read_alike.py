@@ -90,9 +90,9 @@ def test_every_registered_built_in_has_a_colour_and_marker_of_its_own():
     """Each implementation the project registers (a plug-in's registers elsewhere) is drawn as itself, never with a
     plug-in's spare colour and marker: its method's entry in the palette, no two methods sharing a colour or a
     marker."""
-    import implementations
+    import topk_bench.attention
 
-    built_ins = {s.name for s in implementations.all_specs() if s.fn.__module__.startswith("implementations.")}
+    built_ins = {s.name for s in topk_bench.attention.all_specs() if s.fn.__module__.startswith("implementations.")}
     methods = {palette.method(name) for name in built_ins}
     assert methods - set(palette.KNOWN) == set()
     styles = [palette.impl_style(name) for name in methods]

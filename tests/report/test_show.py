@@ -131,13 +131,13 @@ def test_list_fits_the_width_and_shows_a_plug_ins_implementations():
     )
     assert result.returncode == 0, result.stderr
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
-    import implementations
+    import topk_bench.attention
 
-    before = set(implementations.names())
+    before = set(topk_bench.attention.names())
     from topk_bench import plugins
 
     plugins.load([str(plugin)])
-    added = set(implementations.names()) - before
+    added = set(topk_bench.attention.names()) - before
     assert added and all(name in result.stdout for name in added)
 
 

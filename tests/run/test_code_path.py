@@ -12,8 +12,8 @@ import sys
 import pandas as pd
 import pytest
 
-from implementations.native import build
 from locations import ROOT
+from topk_bench.attention.kernels.native import build
 
 SUITE = """
 name = "fast"

@@ -233,11 +233,11 @@ def test_extra_measurement_columns_widen_the_header_keeping_earlier_rows(tmp_pat
 def test_predict_marks_unpredictable_implementations_unsupported_without_running(tmp_path, monkeypatch):
     plugin = tmp_path / "eager_attention.py"
     plugin.write_text(
-        "import implementations\n"
-        "from implementations import Implementation\n"
+        "import topk_bench.attention\n"
+        "from topk_bench.attention import Implementation\n"
         "def eager(q, k, v, *, causal=False, activation='softmax'):\n"
-        "    return implementations.get('vanilla')(q, k, v, causal=causal, activation=activation)\n"
-        "implementations.register(Implementation(name='eager_test_impl', fn=eager, description='data-dependent',"
+        "    return topk_bench.attention.get('vanilla')(q, k, v, causal=causal, activation=activation)\n"
+        "topk_bench.attention.register(Implementation(name='eager_test_impl', fn=eager, description='data-dependent',"
         " predictable=False))\n"
     )
     suite = write_suite(

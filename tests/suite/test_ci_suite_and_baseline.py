@@ -1,7 +1,7 @@
 """The CI regression suite and its committed baseline stay in step (checked without running anything)."""
 
-import implementations
 from locations import ROOT
+from topk_bench import attention
 from topk_bench.report.stats import min_samples_for
 from topk_bench.results.frame import load_results
 from topk_bench.run import plan as planning
@@ -14,7 +14,7 @@ BASELINE = ROOT / "baselines" / "ci-predicted.csv"
 def test_ci_suite_covers_every_implementation_and_benchmark_workload():
     cases = planning.plan(CI_SUITE, Flags(device="cpu")).cases
     # The gate predicts: every implementation that can be predicted is in it.
-    predictable = {name for name in implementations.names() if implementations.spec(name).predictable}
+    predictable = {name for name in attention.names() if attention.spec(name).predictable}
     assert {c.impl for c in cases} >= predictable
     assert {c.workload for c in cases} == {"mha", "ff", "decoder", "prefill", "decode"}
     # Enough timed samples for compare's Mann-Whitney test to reach alpha = 0.002 (7 at the very least).

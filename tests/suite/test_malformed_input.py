@@ -185,9 +185,9 @@ CASES = [
 @pytest.fixture
 def noncausal_plugin(tmp_path):
     (tmp_path / "noncausal_attention.py").write_text(
-        "import implementations\n"
-        "from implementations import Implementation\n"
-        "implementations.register(Implementation(name='noncausal_test_impl', fn=implementations.get('vanilla'),\n"
+        "from topk_bench import attention\n"
+        "from topk_bench.attention import Implementation\n"
+        "attention.register(Implementation(name='noncausal_test_impl', fn=attention.get('vanilla'),\n"
         "    description='no mask', causal=False))\n"
     )
 

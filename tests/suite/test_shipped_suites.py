@@ -73,13 +73,13 @@ def test_decoder_is_figure_3a():
 
 
 def test_smoke_covers_every_workload_and_implementation():
-    import implementations
+    import topk_bench.attention
 
     p = plan("smoke")
     assert {c.workload for c in p.cases} == {"mha", "ff", "decoder", "prefill", "decode"}
     assert {c.mode for c in p.cases if c.workload in ("prefill", "decode")} == {"fwd"}
     paper = {"vanilla", "qchunk", "topk", "topk_sparse", "performer", "sdpa"}
-    assert paper <= {c.impl for c in p.cases} and paper <= set(implementations.names())
+    assert paper <= {c.impl for c in p.cases} and paper <= set(topk_bench.attention.names())
     ff = next(c for c in p.cases if c.workload == "ff")
     assert not ff.causal and ff.activation == "relu" and "heads" not in ff.param_dict
     assert next(c for c in p.cases if c.workload == "decoder").param_dict["layers"] == 2

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import implementations
-from topk_bench import workloads
+from topk_bench import attention, workloads
 from topk_bench.case import Case, Measurement
 from topk_bench.predict.backends import predict
 from topk_bench.results import rates
@@ -41,9 +40,7 @@ OPTIONS = {
 }
 # Grouped-query support, causal softmax, and run in milliseconds (flex compiles for seconds per shape).
 GROUPED = [
-    n
-    for n in implementations.names()
-    if implementations.spec(n).gqa is not None and implementations.spec(n).causal and n != "flex"
+    n for n in attention.names() if attention.spec(n).gqa is not None and attention.spec(n).causal and n != "flex"
 ]
 HEADS = [(4, 2), (4, 1), (2, 2)]  # (q_heads, kv_heads): grouped, multi-query, multi-head
 
@@ -116,7 +113,7 @@ def test_grouped_heads_equal_repeated_kv_through_the_workload(workload, impl, q_
     grouped = _build(
         _case(workload, impl, options=per_head, batch=2, q_heads=q_heads, kv_heads=kv_heads, head_dim=8, **size)
     )
-    reference = "vanilla" if implementations.spec(impl).exact else impl
+    reference = "vanilla" if attention.spec(impl).exact else impl
     full = _build(
         _case(workload, reference, options=per_head, batch=2, q_heads=q_heads, kv_heads=q_heads, head_dim=8, **size)
     )
@@ -153,7 +150,7 @@ def test_prefill_forward_and_backward_with_grouped_heads_equals_repeated_kv(impl
 
 
 def test_an_implementation_without_grouped_heads_is_unsupported_only_where_heads_are_grouped():
-    assert implementations.spec("vanilla_paper").gqa is None
+    assert attention.spec("vanilla_paper").gqa is None
     grouped = _case("decode", "vanilla_paper", q_heads=4, kv_heads=2, head_dim=8, kv_len=8)
     assert "does not support grouped K/V heads" in unsupported(grouped, predict=True)
     assert (

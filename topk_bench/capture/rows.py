@@ -34,7 +34,7 @@ class Category(str, enum.Enum):
 class Row:
     bytes: int
     op: str  # the aten overload that made it (``aten.bmm.default``); empty when unknown
-    source: str  # ``implementations/vanilla.py:42``
+    source: str  # ``topk_bench/attention/methods/vanilla.py:42``
     shape: str  # ``[1, 12, 512, 512]``
     dtype: str  # ``float32``
     category: Category

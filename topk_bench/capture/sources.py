@@ -1,6 +1,6 @@
 """Where an allocation comes from: the innermost frame of the user's code on the Python stack.
 
-The user's code is the ``implementations`` package, the file of the case's registered implementation
+The user's code is the ``topk_bench.attention`` package, the file of the case's registered implementation
 (and feed-forward implementation) and the case's plug-ins: what the person reading a profile wrote or
 chose. Not torch, not a library it calls, not the harness. When no such frame is on the stack (the
 harness's ``loss = out.mean()``, a workload's own step), the innermost frame of the harness stands in,
@@ -20,15 +20,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 
-import implementations
+import topk_bench.attention
 from topk_bench.measure import memory
 from topk_bench.predict import kernels, trace
 
 # What a code object is, once classified.
 _SKIP, _USER, _HARNESS = 0, 1, 2
 
-PROJECT_ROOT = Path(implementations.__file__).resolve().parent.parent
-_IMPLEMENTATIONS = str(Path(implementations.__file__).resolve().parent) + os.sep
+# The checkout (topk_bench/attention/ is two folders down): profiles name its files relative to it.
+PROJECT_ROOT = Path(topk_bench.attention.__file__).resolve().parents[2]
+_ATTENTION = str(Path(topk_bench.attention.__file__).resolve().parent) + os.sep
 _HARNESS_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # the topk_bench package
 # The observers themselves are no one's source: the trackers, the CUDA kernels' model (its trace places a
 # kernel's allocations, its composites take CUDA's branch of a user's call) and this package.
@@ -55,12 +56,12 @@ def _module_files(module: str) -> list[str]:
 
 
 def user_files(impls: Iterable[str] = (), plugins: Iterable[str] = ()) -> tuple[str, ...]:
-    """The files and directories (ending in a separator) whose frames are the user's: ``implementations/``, the
+    """The files and directories (ending in a separator) whose frames are the user's: ``topk_bench/attention/``, the
     files that define the named implementations (a plug-in's), and the plug-ins (``.py`` paths or modules)."""
-    places = [_IMPLEMENTATIONS]
+    places = [_ATTENTION]
     for name in impls:
-        if name and name in implementations.names():
-            code = getattr(implementations.spec(name).fn, "__code__", None)
+        if name and name in topk_bench.attention.names():
+            code = getattr(topk_bench.attention.spec(name).fn, "__code__", None)
             if code is not None:
                 places.append(str(Path(code.co_filename).resolve()))
     for plugin in plugins:
@@ -127,8 +128,8 @@ class Sources:
 
 
 def label(where: Where | None) -> str:
-    """``implementations/vanilla.py:42``: the path relative to the project (else to the working directory, else
-    absolute) and the line; ``?`` for no frame at all."""
+    """``topk_bench/attention/methods/vanilla.py:42``: the path relative to the project (else to the working
+    directory, else absolute) and the line; ``?`` for no frame at all."""
     if where is None:
         return "?"
     path = Path(os.path.realpath(where[0]))
@@ -141,7 +142,8 @@ def label(where: Where | None) -> str:
 
 
 def code_line(source: str) -> str:
-    """The text of a source label's line (``implementations/vanilla.py:42`` -> ``scores = q @ k...``), or ''."""
+    """The text of a source label's line (``topk_bench/attention/methods/vanilla.py:42`` -> ``scores = q @ k...``),
+    or ''."""
     file, _, line = source.rpartition(":")
     if not file or not line.isdigit():
         return ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-import implementations
+from topk_bench import attention
 from topk_bench.case import Case
 from topk_bench.child.execute import execute
 from topk_bench.status import Status
@@ -46,7 +46,7 @@ def _cuda_asked_of_nobody():
 
 
 def _warm_up_case(impl: str) -> Case:
-    spec = implementations.spec(impl)
+    spec = attention.spec(impl)
     mode = Mode.FWD_BWD if backward_may_run_before_fork() else Mode.FWD
     return Case.make(
         suite="warm-up",
@@ -91,7 +91,7 @@ class WarmUp:
 
     def _predict(self, impl: str) -> None:
         """A tiny prediction of ``impl``, once; nothing for a plug-in's or an unpredictable one."""
-        if impl in self.done or impl not in implementations.names() or not implementations.spec(impl).predictable:
+        if impl in self.done or impl not in attention.names() or not attention.spec(impl).predictable:
             return
         self.done.add(impl)
         # One thread: a fake op the tracker cannot size runs for real on zeros (FakeTensorMode's

@@ -43,14 +43,14 @@ def doctor(
     except ValueError as exc:
         raise BadInput(str(exc), key="--device") from None
     # torch only once the command runs: --help stays fast.
-    import implementations
+    import topk_bench.attention
     from topk_bench import plugins as plugin_loader
     from topk_bench.doctor.check import Result, failed
     from topk_bench.doctor.diagnose import diagnose
 
-    built_in = set(implementations.names())
+    built_in = set(topk_bench.attention.names())
     resolved = tuple(plugin_loader.resolve(plugins or [], key="--plugins"))
-    theirs = tuple(sorted(set(implementations.names()) - built_in))  # user code: judged in a process of its own
+    theirs = tuple(sorted(set(topk_bench.attention.names()) - built_in))  # user code: judged in a process of its own
     err = Console(stderr=True)
     with err.status("topk-bench doctor: checking ...") as status:
         checks = diagnose(

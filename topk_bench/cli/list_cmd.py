@@ -37,7 +37,7 @@ def list_registry(
     """List implementations (options, legend, activations, causal support, grouped K/V heads, exactness),
     workloads (parameters) and presets (model shapes); with SUITE, the suite's own first."""
     # The registries import torch: only when the command runs, so --help stays fast.
-    import implementations
+    import topk_bench.attention
     from topk_bench import plugins, workloads
 
     spec = None
@@ -53,7 +53,7 @@ def list_registry(
     wide = width >= WIDE  # the legend (it repeats the options) and the description in the table: only with room
     if spec is not None:
         _suite_tables(console, spec, wide)
-    specs = implementations.all_specs()
+    specs = topk_bench.attention.all_specs()
     if spec is not None:
         console.print(
             f"every registered implementation and workload ({len(specs)} and {len(workloads.names())}):",
@@ -133,7 +133,7 @@ def _capabilities(impl) -> list:
 def _suite_tables(console: Console, suite, wide: bool) -> None:
     """The suite's ``[[impl]]`` entries (their options as the suite sets them, ``*``, else the defaults) and its
     workloads' parameters (as its ``[shape]`` and ``[sweep]`` set them)."""
-    import implementations
+    import topk_bench.attention
     from topk_bench import workloads
 
     table = Table(
@@ -146,8 +146,8 @@ def _suite_tables(console: Console, suite, wide: bool) -> None:
         table.add_column(column, no_wrap=column != "options", overflow="fold")
     for i, entry in enumerate(suite.impl):
         try:
-            impl = implementations.spec(entry.name)
-        except implementations.UnknownImplementation:
+            impl = topk_bench.attention.spec(entry.name)
+        except topk_bench.attention.UnknownImplementation:
             table.add_row(f"impl[{i}]", text(entry.name), "(not registered)", "", "", "", "")
             continue
         given = {**entry.options, **{k: f"{v} (swept)" for k, v in suite.sweep.items() if k in impl.options}}

@@ -20,7 +20,7 @@ import contextlib
 
 import torch
 
-import implementations
+import topk_bench.attention
 from topk_bench import workloads
 from topk_bench.doctor import tiny
 from topk_bench.doctor.check import Check, Result, brief, compile_failure
@@ -131,7 +131,7 @@ def _dropping_inputs(shape: tuple[int, ...], *, topk: int, causal: bool) -> tupl
     raise AssertionError("no seed below 100 gives inputs with a clear selection")
 
 
-def _keeps_top_scores(impl: implementations.Implementation) -> bool:
+def _keeps_top_scores(impl: topk_bench.attention.Implementation) -> bool:
     """A method whose ``topk`` option is how many of each query's largest scores it keeps."""
     return "topk" in impl.options and impl.topk_of_scores
 
@@ -146,7 +146,7 @@ def _attention_and_grads(module, inputs, grad_out, *, causal: bool, placement: D
 
 def dropping(name: str, device: str) -> tuple[bool, list[str]]:
     """(passed, detail parts) of ``name``'s attention where it drops keys, against :func:`topk_oracle`."""
-    impl = implementations.spec(name)
+    impl = topk_bench.attention.spec(name)
     shape = tiny.SHAPE
     head_dim = shape["d_model"] // shape["heads"]
     dims = (shape["batch"], shape["heads"], shape["seq_len"], head_dim)
@@ -187,12 +187,12 @@ def dropping(name: str, device: str) -> tuple[bool, list[str]]:
     return passed, parts
 
 
-def reference_of(impl: implementations.Implementation) -> str:
+def reference_of(impl: topk_bench.attention.Implementation) -> str:
     return "vanilla" if tiny.comparable_with_vanilla(impl) else impl.name
 
 
 def check(name: str, device: str) -> Check:
-    impl = implementations.spec(name)
+    impl = topk_bench.attention.spec(name)
     ref_name = reference_of(impl)
     label = f"agreement: {name}"
     reference_case = tiny.case(ref_name, dtype="float64")

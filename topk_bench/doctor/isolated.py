@@ -98,14 +98,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import implementations
+    import topk_bench.attention
     from topk_bench import plugins
     from topk_bench.doctor import agreement, peaks
 
     torch.set_num_threads(1)  # as the doctor's own process: tiny tensors
     plugins.load(args.plugin)
     found = [agreement.check(args.name, args.device)]
-    if implementations.spec(args.name).predictable:
+    if topk_bench.attention.spec(args.name).predictable:
         found.extend(peaks.checks_of(args.name, args.device, tuple(args.plugin)))
     partial = args.result.with_suffix(".partial")
     partial.write_text(json.dumps([{**asdict(c), "result": c.result.value} for c in found]))

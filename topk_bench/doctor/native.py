@@ -1,11 +1,13 @@
-"""The compiled kernels (implementations.native): built here, agreeing with torch.topk and torch.sort, and which
-code a run would take on this machine (implementations.provenance)."""
+"""The compiled kernels (topk_bench.attention.kernels.native): built here, agreeing with torch.topk and torch.sort, and
+which
+code a run would take on this machine (topk_bench.attention.provenance)."""
 
 from __future__ import annotations
 
 import torch
 
-from implementations import native, provenance
+from topk_bench.attention import provenance
+from topk_bench.attention.kernels import native
 from topk_bench.doctor.check import Check, Result
 
 # Rows of the agreement check: a few of each path of the kernel (ties, a k of one, NaN, a wide row).

@@ -1,7 +1,7 @@
 """Measured peak bytes against the prediction (``--predict``), per predictable implementation and dtype.
 
 Dtypes: float32 always; bfloat16 and float16 where the device multiplies their matrices natively
-(:func:`implementations.hardware.multiplies_natively`: CUDA; a CPU with AVX-512 BF16 or AMX for bfloat16,
+(:func:`topk_bench.attention.shared.hardware.multiplies_natively`: CUDA; a CPU with AVX-512 BF16 or AMX for bfloat16,
 AMX-FP16 for float16), the dtypes a user benchmarks there. A dtype the CPU only emulates is one row, skipped,
 saying why; a half dtype an implementation does not support (``unsupported``, measured and predicted) is skipped.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from implementations import hardware
+from topk_bench.attention.shared import hardware
 from topk_bench.case import Budget
 from topk_bench.child.execute import measure
 from topk_bench.doctor import tiny
@@ -39,7 +39,7 @@ PEAK_TOLERANCE = 1 * MIB
 RESERVED_TOLERANCE = 0.05
 FULL = "float32"
 HALF = ("bfloat16", "float16")
-# What a CPU needs to multiply a half dtype's matrices natively (:mod:`implementations.hardware`).
+# What a CPU needs to multiply a half dtype's matrices natively (:mod:`topk_bench.attention.shared.hardware`).
 _NATIVE_ON_CPU = {"bfloat16": "AVX-512 BF16 or AMX", "float16": "AMX-FP16"}
 
 

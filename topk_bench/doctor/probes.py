@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-import implementations
-from implementations import Implementation
+from topk_bench import attention
+from topk_bench.attention import Implementation
 
 MODULE = __name__  # what a Case's ``plugins`` names
 
@@ -57,5 +57,5 @@ _PROBES = [
 NAMES = frozenset(p.name for p in _PROBES)
 
 for _probe in _PROBES:
-    if _probe.name not in implementations.names():  # idempotent: the parent and a child both import it
-        implementations.register(_probe)
+    if _probe.name not in attention.names():  # idempotent: the parent and a child both import it
+        attention.register(_probe)

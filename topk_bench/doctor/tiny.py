@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import implementations
+from topk_bench import attention
 from topk_bench.case import Case
 from topk_bench.types import Method
 
@@ -34,18 +34,18 @@ COVERING = {
 }
 
 
-def measured() -> list[implementations.Implementation]:
+def measured() -> list[attention.Implementation]:
     """The implementations the doctor judges: every registered one (plug-ins too) but its own probes."""
     from topk_bench.doctor.probes import NAMES
 
-    return [impl for impl in implementations.all_specs() if impl.name not in NAMES]
+    return [impl for impl in attention.all_specs() if impl.name not in NAMES]
 
 
-def options(impl: implementations.Implementation) -> dict[str, Any]:
+def options(impl: attention.Implementation) -> dict[str, Any]:
     return {key: value for key, value in {**SMALL, **COVERING}.items() if key in impl.options}
 
 
-def comparable_with_vanilla(impl: implementations.Implementation) -> bool:
+def comparable_with_vanilla(impl: attention.Implementation) -> bool:
     """Exact, or made exact by covering every key."""
     return impl.exact or (impl.exact_when_covering and any(key in impl.options for key in COVERING if key != "dropout"))
 
@@ -62,7 +62,7 @@ def case(
     method: Method = Method.MEASURED,
     repeats: int = 1,
 ) -> Case:
-    spec = implementations.spec(impl)
+    spec = attention.spec(impl)
     return Case.make(
         suite="doctor",
         workload=workload,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-import implementations
+import topk_bench.attention
 from topk_bench import workloads
 from topk_bench.case import Budget, Case
 from topk_bench.errors import NonFinite
@@ -135,7 +135,7 @@ def _selection_quality(impl: str, q, k, v, out, options: dict[str, Any], causal:
     The keys it attends: its registry ``selection``, with the options ``fn`` runs by (its defaults under
     ``options``); a dense exact entry attends every allowed key; an approximation that is no selection (Performer)
     gets ``attn_rel_err`` only."""
-    entry = implementations.spec(impl)
+    entry = topk_bench.attention.spec(impl)
     if entry.selection is not None:
         selected = entry.selection(q, k, causal=causal, **entry.resolve(options))
     elif entry.exact:
@@ -176,7 +176,7 @@ def quality_minilm(case: Case) -> dict[str, float]:
         length = layers[0]["k"].shape[2]
         options = with_budget(case.impl, options, max(1, round(tokens * length / cache_length(case))))
     per_layer = []
-    fn = implementations.get(case.impl)
+    fn = topk_bench.attention.get(case.impl)
     with torch.no_grad():
         for acts in layers:
             q, k, v = (acts[name].to(case.device, dtype) for name in ("q", "k", "v"))
@@ -211,7 +211,7 @@ def quality_peaked(case: Case) -> dict[str, float]:
     )
     options = case.option_dict
     with torch.no_grad():
-        fn = implementations.get(case.impl)
+        fn = topk_bench.attention.get(case.impl)
         out = fn(q.clone(), k.clone(), v.clone(), causal=case.causal, activation=case.activation, **options)
         return _selection_quality(case.impl, q, k, v, out, options, case.causal)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import nn
 
-# Where the layers keep their attention module (implementations/layers.py, workloads/attention.py,
+# Where the layers keep their attention module (topk_bench/attention/layers.py, workloads/attention.py,
 # workloads/pretrained).
 ATTENTION = "attention"
 ATTENTIONS = "attentions"

@@ -41,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
-import implementations
+import topk_bench.attention
 from topk_bench.case import Case
 from topk_bench.measure.contention import Sampler
 from topk_bench.protocol import OURS, PAPER
@@ -136,7 +136,7 @@ def _timed(steps: Steps[W], wl: W) -> Pending:
 def compiles(case: Case) -> bool:
     """Whether the case compiles on its first call: ``compile = true``, or an implementation that compiles
     itself (registry ``compiles``: flex)."""
-    return case.compile or (case.impl in implementations.names() and implementations.spec(case.impl).compiles)
+    return case.compile or (case.impl in topk_bench.attention.names() and topk_bench.attention.spec(case.impl).compiles)
 
 
 def replays(case: Case, steps: Steps[Any] | None = None) -> bool:

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from implementations import provenance
+from topk_bench.attention import provenance
 from topk_bench.results import columns as col
 from topk_bench.types import DeviceKind
 
@@ -216,7 +216,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
 
 
 def code_path(impl: str, ff_impl: str | None, device: str, dtype: Any) -> str:
-    """What the machine decides of the code a case's implementations run (:mod:`implementations.provenance`): the
+    """What the machine decides of the code a case's implementations run (:mod:`topk_bench.attention.provenance`): the
     attention's choices, then the feed-forward implementation's, prefixed ``ff.``; "" for an implementation this
     process does not know."""
     parts = []

@@ -1,6 +1,6 @@
-"""Per-stage cost: the time and the peak of each stage an implementation marks (:mod:`implementations.stages`).
+"""Per-stage cost: the time and the peak of each stage an implementation marks (:mod:`attention.shared.stages`).
 
-A :class:`StageMeter` listens to the marks (``implementations.stages.listening``) and keys each stage
+A :class:`StageMeter` listens to the marks (``attention.shared.stages.listening``) and keys each stage
 ``forward.<name>`` or ``backward.<name>`` (backward: entered while autograd runs a backward node). It sums each
 stage's seconds over its entries (a chunked loop enters a stage once per chunk), by a clock read at each
 boundary, and keeps the highest live bytes seen inside it, from a :class:`Peaks` source: the live-bytes tracker
@@ -21,8 +21,8 @@ from typing import Protocol
 
 import torch
 
-import implementations
-from implementations import stages as marks
+from topk_bench import attention
+from topk_bench.attention.shared import stages as marks
 from topk_bench.case import Case
 from topk_bench.measure.iterations import compiles
 from topk_bench.measure.memory import LiveBytes
@@ -120,7 +120,7 @@ class StageMeter:
 def marks_stages(case: Case) -> bool:
     """Whether the case's stages are measured: its implementation declares stages (registry ``stages``) and runs
     eagerly (a compiled call fuses across the marks: its stages are not what ran)."""
-    if case.impl not in implementations.names() or not implementations.spec(case.impl).stages:
+    if case.impl not in attention.names() or not attention.spec(case.impl).stages:
         return False
     return not compiles(case)
 

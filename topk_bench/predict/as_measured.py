@@ -2,15 +2,17 @@
 
 A CUDA prediction compared with a measured row must predict the code that row ran (its ``code_path`` column:
 docs/CONTRACTS.md), not today's default: ``TOPK_BENCH_TRITON`` (the Triton kernels: ``1`` where the row says
-``triton:<version>``, ``0`` where it says ``torch:<why>``, whatever :mod:`implementations.triton_kernels.defaults`
-chooses today) and ``TOPK_BENCH_CUDA_TORCH`` (the torch path on CUDA, :mod:`implementations.cuda_torch`).
+``triton:<version>``, ``0`` where it says ``torch:<why>``, whatever :mod:`topk_bench.attention.kernels.triton.defaults`
+chooses today) and ``TOPK_BENCH_CUDA_TORCH`` (the torch path on CUDA, :mod:`topk_bench.attention.shared.cuda_torch`).
 """
 
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
 
-from implementations import cuda_torch, provenance, triton_kernels
+from topk_bench.attention import provenance
+from topk_bench.attention.kernels import triton as triton_kernels
+from topk_bench.attention.shared import cuda_torch
 
 # Rows written before ``code_path`` was a column (tests/data/h100-ci*.csv, tests/data/h100-2026-11-26/): topk_fast
 # and page_topk ran the torch path as it was then, neither the Triton kernels nor the batched CUDA path.

@@ -16,7 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from implementations import hardware
+from topk_bench.attention.shared import hardware
 from topk_bench.case import Budget, Case, Measurement
 from topk_bench.errors import Unsupported
 from topk_bench.measure.memory import LiveBytes

@@ -2,7 +2,7 @@
 the counts those rules share with the model's costs of aten ops.
 
 ``torch.utils.flop_counter`` knows no custom op: a custom op (a Triton kernel) declares what its kernels cost with
-:func:`register_cost`, by the op's qualified name. implementations/'s ops are declared in
+:func:`register_cost`, by the op's qualified name. topk_bench/attention/'s ops are declared in
 :mod:`topk_bench.predict.custom_op_costs`; another package's op wherever it is registered.
 """
 
@@ -61,7 +61,7 @@ def nbytes(t: torch.Tensor) -> int:
 def causal_share(q_len: int, k_len: int, *, offset: int) -> float:
     """The share of a ``[q_len, k_len]`` score matrix that a causal mask keeps, query ``i`` seeing keys
     ``0 .. i + offset``: ``offset = 0`` aligns the mask top-left (SDPA's ``is_causal``), ``k_len - q_len``
-    bottom-right (the registry's convention: ``implementations.masking.causal_offset``)."""
+    bottom-right (the registry's convention: ``topk_bench.attention.shared.masking.causal_offset``)."""
     if q_len <= 0 or k_len <= 0:
         return 1.0
     # Row i keeps clamp(i + offset + 1, 0, k_len) keys: the rows that see some but not all of them, then the

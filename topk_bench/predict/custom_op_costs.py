@@ -1,6 +1,6 @@
-"""The costs of implementations/'s custom ops (its Triton kernels), for the GPU time model
+"""The costs of topk_bench/attention/'s custom ops (its Triton kernels), for the GPU time model
 (:func:`topk_bench.predict.cost_rules.register_cost`): ``torch.utils.flop_counter`` knows no custom op, and
-implementations/ imports nothing of the harness, so they are declared here, by the op's qualified name.
+topk_bench/attention/ imports nothing of the harness, so they are declared here, by the op's qualified name.
 
 Each rule reads the call's shapes as the op's docstring states them (``q [heads, Lq, D]``, ``k``/``v``
 ``[kv_heads, Lk, D]``, ``indices [heads, Lq, kk]``) and counts what its kernel does: the FLOPs of the products it
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 
-from implementations import triton_kernels as training
-from implementations.masking import causal_offset
-from implementations.triton_kernels import decode
-from implementations.triton_kernels.launch import cdiv
 from topk_bench.aten_ops import KernelClass
+from topk_bench.attention.kernels import triton as training
+from topk_bench.attention.kernels.triton import decode
+from topk_bench.attention.kernels.triton.launch import cdiv
+from topk_bench.attention.shared.masking import causal_offset
 from topk_bench.predict.cost_rules import Cost, causal_share, nbytes, register_cost
 
 
@@ -83,7 +83,7 @@ def gathered_backward(args, kwargs) -> Cost:
     return Cost(KernelClass.ATTENTION_BWD, flops, moved, math.prod(training.gathered_grid(*q.shape[:2])))
 
 
-# -- decode steps (implementations/triton_kernels/decode.py): one op, a chain of launches -----------------------
+# -- decode steps (topk_bench/attention/kernels/triton/decode.py): one op, a chain of launches -----------------------
 
 # The row top-k's work, in integer instructions a thread issues (decode_kernels.py), declared as FLOPs at 4 FLOPs
 # an instruction: an SM of sm_80/sm_90 issues 64 int32 results a clock against 128 fp32 FMAs (2 FLOPs each), and
@@ -102,7 +102,7 @@ _RADIX_KEY_OPS, _HISTOGRAM_OPS, _COUNT_OPS, _WRITE_OPS, _BIN_OPS = 6, 9, 6, 14, 
 
 
 def row_topk_costs(scores, idx) -> tuple[Cost, ...]:
-    """The row top-k as :func:`implementations.triton_kernels.decode.row_topk` runs it: one program a row
+    """The row top-k as :func:`topk_bench.attention.kernels.triton.decode.row_topk` runs it: one program a row
     (``ROW_TOPK_WALKS`` walks over the row, each a serial loop of loads) or the radix select's launches of one
     program per (row, chunk), each reading its chunk once and waiting on one load (the write: and on the earlier
     chunks' counts, ``PRIOR_CHUNKS`` at a time)."""

@@ -59,7 +59,7 @@ from torch.utils.flop_counter import flop_registry
 from topk_bench.aten_ops import AtenOp, Gather, KernelClass, is_iteration_op, launches_kernel
 from topk_bench.aten_ops import of as catalogued
 from topk_bench.measure.ops import OpCounter
-from topk_bench.predict import custom_op_costs  # noqa: F401  (declares the costs of implementations/'s custom ops)
+from topk_bench.predict import custom_op_costs  # noqa: F401  (declares the costs of topk_bench/attention/'s custom ops)
 from topk_bench.predict.cost_rules import Cost, causal_share, declared_cost, nbytes
 from topk_bench.predict.cost_rules import register_cost as register_cost  # the documented path for plug-ins
 from topk_bench.predict.kernels.gpus import Gpu

@@ -191,7 +191,7 @@ MACHINE_COLUMNS: tuple[Column, ...] = (
 SUITE_FINGERPRINT = Column(
     "suite_fingerprint", "a hash of what makes the suite's cases (Suite.fingerprint): which suite of that name", T
 )
-# Which code ran, where the machine decides it (implementations.provenance): compare warns when it differs.
+# Which code ran, where the machine decides it (topk_bench.attention.provenance): compare warns when it differs.
 CODE_PATH = Column(
     "code_path",
     "the machine-dependent code the case's implementation ran: native_kernels (built:<build key>, or torch:<why "
@@ -318,7 +318,7 @@ TIME_PER_TOKEN_S = Column("time_per_token_s", "time_median_s per token of one se
 ROOFLINE_S = Column("roofline_s", "seconds the row's work takes at the device's peak FLOP/s and bandwidth", M)
 ROOFLINE_FRAC = Column("roofline_frac", "roofline_s over the row's time: 1 is the physical limit", M)
 
-# Per-stage cost of implementations that mark stages (implementations.stages): JSON objects keyed
+# Per-stage cost of implementations that mark stages (topk_bench.attention.shared.stages): JSON objects keyed
 # "forward.<stage>" / "backward.<stage>" (topk_bench.measure.stages).
 STAGE_TIMES_S = Column(
     "stage_times_s",

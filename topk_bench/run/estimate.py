@@ -38,7 +38,7 @@ from topk_bench.units import format_duration, missing
 
 # A new interpreter importing torch (the local template, once; each Slurm task): 2 to 5 s on 2 loaded cores.
 INTERPRETER_S = 3.0
-# A child forked from the warm template, before it measures (scripts/bench_child_overhead.py: tens of ms).
+# A child forked from the warm template, before it measures (benchmarks/harness/bench_child_overhead.py: tens of ms).
 FORK_S = 0.25
 
 # -- the cost model's constants (module docstring: how they were fitted) ------------------------------------

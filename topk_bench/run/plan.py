@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from implementations import provenance
 from topk_bench import fileio, machine, workloads
+from topk_bench.attention import provenance
 from topk_bench.case import Budget, Case
 from topk_bench.errors import BadInput
 from topk_bench.measure import metadata
@@ -58,7 +58,7 @@ class Plan:
     overrides: dict[str, list[Any]] = field(default_factory=dict)  # --set: key -> the values that replaced the suite's
     # The suite file's own fingerprint, without --set: runs of one file with other --set values share a folder.
     file_fingerprint: str = ""
-    # What the machine decides of each implementation's code in this run (implementations.provenance), by name
+    # What the machine decides of each implementation's code in this run (topk_bench.attention.provenance), by name
     # and dtype.
     code_paths: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -194,11 +194,12 @@ def plan(
 
 def code_paths_of(cases: list[Case]) -> dict[str, dict[str, str]]:
     """Each implementation's code path in this run, by name and dtype (the run's cases share a device). The
-    compiled kernels are built here, once for the run (implementations.native.build); their not being used is
+    compiled kernels are built here, once for the run (topk_bench.attention.kernels.native.build); their not being used
+    is
     said by :func:`fallback_notes`, in one line, not by the library's own warning too."""
     paths: dict[str, dict[str, str]] = {}
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="implementations.native: no compiled kernels")
+        warnings.filterwarnings("ignore", message="topk_bench.attention.kernels.native: no compiled kernels")
         for case in cases:
             by_dtype = paths.setdefault(case.impl, {})
             if str(case.dtype) not in by_dtype:

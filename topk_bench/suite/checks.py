@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import implementations
+import topk_bench.attention
 from topk_bench import plugins, protocol, workloads
 from topk_bench.errors import BadInput, did_you_mean
 from topk_bench.results.columns import METRICS
@@ -68,11 +68,11 @@ def _unknown(what: str, name: str, known: list[str]) -> str:
     return f"unknown {what} {name!r}{hint} (known: {', '.join(known)})"
 
 
-def _implementation(name: str, path: Path | None, key: str) -> implementations.Implementation:
+def _implementation(name: str, path: Path | None, key: str) -> topk_bench.attention.Implementation:
     try:
-        return implementations.spec(name)
-    except implementations.UnknownImplementation:
-        raise BadInput(_unknown("implementation", name, implementations.names()), file=path, key=key) from None
+        return topk_bench.attention.spec(name)
+    except topk_bench.attention.UnknownImplementation:
+        raise BadInput(_unknown("implementation", name, topk_bench.attention.names()), file=path, key=key) from None
 
 
 def _workload(name: str, path: Path | None, key: str) -> workloads.WorkloadSpec:
@@ -83,7 +83,7 @@ def _workload(name: str, path: Path | None, key: str) -> workloads.WorkloadSpec:
 
 
 def _check_options(
-    impl: implementations.Implementation,
+    impl: topk_bench.attention.Implementation,
     options: Mapping[str, Any],
     path: Path | None,
     key: str,
@@ -111,7 +111,7 @@ def _check_options(
 
 
 def _check_use(
-    impl: implementations.Implementation, activation: str, causal: bool, path: Path | None, key: str
+    impl: topk_bench.attention.Implementation, activation: str, causal: bool, path: Path | None, key: str
 ) -> None:
     problem = capability_problem(impl, activation, causal)
     if problem:
@@ -129,7 +129,7 @@ def _check_settings(
 
 def _check_entries(
     suite: Suite, path: Path | None
-) -> list[tuple[workloads.WorkloadSpec, implementations.Implementation]]:
+) -> list[tuple[workloads.WorkloadSpec, topk_bench.attention.Implementation]]:
     entries = []
     for i, entry in enumerate(suite.impl):
         key = f"impl[{i}] ({entry.name})"

@@ -25,8 +25,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import implementations
-from topk_bench import plugins, workloads
+from topk_bench import attention, plugins, workloads
 from topk_bench.errors import BadInput, did_you_mean
 from topk_bench.suite.schema import Suite
 
@@ -92,8 +91,8 @@ def keys(suite: Suite) -> tuple[list[str], list[str]]:
         try:
             spec = workloads.lookup(entry.workload or suite.workload)
             params.update(dict.fromkeys(spec.params))
-            options.update(dict.fromkeys(implementations.spec(entry.name).options))
-        except (workloads.UnknownWorkload, implementations.UnknownImplementation):
+            options.update(dict.fromkeys(attention.spec(entry.name).options))
+        except (workloads.UnknownWorkload, attention.UnknownImplementation):
             continue  # the suite's own checks name it
     return list(params), [o for o in options if o not in params]
 
@@ -137,7 +136,7 @@ def apply(suite: Suite, overrides: Overrides) -> tuple[Suite, list[str]]:
             else:
                 sweep[key] = many
         elif key in options:
-            having = [e for e in entries if key in implementations.spec(e.name).options]
+            having = [e for e in entries if key in attention.spec(e.name).options]
             own = sorted({repr(e.options[key]) for e in having if key in (e.model_extra or {})})
             said.append(
                 f"{key} of {', '.join(dict.fromkeys(e.name for e in having))}" + (f" ({', '.join(own)})" if own else "")

@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-import implementations
+import topk_bench.attention
 from topk_bench import workloads
 from topk_bench.case import Case, Measuring
 from topk_bench.errors import BadInput
@@ -53,9 +53,9 @@ def route(suite: Suite, entry: ImplEntry, swept: dict[str, Any]) -> tuple[dict, 
     preset (``model = "llama-3-8b"``) fills in the parameters it sets.
     """
     spec = workloads.lookup(entry_settings(suite, entry)[0])
-    impl = implementations.spec(entry.name)
+    impl = topk_bench.attention.spec(entry.name)
     ff_name = feedforward(suite, entry)
-    ff = implementations.spec(ff_name) if ff_name and spec.swept_options_reach_feedforward else None
+    ff = topk_bench.attention.spec(ff_name) if ff_name and spec.swept_options_reach_feedforward else None
     # An optional parameter (decode's budget) is in a case only when the suite gives it: the ids of cases
     # without it do not change.
     params = {k: v for k, v in spec.params.items() if k not in spec.optional_params}
@@ -98,7 +98,7 @@ def count(suite: Suite, limits: dict[str, int] | None = None) -> int:
     return math.prod(len(values) for values in kept) * len(suite.impl)
 
 
-def _resolved(impl: implementations.Implementation, given: dict[str, Any], suite: Suite) -> dict[str, Any]:
+def _resolved(impl: topk_bench.attention.Implementation, given: dict[str, Any], suite: Suite) -> dict[str, Any]:
     # Defaults included, so that the CSV shows what ran; None means "not used" and is left out,
     # as are the options the suite's protocol sets itself (the workload passes them).
     owned = suite.measured_by.owned_options
@@ -117,7 +117,7 @@ def _compiled(entry: ImplEntry) -> str:
 
 
 def _legend(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: str) -> str:
-    impl = implementations.spec(entry.name)
+    impl = topk_bench.attention.spec(entry.name)
     # A legend would freeze one swept value of an option: the bare name then.
     # So would a swept token budget, which sets a selection method's own option.
     swept = any(key in impl.options for key in suite.sweep) or (BUDGET in suite.sweep and impl.budget is not None)
@@ -125,7 +125,7 @@ def _legend(suite: Suite, entry: ImplEntry, options: dict[str, Any], workload: s
     spec = workloads.lookup(workload)
     if spec.legend is not None:
         ff_name = feedforward(suite, entry)
-        ff_legend = implementations.spec(ff_name).legend(entry.feedforward_options) if ff_name else None
+        ff_legend = topk_bench.attention.spec(ff_name).legend(entry.feedforward_options) if ff_name else None
         legend = spec.legend(legend, ff_legend)
     return legend
 
@@ -140,7 +140,7 @@ def _one_chunk(suite: Suite, workload: str, options: dict[str, Any]) -> tuple[st
     return ("chunk_size",) if all(isinstance(t, int) and t <= options["chunk_size"] for t in tokens) else ()
 
 
-def _impl_legend(impl: implementations.Implementation, options: dict[str, Any], hidden: tuple[str, ...]) -> str:
+def _impl_legend(impl: topk_bench.attention.Implementation, options: dict[str, Any], hidden: tuple[str, ...]) -> str:
     """The implementation's legend without the ``name={option}`` parts of ``hidden`` options:
     "Top-k (size={chunk_size}, topk={topk})" -> "Top-k (topk=128)"."""
     template = impl.label or impl.name
@@ -153,9 +153,11 @@ def case_of(suite: Suite, entry: ImplEntry, swept: dict[str, Any], **fields: Any
     workload, causal, activation = entry_settings(suite, entry)
     params, given, ff_given = route(suite, entry, swept)
     # A swept token budget (decode's ``budget``) sets each selection method's own budget option.
-    options = _resolved(implementations.spec(entry.name), with_budget(entry.name, given, params.get(BUDGET, 0)), suite)
+    options = _resolved(
+        topk_bench.attention.spec(entry.name), with_budget(entry.name, given, params.get(BUDGET, 0)), suite
+    )
     ff_impl = feedforward(suite, entry)
-    ff_options = _resolved(implementations.spec(ff_impl), ff_given, suite) if ff_impl else None
+    ff_options = _resolved(topk_bench.attention.spec(ff_impl), ff_given, suite) if ff_impl else None
     if entry.dtype is not None:  # the entry's own dtype, over the suite's and bench.toml's
         fields = {**fields, "dtype": DType(entry.dtype)}
     return Case.make(

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from implementations import spec
+from topk_bench.attention import spec
 from topk_bench.types import DType, Mode
 
 # The backward of attention is 2.5 forwards (FlashAttention's and tritonbench's convention:

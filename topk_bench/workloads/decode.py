@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from implementations import spec
+from topk_bench.attention import spec
 from topk_bench.types import Mode
 from topk_bench.workloads.attention import (
     BUDGET,

@@ -9,7 +9,7 @@ Cost model (docs/CONTRACTS.md): ``layers`` times an attention layer's and a feed
 
 from __future__ import annotations
 
-from implementations import Decoder
+from topk_bench.attention import Decoder
 from topk_bench.protocol import OURS, PAPER
 from topk_bench.workloads import ff, mha
 from topk_bench.workloads.mha import heads_divide_d_model

@@ -8,7 +8,7 @@ W2 read, the hidden activations written and read once (forward), three times tha
 
 from __future__ import annotations
 
-from implementations import FeedForward
+from topk_bench.attention import FeedForward
 from topk_bench.protocol import OURS, PAPER
 from topk_bench.types import Mode
 from topk_bench.workloads.attention import element_size

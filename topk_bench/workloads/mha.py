@@ -7,7 +7,7 @@ read once (forward), three times that with the backward.
 
 from __future__ import annotations
 
-from implementations import MultiHeadAttention
+from topk_bench.attention import MultiHeadAttention
 from topk_bench.protocol import OURS, PAPER
 from topk_bench.types import Mode
 from topk_bench.workloads.attention import attention_flops, element_size, projections_flops

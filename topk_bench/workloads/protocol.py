@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-import implementations
-from implementations.paper import causal_mask
+import topk_bench.attention
+from topk_bench.attention.methods.paper import causal_mask
 from topk_bench.case import Case
 from topk_bench.protocol import PAPER
 
@@ -43,7 +43,7 @@ def attention_layer(case: Case, seq_len: int, device) -> LayerSetup:
     if case.protocol != PAPER.name:
         return LayerSetup()
     options: dict[str, Any] = {}
-    if "scale" in implementations.spec(case.impl).options:
+    if "scale" in topk_bench.attention.spec(case.impl).options:
         options["scale_in_attention"] = True
     if case.impl not in KEPT_MASK or not case.causal:
         return LayerSetup(options)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import implementations
+import topk_bench.attention
 from topk_bench.case import Case
 from topk_bench.workloads.spec import lookup
 
@@ -46,7 +46,7 @@ def uses(case: Case) -> list[AttentionUse]:
 
 
 def capability_problem(
-    impl: implementations.Implementation, activation: str, causal: bool, grouped: bool = False
+    impl: topk_bench.attention.Implementation, activation: str, causal: bool, grouped: bool = False
 ) -> str | None:
     """Why ``impl`` cannot be called with this activation, masking and K/V heads, or None."""
     if activation not in impl.activations:
@@ -67,7 +67,7 @@ def capability_problem(
 def unsupported(case: Case, *, predict: bool) -> str | None:
     """Why ``case`` cannot run (``predict``: cannot be predicted), or None when it can."""
     for use in uses(case):
-        impl = implementations.spec(use.impl)
+        impl = topk_bench.attention.spec(use.impl)
         problem = capability_problem(impl, use.activation, use.causal, use.grouped)
         if problem:
             return problem

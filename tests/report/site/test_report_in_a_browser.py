@@ -1,7 +1,7 @@
 """The report's page in a real browser (headless Chromium, Debian's, through its chromedriver): each suite's
 table, the figures (loaded), the crossover sentence, a history chart whose points link to their commits, a
 screenshot that is not blank, a case named ``<script>`` shown as text and run as nothing, and a page of 100,000
-rows that opens in under 5 s. Skipped, with the reason, where Chromium is missing (scripts/ci/chromium.sh)."""
+rows that opens in under 5 s. Skipped, with the reason, where Chromium is missing (.ci/chromium.sh)."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ pytestmark = pytest.mark.slow
 # An implementation that waits while a file exists: a job that runs as long as the test wants.
 PLUGIN = '''
 import os, time
-import implementations
-from implementations import Implementation
+from topk_bench import attention
+from topk_bench.attention import Implementation
 
 
 def held(q, k, v, *, causal=False, activation="softmax", marker=""):
@@ -44,8 +44,8 @@ def held(q, k, v, *, causal=False, activation="softmax", marker=""):
     return q
 
 
-if "test_held" not in implementations.names():
-    implementations.register(Implementation("test_held", held, "waits while a file exists", options={"marker": ""}))
+if "test_held" not in attention.names():
+    attention.register(Implementation("test_held", held, "waits while a file exists", options={"marker": ""}))
 '''
 
 SUITE = """

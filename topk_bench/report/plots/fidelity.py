@@ -39,11 +39,11 @@ def k_column(group: pd.DataFrame) -> str | None:
 
 
 def _with_option_flag(rows: pd.DataFrame) -> pd.DataFrame:
-    import implementations  # the registry (torch) only for this renderer: `topk-bench plot` stays light
+    import topk_bench.attention  # the registry (torch) only for this renderer: `topk-bench plot` stays light
 
     def has_topk(name) -> bool:
         try:
-            return "topk" in implementations.spec(str(name)).options
+            return "topk" in topk_bench.attention.spec(str(name)).options
         except KeyError:
             return False
 

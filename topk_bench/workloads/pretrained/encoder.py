@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-import implementations
+import topk_bench.attention
 from topk_bench.case import Case
 from topk_bench.errors import Unsupported
 from topk_bench.types import Mode
@@ -53,7 +53,7 @@ def settings(case: Case) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
             continue
         # An option neither implementation has leaves it unchanged (Performer's line across k).
         for impl, options in ((case.impl, attention), (case.ff_impl, ff)):
-            if impl is not None and name in implementations.spec(impl).options:
+            if impl is not None and name in topk_bench.attention.spec(impl).options:
                 options[name] = value
     return known, attention, ff
 

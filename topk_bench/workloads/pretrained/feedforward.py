@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from implementations.registry import spec
+from topk_bench.attention.registry import spec
 
 FF_ACTIVATIONS = ("gelu", "relu")
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from implementations.registry import spec
+from topk_bench.attention.registry import spec
 from topk_bench.errors import BadInput
 from topk_bench.workloads.pretrained.feedforward import AttentionFeedForward
 
