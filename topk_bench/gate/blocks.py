@@ -19,6 +19,7 @@ import pandas as pd
 
 from topk_bench.measure import slowdown
 from topk_bench.results import columns as col
+from topk_bench.results.frame import left_out, load_results
 from topk_bench.status import Status
 
 BASE, NEW = "BASE", "NEW"
@@ -78,7 +79,17 @@ def run_block(side: Side, suite: Path, rounds: int, out: Path, timeout_s: float)
     if process.returncode != 0 or len(csvs) != 1:
         last = (stderr.strip() or stdout.strip() or "no output").splitlines()[-1]
         raise Failed(f"{side.name} could not be measured (exit {process.returncode}): {last}")
-    return pd.read_csv(csvs[0], dtype=str, keep_default_na=False)
+    return read(csvs[0])
+
+
+def read(csv: Path) -> pd.DataFrame:
+    """A block's rows as the project's reader gives them: every cell text, the lines it left out (a cut line, an
+    unknown status) in ``attrs`` for :func:`problems` to fail on."""
+    frame = load_results(csv)
+    dropped = frame.attrs.get("dropped", [])
+    frame = frame.astype(str).replace({"nan": "", "None": ""})
+    frame.attrs["dropped"] = dropped
+    return frame
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -90,9 +101,9 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def problems(side: Side, frame: pd.DataFrame, cases: set[str] | None) -> list[str]:
-    """Why a block's rows cannot be judged: a case not ``ok`` or untimed, a case set other than ``cases`` (the
-    first block's), BASE's rows not naming its commit."""
-    found = []
+    """Why a block's rows cannot be judged: a line the reader left out, a case not ``ok`` or untimed, a case set
+    other than ``cases`` (the first block's), BASE's rows not naming its commit."""
+    found = [f"{side.name} {line}" for line in left_out(frame)]
     for _, row in frame.iterrows():
         if str(row[col.STATUS]) != Status.OK or not str(row.get(col.TIMES_S, "")).strip():
             error = str(row.get(col.ERROR, ""))[:200]

@@ -203,7 +203,7 @@ def judged_files(options: Options) -> Outcome:
         csvs = sorted(path.rglob("*.csv")) if path.is_dir() else [path] if path.is_file() else []
         if not csvs:
             raise BadInput("no such CSV, nor a folder holding one", file=str(path))
-        frames[name] = [pd.read_csv(csv, dtype=str, keep_default_na=False) for csv in csvs]
+        frames[name] = [blocks.read(csv) for csv in csvs]
     outcome = Outcome([], frames=frames)
     found = [p for name in (BASE, NEW) for f in frames[name] for p in blocks.problems(Side(name, Path()), f, None)]
     if found:
