@@ -5,7 +5,8 @@ batch 1, over ``--kv-len`` cached tokens, keeping ``--topk`` keys per query: the
 over every key (float32 ranking: keys converted tile by tile; bf16 ranking, the default: one
 bf16 GEMM), then on the default's bf16 scores the pruned exact top-k (run maxima, top-k of
 runs, their members, top-k of members, all on the scores' int16 bits, converted once; on CPU
-topk_fast runs the compiled row top-k of :mod:`topk_bench.attention.kernels.native` instead, timed beside), the
+topk_fast runs the compiled row top-k of :mod:`topk_bench.attention.kernels.native` on the bf16 scores instead, timed
+beside), the
 softmax and the bag of the chosen V rows; beside them, dense attention's second product
 (weights @ V over every key), which is what a top-k step saves; then whole steps of
 ``topk_fast`` (both rankings), vanilla and SDPA (the registry's entries). Medians of ``--rounds``
@@ -70,12 +71,12 @@ def main() -> None:
             "top-k of members", lambda: members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False)
         )
         where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
-        if native.available(ranks.dtype):  # what topk_fast runs on CPU instead of the four phases above
-            out = (ranks.new_empty(best.shape), torch.empty(best.shape, dtype=torch.int64))
+        if native.available(scores.dtype):  # what topk_fast runs on CPU instead of the five phases above
+            out = (scores.new_empty(best.shape), torch.empty(best.shape, dtype=torch.int64))
             timed(
-                "compiled row top-k (replaces the 4 above)",
+                "compiled row top-k of the bf16 scores (replaces the 5 above)",
                 lambda: native.row_topk_(
-                    ranks.view(-1, rows, width), kk, out[0].view(-1, rows, kk), out[1].view(-1, rows, kk)
+                    scores.view(-1, rows, width), kk, out[0].view(-1, rows, kk), out[1].view(-1, rows, kk)
                 ),
             )
         weights = timed("softmax", lambda: torch.softmax(_ordered_bits(top).view(scores.dtype).float(), dim=-1))
@@ -92,7 +93,7 @@ def main() -> None:
         for name in ("vanilla", "sdpa"):
             timed(f"whole step, {name}", lambda name=name: topk_bench.attention.get(name)(q, k, v, causal=True))
     for name, samples in times.items():
-        print(f"{name:34s} {statistics.median(samples) * 1e3:8.1f} ms")
+        print(f"{name:60s} {statistics.median(samples) * 1e3:8.1f} ms")
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 

@@ -116,6 +116,17 @@ def test_a_library_without_the_kernels_functions_is_not_used(tmp_path):
     assert not library.exists()
 
 
+def test_a_build_is_keyed_by_the_cpus_flags(monkeypatch):
+    """-march=native: a library built on an AVX-512 CPU would die of an illegal instruction on an AVX2 one, so a cache
+    shared by both (a home directory on NFS) keys them apart."""
+    cc = build.compiler()
+    here = build.build_key(cc)
+    monkeypatch.setattr(build, "_cpu_flags", lambda: "flags\t\t: fpu sse sse2 avx avx2 fma bmi2")  # an AVX2-only one
+    avx2 = build.build_key(cc)
+    monkeypatch.setattr(build, "_cpu_flags", lambda: "flags\t\t: fpu sse sse2 avx avx2 fma bmi2 avx512f avx512bw")
+    assert len({here, avx2, build.build_key(cc)}) == 3
+
+
 def _c_arguments(prototype: str) -> tuple[str, ...]:
     kinds = []
     for argument in prototype.split(","):
@@ -131,11 +142,17 @@ def test_the_ctypes_types_are_the_c_prototypes():
     key_sort = re.search(
         r"^int key_sort\(([^)]*)\)", (ROOT / "topk_bench/attention/kernels/native/key_sort.c").read_text(), re.M
     )
-    assert row_topk and key_sort
+    isa = re.search(
+        r"^int row_topk_isa\(([^)]*)\)",
+        (ROOT / "topk_bench/attention/kernels/native/row_topk_scan.h").read_text(),
+        re.M,
+    )
+    assert row_topk and key_sort and isa
     for suffix in build.SUFFIXES:
         assert build.SIGNATURES[f"{suffix}_row_topk"] == ("int", _c_arguments(row_topk.group(1)))
     assert build.SIGNATURES["key_sort"] == ("int", _c_arguments(key_sort.group(1)))
-    assert set(build.SIGNATURES) == {f"{s}_row_topk" for s in build.SUFFIXES} | {"key_sort"}
+    assert build.SIGNATURES["row_topk_isa"] == ("int", _c_arguments(isa.group(1)))
+    assert set(build.SIGNATURES) == {f"{s}_row_topk" for s in build.SUFFIXES} | {"key_sort", "row_topk_isa"}
     # The F(name) prefixes of row_topk.c are the suffixes declared.
     prefixes = re.findall(
         r"#define F\(name\) (\w+)_##name", (ROOT / "topk_bench/attention/kernels/native/row_topk.c").read_text()

@@ -48,10 +48,13 @@ def checks(device: str) -> list[Check]:
         kernels = Check("compiled kernels", Result.SKIPPED, f"not used here: {status.reason}; topk_fast runs torch's")
     else:
         problem = _agreement()
+        levels = native.filter_levels()
         kernels = Check.judged(
             "compiled kernels",
             not problem,
-            problem or f"built {status.key}; row_topk_ agrees with torch.topk, key_sort_ with torch.sort",
+            problem
+            or f"built {status.key} (row top-k filter: {levels['32-bit']}, 16-bit scores {levels['16-bit']}); "
+            "row_topk_ agrees with torch.topk, key_sort_ with torch.sort",
         )
     paths = "; ".join(
         f"{dtype}: {provenance.code_path('topk_fast', device=device, dtype=getattr(torch, dtype)) or 'nothing'}"

@@ -7,8 +7,8 @@ costs as much as vanilla attention (its §5 limitation). Here:
 * the only dense product is the score tile ``Q_c Kᵀ``; for causal attention a
   query tile only meets the keys before its end (half the work and memory);
 * the row-wise top-k is exact and cheaper than the product it follows: on CPU a
-  compiled kernel (:mod:`topk_bench.attention.kernels.native`: one vectorised pass over the
-  row, then only the members of ~k groups), written straight into the results;
+  compiled kernel (:mod:`topk_bench.attention.kernels.native`: a vectorised threshold filter,
+  then an exact select among its few candidates), written straight into the results;
   elsewhere (CUDA, or no C compiler) pruned: a key whose group maximum is not
   among the k largest group maxima cannot be in the row's top-k, so ``topk``
   runs on ~2·sqrt(k·Lk) candidates instead of Lk;
@@ -337,9 +337,9 @@ def _keep(selected, top, idx, groups, base):
 def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     """Forward only, few query rows (:mod:`topk_bench.attention.shared.decode`): all scores, then the row top-k.
 
-    The compiled kernel (:mod:`topk_bench.attention.kernels.native`, CPU) on the rows as they are; else pruned
-    as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the
-    top-k lies in the k runs with the largest maxima): a run's members are adjacent, so
+    The compiled kernel (:mod:`topk_bench.attention.kernels.native`, CPU) on the scores as they are (half ones
+    too); else pruned as :func:`_row_topk` with runs of ``s`` consecutive keys as the groups (the top-k lies in
+    the k runs with the largest maxima): a run's members are adjacent, so
     the candidates are ``k`` rows of a ``[runs, s]`` view, copied by one ``index_select``
     (measured 1.8 ms for 512 rows x 128 runs of 8; the element-wise ``gather`` that
     strided groups need takes 7.5 ms for the same entries).
@@ -347,34 +347,35 @@ def _decode(q, k, v, causal, relu, kk, real_keys, groups, float_scores=False):
     if real_keys is None and triton_decode.topk_fast_unsupported(q, k, v, key_padding_mask=None) is None:
         return triton_decode.topk_fast_decode(q, k, v, causal=causal, relu=relu, topk=kk, float_scores=float_scores)
     lk = k.shape[-2]
-    # The compiled top-k takes the ranks' rows as they are (:func:`_ranks`: half scores as int16).
+    # The compiled top-k takes the scores as they are (half ones ranked by their ordered bits, as :func:`_ranks`).
     score_dtype = stat_dtype(q.dtype) if float_scores else q.dtype
-    compiled = native.available(_SAME_WIDTH_INT[2] if score_dtype.itemsize == 2 else score_dtype, device_kind(q))
+    compiled = native.available(score_dtype, device_kind(q))
     s = 1 if compiled else _segments(max(lk, kk), kk)
     scores = decode_scores(q, k, groups, causal=causal, real_keys=real_keys, multiple=s, float_scores=float_scores)
     rows, width = scores.shape[-2:]
     dtype = scores.dtype
-    # Converted once (:func:`_ranks`): the runs' maxima, copies and top-k all run on the ranks
-    # (bf16, 131072 keys: the maxima of runs of 4 take 1.0 ms on int16 bits, 3.3 ms on bf16).
-    ranks = _ranks(scores)
-    del scores
     if compiled:
-        lead = ranks.shape[:-2]
-        top = ranks.new_empty(*lead, rows, kk)
-        where = torch.empty(*lead, rows, kk, dtype=torch.int64, device=ranks.device)
-        native.row_topk_(ranks.view(-1, rows, width), kk, top.view(-1, rows, kk), where.view(-1, rows, kk))
-    elif s == 1:
-        top, where = ranks.topk(kk, dim=-1, sorted=False)
+        top = scores.new_empty(*scores.shape[:-1], kk)
+        where = torch.empty(*scores.shape[:-1], kk, dtype=torch.int64, device=scores.device)
+        native.row_topk_(scores.view(-1, rows, width), kk, top.view(-1, rows, kk), where.view(-1, rows, kk))
+        del scores
     else:
-        runs = ranks.view(-1, s)  # [rows * width/s, s]
-        best = runs.amax(dim=-1).view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices  # [.., k]
-        first = torch.arange(0, best.shape[0] * rows * (width // s), width // s, device=best.device)
-        members = runs.index_select(0, (best + first.view(best.shape[0], rows, 1)).view(-1))  # [.. * k, s]
-        top, pos = members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False)
-        where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
-        del runs, best, first, members, pos
-    del ranks
-    top = _scores(top, dtype)
+        # Converted once (:func:`_ranks`): the runs' maxima, copies and top-k all run on the ranks
+        # (bf16, 131072 keys: the maxima of runs of 4 take 1.0 ms on int16 bits, 3.3 ms on bf16).
+        ranks = _ranks(scores)
+        del scores
+        if s == 1:
+            top, where = ranks.topk(kk, dim=-1, sorted=False)
+        else:
+            runs = ranks.view(-1, s)  # [rows * width/s, s]
+            best = runs.amax(dim=-1).view(-1, rows, width // s).topk(kk, dim=-1, sorted=False).indices  # [.., k]
+            first = torch.arange(0, best.shape[0] * rows * (width // s), width // s, device=best.device)
+            members = runs.index_select(0, (best + first.view(best.shape[0], rows, 1)).view(-1))  # [.. * k, s]
+            top, pos = members.view(*best.shape[:-1], kk * s).topk(kk, dim=-1, sorted=False)
+            where = best.gather(-1, torch.div(pos, s, rounding_mode="floor")) * s + pos % s
+            del runs, best, first, members, pos
+        del ranks
+        top = _scores(top, dtype)
     if width > lk:  # padding columns are only picked with -inf (zero weight): keep them in range
         where.clamp_(max=lk - 1)
     weights = _activate(

@@ -3,11 +3,12 @@
 
 ``torch.topk`` on CPU copies each row into (value, index) pairs and runs ``nth_element`` (or
 a heap) on all of them, a branch mispredicted per comparison: ~9 ns an element on an AVX2
-EPYC, more than the score product that made the row. ``row_topk_`` reads a row once (a
-vectorised maximum over strided groups), bounds the k-th group maximum by a histogram, visits
-the members of the ~k groups that can hold the top-k without branches, and finishes with a
-histogram split and a select over the few candidates left: 3.2-3.4x faster than the pruned
-``torch.topk`` path on random rows (1 thread), the same values. ``key_sort_`` is a counting sort
+EPYC, more than the score product that made the row. ``row_topk_`` filters a row against a threshold at or
+below its k-th score, one vectorised compare per score, into a few candidates (~1.4·k), then selects the k
+among them exactly by counts of their keys (integers in rank order); the threshold comes from a vectorised
+maximum over 2k strided groups of the row (k groups reach it, so k scores do), or, for a k that is a large
+share of the row (a decode step's), from a sample of the row, checked. The same columns whatever the CPU's
+vector instructions (AVX-512, AVX2, or portable C: :func:`filter_levels`). ``key_sort_`` is a counting sort
 that carries each entry's query row and weights along (``torch.sort``, ``searchsorted`` and two
 ``index_select`` before).
 
@@ -29,7 +30,7 @@ Importable alone: it needs only torch and the standard library.
 from __future__ import annotations
 
 import functools
-import math
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -41,18 +42,11 @@ from topk_bench.attention.kernels.native import build
 MIN_ROWS_PER_THREAD = 16
 # Blocks of rows per thread, handed out as threads ask for them.
 BLOCKS_PER_THREAD = 8
-# A row's G groups balance the select over their maxima (~G·c_select) against the visit of
-# the members of the k best groups (~k·width/G·c_member): G = sqrt(RATIO·k·width), RATIO =
-# c_member / c_select (tuned on an AVX2 EPYC, 1 thread, k = 128, width 1024-16384).
-GROUP_RATIO = 0.4
 
-
-def groups_for(width: int, k: int) -> int:
-    """Groups per row of ``width`` values for a top-``k`` (``k <= G <= width``)."""
-    return max(k, min(width, int(math.sqrt(GROUP_RATIO * k * width))))
-
-
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int16: "i16"}
+# The row top-k's score types: float32, float64, int16 ranks, and half floats ranked by their bits made ordered
+# (topk_bench/attention/methods/topk_fast.py's _ordered_bits: the same keys as its int16 ranks, without converting the
+# scores).
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int16: "i16", torch.bfloat16: "h16", torch.float16: "h16"}
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -79,7 +73,36 @@ def _loaded():
                 f"topk_bench.attention.kernels.native: no compiled kernels ({why}); using torch's", stacklevel=3
             )
         return None, Status(False, reason=str(why))
+    lib.row_topk_isa(_ISA_LEVELS.index(_isa_cap()))
     return lib, Status(True, key=key)
+
+
+# The row top-k's filter, by the instructions it uses: the highest this CPU's build has (AVX-512 where its
+# compiler saw it, else AVX2, else portable C), at most what $TOPK_BENCH_NATIVE_ISA names. Every level keeps the
+# same columns: the variable (or :func:`filter_levels`) runs the fallbacks here, as a CPU without AVX-512 would.
+ISA = "TOPK_BENCH_NATIVE_ISA"
+_ISA_LEVELS = ("portable", "avx2", "avx512")
+
+
+def _isa_cap() -> str:
+    cap = os.environ.get(ISA, "avx512") or "avx512"
+    if cap not in _ISA_LEVELS:
+        levels = ", ".join(_ISA_LEVELS)
+        warnings.warn(f"{__name__}: {ISA}={cap!r} is none of {levels}; using avx512", stacklevel=4)
+        return "avx512"
+    return cap
+
+
+def filter_levels(cap: str | None = None) -> dict[str, str]:
+    """The level each score width's filter runs at (``{"32-bit": "avx512", "16-bit": "avx512"}``), after capping
+    them at ``cap`` (one of ``portable``, ``avx2``, ``avx512``) when given. Not while a kernel runs."""
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("filter_levels: no compiled kernel (topk_bench.attention.kernels.native.built() is False)")
+    if cap is not None and cap not in _ISA_LEVELS:
+        raise ValueError(f"filter_levels: cap {cap!r} is none of {', '.join(_ISA_LEVELS)}")
+    both = lib.row_topk_isa(-1 if cap is None else _ISA_LEVELS.index(cap))
+    return {"32-bit": _ISA_LEVELS[both // 10], "16-bit": _ISA_LEVELS[both % 10]}
 
 
 def _library():
@@ -130,11 +153,13 @@ def row_topk_(
     base: int = 0,
     start: int = 0,
 ) -> None:
-    """The top-``k`` (unsorted) of each row of ``scores [outer, inner, width]`` into ``values``,
+    """The top-``k`` of each row of ``scores [outer, inner, width]`` into ``values``,
     ``indices [outer, inner, k]`` (views allowed), an index being ``start + (o // groups) * base + column``.
 
-    The values are ``torch.topk``'s (NaN largest); on ties at the k-th value the columns the scan
-    met first are kept.
+    The values are ``torch.topk``'s (NaN largest, -0 and +0 equal); ties at the k-th value go to the lowest
+    columns, and the k are written in ascending column order: the first k of a stable descending sort, in column
+    order. Half scores (bfloat16, float16) are ranked by their bits made ordered (those of
+    ``topk_bench.attention.methods.topk_fast._ordered_bits``, as int16 scores rank), not converted.
     """
     _check(scores, k, values, indices)
     lib = _library()
@@ -160,7 +185,6 @@ def row_topk_(
         groups,
         base,
         start,
-        groups_for(width, k),
     )
     # Threads of torch's OpenMP team (where built with it) take blocks of rows in turn: a
     # static half each measured 1.05x one thread's speed on 2 cores, a thread pool of our own

@@ -45,21 +45,22 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 SOURCES = (HERE / "row_topk.c", HERE / "key_sort.c")  # compiled into one library
-HEADERS = (HERE / "row_topk_body.h",)
+HEADERS = (HERE / "row_topk_body.h", HERE / "row_topk_scan.h")
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=gnu99")
 # A compiler that has not finished in this long (seconds) is stopped: a build takes about a second.
 COMPILE_TIMEOUT_S = 120.0
 PREFIX = "row_topk"
-SUFFIXES = ("f32", "f64", "i16")  # the row top-k's element types, one function each
+SUFFIXES = ("f32", "f64", "i16", "h16")  # the row top-k's element types, one function each
 
 # The exported functions: return type and argument types, as ctypes gets them. The C prototypes (row_topk_body.h's
-# F(row_topk), key_sort.c's key_sort) say the same; tests/attention/test_native_row_topk.py reads them and
-# checks. A pointer of any type is "ptr", int64_t "i64", int "int".
+# F(row_topk), row_topk_scan.h's row_topk_isa, key_sort.c's key_sort) say the same;
+# tests/attention/test_native_build.py reads them and checks. A pointer of any type is "ptr", int64_t "i64", int "int".
 _ROW_TOPK = ("ptr", "i64", "i64", "i64", "i64", "i64", "ptr", "ptr", "i64", "i64", "i64", "i64", "i64", "i64",
-             "i64", "i64", "i64", "i64")  # fmt: skip
+             "i64", "i64", "i64")  # fmt: skip
 _KEY_SORT = ("ptr", "i64", "i64", "i64", "i64", "i64", "ptr", "ptr", "ptr", "ptr", "i64", "ptr", "ptr", "i64", "i64")
 SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     **{f"{suffix}_row_topk": ("int", _ROW_TOPK) for suffix in SUFFIXES},
+    "row_topk_isa": ("int", ("i64",)),
     "key_sort": ("int", _KEY_SORT),
 }
 _CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "int": ctypes.c_int}
