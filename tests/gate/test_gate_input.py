@@ -12,8 +12,8 @@ from topk_bench.cli import main
 from topk_bench.errors import BadInput
 from topk_bench.gate import worktree
 
-TINY_WITHOUT_SDPA = """
-name = "no_reference"
+A_TYPO = """
+name = "typo"
 workload = "decode"
 [shape]
 model = "llama-3-8b"
@@ -22,7 +22,7 @@ kv_len = 256
 batch = [1]
 [[impl]]
 name = "topk_fast"
-topk = 16
+topk_size = 16
 """
 
 
@@ -68,11 +68,11 @@ def test_an_output_that_is_a_file_or_holds_files_is_refused_before_measuring(cap
     assert (tmp_path / "full" / "kept.csv").read_text() == "x"
 
 
-def test_a_suite_without_the_reference_is_refused_naming_it(capsys, monkeypatch, tmp_path):
+def test_a_suite_that_does_not_read_is_refused_naming_it_before_anything_runs(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
-    (tmp_path / "suite.toml").write_text(TINY_WITHOUT_SDPA)
+    (tmp_path / "suite.toml").write_text(A_TYPO)
     err = one_line(*gate(capsys, "--suite", tmp_path / "suite.toml", "--out", tmp_path / "out"))
-    assert "suite.toml: impl: the gate divides each case's time by sdpa's" in err and "decode" in err
+    assert "suite.toml" in err and "topk_size" in err
     assert not (tmp_path / "out").exists()
 
 

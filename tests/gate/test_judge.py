@@ -1,4 +1,4 @@
-"""The time gate's verdict on a case (topk_bench/gate/judge.py): from each side's per-round ratios over SDPA, the
+"""The time gate's verdict on a case (topk_bench/gate/judge.py): from each side's time in each round, the
 change's interval decides, and a case the rounds cannot decide is ``undecided``, never passed nor failed as a
 regression."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from topk_bench.gate.judge import CaseRatios, Decision, decide, judge, ratios_of
+from topk_bench.gate.judge import CaseRounds, Decision, decide, judge, rounds_of
 from topk_bench.report.stats import Shift
 
 
@@ -29,8 +29,8 @@ def test_the_interval_decides(estimate, low, high, decision):
     assert decide(Shift(estimate, low, high, 0.95), 1.2) is decision
 
 
-def ratios(values, case="c") -> CaseRatios:
-    return CaseRatios(case, f"decode/{case}", tuple(values))
+def ratios(values, case="c") -> CaseRounds:
+    return CaseRounds(case, f"decode/{case}", tuple(values))
 
 
 def test_noise_passes_and_a_1_3x_slowdown_fails_at_a_noise_the_gate_can_resolve():
@@ -40,7 +40,7 @@ def test_noise_passes_and_a_1_3x_slowdown_fails_at_a_noise_the_gate_can_resolve(
     (unchanged,) = judge([ratios(base)], [ratios(same)], 1.2)
     (regressed,) = judge([ratios(base)], [ratios(slowed)], 1.2)
     assert unchanged.decision is Decision.UNCHANGED and regressed.decision is Decision.REGRESSED
-    assert 1.2 < regressed.shift.estimate < 1.45 and "BASE 0.05" in regressed.numbers()
+    assert 1.2 < regressed.shift.estimate < 1.45 and "BASE 50." in regressed.numbers()
 
 
 def test_the_failing_runs_of_the_issue_are_undecided_not_regressed():
@@ -52,23 +52,20 @@ def test_the_failing_runs_of_the_issue_are_undecided_not_regressed():
     assert verdict.decision is Decision.UNDECIDED and verdict.shift.estimate > 1.2
 
 
-def test_a_case_without_ratios_on_a_side_is_left_to_the_caller_and_ratios_are_read_round_by_round():
+def test_a_case_is_read_round_by_round_and_a_block_of_one_round_gives_no_time():
     frame = pd.DataFrame(
         {
             "case_id": ["r", "c"],
             "workload": ["decode", "decode"],
             "impl": ["sdpa", "topk_fast"],
             "label": ["", "Top-k fast"],
-            "device": ["cpu", "cpu"],
-            "method": ["measured", "measured"],
-            "mode": ["fwd", "fwd"],
             "status": ["ok", "ok"],
-            "times_s": ["1;1;2;2", "0.5;0.5;0.5;0.5"],
+            "times_s": ["1;1;2;2", "0.5;0.7;0.25;0.75"],
             "rounds": ["2", "2"],
         }
     )
-    (found,) = ratios_of([frame, frame], "sdpa", "BASE")
-    assert found == CaseRatios("c", "decode/Top-k fast", (0.5, 0.25, 0.5, 0.25))
-    one_round = frame.assign(rounds="1")
-    (lacking,) = ratios_of([one_round], "sdpa", "NEW")
-    assert lacking.ratios == () and "one round in a block" in lacking.why_none
+    sdpa, found = rounds_of([frame, frame])
+    assert sdpa == CaseRounds("r", "decode/sdpa", (1, 2, 1, 2))
+    assert found == CaseRounds("c", "decode/Top-k fast", (0.6, 0.5, 0.6, 0.5))  # each round's median
+    _, lacking = rounds_of([frame.assign(rounds="1")])
+    assert lacking.times == () and "one round in a block" in lacking.why_none

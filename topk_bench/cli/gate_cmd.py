@@ -35,7 +35,7 @@ def gate(
         help="Rounds a side at most: a case still undecided then fails as 'could not judge: too noisy'.",
     ),
     time_factor: float = typer.Option(
-        FACTOR, "--time-factor", metavar="F", help="A case fails when it slowed over SDPA by more than this."
+        FACTOR, "--time-factor", metavar="F", help="A case fails when it slowed by more than this."
     ),
     block_timeout: float = typer.Option(
         BLOCK_TIMEOUT_S,
@@ -51,8 +51,8 @@ def gate(
     ),
 ) -> None:
     """The CPU time gate: suites/ci_time.toml measured with the base revision's code (a temporary git worktree)
-    and this checkout's, in interleaved rounds on this machine, each method's time over SDPA's in the same
-    round; more rounds while a case is undecided, up to --max-rounds (docs/regression.md, "The CPU time gate")."""
+    and this checkout's, in interleaved rounds on this machine, each case judged by its CPU time in each round;
+    more rounds while a case is undecided, up to --max-rounds (docs/regression.md, "The CPU time gate")."""
     from topk_bench.gate import gate as the_gate  # imported here: `topk-bench --help` stays fast
 
     options = the_gate.Options(

@@ -47,12 +47,14 @@ class Relative:
     by_round: bool
 
 
-def _rounds(row: Mapping) -> int:
+def round_count(row: Mapping) -> int:
+    """The row's ``rounds`` (1 where it has none)."""
     value = row.get(col.ROUNDS)
     return 1 if value is None or missing(value) else int(value)
 
 
-def _times(row: Mapping) -> list[float]:
+def sample_times(row: Mapping) -> list[float]:
+    """The row's ``times_s`` as seconds ([] where it has none, or one that does not read)."""
     value = row.get(col.TIMES_S)
     if not isinstance(value, str) or not value.strip():
         return []
@@ -115,7 +117,7 @@ def relative_times(frame: pd.DataFrame, impl: str, side: str) -> dict[object, Re
     for index, row in _rows(frame, columns):
         if index in is_reference or str(row.get(col.STATUS)) != Status.OK:
             continue
-        times = _times(row)
+        times = sample_times(row)
         if not times:
             continue
         found = [
@@ -135,11 +137,11 @@ def relative_times(frame: pd.DataFrame, impl: str, side: str) -> dict[object, Re
             out[index] = f"no {impl} at its parameters"
             continue
         reference = found[0]
-        ref_times = _times(reference)
+        ref_times = sample_times(reference)
         if str(reference.get(col.STATUS)) != Status.OK or not ref_times:
             out[index] = f"{impl} at its parameters is {reference.get(col.STATUS)}, untimed"
             continue
-        out[index] = divide(times, _rounds(row), ref_times, _rounds(reference), str(reference[col.CASE_ID]))
+        out[index] = divide(times, round_count(row), ref_times, round_count(reference), str(reference[col.CASE_ID]))
     return out
 
 
