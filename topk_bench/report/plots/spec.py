@@ -116,6 +116,33 @@ def _number(value, file: Path, key: str) -> float | None:
     return float(value)
 
 
+def _metrics(metrics: object, frame: pd.DataFrame, csv_path: Path, meta_path: Path) -> list[str]:
+    """``plot.metrics``: metric names whose columns the CSV has (fidelity's old names migrated)."""
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise BadInput("expected a list of metric names", file=meta_path, key="plot.metrics")
+    metrics = migrate_metrics(metrics, frame.columns)  # a run whose quality columns carry fidelity's names
+    for name in metrics:
+        for column in metric(name).columns:
+            if column not in frame.columns:
+                raise BadInput(
+                    f"metric {name!r} needs column {column!r}, absent from {csv_path.name}",
+                    file=meta_path,
+                    key="plot.metrics",
+                )
+    return metrics
+
+
+def _log_x(log_x: object, xs: pd.Series, meta_path: Path) -> int | float:
+    """``plot.log_x``: 0 (linear) or a log base; unsaid, the sweep says (a geometric one: 2)."""
+    if log_x is None:  # the suite did not say: the sweep does (infer_spec)
+        log_x = 2 if geometric(pd.to_numeric(xs, errors="coerce")) else 0
+    if log_x is True:  # tolerate a boolean: log2, the paper's sizes are powers of two
+        log_x = 2
+    if not isinstance(log_x, (int, float)) or (log_x and log_x <= 1):
+        raise BadInput(f"expected 0 (linear) or a log base > 1, got {log_x!r}", file=meta_path, key="plot.log_x")
+    return log_x
+
+
 def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> PlotSpec:
     """Read meta.json; keys it lacks fall back on what the CSV implies."""
     try:
@@ -132,28 +159,11 @@ def spec_from_meta(meta_path: Path, frame: pd.DataFrame, csv_path: Path) -> Plot
     panels = plot.pop("panels", None) or [[None, None]]
     if not isinstance(panels, list) or not all(isinstance(p, list) and len(p) == 2 for p in panels):
         raise BadInput("expected a list of [xmin, xmax] pairs", file=meta_path, key="plot.panels")
-    metrics = plot.pop("metrics", None) or ["memory", "time"]
-    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-        raise BadInput("expected a list of metric names", file=meta_path, key="plot.metrics")
-    metrics = migrate_metrics(metrics, frame.columns)  # a run whose quality columns carry fidelity's names
-    for name in metrics:
-        for column in metric(name).columns:
-            if column not in frame.columns:
-                raise BadInput(
-                    f"metric {name!r} needs column {column!r}, absent from {csv_path.name}",
-                    file=meta_path,
-                    key="plot.metrics",
-                )
+    metrics = _metrics(plot.pop("metrics", None) or ["memory", "time"], frame, csv_path, meta_path)
     split = plot.pop("split", None) or []
     if not isinstance(split, list) or not all(isinstance(c, str) and c in frame.columns for c in split):
         raise BadInput(f"expected a list of columns of {csv_path.name}", file=meta_path, key="plot.split")
-    log_x = plot.pop("log_x", None)
-    if log_x is None:  # the suite did not say: the sweep does (infer_spec)
-        log_x = 2 if geometric(pd.to_numeric(frame[x], errors="coerce")) else 0
-    if log_x is True:  # tolerate a boolean: log2, the paper's sizes are powers of two
-        log_x = 2
-    if not isinstance(log_x, (int, float)) or (log_x and log_x <= 1):
-        raise BadInput(f"expected 0 (linear) or a log base > 1, got {log_x!r}", file=meta_path, key="plot.log_x")
+    log_x = _log_x(plot.pop("log_x", None), frame[x], meta_path)
     log_y = plot.pop("log_y", inferred.log_y)
     pareto = plot.pop("pareto", False)
     if not isinstance(pareto, bool):
