@@ -48,13 +48,22 @@ class Side:
         return env
 
 
+# Rounds in a block: the fewest that give a time per round in one ``topk-bench run`` (each costs its start:
+# Python, torch, the child template, as much as a round of the suite's cases on a busy two-core runner).
+BLOCK_ROUNDS = 2
+
+
 def order(rounds: int) -> list[tuple[str, int]]:
-    """One look's runs, in order: BASE, NEW, NEW, BASE (ABBA: a drift of the machine that is linear over the look
-    falls on both sides alike), each of half a side's ``rounds``, interleaved among the cases. Two blocks a side
-    rather than one round each: every ``topk-bench run`` costs its start (Python, torch, the child template), as
-    much as a round of the suite's cases on a busy two-core runner."""
-    first, second = (rounds + 1) // 2, rounds // 2
-    return [(BASE, first), (NEW, first), (NEW, second), (BASE, second)]
+    """One look's runs, in order: blocks of :data:`BLOCK_ROUNDS` rounds, ``rounds`` a side, in quartets BASE,
+    NEW, NEW, BASE then NEW, BASE, BASE, NEW (a drift of the machine that is linear over a quartet falls on both
+    sides alike). Many small blocks rather than two large ones a side: the rounds of one run share its child
+    template and its minute of the machine, so that a run's rounds move together; measured at a load of 1.5 per
+    core, the blocks of one side differed by up to a third where the rounds of one block differed by 5 to 10%."""
+    sequence = []
+    for i in range(rounds // BLOCK_ROUNDS):
+        first, second = (BASE, NEW) if i % 4 in (0, 3) else (NEW, BASE)
+        sequence += [(first, BLOCK_ROUNDS), (second, BLOCK_ROUNDS)]
+    return sequence
 
 
 def run_block(side: Side, suite: Path, rounds: int, out: Path, timeout_s: float) -> pd.DataFrame:
